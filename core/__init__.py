@@ -1,0 +1,35 @@
+"""onnxep: a Python runtime for ONNX models in which every device is a plugin."""
+
+from . import errors
+from .model_io import NodeArg
+from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .placement import PlacementReport
+from .registry_api import (
+    ProviderStatus,
+    get_all_providers,
+    get_available_providers,
+    plugin_failures,
+    rediscover,
+    register_provider,
+)
+from .session import InferenceSession, ModelMetadata
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GraphOptimizationLevel",
+    "InferenceSession",
+    "ModelMetadata",
+    "NodeArg",
+    "PlacementReport",
+    "ProviderStatus",
+    "RunOptions",
+    "SessionOptions",
+    "__version__",
+    "errors",
+    "get_all_providers",
+    "get_available_providers",
+    "plugin_failures",
+    "rediscover",
+    "register_provider",
+]

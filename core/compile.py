@@ -1,0 +1,96 @@
+"""One graph, from IR to an executor: partition, host shape math, copies, plan.
+
+Subgraphs (If branches, Loop and Scan bodies) go through the same function,
+with the enclosing scope's values they read bound as extra inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx_ir as ir
+
+from onnxep.providers.provider import Provider
+
+from .executor import Executor
+from .nodeinfo import const_of
+from .partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
+from .plan import Plan, PlanBuilder
+
+
+class ConstCache:
+    """Each constant converted to NumPy once, shared by kernels and the plan.
+
+    An initializer that is also a graph input can be overridden by a feed,
+    so it is not a constant.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[int, Any] = {}
+
+    def __call__(self, value: ir.Value) -> Any:
+        key = id(value)
+        if key in self._cache:
+            return self._cache[key]
+        arr = None if value.is_graph_input() else const_of(value)
+        self._cache[key] = arr
+        return arr
+
+
+@dataclass
+class CompileContext:
+    providers: Sequence[Provider]
+    opsets: dict[str, int]
+    host: Provider | None
+    disable_fallback: bool = False
+    const: ConstCache = field(default_factory=ConstCache)
+    subgraphs: list[CompiledGraph] = field(default_factory=list)
+
+
+@dataclass
+class CompiledGraph:
+    name: str
+    placed: list[PlacedNode]
+    plan: Plan
+    executor: Executor
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    moved_to_host: int = 0
+
+    def run(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
+        return self.executor.run([*inputs, *outer])
+
+
+def compile_graph(
+    graph: ir.Graph,
+    ctx: CompileContext,
+    outer: Sequence[ir.Value] = (),
+    prefix: str = "",
+) -> CompiledGraph:
+    def compile_sub(sub: ir.Graph, implicit: list[ir.Value]) -> CompiledGraph:
+        label = f"{prefix}{sub.name or 'subgraph'}/"
+        compiled = compile_graph(sub, ctx, implicit, label)
+        ctx.subgraphs.append(compiled)
+        return compiled
+
+    placed = partition(graph, ctx.providers, ctx.opsets, compile_sub, ctx.const, prefix)
+    moved = move_shape_math_to_host(placed, ctx.host, graph.outputs)
+    if ctx.disable_fallback and ctx.providers:
+        check_fallback(placed, ctx.providers[0])
+    builder = PlanBuilder(ctx.providers, ctx.const)
+    input_slots = [builder.bind_input(v) for v in graph.inputs]
+    input_slots += [builder.bind_input(v) for v in outer]
+    for p in placed:
+        builder.add_node(p)
+    plan = builder.finish(input_slots, graph.outputs)
+    return CompiledGraph(
+        name=graph.name or prefix,
+        placed=placed,
+        plan=plan,
+        executor=Executor(plan),
+        input_names=tuple(v.name or "" for v in graph.inputs),
+        output_names=tuple(v.name or "" for v in graph.outputs),
+        moved_to_host=moved,
+    )

@@ -1,0 +1,62 @@
+"""The typed errors onnxep raises.
+
+Every error a user can cause derives from :class:`OnnxepError`, and from the
+builtin exception a Python user would expect (``ValueError`` for bad input,
+``NotImplementedError`` for an op nobody can run), so ``except ValueError``
+keeps working for code written against onnxruntime.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "FallbackError",
+    "InvalidArgument",
+    "InvalidGraph",
+    "InvalidModel",
+    "NotImplementedOp",
+    "NotSupported",
+    "OnnxepError",
+    "ProviderError",
+    "RunError",
+]
+
+
+class OnnxepError(Exception):
+    """Base of every onnxep error."""
+
+
+class InvalidArgument(OnnxepError, ValueError):
+    """A call got a bad argument: a missing or extra feed, a wrong dtype or shape."""
+
+
+class InvalidModel(OnnxepError, ValueError):
+    """The model file or bytes could not be read as an ONNX model."""
+
+
+class InvalidGraph(OnnxepError, ValueError):
+    """The model parsed but its graph is not valid."""
+
+
+class ConfigError(OnnxepError, ValueError):
+    """plugins.toml or provider options are wrong."""
+
+
+class ProviderError(OnnxepError, RuntimeError):
+    """A provider that was asked for cannot be used: not installed, failed, unavailable."""
+
+
+class NotImplementedOp(OnnxepError, NotImplementedError):
+    """No provider in the session can run a node."""
+
+
+class FallbackError(OnnxepError, RuntimeError):
+    """``disable_fallback`` is set and a compute node left the first provider."""
+
+
+class RunError(OnnxepError, RuntimeError):
+    """A kernel failed while the session ran; the message names the node."""
+
+
+class NotSupported(OnnxepError):
+    """Raised by a kernel builder to decline a node; the message is the reason."""

@@ -1,0 +1,226 @@
+"""Reading a model from a path, bytes or a ModelProto, and checking its structure.
+
+``onnx.checker`` rejects ops that real exports carry in the default domain
+without an ONNX schema (onnxruntime-genai's builder emits
+``SimplifiedLayerNormalization`` there), so this module checks structure only
+and leaves op existence to the providers' claims. External data is read only
+from inside the model's folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from .errors import InvalidGraph, InvalidModel
+
+ModelLike = str | os.PathLike | bytes | onnx.ModelProto
+
+
+@dataclass
+class LoadedModel:
+    proto: onnx.ModelProto
+    path: Path | None
+
+
+def read_model(model: ModelLike) -> LoadedModel:
+    """Parse ``model`` without external data; raise InvalidModel with the reason."""
+    if isinstance(model, onnx.ModelProto):
+        return LoadedModel(model, None)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            proto = onnx.load_from_string(bytes(model))
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise InvalidModel(f"the model bytes are not an ONNX model: {exc}") from None
+        _refuse_external(proto, "bytes")
+        return LoadedModel(proto, None)
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.exists():
+            raise InvalidModel(f"model file {str(path)!r} does not exist")
+        if path.is_dir():
+            raise InvalidModel(f"{str(path)!r} is a folder; pass the .onnx file inside it")
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+            raise InvalidModel(f"{str(path)!r} is not an ONNX model: {exc}") from None
+        if not proto.HasField("graph"):
+            raise InvalidModel(f"{str(path)!r} is not an ONNX model: it has no graph")
+        return LoadedModel(proto, path)
+    raise InvalidModel(
+        f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}"
+    )
+
+
+def _external_tensors(proto: onnx.ModelProto):
+    return [
+        t
+        for t in external_data_helper._get_all_tensors(proto)
+        if external_data_helper.uses_external_data(t)
+    ]
+
+
+def _refuse_external(proto: onnx.ModelProto, what: str) -> None:
+    if _external_tensors(proto):
+        raise InvalidModel(
+            f"the model given as {what} refers to external data; "
+            "load it from its file path so the data can be found beside it"
+        )
+
+
+def load_external_data(loaded: LoadedModel) -> None:
+    """Read external tensors, refusing any location outside the model's folder."""
+    tensors = _external_tensors(loaded.proto)
+    if not tensors:
+        return
+    if loaded.path is None:
+        _refuse_external(loaded.proto, "a ModelProto")
+    base = loaded.path.parent.resolve()
+    for t in tensors:
+        info = external_data_helper.ExternalDataInfo(t)
+        target = (base / info.location).resolve()
+        if not target.is_relative_to(base):
+            raise InvalidModel(
+                f"tensor {t.name!r} points to external data {info.location!r} outside the "
+                f"model's folder {str(base)!r}; move the data beside the model"
+            )
+        if not target.is_file():
+            raise InvalidModel(
+                f"tensor {t.name!r} needs external data file {info.location!r}, "
+                f"which is not in {str(base)!r}"
+            )
+    external_data_helper.load_external_data_for_model(loaded.proto, str(base))
+
+
+def _graph_names(graph: onnx.GraphProto) -> set[str]:
+    names = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    names |= {t.values.name for t in graph.sparse_initializer}
+    return names
+
+
+def check_graph(
+    graph: onnx.GraphProto, outer: frozenset[str] = frozenset(), where: str = ""
+) -> None:
+    """Every input defined before use, every value assigned once, outputs produced.
+
+    Nodes out of topological order are sorted in place; a cycle is an error.
+    """
+    where = where or f"graph {graph.name!r}"
+    defined = _graph_names(graph)
+    produced: dict[str, int] = {}
+    for idx, node in enumerate(graph.node):
+        for o in node.output:
+            if not o:
+                continue
+            if o in produced or o in defined:
+                raise InvalidGraph(
+                    f"{where}: value {o!r} is assigned twice (node {idx} "
+                    f"{node.op_type} {node.name!r}); ONNX graphs are single-assignment"
+                )
+            produced[o] = idx
+    order = _topological(graph, defined | outer, produced, where)
+    if order != list(range(len(graph.node))):
+        nodes = [graph.node[i] for i in order]
+        del graph.node[:]
+        graph.node.extend(nodes)
+    visible = defined | outer | set(produced)
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                check_graph(
+                    sub,
+                    frozenset(visible),
+                    f"{where} > {node.op_type} {node.name!r} attribute {attr.name!r}",
+                )
+    for out in graph.output:
+        if out.name not in visible:
+            raise InvalidGraph(f"{where}: output {out.name!r} is not produced by any node")
+
+
+def _topological(graph, available: set[str], produced: dict[str, int], where: str) -> list[int]:
+    nodes = graph.node
+    needs: list[set[str]] = []
+    for node in nodes:
+        req = {i for i in node.input if i}
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                req |= _free_names(sub)
+        needs.append(req)
+    for idx, req in enumerate(needs):
+        for name in req:
+            if name not in available and name not in produced:
+                n = nodes[idx]
+                raise InvalidGraph(
+                    f"{where}: node {idx} {n.op_type} {n.name!r} reads {name!r}, "
+                    "which no graph input, initializer or node defines"
+                )
+    order: list[int] = []
+    done: set[int] = set()
+    state: dict[int, int] = {}
+    for start in range(len(nodes)):
+        if start in done:
+            continue
+        stack = [(start, iter(sorted(needs[start])))]
+        state[start] = 1
+        while stack:
+            idx, it = stack[-1]
+            for name in it:
+                dep = produced.get(name)
+                if dep is None or dep in done or name in available:
+                    continue
+                if state.get(dep) == 1:
+                    raise InvalidGraph(
+                        f"{where}: the graph has a cycle through node {dep} "
+                        f"{nodes[dep].op_type} {nodes[dep].name!r}"
+                    )
+                state[dep] = 1
+                stack.append((dep, iter(sorted(needs[dep]))))
+                break
+            else:
+                stack.pop()
+                done.add(idx)
+                order.append(idx)
+    return order
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    defined = _graph_names(graph) | {o for n in graph.node for o in n.output}
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(i for i in node.input if i)
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                used |= _free_names(sub)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
+def check_model(proto: onnx.ModelProto) -> None:
+    if not proto.opset_import:
+        raise InvalidGraph("the model imports no opset; add opset_import for the default domain")
+    domains = {op.domain for op in proto.opset_import} | {"ai.onnx"}
+    local = {(f.domain, f.name) for f in proto.functions}
+    for node in _all_nodes(proto.graph):
+        if node.domain not in domains and (node.domain, node.op_type) not in local:
+            raise InvalidGraph(
+                f"node {node.op_type} {node.name!r} uses domain {node.domain!r}, "
+                "which the model does not import (add it to opset_import)"
+            )
+    check_graph(proto.graph)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                yield from _all_nodes(sub)

@@ -1,0 +1,91 @@
+"""Input and output descriptions (``get_inputs``), and checking feeds against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxep.providers.dtypes import dtype_name, np_dtype
+
+from .errors import InvalidArgument
+
+
+def type_string(t: Any) -> str:
+    if t is None:
+        return "unknown"
+    if isinstance(t, ir.TensorType):
+        return f"tensor({dtype_name(np_dtype(int(t.dtype)))})"
+    if isinstance(t, ir.SequenceType):
+        return f"seq({type_string(t.elem_type)})"
+    if isinstance(t, ir.OptionalType):
+        return f"optional({type_string(t.elem_type)})"
+    if isinstance(t, ir.SparseTensorType):
+        return f"sparse_tensor({dtype_name(np_dtype(int(t.dtype)))})"
+    return str(t)
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as ``get_inputs()`` shows it: name, shape, ``tensor(float)`` type."""
+
+    name: str
+    shape: list[int | str | None] | None
+    type: str
+
+    @staticmethod
+    def of(value: ir.Value) -> NodeArg:
+        shape = None
+        if value.shape is not None:
+            shape = [
+                d if isinstance(d, int) else getattr(d, "value", None) for d in value.shape.dims
+            ]
+        return NodeArg(value.name or "", shape, type_string(value.type))
+
+
+class FeedCheck:
+    """Checks one graph input's feed: kind, dtype, rank, and the dims the model fixes."""
+
+    def __init__(self, value: ir.Value) -> None:
+        self.name = value.name or ""
+        self.arg = NodeArg.of(value)
+        t = value.type
+        self.tensor = isinstance(t, ir.TensorType)
+        self.dtype = np_dtype(int(t.dtype)) if self.tensor else None
+        self.shape = self.arg.shape if self.tensor else None
+
+    def __call__(self, feed: Any) -> Any:
+        if not self.tensor:
+            return feed
+        if not isinstance(feed, np.ndarray):
+            if isinstance(feed, (list, tuple, int, float, bool, np.generic)):
+                feed = np.asarray(feed)
+            elif hasattr(feed, "__array__") or hasattr(feed, "__dlpack__"):
+                return feed  # a device array; its provider checks it
+            else:
+                raise InvalidArgument(
+                    f"input {self.name!r} must be a numpy array, got {type(feed).__name__}"
+                )
+        if self.dtype is not None and feed.dtype != self.dtype:
+            if self.dtype == np.dtype(object) and feed.dtype.kind == "U":
+                feed = feed.astype(object)
+            else:
+                raise InvalidArgument(
+                    f"input {self.name!r} has dtype {feed.dtype} but the model declares "
+                    f"{self.arg.type} ({self.dtype}); convert it with .astype(np.{self.dtype})"
+                )
+        if self.shape is not None:
+            if feed.ndim != len(self.shape):
+                raise InvalidArgument(
+                    f"input {self.name!r} has rank {feed.ndim} (shape {list(feed.shape)}) but the "
+                    f"model declares rank {len(self.shape)} (shape {self.shape})"
+                )
+            for axis, (want, got) in enumerate(zip(self.shape, feed.shape)):
+                if isinstance(want, int) and want >= 0 and want != got:
+                    raise InvalidArgument(
+                        f"input {self.name!r} has {got} at dim {axis} (shape "
+                        f"{list(feed.shape)}) but the model fixes it to {want} (shape {self.shape})"
+                    )
+        return feed

@@ -1,0 +1,52 @@
+"""SessionOptions and RunOptions, with onnxruntime's names."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+@dataclass
+class SessionOptions:
+    """Options for one session; names follow onnxruntime where it has them.
+
+    ``disable_fallback`` makes any compute node that leaves the first provider
+    an error. ``plugins_config`` names a plugins.toml that overrides the
+    default key by key (as ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
+    switches rewrite passes off by name for this session.
+    """
+
+    graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+    disable_fallback: bool = False
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    logid: str = ""
+    enable_profiling: bool = False
+    profile_file_prefix: str = "onnxep_profile"
+    plugins_config: str | os.PathLike | None = None
+    disabled_rewrites: list[str] = field(default_factory=list)
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        """Accepted for onnxruntime compatibility; entries are kept but not interpreted."""
+        self.config_entries[key] = value
+
+    def __post_init__(self) -> None:
+        self.config_entries: dict[str, str] = {}
+
+
+@dataclass
+class RunOptions:
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    logid: str = ""
+    terminate: bool = False

@@ -1,0 +1,117 @@
+"""The placement report: who runs each node, why others declined, and every copy."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """One node's provider, its role, and the reasons of the providers ahead that declined."""
+
+    node: str
+    op_type: str
+    domain: str
+    provider: str
+    role: str = "compute"
+    declined: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fell_back(self) -> bool:
+        return bool(self.declined)
+
+
+@dataclass(frozen=True)
+class CopyPlacement:
+    value: str
+    src: str
+    dst: str
+    consumer: str
+
+
+@dataclass
+class PlacementReport:
+    """What ``InferenceSession.placement()`` returns; iterating yields the node entries."""
+
+    providers: list[str]
+    nodes: list[NodePlacement] = field(default_factory=list)
+    copies: list[CopyPlacement] = field(default_factory=list)
+    rewrites: dict[str, int] = field(default_factory=dict)
+    skipped_rewrites: list[str] = field(default_factory=list)
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, name: str) -> NodePlacement:
+        for n in self.nodes:
+            if n.node == name:
+                return n
+        raise KeyError(name)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(n.provider for n in self.nodes))
+
+    @property
+    def fallbacks(self) -> list[NodePlacement]:
+        return [n for n in self.nodes if n.fell_back]
+
+    @property
+    def device_to_host_copies(self) -> int:
+        return sum(1 for c in self.copies if c.dst == "cpu" and c.src != "cpu")
+
+    def to_dict(self) -> dict:
+        return {
+            "providers": self.providers,
+            "counts": self.counts(),
+            "nodes": [
+                {
+                    "node": n.node,
+                    "op_type": n.op_type,
+                    "domain": n.domain,
+                    "provider": n.provider,
+                    "role": n.role,
+                    "declined": [{"provider": p, "reason": r} for p, r in n.declined],
+                }
+                for n in self.nodes
+            ],
+            "copies": [c.__dict__ for c in self.copies],
+            "rewrites": self.rewrites,
+            "skipped_rewrites": self.skipped_rewrites,
+        }
+
+    def format(self, max_nodes: int | None = None) -> str:
+        lines = [f"providers: {', '.join(self.providers)}"]
+        counts = self.counts()
+        lines.append(
+            "nodes per provider: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        )
+        host = [n for n in self.nodes if n.role == "host-shape"]
+        if host:
+            lines.append(f"shape computations on the host: {len(host)}")
+        lines.append(f"copies: {len(self.copies)} (device-to-host: {self.device_to_host_copies})")
+        if self.rewrites:
+            lines.append(
+                "rewrites: " + ", ".join(f"{k}={v}" for k, v in sorted(self.rewrites.items()))
+            )
+        if self.skipped_rewrites:
+            lines.append("rewrites switched off: " + ", ".join(self.skipped_rewrites))
+        lines.append("")
+        shown = self.nodes if max_nodes is None else self.nodes[:max_nodes]
+        for n in shown:
+            dom = f"{n.domain}::" if n.domain else ""
+            role = f" [{n.role}]" if n.role != "compute" else ""
+            lines.append(f"{n.node:40s} {dom}{n.op_type:24s} -> {n.provider}{role}")
+            for p, r in n.declined:
+                lines.append(f"{'':44s}{p} declined: {r}")
+        if max_nodes is not None and len(self.nodes) > max_nodes:
+            lines.append(f"... {len(self.nodes) - max_nodes} more nodes")
+        for c in self.copies:
+            lines.append(f"copy {c.value!r} {c.src} -> {c.dst} (for {c.consumer})")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()

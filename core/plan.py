@@ -1,0 +1,167 @@
+"""Compiling placed nodes into a flat plan: numbered slots, copy steps, frees.
+
+Slot 0 always holds ``None`` (an omitted optional input) and slot 1 is a
+sink for omitted optional outputs. Constants live in the plan's template,
+already on every device that reads them, so a run copies nothing it need not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx_ir as ir
+
+from onnxep.providers.provider import Provider
+
+from .partition import PlacedNode
+
+NONE_SLOT = 0
+SINK_SLOT = 1
+HOST = "cpu"
+
+
+@dataclass
+class Step:
+    fn: Callable[..., Any]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    name: str
+    op_type: str
+    provider: str
+    kind: str = "kernel"  # "kernel" or "copy"
+    frees: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    value: str
+    src: str
+    dst: str
+    consumer: str
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    template: list[Any]
+    input_slots: tuple[int, ...]
+    output_slots: tuple[int, ...]
+    slot_names: list[str]
+    copies: list[CopyRecord] = field(default_factory=list)
+
+    @property
+    def device_to_host_reads(self) -> int:
+        return sum(1 for c in self.copies if c.dst == HOST and c.src != HOST)
+
+
+def _copy_fn(src: Provider | None, dst: Provider | None) -> Callable[[Any], tuple]:
+    if src is None and dst is not None:
+        up = dst.from_host
+        return lambda x: (up(x),)
+    if dst is None and src is not None:
+        down = src.to_host
+        return lambda x: (down(x),)
+    assert src is not None and dst is not None
+    down, up = src.to_host, dst.from_host
+    return lambda x: (up(down(x)),)
+
+
+class PlanBuilder:
+    """Turns one graph's placed nodes into a :class:`Plan`."""
+
+    def __init__(self, providers: Sequence[Provider], const: Callable[[ir.Value], Any]) -> None:
+        self.by_device: dict[str, Provider] = {}
+        for p in providers:
+            self.by_device.setdefault(p.device, p)
+        self.const = const
+        self.template: list[Any] = [None, None]
+        self.names = ["<none>", "<sink>"]
+        self.slot_of: dict[tuple[int, str], int] = {}
+        self.location: dict[int, str] = {}
+        self.steps: list[Step] = []
+        self.copies: list[CopyRecord] = []
+
+    def _new_slot(self, name: str, value: Any = None) -> int:
+        self.template.append(value)
+        self.names.append(name)
+        return len(self.template) - 1
+
+    def _device_provider(self, device: str) -> Provider | None:
+        return None if device == HOST else self.by_device[device]
+
+    def bind_input(self, value: ir.Value, device: str = HOST) -> int:
+        slot = self._new_slot(value.name or "")
+        self.slot_of[(id(value), device)] = slot
+        self.location[id(value)] = device
+        return slot
+
+    def slot_for(self, value: ir.Value, need: str, consumer: str) -> int:
+        key = (id(value), need)
+        slot = self.slot_of.get(key)
+        if slot is not None:
+            return slot
+        if id(value) not in self.location:
+            arr = self.const(value)
+            if arr is None:
+                raise RuntimeError(f"value {value.name!r} is used before it is produced")
+            dev = self._device_provider(need)
+            if dev is not None:
+                arr = dev.from_host(arr)
+            slot = self._new_slot(value.name or "", arr)
+            self.slot_of[key] = slot
+            return slot
+        src = self.location[id(value)]
+        src_slot = self.slot_of[(id(value), src)]
+        if src == need:
+            return src_slot
+        slot = self._new_slot(f"{value.name}@{need}")
+        fn = _copy_fn(self._device_provider(src), self._device_provider(need))
+        self.steps.append(
+            Step(fn, (src_slot,), (slot,), f"copy {value.name} {src}->{need}", "Copy", need, "copy")
+        )
+        self.copies.append(CopyRecord(value.name or "", src, need, consumer))
+        self.slot_of[key] = slot
+        return slot
+
+    def add_node(self, p: PlacedNode) -> None:
+        spec = p.claim.spec
+        device = p.provider.device
+        ins: list[int] = []
+        for i, v in enumerate(p.node.inputs):
+            if v is None:
+                ins.append(NONE_SLOT)
+                continue
+            need = HOST if i in spec.host_inputs else device
+            ins.append(self.slot_for(v, need, p.name))
+        for v in p.implicit:
+            ins.append(self.slot_for(v, HOST, p.name))
+        outs: list[int] = []
+        for j, o in enumerate(p.node.outputs):
+            if o is None or not o.name:
+                outs.append(SINK_SLOT)
+                continue
+            loc = HOST if j in spec.host_outputs else device
+            slot = self._new_slot(o.name)
+            self.slot_of[(id(o), loc)] = slot
+            self.location[id(o)] = loc
+            outs.append(slot)
+        self.steps.append(
+            Step(p.claim.fn, tuple(ins), tuple(outs), p.name, p.node.op_type, p.provider.name)
+        )
+
+    def finish(self, inputs: Sequence[int], outputs: Sequence[ir.Value]) -> Plan:
+        out_slots = tuple(self.slot_for(v, HOST, "<graph output>") for v in outputs)
+        keep = set(out_slots) | {NONE_SLOT, SINK_SLOT}
+        last: dict[int, int] = {}
+        for idx, step in enumerate(self.steps):
+            for s in (*step.inputs, *step.outputs):
+                last[s] = idx
+        frees: dict[int, list[int]] = {}
+        for s, idx in last.items():
+            if s not in keep and self.template[s] is None:
+                frees.setdefault(idx, []).append(s)
+        for idx, step in enumerate(self.steps):
+            step.frees = tuple(frees.get(idx, ()))
+        return Plan(self.steps, self.template, tuple(inputs), out_slots, self.names, self.copies)

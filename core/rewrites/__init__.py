@@ -1,0 +1,16 @@
+"""Graph rewrite passes (onnx-ir's pass contract) and the manager that runs them."""
+
+from .base import RewritePass
+from .dead_nodes import RemoveDeadNodes
+from .fold_constants import FoldConstants
+from .identity import EliminateIdentity
+from .manager import RewriteManager, RewriteReport
+
+__all__ = [
+    "EliminateIdentity",
+    "FoldConstants",
+    "RemoveDeadNodes",
+    "RewriteManager",
+    "RewritePass",
+    "RewriteReport",
+]

@@ -1,0 +1,123 @@
+"""Evaluate nodes whose inputs are all constants, and Shape/Size of static shapes.
+
+Folding runs the host provider's own kernels, so a folded value is exactly
+what the node would have computed at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxep.providers.provider import Claim
+
+from ..nodeinfo import make_node_info
+from .base import RewritePass
+
+_RANDOM = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Bernoulli",
+    "Multinomial",
+}
+
+
+def _const(v: ir.Value | None) -> Any:
+    if v is None:
+        return None
+    if v.is_graph_input() or v.const_value is None:
+        raise LookupError
+    return v.const_value.numpy()
+
+
+class FoldConstants(RewritePass):
+    """Replace constant subexpressions by initializers (largest folded output: ``max_elements``)."""
+
+    name = "fold_constants"
+
+    def __init__(self, provider: Any, max_elements: int = 1 << 22) -> None:
+        super().__init__()
+        self.provider = provider
+        self.max_elements = max_elements
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        opsets = dict(model.opset_imports)
+        graph = model.graph
+        outputs = {id(v) for v in graph.outputs}
+        changed = False
+        for index, node in enumerate(list(graph)):
+            if any(id(o) in outputs for o in node.outputs):
+                continue
+            values = self._evaluate(node, index, opsets)
+            if values is None:
+                continue
+            self._replace(graph, node, values)
+            self.count += 1
+            changed = True
+        return ir.passes.PassResult(model, changed)
+
+    def _evaluate(self, node: ir.Node, index: int, opsets: dict[str, int]) -> list | None:
+        if node.op_type in _RANDOM or any(
+            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for a in node.attributes.values()
+        ):
+            return None
+        if node.domain in ("", "ai.onnx") and node.op_type in ("Shape", "Size"):
+            return self._shape_fold(node)
+        try:
+            inputs = [_const(v) for v in node.inputs]
+        except LookupError:
+            return None
+        if not inputs and node.op_type != "Constant":
+            return None
+        info = make_node_info(node, node.name or f"{node.op_type}_{index}", opsets, _no_subgraph)
+        claim = self.provider.claim(info)
+        if not isinstance(claim, Claim):
+            return None
+        try:
+            out = list(claim.fn(*inputs))
+        except Exception:
+            return None  # the run will raise it with the node's name
+        if len(out) < len(node.outputs) or not all(isinstance(o, np.ndarray) for o in out):
+            return None
+        if sum(o.size for o in out) > self.max_elements:
+            return None
+        return out
+
+    @staticmethod
+    def _shape_fold(node: ir.Node) -> list | None:
+        x = node.inputs[0]
+        if x is None or x.shape is None or not all(isinstance(d, int) for d in x.shape.dims):
+            return None
+        dims = [int(d) for d in x.shape.dims]
+        if node.op_type == "Size":
+            return [np.array(int(np.prod(dims)), dtype=np.int64)]
+        rank = len(dims)
+        start = node.attributes.get("start")
+        end = node.attributes.get("end")
+        s = start.value if start is not None else 0
+        e = end.value if end is not None else rank
+        s = min(max(s + rank if s < 0 else s, 0), rank)
+        e = min(max(e + rank if e < 0 else e, 0), rank)
+        return [np.array(dims[s:e], dtype=np.int64)]
+
+    @staticmethod
+    def _replace(graph: ir.Graph, node: ir.Node, values: list) -> None:
+        olds = list(node.outputs)
+        graph.remove(node, safe=False)
+        for o, arr in zip(olds, values):
+            if not o.uses():
+                continue
+            new = ir.Value(name=o.name, const_value=ir.tensor(arr, name=o.name))
+            new.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
+            new.shape = ir.Shape(arr.shape)
+            o.replace_all_uses_with(new)
+            graph.register_initializer(new)
+
+
+def _no_subgraph(*_: Any) -> Any:
+    raise AssertionError("folded nodes have no subgraphs")

@@ -1,0 +1,26 @@
+"""The core's own plugin: the basic passes every session runs before partitioning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxep.providers import hookimpl
+
+from .dead_nodes import RemoveDeadNodes
+from .fold_constants import FoldConstants
+from .identity import EliminateIdentity
+
+
+class BasicRewrites:
+    @hookimpl
+    def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
+        if level != "basic":
+            return None
+        passes: list[Any] = [EliminateIdentity()]
+        if provider is not None:
+            passes.append(FoldConstants(provider))
+        passes.append(RemoveDeadNodes())
+        return passes
+
+
+plugin = BasicRewrites()

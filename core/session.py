@@ -1,0 +1,237 @@
+"""InferenceSession: load, rewrite, partition, plan once; run many times from many threads."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from onnxep.providers.discovery import PluginHost, get_host, register_plugin
+from onnxep.providers.provider import Provider
+
+from .compile import CompileContext, CompiledGraph, compile_graph
+from .config import load_config
+from .errors import InvalidArgument, InvalidGraph
+from .loading import ModelLike, check_model, load_external_data, read_model
+from .model_io import FeedCheck, NodeArg
+from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .placement import CopyPlacement, NodePlacement, PlacementReport
+from .providers_select import create_providers, select_providers
+from .rewrites import RewriteManager
+from .rewrites.plugin import plugin as _basic_rewrites
+
+register_plugin(_basic_rewrites, name="onnxep.rewrites")
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str] = field(default_factory=dict)
+
+
+def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:
+        return proto  # shapes only help kernels pick; the run does not depend on them
+
+
+def _to_ir(proto: onnx.ModelProto) -> ir.Model:
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:
+        raise InvalidGraph(f"the model could not be read into onnx-ir: {exc}") from exc
+    if model.functions:
+        ir.passes.common.InlinePass()(model)
+    return model
+
+
+class InferenceSession:
+    """A model compiled for a list of providers, in priority order.
+
+    ``model`` is a path, bytes or an ``onnx.ModelProto``. ``providers`` lists
+    names (``"cuda"``, ``"cpu"``, or onnxruntime's ``"CUDAExecutionProvider"``),
+    ``(name, options)`` tuples, or ``None`` for every available provider in
+    plugins.toml order. The CPU provider is appended as last resort.
+    """
+
+    def __init__(
+        self,
+        model: ModelLike,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise InvalidArgument(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        self._options = sess_options or SessionOptions()
+        self._config = load_config(self._options.plugins_config)
+        self._host: PluginHost = get_host(self._config)
+        selected = select_providers(self._host, providers, provider_options)
+        self._providers: list[Provider] = create_providers(self._host, selected)
+        self._provider_options = {p.name: dict(p.options) for p in self._providers}
+        host = next((p for p in self._providers if p.name == "cpu"), None)
+
+        loaded = read_model(model)
+        check_model(loaded.proto)
+        proto = _infer_shapes(loaded.proto)
+        loaded.proto = proto
+        load_external_data(loaded)
+        self._proto_meta = proto
+        self._model = _to_ir(proto)
+        self._model_path = loaded.path
+
+        disabled = [n for n, on in self._config.rewrites.items() if not on]
+        disabled += list(self._options.disabled_rewrites)
+        self._rewrites: dict[str, int] = {}
+        self._skipped: list[str] = []
+        if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_BASIC:
+            manager = RewriteManager(self._host.rewrites(host, "basic"), disabled)
+            report = manager.run(self._model)
+            self._rewrites.update(report.counts)
+            self._skipped += report.skipped
+
+        opsets = {("" if k == "ai.onnx" else k): v for k, v in self._model.opset_imports.items()}
+        self._ctx = CompileContext(
+            providers=self._providers,
+            opsets=opsets,
+            host=host,
+            disable_fallback=self._options.disable_fallback,
+        )
+        graph = self._model.graph
+        self._main: CompiledGraph = compile_graph(graph, self._ctx)
+
+        inits = {id(v) for v in graph.initializers.values()}
+        self._inputs = [v for v in graph.inputs if id(v) not in inits]
+        self._overridable = [v for v in graph.inputs if id(v) in inits]
+        self._checks = {v.name: FeedCheck(v) for v in graph.inputs}
+        self._input_order = [v.name or "" for v in graph.inputs]
+        self._defaults = {v.name: v.const_value.numpy() for v in self._overridable}
+        self._output_names = [v.name or "" for v in graph.outputs]
+        self._output_index = {n: i for i, n in enumerate(self._output_names)}
+        self._output_args = [NodeArg.of(v) for v in graph.outputs]
+        self._input_args = [NodeArg.of(v) for v in self._inputs]
+
+    # -- onnxruntime's API ---------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._input_args)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._output_args)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return [NodeArg.of(v) for v in self._overridable]
+
+    def get_providers(self) -> list[str]:
+        return [p.name for p in self._providers]
+
+    def get_provider_options(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self._provider_options.items()}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    def get_modelmeta(self) -> ModelMetadata:
+        p = self._proto_meta
+        return ModelMetadata(
+            producer_name=p.producer_name,
+            graph_name=p.graph.name,
+            domain=p.domain,
+            description=p.doc_string,
+            graph_description=p.graph.doc_string,
+            version=p.model_version,
+            custom_metadata_map={e.key: e.value for e in p.metadata_props},
+        )
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Run the model; ``output_names=None`` returns every output, in model order."""
+        feeds = self._feeds(input_feed)
+        pick = self._pick(output_names)
+        outs = self._main.run(feeds)
+        return [outs[i] for i in pick]
+
+    # -- onnxep's additions --------------------------------------------------------
+    def placement(self) -> PlacementReport:
+        """Every node's provider, and the reason each provider ahead of it declined."""
+        report = PlacementReport(providers=self.get_providers())
+        for cg in [self._main, *self._ctx.subgraphs]:
+            for p in cg.placed:
+                report.nodes.append(
+                    NodePlacement(
+                        p.name,
+                        p.info.op_type,
+                        p.info.domain,
+                        p.provider.name,
+                        p.role,
+                        tuple(p.declined),
+                    )
+                )
+            report.copies += [
+                CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
+            ]
+        report.rewrites = dict(self._rewrites)
+        report.skipped_rewrites = list(self._skipped)
+        return report
+
+    @property
+    def providers(self) -> list[Provider]:
+        return list(self._providers)
+
+    @property
+    def model_path(self) -> str | None:
+        return None if self._model_path is None else os.fspath(self._model_path)
+
+    # -- feeds ---------------------------------------------------------------------
+    def _feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(
+                f"input_feed must be a dict of input name to array, got {type(input_feed).__name__}"
+            )
+        extra = [k for k in input_feed if k not in self._checks]
+        if extra:
+            expected = ", ".join(repr(a.name) for a in self._input_args)
+            raise InvalidArgument(
+                f"unknown input(s) {', '.join(map(repr, extra))}; the model's inputs are {expected}"
+            )
+        feeds: list[Any] = []
+        for name in self._input_order:
+            if name in input_feed:
+                feeds.append(self._checks[name](input_feed[name]))
+            elif name in self._defaults:
+                feeds.append(self._defaults[name])
+            else:
+                raise InvalidArgument(
+                    f"missing input {name!r} ({self._checks[name].arg.type}, shape "
+                    f"{self._checks[name].arg.shape}); every model input must be fed"
+                )
+        return feeds
+
+    def _pick(self, output_names: Sequence[str] | None) -> list[int]:
+        if output_names is None:
+            return list(range(len(self._output_names)))
+        if isinstance(output_names, str):
+            raise InvalidArgument("output_names must be a list of names or None, not a string")
+        out = []
+        for n in output_names:
+            if n not in self._output_index:
+                raise InvalidArgument(
+                    f"unknown output {n!r}; the model's outputs are "
+                    f"{', '.join(map(repr, self._output_names))}"
+                )
+            out.append(self._output_index[n])
+        return out

@@ -1,0 +1,134 @@
+"""The Provider base class and the records a provider hands the core."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from onnxep.errors import NotSupported
+
+from .dtypes import dtype_name
+from .kernel import KernelSpec
+from .node import NodeInfo
+from .registry import KernelRegistry
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What a plugin says about the provider it offers.
+
+    ``check`` returns ``None`` when the provider can run here and now, else a
+    sentence saying why not ("no CUDA driver found: install ..."). It must be
+    cheap and must not raise.
+    """
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    device: str = "cpu"
+    version: str = "0"
+    description: str = ""
+    check: Callable[[], str | None] = field(default=lambda: None, compare=False)
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            return self.check()
+        except Exception as exc:  # a broken check is a reason, not a crash
+            return f"availability check raised {type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A provider's acceptance of a node: the built callable and the kernel behind it."""
+
+    fn: Callable[..., Any]
+    spec: KernelSpec
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A provider's refusal of a node, with a reason a person can act on."""
+
+    reason: str
+
+
+class Provider:
+    """Base of every execution provider.
+
+    A provider owns a :class:`KernelRegistry` (filled through the
+    ``onnxep_kernels`` hook), an array namespace ``xp`` its kernels compute
+    with, and a ``device`` string naming where its arrays live; providers with
+    the same device exchange values without copies. Subclasses override the
+    transfer methods when their arrays are not NumPy arrays.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        device: str = "cpu",
+        xp: Any = np,
+    ) -> None:
+        self.name = name
+        self.options: dict[str, Any] = dict(options or {})
+        self.device = device
+        self.xp = xp
+        self.registry = KernelRegistry()
+
+    # -- claiming -------------------------------------------------------------
+    def claim(self, node: NodeInfo) -> Claim | Decline:
+        """Claim ``node`` with a built kernel, or decline it with a reason."""
+        spec = self.registry.lookup(node.domain, node.op_type, node.opset)
+        if spec is None:
+            return Decline(self._no_kernel_reason(node))
+        reason = self.check_dtypes(spec, node)
+        if reason:
+            return Decline(reason)
+        try:
+            fn = spec.builder(node, self.xp)
+        except NotSupported as exc:
+            return Decline(str(exc))
+        except Exception as exc:
+            return Decline(f"{node.op_type}: kernel builder failed: {type(exc).__name__}: {exc}")
+        return Claim(fn, spec)
+
+    def _no_kernel_reason(self, node: NodeInfo) -> str:
+        dom = node.domain or "ai.onnx"
+        versions = self.registry.versions(node.domain, node.op_type)
+        if versions:
+            return (
+                f"{node.op_type}: no kernel for {dom} opset {node.opset} "
+                f"(kernels exist from opset {versions[0]})"
+            )
+        return f"{node.op_type}: no kernel for {dom}::{node.op_type}"
+
+    @staticmethod
+    def check_dtypes(spec: KernelSpec, node: NodeInfo) -> str | None:
+        if not spec.dtypes:
+            return None
+        for i, allowed in spec.dtypes.items():
+            dt = node.input_dtype(i) if i < node.num_inputs else None
+            if dt is None:
+                continue
+            name = dtype_name(dt)
+            if name not in allowed:
+                return f"{node.op_type}: {name} not supported for input {i}"
+        return None
+
+    # -- data movement ----------------------------------------------------------
+    def to_host(self, value: Any) -> Any:
+        """Copy one of this provider's arrays into host (NumPy) memory."""
+        return value
+
+    def from_host(self, value: Any) -> Any:
+        """Copy a host (NumPy) array onto this provider's device."""
+        return value
+
+    def synchronize(self) -> None:
+        """Wait for work queued on the device; a host provider has none."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device}>"

@@ -1,0 +1,1 @@
+"""NumPy-specific kernels that override the generic library where NumPy does better."""

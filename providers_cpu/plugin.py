@@ -1,0 +1,39 @@
+"""The CPU provider's plugin object, named by the ``onnxep.providers`` entry point ``cpu``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxep.providers import KernelLibrary, ProviderInfo, hookimpl
+
+from .provider import CPUProvider
+
+
+class CPUPlugin:
+    @hookimpl
+    def onnxep_provider_info(self) -> ProviderInfo:
+        return ProviderInfo(
+            name="cpu",
+            aliases=("CPUExecutionProvider",),
+            device="cpu",
+            version=np.__version__,
+            description="NumPy reference provider",
+        )
+
+    @hookimpl
+    def onnxep_create_provider(self, options: dict) -> CPUProvider:
+        return CPUProvider(options)
+
+    @hookimpl
+    def onnxep_kernels(self, provider: Any) -> Any:
+        if provider.name != "cpu":
+            return None
+        from . import ops
+
+        generic = KernelLibrary.from_package("onnxep.providers.ops")
+        return [*generic, *KernelLibrary.from_package(ops)]
+
+
+plugin = CPUPlugin()

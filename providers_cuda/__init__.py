@@ -1,0 +1,1 @@
+"""The CuPy provider. Importable without CuPy; unavailable (with the reason) until then."""
