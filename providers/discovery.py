@@ -88,6 +88,10 @@ class PluginHost:
         if not wanted:
             return
 
+        # stevedore keeps entry points per group for the process; a package
+        # installed since the last discovery must be seen.
+        NamedExtensionManager.ENTRY_POINT_CACHE.pop(GROUP, None)
+
         def failed(_mgr: Any, ep: Any, exc: BaseException) -> None:
             self.failures.append(PluginFailure(ep.name, ep.value, _describe(exc)))
 

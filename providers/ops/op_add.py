@@ -1,9 +1,8 @@
 from onnxep.providers.kernel import kernel
 
+from ._elementwise import binary
 
-@kernel("Add", since=1)
+
+@kernel("Add", since=(1, 6, 7, 13, 14))
 def add(node, xp):
-    def run(a, b):
-        return (xp.add(a, b),)
-
-    return run
+    return binary(node, xp, xp.add)

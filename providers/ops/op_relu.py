@@ -1,9 +1,8 @@
 from onnxep.providers.kernel import kernel
 
+from ._elementwise import unary
 
-@kernel("Relu", since=1)
+
+@kernel("Relu", since=(1, 6, 13, 14))
 def relu(node, xp):
-    def run(x):
-        return (xp.where(x > 0, x, xp.zeros((), dtype=x.dtype)),)
-
-    return run
+    return unary(xp, lambda x: xp.maximum(x, 0))

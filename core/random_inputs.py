@@ -1,0 +1,77 @@
+"""Random feeds built from a model's declared inputs, resolving symbolic dims."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgument
+from .model_io import NodeArg
+
+
+def _dtype_of(type_str: str) -> np.dtype:
+    from onnxep.providers.dtypes import name_to_elem, np_dtype
+
+    inner = type_str[len("tensor(") : -1] if type_str.startswith("tensor(") else type_str
+    return np_dtype(name_to_elem(inner))
+
+
+def random_array(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        hi = 100 if dtype.itemsize > 1 else 10
+        lo = 0 if dtype.kind == "u" else -hi
+        return rng.integers(lo, hi, size=shape).astype(dtype)
+    if dtype == np.dtype(object):
+        return np.array(
+            [f"s{v}" for v in rng.integers(0, 100, size=shape).ravel()], dtype=object
+        ).reshape(shape)
+    return rng.standard_normal(size=shape).astype(np.float32).astype(dtype)
+
+
+def random_inputs(
+    model_or_session: Any,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    default_dim: int = 1,
+) -> dict[str, np.ndarray]:
+    """One random array per declared input; symbolic dims come from ``dims`` (else ``default_dim``).
+
+    Integer inputs get small values (ids, lengths); an input named like an
+    attention mask gets ones, which every attention op accepts.
+    """
+    from .session import InferenceSession
+
+    sess = (
+        model_or_session
+        if isinstance(model_or_session, InferenceSession)
+        else InferenceSession(model_or_session, providers=["cpu"])
+    )
+    dims = dict(dims or {})
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for arg in sess.get_inputs():
+        feeds[arg.name] = _one(arg, dims, default_dim, rng)
+    return feeds
+
+
+def _one(arg: NodeArg, dims: dict[str, int], default_dim: int, rng: np.random.Generator):
+    if not arg.type.startswith("tensor("):
+        raise InvalidArgument(
+            f"input {arg.name!r} is {arg.type}; random_inputs makes tensors only, feed it yourself"
+        )
+    shape = []
+    for d in arg.shape or []:
+        if isinstance(d, int) and d >= 0:
+            shape.append(d)
+        elif isinstance(d, str) and d in dims:
+            shape.append(int(dims[d]))
+        else:
+            shape.append(default_dim)
+    dtype = _dtype_of(arg.type)
+    if "mask" in arg.name.lower() and dtype.kind in "iub":
+        return np.ones(shape, dtype=dtype)
+    return random_array(tuple(shape), dtype, rng)

@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Acos", since=(7, 22))
+def acos(node, xp):
+    return unary(xp, xp.arccos)

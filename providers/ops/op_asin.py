@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Asin", since=(7, 22))
+def asin(node, xp):
+    return unary(xp, xp.arcsin)

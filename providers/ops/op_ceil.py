@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Ceil", since=(1, 6, 13))
+def ceil(node, xp):
+    return unary(xp, xp.ceil)

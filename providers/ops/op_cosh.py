@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Cosh", since=(9, 22))
+def cosh(node, xp):
+    return unary(xp, xp.cosh)

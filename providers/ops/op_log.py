@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Log", since=(1, 6, 13))
+def log(node, xp):
+    return unary(xp, xp.log)

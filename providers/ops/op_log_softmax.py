@@ -1,0 +1,15 @@
+"""LogSoftmax: before opset 13 over the flattened dims from ``axis`` on, then over one axis."""
+
+from onnxep.providers.kernel import kernel
+
+from ._reduce import coerced_axes, log_softmax, widen
+
+
+@kernel("LogSoftmax", since=(1, 11, 13))
+def log_softmax_kernel(node, xp):
+    axes_for = coerced_axes(node, 1 if node.opset < 13 else -1)
+
+    def run(x):
+        return (log_softmax(widen(x, xp), axes_for(x.ndim), xp).astype(x.dtype, copy=False),)
+
+    return run

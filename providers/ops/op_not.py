@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Not", since=1)
+def not_(node, xp):
+    return unary(xp, xp.logical_not)

@@ -1,0 +1,24 @@
+from onnxep.providers.kernel import kernel
+
+from ._shape import norm_axis, scalar_int
+
+
+@kernel("OneHot", since=(9, 11), host_inputs=(1,))
+def one_hot(node, xp):
+    axis = node.attr("axis", -1)
+
+    def run(indices, depth, values):
+        d = scalar_int(depth)
+        rank = indices.ndim + 1
+        a = norm_axis(axis, rank, "OneHot")
+        idx = indices if indices.dtype.kind in "iu" else xp.trunc(indices)
+        idx = idx.astype(xp.int64)
+        # negative indices count from the end; anything still outside stays all-off
+        idx = xp.where(idx < 0, idx + d, idx)
+        view = [1] * rank
+        view[a] = d
+        expanded = xp.expand_dims(idx, a)
+        hot = expanded == xp.arange(d).reshape(view)
+        return (xp.where(hot, values[1], values[0]).astype(values.dtype),)
+
+    return run

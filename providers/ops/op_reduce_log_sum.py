@@ -1,0 +1,11 @@
+"""ReduceLogSum: axes as an attribute up to opset 13, as a host input from 18."""
+
+from onnxep.providers.kernel import kernel
+
+from ._reduce import build_reduce
+
+
+@kernel("ReduceLogSum", since=(1, 11, 13))
+@kernel("ReduceLogSum", since=(18, 28), host_inputs=(1,))
+def reduce_log_sum(node, xp):
+    return build_reduce(node, xp, "logsum", axes_input_since=18)

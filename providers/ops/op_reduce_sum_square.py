@@ -1,0 +1,11 @@
+"""ReduceSumSquare: axes as an attribute up to opset 13, as a host input from 18."""
+
+from onnxep.providers.kernel import kernel
+
+from ._reduce import build_reduce
+
+
+@kernel("ReduceSumSquare", since=(1, 11, 13))
+@kernel("ReduceSumSquare", since=(18,), host_inputs=(1,))
+def reduce_sum_square(node, xp):
+    return build_reduce(node, xp, "sumsq", axes_input_since=18)

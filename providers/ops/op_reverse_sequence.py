@@ -1,0 +1,21 @@
+from onnxep.providers.kernel import kernel
+
+
+@kernel("ReverseSequence", since=10)
+def reverse_sequence(node, xp):
+    time_axis = node.attr("time_axis", 0)
+    batch_axis = node.attr("batch_axis", 1)
+
+    def run(x, sequence_lens):
+        t_len, b_len = x.shape[time_axis], x.shape[batch_axis]
+        t = xp.arange(t_len).reshape(t_len, 1)
+        lens = sequence_lens.astype(xp.int64).reshape(1, b_len)
+        # source time step of each (t, b): mirrored inside the sequence, else itself
+        src = xp.where(t < lens, lens - 1 - t, t)
+        if time_axis > batch_axis:
+            src = src.T
+        src = src.reshape(src.shape + (1,) * (x.ndim - 2))
+        src = xp.broadcast_to(src, x.shape)
+        return (xp.take_along_axis(x, src, axis=time_axis),)
+
+    return run

@@ -1,0 +1,8 @@
+from onnxep.providers.kernel import kernel
+
+from ._elementwise import unary
+
+
+@kernel("Tanh", since=(1, 6, 13))
+def tanh(node, xp):
+    return unary(xp, xp.tanh)

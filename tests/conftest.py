@@ -1,0 +1,144 @@
+"""Shared fixtures: tiny models, and installed-looking provider distributions."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxep
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17, extra_opsets=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    opsets = [helper.make_opsetid("", opset), *[helper.make_opsetid(d, v) for d, v in extra_opsets]]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def tensor(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+@pytest.fixture
+def add_relu_model():
+    """x, y -> Add -> Relu -> Softmax: two ops a toy provider claims, one it does not."""
+    return make_model(
+        [
+            helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+            helper.make_node("Relu", ["s"], ["r"], name="relu"),
+            helper.make_node("Softmax", ["r"], ["out"], name="softmax", axis=-1),
+        ],
+        [tensor("x", ["N", 4]), tensor("y", ["N", 4])],
+        [tensor("out", ["N", 4])],
+    )
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def write_distribution(root: Path, dist: str, module: str, source: str, entry_points: dict):
+    """Lay out ``module`` and a ``.dist-info`` under ``root``, as pip would install them."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+    lines = ["[onnxep.providers]"] + [f"{k} = {v}" for k, v in entry_points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    (info / "RECORD").write_text("")
+
+
+TOY_PROVIDER = '''
+import numpy as np
+from onnxep.providers import Provider, ProviderInfo, KernelSpec, hookimpl, kernel
+
+STATS = {"to_host": 0, "from_host": 0}
+
+
+class ToyProvider(Provider):
+    """Runs Add and Relu on float32 'toy device' arrays (NumPy copies, counted)."""
+
+    def __init__(self, options):
+        super().__init__("toy", options, device="toy", xp=np)
+
+    def to_host(self, x):
+        STATS["to_host"] += 1
+        return np.array(x, copy=True)
+
+    def from_host(self, x):
+        STATS["from_host"] += 1
+        return np.array(x, copy=True)
+
+
+@kernel("Add", since=7, dtypes={0: ["float"], 1: ["float"]})
+def add(node, xp):
+    return lambda a, b: (xp.add(a, b),)
+
+
+@kernel("Relu", since=6, dtypes=["float"])
+def relu(node, xp):
+    return lambda x: (xp.maximum(x, 0),)
+
+
+@kernel("Reshape", since=14, host_inputs=(1,))
+def reshape(node, xp):
+    return lambda x, shape: (xp.reshape(x, tuple(int(d) for d in shape)),)
+
+
+@kernel("Concat", since=13)
+def concat(node, xp):
+    axis = node.attr("axis")
+    return lambda *xs: (xp.concat(xs, axis=axis),)
+
+
+class Plugin:
+    @hookimpl
+    def onnxep_provider_info(self):
+        return ProviderInfo(name="toy", aliases=("ToyExecutionProvider",), device="toy",
+                            version="0.1.0")
+
+    @hookimpl
+    def onnxep_create_provider(self, options):
+        return ToyProvider(options)
+
+    @hookimpl
+    def onnxep_kernels(self, provider):
+        if provider.name == "toy":
+            return [*add.__onnxep_kernels__, *relu.__onnxep_kernels__,
+                    *reshape.__onnxep_kernels__, *concat.__onnxep_kernels__]
+
+
+plugin = Plugin()
+'''
+
+BROKEN_PROVIDER = """
+raise ImportError("toy_broken needs libfoo, which is not installed")
+"""
+
+
+@pytest.fixture
+def toy_dist(tmp_path, monkeypatch):
+    """A real distribution on sys.path offering provider 'toy', plus one whose import fails."""
+    root = tmp_path / "site"
+    root.mkdir()
+    write_distribution(root, "onnxep_toy", "onnxep_toy", TOY_PROVIDER, {"toy": "onnxep_toy:plugin"})
+    write_distribution(
+        root, "onnxep_broken", "onnxep_broken", BROKEN_PROVIDER, {"broken": "onnxep_broken:plugin"}
+    )
+    monkeypatch.syspath_prepend(str(root))
+    onnxep.rediscover()
+    yield root
+    for mod in ("onnxep_toy", "onnxep_broken"):
+        sys.modules.pop(mod, None)
+    onnxep.rediscover()
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path

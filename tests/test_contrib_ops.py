@@ -1,0 +1,262 @@
+"""onnxruntime parity for the LLM contrib kernels other than attention.
+
+Every case builds a one-node model, feeds it random inputs, and compares
+onnxep's CPU provider against onnxruntime's CPU provider.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxep
+
+ort = pytest.importorskip("onnxruntime")
+
+MS = "com.microsoft"
+_ELEM = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.uint8): TensorProto.UINT8,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.int64): TensorProto.INT64,
+}
+
+
+def make_model(op, inputs, outputs, attrs=None, domain=MS, initializers=None, out_types=None):
+    """A one-node model; ``inputs`` maps name -> array ("" names an omitted optional input).
+
+    Arrays in ``initializers`` become graph initializers instead of graph inputs.
+    ``out_types`` maps output name -> numpy dtype (default: input 0's dtype).
+    """
+    initializers = initializers or {}
+    names = list(inputs)
+    node = helper.make_node(op, names, outputs, domain=domain, **(attrs or {}))
+    g_inputs = [
+        helper.make_tensor_value_info(n, _ELEM[np.dtype(a.dtype)], None)
+        for n, a in inputs.items()
+        if n and a is not None and n not in initializers
+    ]
+    first = next(a for a in inputs.values() if a is not None)
+    g_outputs = []
+    for o in outputs:
+        if not o:
+            continue
+        dt = (out_types or {}).get(o, first.dtype)
+        g_outputs.append(helper.make_tensor_value_info(o, _ELEM[np.dtype(dt)], None))
+    inits = [numpy_helper.from_array(a, n) for n, a in initializers.items()]
+    graph = helper.make_graph([node], "g", g_inputs, g_outputs, inits)
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def run_both(model, feeds):
+    """(onnxep outputs, onnxruntime outputs) for the model's graph outputs."""
+    names = [o.name for o in model.graph.output]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(
+        model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+    ).run(names, feeds)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(names, feeds)
+    return got, ref
+
+
+def assert_close(got, ref, atol=1e-5, rtol=1e-4):
+    for i, (a, b) in enumerate(zip(got, ref)):
+        a = np.asarray(a)
+        b = np.asarray(b)
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} != {b.shape}"
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} != {b.dtype}"
+        a64 = a.astype(np.float64)
+        b64 = b.astype(np.float64)
+        err = np.abs(a64 - b64) - (atol + rtol * np.abs(b64))
+        assert (err <= 0).all(), (
+            f"output {i}: max excess {err.max():.3g}, max abs diff {np.abs(a64 - b64).max():.3g}"
+        )
+
+
+def check(
+    op,
+    inputs,
+    outputs,
+    attrs=None,
+    domain=MS,
+    initializers=None,
+    atol=1e-5,
+    rtol=1e-4,
+    out_types=None,
+):
+    model = make_model(op, inputs, outputs, attrs, domain, initializers, out_types)
+    feeds = {n: a for n, a in inputs.items() if n and n not in (initializers or {})}
+    got, ref = run_both(model, feeds)
+    assert_close(got, ref, atol, rtol)
+    return got, ref
+
+
+def rnd(rng, shape, dtype=np.float32, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+TOL = {np.float32: (1e-5, 1e-4), np.float16: (2e-3, 2e-3), np.float64: (1e-10, 1e-9)}
+
+
+# ---------------------------------------------------------------- activations
+
+ACT_SHAPES = [(7,), (2, 3, 16), (1, 5, 33), (4, 2, 3, 8)]
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gelu(shape, seed):
+    rng = np.random.default_rng(seed)
+    check("Gelu", {"X": rnd(rng, shape, scale=3.0)}, ["Y"])
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bias_gelu(shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rnd(rng, shape, scale=3.0)
+    check("BiasGelu", {"A": x, "B": rnd(rng, shape[-1:])}, ["C"])
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fast_gelu(shape, with_bias, seed):
+    rng = np.random.default_rng(seed)
+    ins = {"X": rnd(rng, shape, scale=3.0)}
+    if with_bias:
+        ins["bias"] = rnd(rng, shape[-1:])
+    check("FastGelu", ins, ["Y"])
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES)
+@pytest.mark.parametrize("alpha", [None, 1.0, 0.5, -2.25])
+def test_quick_gelu(shape, alpha):
+    rng = np.random.default_rng(len(shape))
+    attrs = {} if alpha is None else {"alpha": alpha}
+    check("QuickGelu", {"X": rnd(rng, shape, scale=4.0)}, ["Y"], attrs)
+
+
+# ---------------------------------------------------------------- FusedMatMul
+
+FMM_CASES = [
+    # (A shape, B shape, transA, transB, transBatchA, transBatchB)
+    ((3, 4), (4, 5), 0, 0, 0, 0),
+    ((4, 3), (4, 5), 1, 0, 0, 0),
+    ((3, 4), (5, 4), 0, 1, 0, 0),
+    ((2, 3, 4), (2, 4, 5), 0, 0, 0, 0),
+    ((2, 4, 3), (2, 5, 4), 1, 1, 0, 0),
+    ((3, 2, 4), (2, 4, 5), 0, 0, 1, 0),
+    ((2, 3, 4), (4, 2, 5), 0, 0, 0, 1),
+    ((4, 2, 3), (5, 2, 4), 1, 1, 1, 1),
+    ((3, 2, 6, 4), (2, 6, 4, 5), 0, 0, 1, 0),
+    ((2, 6, 3, 4), (5, 2, 6, 4), 0, 1, 0, 1),
+    ((1, 3, 4), (2, 4, 5), 0, 0, 0, 0),
+    ((4,), (4, 5), 0, 0, 0, 0),
+    ((2, 3, 4), (4,), 0, 1, 0, 0),
+]
+
+
+@pytest.mark.parametrize("case", FMM_CASES)
+@pytest.mark.parametrize("alpha", [None, 0.5])
+def test_fused_matmul(case, alpha):
+    sa, sb, ta, tb, tba, tbb = case
+    rng = np.random.default_rng(sum(sa) + sum(sb))
+    attrs = {"transA": ta, "transB": tb, "transBatchA": tba, "transBatchB": tbb}
+    if alpha is not None:
+        attrs["alpha"] = alpha
+    check("FusedMatMul", {"A": rnd(rng, sa), "B": rnd(rng, sb)}, ["Y"], attrs)
+
+
+# ---------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("domain", ["", MS])
+@pytest.mark.parametrize(
+    "shape,axis", [((2, 3, 16), -1), ((4, 7), 1), ((2, 3, 5, 8), 2), ((2, 3, 8), 0), ((3, 64), -1)]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("with_inv", [False, True])
+def test_simplified_layer_norm(domain, shape, axis, dtype, with_inv):
+    if domain == MS:
+        pytest.skip(
+            "onnxruntime's CPU provider registers SimplifiedLayerNormalization in the default domain only"
+        )
+    rng = np.random.default_rng(len(shape) + axis)
+    x = rnd(rng, shape, dtype, scale=2.0)
+    a = axis % len(shape)
+    scale = rnd(rng, shape[a:], dtype)
+    outs = ["Y", "inv_std_var"] if with_inv else ["Y"]
+    attrs = {"axis": axis, "epsilon": 1e-3 if dtype == np.float16 else 1e-6}
+    atol, rtol = TOL[dtype]
+    check(
+        "SimplifiedLayerNormalization",
+        {"X": x, "scale": scale},
+        outs,
+        attrs,
+        domain=domain,
+        atol=atol,
+        rtol=rtol,
+        out_types={"inv_std_var": np.float32},
+    )
+
+
+def _skip_inputs(rng, shape, skip_shape, dtype, beta, bias):
+    hidden = shape[-1]
+    ins = {
+        "input": rnd(rng, shape, dtype, 2.0),
+        "skip": rnd(rng, skip_shape, dtype),
+        "gamma": rnd(rng, (hidden,), dtype),
+    }
+    return ins, hidden
+
+
+SKIP_SHAPES = [
+    ((2, 3, 16), (2, 3, 16)),
+    ((2, 3, 16), (1, 3, 16)),
+    ((2, 3, 16), (3, 16)),
+    ((5, 32), (5, 32)),
+]
+
+
+@pytest.mark.parametrize("shapes", SKIP_SHAPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_sum", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_skip_simplified_layer_norm(shapes, with_bias, with_sum, dtype):
+    shape, skip_shape = shapes
+    rng = np.random.default_rng(len(shape) * 10 + with_bias)
+    ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype, False, with_bias)
+    if with_bias:
+        ins["bias"] = rnd(rng, (hidden,), dtype)
+    outs = ["output", "", "", "sum"] if with_sum else ["output"]
+    atol, rtol = TOL[dtype]
+    check("SkipSimplifiedLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("shapes", SKIP_SHAPES)
+@pytest.mark.parametrize("with_beta", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_sum", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_skip_layer_norm(shapes, with_beta, with_bias, with_sum, dtype):
+    shape, skip_shape = shapes
+    rng = np.random.default_rng(len(shape) * 10 + with_bias + 2 * with_beta)
+    ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype, with_beta, with_bias)
+    ins["beta"] = rnd(rng, (hidden,), dtype) if with_beta else None
+    if with_bias:
+        ins["bias"] = rnd(rng, (hidden,), dtype)
+    if ins["beta"] is None:
+        if with_bias:
+            ins[""] = ins.pop("beta")
+            ins["bias"] = ins.pop("bias")
+        else:
+            del ins["beta"]
+    outs = ["output", "", "", "sum"] if with_sum else ["output"]
+    atol, rtol = TOL[dtype]
+    check("SkipLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol)
