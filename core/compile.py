@@ -18,6 +18,11 @@ from .executor import Executor
 from .nodeinfo import const_of
 from .partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
 from .plan import Plan, PlanBuilder
+from .profiling import Profiler
+
+
+def _syncs(providers: Sequence[Provider]) -> dict:
+    return {p.name: p.synchronize for p in providers if p.device != "cpu"}
 
 
 class ConstCache:
@@ -47,6 +52,7 @@ class CompileContext:
     disable_fallback: bool = False
     const: ConstCache = field(default_factory=ConstCache)
     subgraphs: list[CompiledGraph] = field(default_factory=list)
+    profiler: Profiler | None = None
 
 
 @dataclass
@@ -89,7 +95,7 @@ def compile_graph(
         name=graph.name or prefix,
         placed=placed,
         plan=plan,
-        executor=Executor(plan),
+        executor=Executor(plan, ctx.profiler, _syncs(ctx.providers) if ctx.profiler else None),
         input_names=tuple(v.name or "" for v in graph.inputs),
         output_names=tuple(v.name or "" for v in graph.outputs),
         moved_to_host=moved,

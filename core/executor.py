@@ -7,19 +7,30 @@ from typing import Any
 
 from .errors import RunError
 from .plan import Plan
+from .profiling import Profiler
 
 
 class Executor:
-    """Runs one compiled :class:`Plan`; safe to call from many threads at once."""
+    """Runs one compiled :class:`Plan`; safe to call from many threads at once.
 
-    def __init__(self, plan: Plan) -> None:
+    With a profiler, each step is timed (after synchronizing its provider's
+    device, so a step's time is its own) and recorded as a trace event.
+    """
+
+    def __init__(
+        self, plan: Plan, profiler: Profiler | None = None, sync: dict | None = None
+    ) -> None:
         self.plan = plan
+        self.profiler = profiler
+        self._sync = sync or {}
         self._steps = tuple((s.fn, s.inputs, s.outputs, s.frees) for s in plan.steps)
         self._template = plan.template
         self._inputs = plan.input_slots
         self._outputs = plan.output_slots
 
     def run(self, feeds: Sequence[Any]) -> list[Any]:
+        if self.profiler is not None:
+            return self._run_profiled(feeds)
         slots = self._template.copy()
         for s, v in zip(self._inputs, feeds):
             slots[s] = v
@@ -41,4 +52,37 @@ class Executor:
                 f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        return [slots[s] for s in self._outputs]
+
+    def _run_profiled(self, feeds: Sequence[Any]) -> list[Any]:
+        prof = self.profiler
+        assert prof is not None
+        slots = self._template.copy()
+        for s, v in zip(self._inputs, feeds):
+            slots[s] = v
+        for step in self.plan.steps:
+            sync = self._sync.get(step.provider)
+            t0 = prof.now_us()
+            try:
+                res = step.fn(*[slots[i] for i in step.inputs])
+                if sync is not None:
+                    sync()
+            except Exception as exc:
+                raise RunError(
+                    f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            prof.record(
+                step.name,
+                "Node",
+                t0,
+                prof.now_us() - t0,
+                op_type=step.op_type,
+                provider=step.provider,
+                kind=step.kind,
+            )
+            for s, v in zip(step.outputs, res):
+                slots[s] = v
+            for s in step.frees:
+                slots[s] = None
         return [slots[s] for s in self._outputs]

@@ -20,6 +20,7 @@ from .loading import ModelLike, check_model, load_external_data, read_model
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .placement import CopyPlacement, NodePlacement, PlacementReport
+from .profiling import Profiler
 from .providers_select import create_providers, select_providers
 from .rewrites import RewriteManager
 from .rewrites.plugin import plugin as _basic_rewrites
@@ -102,11 +103,15 @@ class InferenceSession:
             self._skipped += report.skipped
 
         opsets = {("" if k == "ai.onnx" else k): v for k, v in self._model.opset_imports.items()}
+        self._profiler = (
+            Profiler(self._options.profile_file_prefix) if self._options.enable_profiling else None
+        )
         self._ctx = CompileContext(
             providers=self._providers,
             opsets=opsets,
             host=host,
             disable_fallback=self._options.disable_fallback,
+            profiler=self._profiler,
         )
         graph = self._model.graph
         self._main: CompiledGraph = compile_graph(graph, self._ctx)
@@ -162,8 +167,23 @@ class InferenceSession:
         """Run the model; ``output_names=None`` returns every output, in model order."""
         feeds = self._feeds(input_feed)
         pick = self._pick(output_names)
-        outs = self._main.run(feeds)
+        if self._profiler is None:
+            outs = self._main.run(feeds)
+        else:
+            t0 = self._profiler.now_us()
+            outs = self._main.run(feeds)
+            self._profiler.record("model_run", "Session", t0, self._profiler.now_us() - t0)
         return [outs[i] for i in pick]
+
+    def end_profiling(self) -> str:
+        """Write the Chrome-trace JSON of the runs so far; return its path ('' if not profiling)."""
+        if self._profiler is None:
+            return ""
+        return self._profiler.write()
+
+    @property
+    def profiler(self) -> Profiler | None:
+        return self._profiler
 
     # -- onnxep's additions --------------------------------------------------------
     def placement(self) -> PlacementReport:

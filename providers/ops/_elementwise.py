@@ -60,16 +60,21 @@ def is_float(dt: np.dtype) -> bool:
 # -- run-builders -----------------------------------------------------------------
 
 
-def unary(xp: Any, f: Callable[[Any], Any], upcast: frozenset = NARROW_FLOATS) -> Callable:
+def unary(
+    xp: Any, f: Callable[[Any], Any], upcast: frozenset = NARROW_FLOATS, cast_back: bool = True
+) -> Callable:
     """``run(x) -> (f(x),)``, computing dtypes in ``upcast`` in float32.
 
-    ``xp.asarray`` turns the NumPy scalar a 0-d ufunc call returns back into an array.
+    ``cast_back=False`` leaves the result as ``f`` made it (predicates return
+    bool). ``xp.asarray`` turns the NumPy scalar a 0-d ufunc call returns back
+    into an array.
     """
 
     def run(x):
         dt = x.dtype
         if dt in upcast:
-            return (xp.asarray(f(x.astype(F32))).astype(dt),)
+            r = xp.asarray(f(x.astype(F32)))
+            return (r.astype(dt) if cast_back else r,)
         return (xp.asarray(f(x)),)
 
     return run
@@ -250,9 +255,14 @@ def onnx_to_dtype(to: Any) -> np.dtype:
 
     if isinstance(to, bytes):
         to = to.decode()
-    if isinstance(to, str):
-        to = TensorProto.DataType.Value(to.upper())
-    return np_dtype(int(to))
+    try:
+        if isinstance(to, str):
+            to = TensorProto.DataType.Value(to.upper())
+        return np_dtype(int(to))
+    except ValueError as exc:
+        from onnxep.errors import NotSupported
+
+        raise NotSupported(f"Cast: target type {to!r} has no array dtype here ({exc})") from None
 
 
 def _to_e8m0(xp: Any, x: Any, saturate: bool, round_mode: str) -> Any:

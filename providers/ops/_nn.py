@@ -207,3 +207,212 @@ def crop_spatial(xp, y, pb, pe):
         pe = [max(0, p) for p in pe]
     sl = tuple(slice(b, y.shape[2 + i] - e) for i, (b, e) in enumerate(zip(pb, pe)))
     return y[(slice(None), slice(None), *sl)]
+
+
+# ---------------------------------------------------------------- Resize
+
+
+def _source_coords(ctm, out_len, in_len, scale, roi_pair):
+    """Source coordinate of each output index along one axis, and the extrapolated mask."""
+    y = np.arange(out_len, dtype=np.float64)
+    outside = None
+    # With scales given, onnxruntime and the ONNX reference use the unrounded
+    # resized length (scale * in) where the spec writes "length_resized".
+    out_f = scale * in_len
+    if ctm == "align_corners":
+        x = np.zeros(out_len) if out_f == 1 else y * (in_len - 1) / (out_f - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        r0, r1 = roi_pair
+        if out_f == 1:
+            x = np.full(out_len, (r1 - r0) * (in_len - 1) / 2)
+        else:
+            x = y * (r1 - r0) * (in_len - 1) / (out_f - 1)
+        x = x + r0 * (in_len - 1)
+        outside = (x < 0) | (x > in_len - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(out_len, -0.5) if out_f == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        adjustment = out_len / (scale * in_len)
+        offset = in_len / 2 * (1 - adjustment)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:
+        raise NotSupported(f"Resize: coordinate_transformation_mode {ctm!r} is not supported")
+    return x, outside
+
+
+def nearest_index(x, nearest_mode, in_len, downsample=False):
+    fl = np.floor(x)
+    frac = x - fl
+    if nearest_mode == "round_prefer_floor":
+        idx = fl + (frac > 0.5)
+    elif nearest_mode == "round_prefer_ceil":
+        idx = fl + (frac >= 0.5)
+    elif nearest_mode == "floor":
+        idx = fl
+    elif nearest_mode == "ceil":
+        idx = np.ceil(x)
+    elif nearest_mode == "simple":  # Upsample / Resize-10 (onnxruntime's rule)
+        idx = np.ceil(x) if downsample else fl
+    else:
+        raise NotSupported(f"Resize: nearest_mode {nearest_mode!r} is not supported")
+    return np.clip(idx, 0, in_len - 1).astype(np.int64)
+
+
+def _cubic_w(t, a):
+    t = np.abs(t)
+    return np.where(
+        t <= 1,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
+    )
+
+
+def interp_matrix(mode, x, in_len, scale, antialias, cubic_a, exclude_outside):
+    """Dense (out, in) weights of a linear or cubic resize along one axis."""
+    s = min(scale, 1.0) if antialias else 1.0
+    xi = np.floor(x)
+    ratio = x - xi
+    # An exact integer coordinate counts as ratio 1 from the pixel on its left.
+    on = ratio == 0
+    ratio = np.where(on, 1.0, ratio)
+    xi = np.where(on, xi - 1, xi).astype(np.int64)
+    if mode == "linear":
+        start = int(np.floor(-1 / s) + 1)
+    else:
+        start = int(np.floor(-2 / s) + 1)
+    taps = np.arange(start, 2 - start)
+    t = (taps[None, :] - ratio[:, None]) * s
+    if mode == "linear":
+        w = np.clip(1 - np.abs(t), 0, 1)
+    else:
+        w = _cubic_w(t, cubic_a)
+    idx = xi[:, None] + taps[None, :]
+    if exclude_outside:
+        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
+    if antialias or exclude_outside:
+        tot = w.sum(axis=1, keepdims=True)
+        w = w / np.where(tot == 0, 1.0, tot)
+    idx = np.clip(idx, 0, in_len - 1)
+    m = np.zeros((len(x), in_len))
+    np.add.at(m, (np.repeat(np.arange(len(x)), idx.shape[1]), idx.reshape(-1)), w.reshape(-1))
+    return m
+
+
+class ResizePlan:
+    """Per-axis gather indices or weight matrices for one input shape and scales/sizes."""
+
+    def __init__(self, axes_ops, out_shape, outside_masks):
+        self.axes_ops = axes_ops  # [(axis, "take"|"matmul", host array)]
+        self.out_shape = out_shape
+        self.outside = outside_masks  # [(axis, bool mask)]
+
+
+def make_resize_plan(
+    in_shape,
+    scales,
+    sizes,
+    roi,
+    axes,
+    *,
+    mode,
+    ctm,
+    nearest_mode,
+    cubic_a,
+    exclude_outside,
+    antialias,
+    policy="stretch",
+):
+    r = len(in_shape)
+    axes = list(range(r)) if axes is None else [a + r if a < 0 else a for a in axes]
+    sc = [1.0] * r
+    out = list(in_shape)
+    if sizes is not None and len(sizes):
+        sz = [int(v) for v in sizes]
+        if policy == "stretch":
+            for a, v in zip(axes, sz):
+                out[a] = v
+                sc[a] = v / in_shape[a]
+        else:
+            ratios = [v / in_shape[a] for a, v in zip(axes, sz)]
+            s = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                sc[a] = s
+                out[a] = int(s * in_shape[a] + 0.5)
+    elif scales is not None and len(scales):
+        for a, v in zip(axes, scales):
+            sc[a] = float(v)
+            out[a] = int(np.floor(float(v) * in_shape[a]))
+    else:
+        raise NotSupported("Resize: neither scales nor sizes given")
+    roi_full = None
+    if roi is not None and len(roi):
+        roi = [float(v) for v in roi]
+        roi_full = [0.0] * r + [1.0] * r
+        n = len(axes)
+        for i, a in enumerate(axes):
+            roi_full[a] = roi[i]
+            roi_full[r + a] = roi[n + i]
+    ops, masks = [], []
+    for a in axes:
+        n_in, n_out, s = in_shape[a], out[a], sc[a]
+        pair = (0.0, 1.0) if roi_full is None else (roi_full[a], roi_full[r + a])
+        if (
+            n_out == n_in
+            and s == 1.0
+            and (ctm != "tf_crop_and_resize" or pair == (0.0, 1.0))
+        ):
+            continue
+        if n_out == 0 or n_in == 0:
+            ops.append((a, "empty", None))
+            continue
+        x, outside = _source_coords(ctm, n_out, n_in, s, pair)
+        if mode == "nearest":
+            ops.append((a, "take", nearest_index(x, nearest_mode, n_in, s < 1)))
+        else:
+            m = interp_matrix(mode, x, n_in, s, antialias, cubic_a, exclude_outside)
+            ops.append((a, "matmul", m))
+        if outside is not None and outside.any():
+            masks.append((a, outside))
+    return ResizePlan(ops, out, masks)
+
+
+def apply_resize_plan(xp, x, plan: ResizePlan, extrapolation_value=0.0):
+    dt = x.dtype
+    needs_float = any(op == "matmul" for _, op, _ in plan.axes_ops)
+    cdt = compute_dtype(dt) if needs_float else dt
+    y = x.astype(cdt, copy=False) if needs_float else x
+    for a, op, arr in plan.axes_ops:
+        if op == "take":
+            y = xp.take(y, xp.asarray(arr), axis=a)
+        elif op == "empty":
+            shp = list(y.shape)
+            shp[a] = 0
+            y = xp.zeros(tuple(shp), dtype=y.dtype)
+        else:
+            shp = y.shape
+            pre = prod(shp[:a])
+            post = prod(shp[a + 1 :])
+            m = xp.asarray(arr.astype(cdt))
+            if post == 1:
+                z = xp.matmul(y.reshape(pre, shp[a]), m.T)
+            else:
+                z = xp.matmul(m, y.reshape(pre, shp[a], post))
+            y = z.reshape(*shp[:a], arr.shape[0], *shp[a + 1 :])
+    if plan.outside:
+        mask = None
+        for a, m in plan.outside:
+            shp = [1] * y.ndim
+            shp[a] = m.shape[0]
+            mm = m.reshape(shp)
+            mask = mm if mask is None else (mask | mm)
+        y = xp.where(xp.asarray(mask), xp.asarray(np.array(extrapolation_value, dtype=y.dtype)), y)
+    if y.dtype != dt:
+        if np.dtype(dt).kind in "iu":
+            info = np.iinfo(dt)
+            y = xp.clip(xp.round(y), info.min, info.max)
+        y = y.astype(dt)
+    return y

@@ -240,3 +240,42 @@ def conv_nd(x: Any, w: Any, p: dict, xp: Any) -> Any:
     wm = w.reshape(g, m // g, cg * k)
     y = xp.matmul(wm[None], col)  # (N, G, M/G, O)
     return y.reshape((n_batch, m, *out_sp))
+
+
+# --- host random numbers for the Random* / Bernoulli / Multinomial kernels -------------
+
+
+class HostRng:
+    """A NumPy generator owned by one node, safe to share between threads.
+
+    With a ``seed`` attribute the node draws the same sequence in every
+    session (as onnxruntime does: one seeded generator per kernel, advanced
+    by each run); without one it is seeded from the OS.
+    """
+
+    def __init__(self, seed: float | None) -> None:
+        import threading
+
+        if seed is not None and not math.isnan(float(seed)):
+            self.gen = np.random.default_rng(int(seed))
+        else:
+            self.gen = np.random.default_rng()
+        self.lock = threading.Lock()
+
+    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0) -> np.ndarray:
+        with self.lock:
+            return self.gen.uniform(low, high, tuple(int(d) for d in shape))
+
+    def normal(self, shape: Sequence[int], mean: float = 0.0, scale: float = 1.0) -> np.ndarray:
+        with self.lock:
+            return self.gen.normal(mean, scale, tuple(int(d) for d in shape))
+
+
+def random_dtype(node: Any, default: Any) -> np.dtype:
+    """The ``dtype`` attribute (an ONNX element type) or ``default``."""
+    elem = node.attr("dtype", None)
+    if elem is None or int(elem) == 0:
+        if default is None:
+            raise NotSupported(f"{node.op_type}: no dtype attribute and the input type is unknown")
+        return np.dtype(default)
+    return onnx_dtype(int(elem), f"{node.op_type} dtype")

@@ -11,7 +11,22 @@ def scatter_nd(node, xp):
     def run(data, indices, updates):
         out = data.copy()  # inputs may be shared constants: never write them
         k = indices.shape[-1]
-        index = tuple(norm_indices(xp, indices[..., i], data.shape[i]) for i in range(k))
+        batch = indices.ndim - 1
+        tail = data.ndim - k
+        # index arrays for the addressed axes, aranges for the sliced trailing ones
+        lead = [
+            norm_indices(xp, indices[..., i], data.shape[i]).reshape(
+                indices.shape[:-1] + (1,) * tail
+            )
+            for i in range(k)
+        ]
+        rest = [
+            xp.arange(data.shape[d]).reshape(
+                (1,) * (batch + d - k) + (-1,) + (1,) * (data.ndim - d - 1)
+            )
+            for d in range(k, data.ndim)
+        ]
+        index = tuple(lead + rest)
         return (scatter(xp, out, index, updates, reduction),)
 
     return run

@@ -48,8 +48,8 @@ def _default(node: NodeInfo, out_dt: np.dtype) -> Any:
     t = node.attr("default_tensor", None)
     if t is not None:
         v = np.asarray(t).reshape(-1)[0]
-        return to_str(v) if out_dt == object else v
-    if out_dt == object:
+        return to_str(v) if out_dt.kind == "O" else v
+    if out_dt.kind == "O":
         return to_str(node.attr("default_string", "_Unused"))
     if out_dt.kind == "f":
         return float(node.attr("default_float", -0.0))

@@ -17,7 +17,9 @@ from ._misc import as_str_array, str_list, to_str
 def string_normalizer(node: NodeInfo, xp: Any):
     action = to_str(node.attr("case_change_action", "NONE")).upper()
     if action not in ("NONE", "LOWER", "UPPER"):
-        raise NotSupported(f"StringNormalizer: case_change_action {action!r} is not LOWER/UPPER/NONE")
+        raise NotSupported(
+            f"StringNormalizer: case_change_action {action!r} is not LOWER/UPPER/NONE"
+        )
     sensitive = bool(node.attr("is_case_sensitive", 0))
     stop = str_list(node.attr("stopwords", None))
     # Case-insensitive matching compares case-folded forms.

@@ -19,7 +19,9 @@ def _pool(node: NodeInfo) -> tuple[dict[tuple, int], bool]:
     ints = node.attr("pool_int64s", None)
     if (strings is None) == (ints is None):
         raise NotSupported("TfIdfVectorizer: exactly one of pool_strings / pool_int64s must be set")
-    items = str_list(strings) if strings is not None else [int(v) for v in np.asarray(ints).reshape(-1)]
+    items = (
+        str_list(strings) if strings is not None else [int(v) for v in np.asarray(ints).reshape(-1)]
+    )
     starts = [int(c) for c in node.attr("ngram_counts")]
     table: dict[tuple, int] = {}
     j = 0
@@ -46,6 +48,7 @@ def tf_idf_vectorizer(node: NodeInfo, xp: Any):
     weights = node.attr("weights", None)
     weights = np.ones(npool, np.float32) if weights is None else np.asarray(weights, np.float32)
     width = int(indexes.max()) + 1 if indexes.size else 0
+    used = min(npool, indexes.size)
     lengths = [n for n in range(max(lo, 1), hi + 1)]
 
     def count_row(row: list) -> np.ndarray:
@@ -75,7 +78,7 @@ def tf_idf_vectorizer(node: NodeInfo, xp: Any):
                 counts = np.minimum(counts, 1) * weights
             elif mode == "TFIDF":
                 counts = counts * weights
-            np.add.at(out[r], indexes[:npool], counts[: len(indexes)])
+            np.add.at(out[r], indexes[:used], counts[:used])
         return (out.reshape(-1) if a.ndim <= 1 else out,)
 
     return run

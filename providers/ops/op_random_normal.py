@@ -1,0 +1,31 @@
+"""RandomNormal: a tensor of the attribute shape drawn on the host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxep.providers.kernel import kernel
+from onnxep.providers.node import NodeInfo
+
+from ._quant import HostRng, random_dtype
+
+
+@kernel(
+    "RandomNormal",
+    since=(1, 22),
+    capture_safe=False,
+    capture_note="draws random numbers on the host",
+)
+def random_normal(node: NodeInfo, xp: Any):
+    mean = float(node.attr("mean", 0.0))
+    scale = float(node.attr("scale", 1.0))
+    shape = tuple(int(d) for d in node.attr("shape"))
+    dt = random_dtype(node, np.float32)
+    rng = HostRng(node.attr("seed", None))
+
+    def run():
+        return (xp.asarray(rng.normal(shape, mean, scale).astype(dt)),)
+
+    return run

@@ -1,0 +1,30 @@
+"""RandomUniformLike: random values with the input's shape (and its type unless dtype is set)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxep.providers.kernel import kernel
+from onnxep.providers.node import NodeInfo
+
+from ._quant import HostRng, random_dtype
+
+
+@kernel(
+    "RandomUniformLike",
+    since=(1, 22),
+    capture_safe=False,
+    capture_note="draws random numbers on the host",
+)
+def random_uniform_like(node: NodeInfo, xp: Any):
+    low = float(node.attr("low", 0.0))
+    high = float(node.attr("high", 1.0))
+    fixed = random_dtype(node, None) if node.attr("dtype", None) else None
+    rng = HostRng(node.attr("seed", None))
+
+    def run(x):
+        dt = fixed if fixed is not None else x.dtype
+        shape = x.shape
+        return (xp.asarray(rng.uniform(shape, low, high).astype(dt)),)
+
+    return run
