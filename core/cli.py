@@ -108,6 +108,29 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 0 if total_bad == 0 else 1
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .benchmark import bench
+
+    vs = [v.strip() for v in args.vs.split(",") if v.strip()] if args.vs else []
+    result = bench(
+        args.model,
+        providers=_providers(args.providers),
+        vs=vs,
+        runs=args.runs,
+        warmup=args.warmup,
+        decode=args.decode,
+        context=args.context,
+        dims=_dims(args.dim),
+        profile=args.profile,
+        json_path=args.json,
+        plot=args.plot,
+    )
+    print(result.table())
+    if args.json:
+        print(f"samples written to {args.json}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="onnxep", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -126,6 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--max-nodes", type=int, default=None)
     p.set_defaults(fn=cmd_explain)
+    p = sub.add_parser("bench", help="time onnxep against peers, interleaved, same inputs")
+    p.add_argument("model")
+    p.add_argument("--providers", default=None)
+    p.add_argument("--vs", default="onnxruntime", help="peers: onnxruntime,reference,torch")
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--decode", type=int, default=None, metavar="STEPS")
+    p.add_argument("--context", type=int, default=16, metavar="N")
+    p.add_argument("--dim", action="append", help="symbolic dim value, NAME=INT (repeatable)")
+    p.add_argument("--json", default=None, metavar="F")
+    p.add_argument("--plot", default=None, metavar="F.png")
+    p.add_argument("--profile", action="store_true", help="print the top ops by time")
+    p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("conformance", help="run the ONNX backend test cases")
     p.add_argument("--providers", default="cpu")
     p.add_argument(

@@ -129,3 +129,245 @@ def test_group_query_attention(case, seed):
         for o in (1, 2):
             assert got[o].shape == ref[o].shape
             _close(got[o][bi, :, :t], ref[o][bi, :, :t], what=f"{name} present{o}[{bi}]")
+
+
+# ----------------------------------------------------------------------------- RotaryEmbedding
+
+ROPE_CASES = [
+    # name, rank, b, s, nh, hd, rot_dim(attr, 0 = full), interleaved, pos kind, packed batching
+    ("3d_2dpos", 3, 2, 5, 3, 16, 0, 0, "2d", 0),
+    ("3d_1dpos", 3, 2, 4, 2, 8, 0, 1, "1d", 0),
+    ("4d_2dpos", 4, 2, 3, 4, 8, 0, 0, "2d", 0),
+    ("4d_il", 4, 1, 6, 2, 16, 0, 1, "2d", 0),
+    ("3d_partial", 3, 2, 5, 2, 16, 8, 0, "2d", 0),
+    ("3d_partial_il", 3, 2, 5, 2, 16, 8, 1, "1d", 0),
+    ("4d_partial", 4, 2, 5, 2, 16, 8, 0, "2d", 0),
+    ("packed_batching", 3, 2, 5, 2, 8, 0, 0, "2d", 1),
+]
+
+
+def _rope_feeds(rng, rank, b, s, nh, hd, rot, pos_kind, max_len=24):
+    shape = (b, s, nh * hd) if rank == 3 else (b, nh, s, hd)
+    x = rng.standard_normal(shape).astype(np.float32)
+    cos, sin = _rope_cache(rng, max_len, rot or hd)
+    if pos_kind == "1d":
+        pos = np.array([int(rng.integers(0, max_len - s))], dtype=np.int64)
+    else:
+        pos = rng.integers(0, max_len, size=(b, s)).astype(np.int64)
+    return {"input": x, "position_ids": pos, "cos_cache": cos, "sin_cache": sin}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
+def test_rotary_embedding(case, seed):
+    name, rank, b, s, nh, hd, rot, il, pos_kind, packed = case
+    rng = np.random.default_rng(seed)
+    feeds = _rope_feeds(rng, rank, b, s, nh, hd, rot, pos_kind)
+    attrs = {"interleaved": il, "is_packed_batching": packed}
+    if rot:
+        attrs.update(rotary_embedding_dim=rot, num_heads=nh)
+    elif rank == 3 and seed == 1:
+        attrs["num_heads"] = nh
+    names = ["input", "position_ids", "cos_cache", "sin_cache"]
+    model = _model("RotaryEmbedding", names, ["output"], attrs, feeds)
+    got, ref = _run_both(model, feeds)
+    _close(got[0], ref[0], atol=1e-5, what=name)
+
+
+MROPE_CASES = [
+    # name, rank, b, s, nh, hd, rot, interleaved, section, layout
+    ("sectioned", 3, 2, 5, 2, 16, 0, 0, [2, 3, 3], 0),
+    ("interleaved_layout", 3, 2, 5, 2, 24, 0, 0, [4, 4, 4], 1),
+    ("qwen35_like", 4, 1, 6, 2, 32, 16, 0, [3, 3, 2], 1),
+    ("il_pairs", 3, 2, 4, 3, 16, 0, 1, [4, 2, 2], 0),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", MROPE_CASES, ids=[c[0] for c in MROPE_CASES])
+def test_mrotary_embedding(case, seed):
+    name, rank, b, s, nh, hd, rot, il, section, layout = case
+    rng = np.random.default_rng(seed)
+    feeds = _rope_feeds(rng, rank, b, s, nh, hd, rot, "2d")
+    feeds["position_ids"] = rng.integers(0, 24, size=(3, b, s)).astype(np.int64)
+    attrs = {"interleaved": il, "mrope_section": section, "mrope_layout": layout, "num_heads": nh}
+    if rot:
+        attrs["rotary_embedding_dim"] = rot
+    names = ["input", "position_ids", "cos_cache", "sin_cache"]
+    model = _model("MRotaryEmbedding", names, ["output"], attrs, feeds)
+    got, ref = _run_both(model, feeds)
+    _close(got[0], ref[0], atol=1e-5, what=name)
+    # The same math through RotaryEmbedding, which onnxruntime rejects for 3-D ids.
+    model2 = _model("RotaryEmbedding", names, ["output"], attrs, feeds)
+    got2 = onnxep.InferenceSession(model2, providers=["cpu"]).run(None, feeds)
+    _close(got2[0], ref[0], atol=1e-5, what=name + " via RotaryEmbedding")
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("rank", [3, 4])
+def test_rotary_mrope_identical_streams_match_2d(rank, layout):
+    rng = np.random.default_rng(7)
+    b, s, nh, hd = 2, 5, 2, 16
+    feeds = _rope_feeds(rng, rank, b, s, nh, hd, 0, "2d")
+    names = ["input", "position_ids", "cos_cache", "sin_cache"]
+    attrs = {"mrope_section": [3, 3, 2], "mrope_layout": layout}
+    plain = _model("RotaryEmbedding", names, ["output"], {}, feeds)
+    want = ort.InferenceSession(plain.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )[0]
+    feeds3 = dict(feeds, position_ids=np.stack([feeds["position_ids"]] * 3))
+    m3 = _model("RotaryEmbedding", names, ["output"], attrs, feeds3)
+    got = onnxep.InferenceSession(m3, providers=["cpu"]).run(None, feeds3)[0]
+    _close(got, want, atol=1e-6, rtol=1e-5, what="3-D identical streams")
+
+
+# ----------------------------------------------------------------------------- MultiHeadAttention
+
+
+def _mask(rng, kind, b, s, total):
+    if kind is None:
+        return None
+    if kind == "1d":
+        return rng.integers(1, total + 1, size=(b,)).astype(np.int32)
+    if kind == "2d":
+        m = (rng.random((b, total)) > 0.3).astype(np.int32)
+        m[:, 0] = 1
+        return m
+    if kind == "3d":
+        m = (rng.random((b, s, total)) > 0.3).astype(np.int32)
+        m[:, :, 0] = 1
+        return m
+    raise ValueError(kind)
+
+
+MHA_CASES = [
+    # name, b, s, l, nh, hd, vd, bias, mask kind, attention_bias, past_len, kv form, attrs
+    ("self", 2, 4, 4, 2, 8, 8, False, None, False, 0, "3d", {}),
+    ("cross_bias", 2, 3, 5, 3, 8, 8, True, None, False, 0, "3d", {}),
+    ("diff_v", 2, 3, 5, 2, 8, 4, True, None, False, 0, "3d", {}),
+    ("kpm_2d", 2, 4, 4, 2, 8, 8, True, "2d", False, 0, "3d", {}),
+    ("kpm_1d", 3, 4, 6, 2, 8, 8, False, "1d", False, 0, "3d", {}),
+    ("kpm_3d", 2, 4, 6, 2, 8, 8, False, "3d", False, 0, "3d", {}),
+    ("attn_bias", 2, 4, 5, 2, 8, 8, True, None, True, 0, "3d", {"scale": 0.2}),
+    ("past", 2, 1, 1, 2, 8, 8, True, None, False, 5, "3d", {}),
+    ("past_causal", 2, 3, 3, 2, 8, 8, True, "2d", True, 4, "3d", {"unidirectional": 1}),
+    ("causal", 2, 5, 5, 4, 4, 4, False, None, False, 0, "3d", {"unidirectional": 1}),
+    ("packed_kv", 2, 3, 4, 2, 8, 8, False, None, False, 0, "kv", {}),
+    ("packed_qkv", 2, 4, 4, 2, 8, 8, False, "2d", False, 0, "qkv", {}),
+    ("bnsh_kv", 2, 3, 6, 2, 8, 8, True, None, False, 0, "bnsh", {}),
+    ("mask_filter", 2, 4, 4, 2, 8, 8, False, "2d", False, 0, "3d", {"mask_filter_value": -50.0}),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", MHA_CASES, ids=[c[0] for c in MHA_CASES])
+def test_multi_head_attention(case, seed):
+    name, b, s, l, nh, hd, vd, use_bias, mkind, use_ab, past, form, attrs = case
+    rng = np.random.default_rng(seed)
+    f = {}
+    r = rng.standard_normal
+    if form == "qkv":
+        f["query"] = r((b, s, nh, 3, hd)).astype(np.float32)
+    else:
+        f["query"] = r((b, s, nh * hd)).astype(np.float32)
+    if form == "3d":
+        f["key"] = r((b, l, nh * hd)).astype(np.float32)
+        f["value"] = r((b, l, nh * vd)).astype(np.float32)
+    elif form == "kv":
+        f["key"] = r((b, l, nh, 2, hd)).astype(np.float32)
+    elif form == "bnsh":
+        f["key"] = r((b, nh, l, hd)).astype(np.float32)
+        f["value"] = r((b, nh, l, vd)).astype(np.float32)
+    total = past + l
+    if use_bias:
+        f["bias"] = r((2 * nh * hd + nh * vd,)).astype(np.float32)
+    m = _mask(rng, mkind, b, s, total)
+    if m is not None:
+        f["key_padding_mask"] = m
+    if use_ab:
+        f["attention_bias"] = r((1, nh, s, total)).astype(np.float32)
+    outs = ["output"]
+    if past:
+        f["past_key"] = r((b, nh, past, hd)).astype(np.float32)
+        f["past_value"] = r((b, nh, past, vd)).astype(np.float32)
+        outs += ["present_key", "present_value"]
+    order = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value"]
+    names = [n if n in f else "" for n in order]
+    while names and not names[-1]:
+        names.pop()
+    model = _model("MultiHeadAttention", names, outs, {"num_heads": nh, **attrs}, f)
+    if form in ("kv", "qkv"):
+        # onnxruntime's CPU provider has no packed layouts: compare against the unpacked call
+        got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, f)
+        u = dict(f)
+        if form == "qkv":
+            qkv = f["query"]
+            u["query"] = qkv[:, :, :, 0].reshape(b, s, -1)
+            u["key"] = qkv[:, :, :, 1].reshape(b, s, -1)
+            u["value"] = qkv[:, :, :, 2].reshape(b, s, -1)
+        else:
+            u["key"] = f["key"][:, :, :, 0].reshape(b, l, -1)
+            u["value"] = f["key"][:, :, :, 1].reshape(b, l, -1)
+        un = ["query", "key", "value"] + names[3:]
+        _, ref = _run_both(_model("MultiHeadAttention", un, outs, {"num_heads": nh, **attrs}, u), u)
+    else:
+        got, ref = _run_both(model, f)
+    for g, w, o in zip(got, ref, outs, strict=True):
+        _close(g, w, what=f"{name} {o}")
+
+
+# ----------------------------------------------------------------------------- Attention (contrib)
+
+ATT_CASES = [
+    # name, b, s, din, nh, hd, sizes, mask kind, past_len, attention_bias, attrs
+    ("plain", 2, 4, 16, 2, 8, None, None, 0, False, {}),
+    ("mask_1d", 3, 5, 12, 3, 4, None, "1d", 0, False, {}),
+    ("mask_2d", 2, 5, 12, 2, 8, None, "2d", 0, False, {}),
+    ("mask_3d", 2, 4, 12, 2, 8, None, "3d", 0, False, {}),
+    ("mask_2b", 2, 6, 8, 2, 4, None, "2b", 0, False, {}),
+    ("causal", 2, 5, 16, 4, 4, None, None, 0, False, {"unidirectional": 1}),
+    ("past_causal", 2, 3, 16, 2, 8, None, "2d", 4, False, {"unidirectional": 1}),
+    ("past_decode", 3, 1, 16, 2, 8, None, "1d", 6, False, {"unidirectional": 1}),
+    ("qkv_sizes", 2, 4, 16, 2, 8, [16, 16, 8], None, 0, False, {}),
+    ("scale_bias", 2, 4, 16, 2, 8, None, "2d", 0, True, {"scale": 0.1, "mask_filter_value": -1000.0}),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", ATT_CASES, ids=[c[0] for c in ATT_CASES])
+def test_attention_contrib(case, seed):
+    name, b, s, din, nh, hd, sizes, mkind, past, use_ab, attrs = case
+    rng = np.random.default_rng(seed)
+    r = rng.standard_normal
+    dq, dk, dv = sizes or [nh * hd] * 3
+    f = {
+        "input": r((b, s, din)).astype(np.float32),
+        "weights": (r((din, dq + dk + dv)) * 0.3).astype(np.float32),
+        "bias": r((dq + dk + dv,)).astype(np.float32),
+    }
+    total = past + s
+    if mkind == "2b":
+        end = rng.integers(total // 2 + 1, total + 1, size=b)
+        start = rng.integers(0, total // 2, size=b)
+        f["mask_index"] = np.concatenate([end, start]).astype(np.int32)
+    else:
+        m = _mask(rng, mkind, b, s, total)
+        if m is not None:
+            f["mask_index"] = m
+    outs = ["output"]
+    if past:
+        f["past"] = r((2, b, nh, past, hd)).astype(np.float32)
+        outs.append("present")
+    if use_ab:
+        f["attention_bias"] = r((b, nh, s, total)).astype(np.float32)
+    a = {"num_heads": nh, **attrs}
+    if sizes:
+        a["qkv_hidden_sizes"] = sizes
+    order = ["input", "weights", "bias", "mask_index", "past", "attention_bias"]
+    names = [n if n in f else "" for n in order]
+    while names and not names[-1]:
+        names.pop()
+    model = _model("Attention", names, outs, a, f)
+    got, ref = _run_both(model, f)
+    for g, w, o in zip(got, ref, outs, strict=True):
+        _close(g, w, what=f"{name} {o}")

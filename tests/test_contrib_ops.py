@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import ml_dtypes
 import onnxep
 
 ort = pytest.importorskip("onnxruntime")
@@ -19,6 +20,7 @@ _ELEM = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(ml_dtypes.bfloat16): TensorProto.BFLOAT16,
     np.dtype(np.uint8): TensorProto.UINT8,
     np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.int64): TensorProto.INT64,
@@ -108,6 +110,29 @@ def check(
     got, ref = run_both(model, feeds, ref_model)
     assert_close(got, ref, atol, rtol)
     return got, ref
+
+
+def check_low_precision(op, inputs, outputs, attrs, dtype, keep=(), atol=2e-2, rtol=2e-2):
+    """onnxep in ``dtype`` against onnxruntime in float32 on the same (rounded) values.
+
+    For kernels onnxruntime's CPU provider runs in float32 only. Float32 inputs
+    not named in ``keep`` are rounded to ``dtype``; outputs are compared in float32.
+    """
+    low = {
+        n: (a.astype(dtype) if a is not None and a.dtype == np.float32 and n not in keep else a)
+        for n, a in inputs.items()
+    }
+    ref_in = {n: (a.astype(np.float32) if a is not None and a.dtype == dtype else a) for n, a in low.items()}
+    model = make_model(op, low, outputs, attrs)
+    ref_model = make_model(op, ref_in, outputs, attrs)
+    names = [o.name for o in model.graph.output]
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(
+        names, {n: a for n, a in low.items() if not omitted(n, a)}
+    )
+    ref = run_ort(ref_model, {n: a for n, a in ref_in.items() if not omitted(n, a)})
+    for g in got:
+        assert g.dtype == dtype
+    assert_close([g.astype(np.float32) for g in got], ref, atol, rtol)
 
 
 def rnd(rng, shape, dtype=np.float32, scale=1.0):
@@ -352,8 +377,21 @@ def test_matmul_nbits_g_idx(shape, zp_kind, order):
     ins.setdefault("zero_points", None)
     ins["g_idx"] = g_idx
     attrs = {"K": k, "N": n, "bits": 4, "block_size": block_size}
-    inits = {name: ins[name] for name in ("B", "scales", "zero_points", "g_idx") if ins.get(name) is not None}
-    check("MatMulNBits", ins, ["Y"], attrs, initializers=inits, atol=1e-4, rtol=1e-4)
+    names = ("B", "scales", "zero_points", "g_idx")
+    inits = {name: ins[name] for name in names if ins.get(name) is not None}
+    if zp_kind != "packed":
+        check("MatMulNBits", ins, ["Y"], attrs, initializers=inits, atol=1e-4, rtol=1e-4)
+        return
+    # onnxruntime's CPU kernel drops packed zero points when g_idx is present (a bug: the
+    # spec applies them), so the reference gets the same zero points unpacked to floats.
+    k_blocks = ins["scales"].shape[1]
+    zp = ins["zero_points"]
+    zp_f = np.stack([zp & 15, zp >> 4], axis=-1).reshape(n, -1)[:, :k_blocks].astype(np.float32)
+    ref_ins = dict(ins, zero_points=zp_f)
+    ref_model = make_model("MatMulNBits", ref_ins, ["Y"], attrs, initializers=dict(inits, zero_points=zp_f))
+    model = make_model("MatMulNBits", ins, ["Y"], attrs, initializers=inits)
+    got, ref = run_both(model, {"A": ins["A"]}, ref_model)
+    assert_close(got, ref, 1e-4, 1e-4)
 
 
 @pytest.mark.parametrize("shape", NBITS_SHAPES)
@@ -368,3 +406,263 @@ def test_matmul_nbits_fp16(shape, bits, zp_kind):
     attrs = {"K": k, "N": n, "bits": bits, "block_size": block_size}
     inits = {name: ins[name] for name in ("B", "scales", "zero_points") if name in ins}
     check("MatMulNBits", ins, ["Y"], attrs, initializers=inits, atol=2e-2, rtol=5e-3)
+
+
+# ---------------------------------------------------------------- hybrid linear-attention ops
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (1, 1, 16), (3, 5, 7), (6, 2)])
+@pytest.mark.parametrize("with_beta", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_linear_attention_gate(shape, with_beta, dtype):
+    rng = np.random.default_rng(sum(shape) + with_beta)
+    h = shape[-1]
+    ins = {
+        "a": rnd(rng, shape, dtype, 4.0),
+        "dt_bias": rnd(rng, (h,)),
+        "decay_scale": -np.exp(rnd(rng, (h,))),
+    }
+    outs = ["decay"]
+    if with_beta:
+        ins["b"] = rnd(rng, shape, dtype, 4.0)
+        outs.append("beta")
+    atol, rtol = TOL[dtype]
+    check("LinearAttentionGate", ins, outs, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("shape,c", [((2, 3, 16), 16), ((2, 3, 32), 8), ((5, 12), 4), ((1, 2, 3, 20), 10)])
+@pytest.mark.parametrize("activation", [None, "silu", "swish", "sigmoid"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gated_rms_norm(shape, c, activation, dtype):
+    rng = np.random.default_rng(sum(shape) + c)
+    ins = {"X": rnd(rng, shape, dtype, 2.0), "scale": rnd(rng, (c,), dtype), "gate": rnd(rng, shape, dtype, 3.0)}
+    attrs = {"epsilon": 1e-5}
+    if activation is not None:
+        attrs["activation"] = activation
+    atol, rtol = TOL[dtype]
+    check("GatedRMSNorm", ins, ["Y"], attrs, atol=atol, rtol=rtol)
+
+
+CONV_CASES = [
+    # (batch, channels, length, kernel, dilation)
+    (2, 4, 7, 4, 1),
+    (1, 3, 1, 4, 1),
+    (2, 5, 3, 4, 1),
+    (3, 2, 9, 3, 2),
+    (1, 6, 1, 3, 3),
+    (2, 3, 5, 1, 1),
+    (1, 8, 12, 5, 1),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("activation", [None, "none", "silu", "swish"])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_past", [False, True])
+def test_causal_conv_with_state(case, activation, with_bias, with_past):
+    b, c, length, k, dil = case
+    rng = np.random.default_rng(b * 100 + c * 10 + length + k)
+    pad = (k - 1) * dil
+    ins = {"input": rnd(rng, (b, c, length)), "weight": rnd(rng, (c, 1, k))}
+    ins["bias"] = rnd(rng, (c,)) if with_bias else None
+    if with_past:
+        ins["past_state"] = rnd(rng, (b, c, pad))
+    attrs = {"dilation": dil} if dil != 1 else {}
+    if activation is not None:
+        attrs["activation"] = activation
+    check("CausalConvWithState", ins, ["output", "present_state"], attrs)
+
+
+@pytest.mark.parametrize("chan_shape", [(6,), (2, 3)])
+@pytest.mark.parametrize("length,k,dil", [(5, 4, 1), (1, 4, 1), (7, 3, 2)])
+@pytest.mark.parametrize("with_past", [False, True])
+def test_causal_conv_with_state_channels_last(chan_shape, length, k, dil, with_past):
+    rng = np.random.default_rng(length * 10 + k + len(chan_shape))
+    b = 2
+    c = int(np.prod(chan_shape))
+    pad = (k - 1) * dil
+    ins = {"input": rnd(rng, (b, length) + chan_shape), "weight": rnd(rng, (c, 1, k)), "bias": rnd(rng, (c,))}
+    if with_past:
+        ins["past_state"] = rnd(rng, (b, pad) + chan_shape)
+    attrs = {"channels_last": 1, "activation": "silu", "dilation": dil}
+    check("CausalConvWithState", ins, ["output", "present_state"], attrs)
+
+
+LA_HEADS = [
+    # (q_num_heads, kv_num_heads, key heads, d_k, d_v)
+    (2, 2, 2, 8, 8),
+    (4, 2, 2, 8, 16),
+    (4, 1, 1, 16, 8),
+    (2, 4, 2, 8, 8),  # inverse GQA, key shared by pairs of KV heads
+    (1, 4, 4, 4, 8),
+    (2, 4, 4, 8, 4),
+]
+
+
+def _la_inputs(rng, b, t, heads, rule, decay_kind, beta_kind, with_past):
+    hq, hkv, nk, dk, dv = heads
+    k = rnd(rng, (b, t, nk, dk))
+    if rule in ("delta", "gated_delta"):
+        k = k / np.linalg.norm(k, axis=-1, keepdims=True)  # delta rules expect unit keys
+    ins = {
+        "query": rnd(rng, (b, t, hq * dk)),
+        "key": k.reshape(b, t, nk * dk).astype(np.float32),
+        "value": rnd(rng, (b, t, hkv * dv)),
+        "past_state": rnd(rng, (b, hkv, dk, dv), scale=0.5) if with_past else None,
+    }
+    if rule in ("gated", "gated_delta"):
+        width = hkv * dk if decay_kind == "per_key" else hkv
+        ins["decay"] = -np.abs(rnd(rng, (b, t, width), scale=0.5))
+    else:
+        ins["decay"] = None
+    if rule in ("delta", "gated_delta"):
+        width = hkv if beta_kind == "per_head" else 1
+        ins["beta"] = (1.0 / (1.0 + np.exp(-rnd(rng, (b, t, width))))).astype(np.float32)
+    return ins
+
+
+@pytest.mark.parametrize("heads", LA_HEADS)
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+@pytest.mark.parametrize("t", [1, 5])
+@pytest.mark.parametrize("with_past", [False, True])
+def test_linear_attention(heads, rule, t, with_past):
+    rng = np.random.default_rng(sum(heads) + t + len(rule) + with_past)
+    decay_kind = "per_key" if (t + heads[0]) % 2 else "per_head"
+    beta_kind = "per_head" if (t + heads[1]) % 2 else "shared"
+    ins = _la_inputs(rng, 2, t, heads, rule, decay_kind, beta_kind, with_past)
+    attrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1], "update_rule": rule}
+    check("LinearAttention", ins, ["output", "present_state"], attrs, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("decay_kind", ["per_key", "per_head"])
+@pytest.mark.parametrize("beta_kind", ["per_head", "shared"])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_linear_attention_gate_kinds(decay_kind, beta_kind, scale):
+    rng = np.random.default_rng(len(decay_kind) + len(beta_kind))
+    heads = (4, 2, 2, 8, 8)
+    ins = _la_inputs(rng, 3, 6, heads, "gated_delta", decay_kind, beta_kind, True)
+    attrs = {"q_num_heads": 4, "kv_num_heads": 2}
+    if scale is not None:
+        attrs["scale"] = scale
+    check("LinearAttention", ins, ["output", "present_state"], attrs, atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- state windows (CUDA-only in onnxruntime)
+
+
+def _window_reference(run_prefix, t, window):
+    """The windowed state onnxruntime would give: slot j is the state after token t - window + j."""
+    slots = []
+    for j in range(window):
+        p = t - window + j
+        slots.append(None if p < 0 else run_prefix(p + 1))
+    shape = next(s for s in slots if s is not None).shape
+    return np.stack([np.zeros(shape, np.float32) if s is None else s for s in slots])
+
+
+@pytest.mark.parametrize("t,window", [(5, 3), (2, 4), (3, 1), (1, 2)])
+def test_linear_attention_state_window(t, window):
+    rng = np.random.default_rng(t * 10 + window)
+    heads = (2, 2, 2, 4, 4)
+    ins = _la_inputs(rng, 2, t, heads, "gated_delta", "per_head", "per_head", True)
+    past = ins["past_state"]
+    attrs = {"q_num_heads": 2, "kv_num_heads": 2}
+
+    def prefix(n):
+        sub = {k: (v[:, :n] if k in ("query", "key", "value", "decay", "beta") else v) for k, v in ins.items()}
+        return run_ort(make_model("LinearAttention", sub, ["output", "present_state"], attrs), sub)
+
+    windowed = dict(ins, past_state=np.concatenate([rnd(rng, (window - 1,) + past.shape), past[None]]))
+    model = make_model("LinearAttention", windowed, ["output", "present_state"], dict(attrs, state_window=window))
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, windowed)
+    ref_out = prefix(t)[0]
+    ref_state = _window_reference(lambda n: prefix(n)[1], t, window)
+    assert_close(got, [ref_out, ref_state], 1e-4, 1e-4)
+
+
+@pytest.mark.parametrize("t,window", [(5, 3), (2, 4), (3, 1), (1, 2)])
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_causal_conv_state_window(t, window, channels_last):
+    rng = np.random.default_rng(t * 10 + window + channels_last)
+    b, c, k = 2, 3, 4
+    x = rnd(rng, (b, c, t))
+    past = rnd(rng, (b, c, k - 1))
+    w = rnd(rng, (c, 1, k))
+
+    def prefix(n):
+        sub = {"input": x[:, :, :n], "weight": w, "bias": None, "past_state": past}
+        return run_ort(make_model("CausalConvWithState", sub, ["output", "present_state"]), sub)
+
+    ref_out = prefix(t)[0]
+    ref_state = _window_reference(lambda n: prefix(n)[1], t, window)
+    win_past = np.concatenate([rnd(rng, (window - 1,) + past.shape), past[None]])
+    if channels_last:
+        x_in, win_past = x.transpose(0, 2, 1), win_past.transpose(0, 1, 3, 2)
+        ref_out, ref_state = ref_out.transpose(0, 2, 1), ref_state.transpose(0, 1, 3, 2)
+    else:
+        x_in = x
+    ins = {"input": x_in, "weight": w, "bias": None, "past_state": win_past}
+    attrs = {"state_window": window, "channels_last": channels_last}
+    model = make_model("CausalConvWithState", ins, ["output", "present_state"], attrs)
+    feeds = {"input": x_in, "weight": w, "past_state": win_past}
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    assert_close(got, [np.ascontiguousarray(ref_out), np.ascontiguousarray(ref_state)])
+
+
+# ---------------------------------------------------------------- half types onnxruntime's CPU provider lacks
+
+LOWP = [np.float16, ml_dtypes.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+def test_linear_attention_low_precision(dtype, rule):
+    rng = np.random.default_rng(len(rule))
+    heads = (4, 2, 2, 8, 8)
+    ins = _la_inputs(rng, 2, 4, heads, rule, "per_key", "per_head", True)
+    attrs = {"q_num_heads": 4, "kv_num_heads": 2, "update_rule": rule}
+    check_low_precision("LinearAttention", ins, ["output", "present_state"], attrs, dtype, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("with_past", [False, True])
+def test_causal_conv_low_precision(dtype, with_past):
+    rng = np.random.default_rng(7 + with_past)
+    ins = {"input": rnd(rng, (2, 4, 6)), "weight": rnd(rng, (4, 1, 4)), "bias": rnd(rng, (4,))}
+    if with_past:
+        ins["past_state"] = rnd(rng, (2, 4, 3))
+    check_low_precision("CausalConvWithState", ins, ["output", "present_state"], {"activation": "silu"}, dtype)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("op", ["Gelu", "FastGelu", "QuickGelu", "BiasGelu"])
+def test_gelus_low_precision(dtype, op):
+    rng = np.random.default_rng(len(op))
+    x = rnd(rng, (3, 4, 16), scale=3.0)
+    ins = {"A": x, "B": rnd(rng, (16,))} if op == "BiasGelu" else {"X": x}
+    out = "C" if op == "BiasGelu" else "Y"
+    check_low_precision(op, ins, [out], {}, dtype)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_fused_matmul_low_precision(dtype):
+    rng = np.random.default_rng(3)
+    ins = {"A": rnd(rng, (2, 8, 5)), "B": rnd(rng, (2, 4, 8))}
+    attrs = {"transA": 1, "transB": 1, "alpha": 0.5}
+    check_low_precision("FusedMatMul", ins, ["Y"], attrs, dtype, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("op", ["GatedRMSNorm", "LinearAttentionGate", "SkipSimplifiedLayerNormalization"])
+def test_bfloat16_norms_and_gates(op):
+    rng = np.random.default_rng(11)
+    if op == "GatedRMSNorm":
+        ins = {"X": rnd(rng, (2, 3, 16)), "scale": rnd(rng, (8,)), "gate": rnd(rng, (2, 3, 16))}
+        outs, keep = ["Y"], ()
+    elif op == "LinearAttentionGate":
+        ins = {"a": rnd(rng, (2, 3, 4)), "dt_bias": rnd(rng, (4,)), "decay_scale": rnd(rng, (4,)), "b": rnd(rng, (2, 3, 4))}
+        outs, keep = ["decay", "beta"], ("dt_bias", "decay_scale")
+    else:
+        ins = {"input": rnd(rng, (2, 3, 16)), "skip": rnd(rng, (2, 3, 16)), "gamma": rnd(rng, (16,))}
+        outs, keep = ["output", "", "", "sum"], ()
+    attrs = {"epsilon": 1e-5} if op != "LinearAttentionGate" else {}
+    check_low_precision(op, ins, outs, attrs, ml_dtypes.bfloat16, keep=keep)

@@ -104,7 +104,14 @@ CASES = [
     ("LSTM", {}),
     ("LSTM", {"clip": 0.6}),
     ("LSTM", {"input_forget": 1}),
-    ("LSTM", {"activations": ["Sigmoid", "Elu", "ScaledTanh"], "activation_alpha": [0.5, 2.0]}),
+    (
+        "LSTM",
+        {
+            "activations": ["Sigmoid", "Elu", "ScaledTanh"],
+            "activation_alpha": [0.5, 2.0],
+            "activation_beta": [1.5],
+        },
+    ),
 ]
 
 
@@ -287,7 +294,9 @@ def test_scan8_with_sequence_lens():
         opset=8,
     )
     x = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
-    s, y = _run(model, {"lens": np.array([3, 2], np.int32), "s0": np.zeros((2, 2), np.float32), "X": x})
+    s, y = _run(
+        model, {"lens": np.array([3, 2], np.int32), "s0": np.zeros((2, 2), np.float32), "X": x}
+    )
     np.testing.assert_array_equal(s, np.stack([x[0].sum(0), x[1, :2].sum(0)]))
     want_y = np.zeros_like(x)
     want_y[0] = -x[0][::-1]
@@ -297,8 +306,12 @@ def test_scan8_with_sequence_lens():
 
 def test_if_nested_in_sequence_map_reads_outer_scope():
     # SequenceMap body: y = If(flag, x + w, x - w), where flag and w are top-level inputs
-    then = helper.make_graph([helper.make_node("Add", ["x", "w"], ["t"])], "t", [], [tensor("t", None)])
-    other = helper.make_graph([helper.make_node("Sub", ["x", "w"], ["e"])], "e", [], [tensor("e", None)])
+    then = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["t"])], "t", [], [tensor("t", None)]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["x", "w"], ["e"])], "e", [], [tensor("e", None)]
+    )
     body = helper.make_graph(
         [helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)],
         "body",
@@ -389,3 +402,11 @@ def test_optional_roundtrip_and_empty():
     has, y, has_e, has_none = _run(model, {"x": x})
     assert bool(has) and not bool(has_e) and not bool(has_none)
     np.testing.assert_array_equal(y, x)
+
+
+def test_scan9_zero_length_gives_typed_empty_outputs():
+    model = _scan9_model([1], [0], [1, -1], [0, 0])
+    x = np.zeros((3, 0), np.float32)
+    s, y, z = _run(model, {"s0": np.ones(3, np.float32), "X": x})
+    np.testing.assert_array_equal(s, np.ones(3, np.float32))
+    assert y.shape == (3, 0) and z.shape == (3, 0) and y.dtype == np.float32

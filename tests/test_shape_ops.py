@@ -243,14 +243,6 @@ def test_constant_string_tensor():
     assert y.tolist() == ["x", "yz"]
 
 
-def test_constant_sparse_value():
-    values = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0])
-    indices = helper.make_tensor("i", TensorProto.INT64, [2], [1, 4])
-    sparse = helper.make_sparse_tensor(values, indices, [5])
-    (y,) = run_node("Constant", [], {"sparse_value": sparse}, opset=13, out_dtypes=[np.float32])
-    assert y.tolist() == [0, 1, 0, 0, 2]
-
-
 def test_dropout_training_seeded_matches_numpy_legacy_rng():
     x = np.ones((3, 4), np.float32)
     ratio, train = np.array(0.5, np.float32), np.array(True)

@@ -112,3 +112,52 @@ def rotate(xp: Any, x: Any, cos: Any, sin: Any, interleaved: bool, rot_dim: int)
     if rot_dim < head:
         out = xp.concatenate((out, x[..., rot_dim:].astype(out.dtype)), axis=-1)
     return out
+
+
+def contrib_mask_bias(xp, mask, unidirectional, b, s, past, total, ct, filter_value):
+    """onnxruntime-style mask for Attention/MultiHeadAttention as an additive (B, 1, S, T) bias.
+
+    Disallowed keys get ``filter_value`` (finite, -10000 by default) rather
+    than -inf, so a row with no allowed key averages uniformly like
+    onnxruntime instead of producing zeros. ``mask`` may be key lengths (B,),
+    end and start positions (2B,), a 0/1 raw mask (B, T) or (B, S, T), or a
+    (B, 1, M, M) Megatron mask read at rows [past, past + S).
+    """
+    if mask is None and not unidirectional:
+        return None
+    j = xp.reshape(xp.arange(total), (1, 1, 1, total))
+    allowed = None
+    if mask is not None:
+        if mask.ndim == 1:
+            m = mask.astype(xp.int64)
+            if mask.shape[0] == b:
+                allowed = j < xp.reshape(m, (b, 1, 1, 1))
+            elif mask.shape[0] == 2 * b:
+                end = xp.reshape(m[:b], (b, 1, 1, 1))
+                start = xp.reshape(m[b:], (b, 1, 1, 1))
+                allowed = (j < end) & (j >= start)
+            else:
+                raise ValueError(f"attention mask of shape {mask.shape} is not (B,) or (2B,) with B={b}")
+        elif mask.ndim == 2:
+            allowed = xp.reshape(mask[:, -total:] > 0, (b, 1, 1, total))
+        elif mask.ndim == 3:
+            allowed = xp.reshape(mask[:, :, -total:] > 0, (b, 1, s, total))
+        elif mask.ndim == 4:
+            allowed = mask[:, :, past : past + s, :total] > 0
+        else:
+            raise ValueError(f"attention mask of rank {mask.ndim} is not supported")
+    if unidirectional:
+        i = xp.reshape(xp.arange(s), (1, 1, s, 1))
+        causal = j <= i + past
+        allowed = causal if allowed is None else allowed & causal
+    return xp.where(allowed, xp.zeros((), dtype=ct), xp.asarray(filter_value, dtype=ct))
+
+
+def contrib_sdpa(xp, q, k, v, scale, bias=None, attn_bias=None):
+    """Plain softmax attention on (B, N, S, H) x (B, N, T, H): the onnxruntime contrib flavour."""
+    scores = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    if bias is not None:
+        scores = scores + bias
+    if attn_bias is not None:
+        scores = scores + attn_bias
+    return xp.matmul(softmax_rows(xp, scores), v)

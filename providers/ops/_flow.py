@@ -57,11 +57,11 @@ def norm_axis(axis: int, rank: int, op: str) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def empty_output(info: ValueInfo | None, axis: int, op: str) -> np.ndarray:
-    """An empty stacked output (zero iterations), shaped from the node's static output type.
+def empty_output(info: ValueInfo | None, dims: dict[int, int], op: str) -> np.ndarray:
+    """A stacked output no iteration wrote, typed from the node's static output type.
 
-    The stacked axis gets 0; other dims unknown statically get 0 as well (the
-    tensor is empty either way).
+    ``dims`` fixes the sizes known at run time (the stacked axis gets 0); dims
+    unknown statically get 0 too, as the tensor is empty either way.
     """
     if info is None or info.dtype is None or info.shape is None:
         raise RuntimeError(
@@ -69,15 +69,15 @@ def empty_output(info: ValueInfo | None, axis: int, op: str) -> np.ndarray:
             "statically, so the empty output cannot be typed"
         )
     shape = [d if isinstance(d, int) else 0 for d in info.shape]
-    if shape:
-        shape[axis] = 0
+    for axis, size in dims.items():
+        shape[axis] = size
     return np.zeros(shape, dtype=info.dtype)
 
 
 def stack(values: Sequence[Any], axis: int, info: ValueInfo | None, op: str) -> np.ndarray:
     """Stack per-iteration host values along a new ``axis``; zero iterations uses ``info``."""
     if not values:
-        return empty_output(info, axis, op)
+        return empty_output(info, {axis: 0}, op)
     arrs = [np.asarray(v) for v in values]
     return np.stack(arrs, axis=axis if axis >= 0 else axis + arrs[0].ndim + 1)
 

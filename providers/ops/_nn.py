@@ -416,3 +416,38 @@ def apply_resize_plan(xp, x, plan: ResizePlan, extrapolation_value=0.0):
             y = xp.clip(xp.round(y), info.min, info.max)
         y = y.astype(dt)
     return y
+
+
+# ---------------------------------------------------------------- signal
+
+
+def to_complex(xp, x):
+    """(..., 1|2) real/complex pairs -> complex array (float32/64 precision kept)."""
+    cdt = compute_dtype(x.dtype)
+    xc = x.astype(cdt, copy=False)
+    if x.shape[-1] == 1:
+        return xc[..., 0], False
+    return xc[..., 0] + 1j * xc[..., 1], True
+
+
+def from_complex(xp, z, dt):
+    return xp.stack([xp.real(z), xp.imag(z)], axis=-1).astype(dt)
+
+
+def cosine_window(node, xp, coeffs):
+    """Builder body shared by the Hann/Hamming/Blackman window ops: sum_k a_k cos(2 pi k n / N)."""
+    from onnxep.providers.dtypes import np_dtype
+
+    periodic = bool(node.attr("periodic", 1))
+    out_dt = np_dtype(int(node.attr("output_datatype", 1)))
+
+    def run(size):
+        n = int(np.asarray(size).reshape(-1)[0])
+        denom = n if periodic else n - 1
+        k = np.arange(n, dtype=np.float64)
+        w = np.zeros(n)
+        for i, a in enumerate(coeffs):
+            w = w + a * np.cos(2 * np.pi * i * k / denom) if denom else w + a
+        return (xp.asarray(w.astype(out_dt)),)
+
+    return run

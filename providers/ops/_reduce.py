@@ -281,8 +281,9 @@ def nll_loss(
         w = xp.take(weight.astype(loss.dtype, copy=False), tc)
     if ignore_index is not None:
         valid = t != ignore_index
-        w = valid.astype(loss.dtype) if w is None else xp.where(valid, w, 0).astype(loss.dtype)
-        loss = xp.where(valid, loss, xp.zeros((), dtype=loss.dtype))
+        zero = xp.zeros((), dtype=loss.dtype)
+        w = valid.astype(loss.dtype) if w is None else xp.where(valid, w, zero)
+        loss = xp.where(valid, loss, zero)
     if w is not None:
         loss = loss * w
     if reduction == "none":

@@ -23,7 +23,6 @@ def dropout_old(node, xp):
     "Dropout",
     since=(12, 13, 22),
     host_inputs=(1, 2),
-    capture_note="training_mode draws a fresh mask per run",
 )
 def dropout(node, xp):
     seed = node.attr("seed", None)

@@ -18,7 +18,7 @@ def range_(node, xp):
             return ((xp.arange(n, dtype=np.int64) * d + s).astype(dtype),)
         n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
         # half-precision types accumulate in float32 unless stash_type says otherwise
-        wide = dtype.itemsize < 4 and (stash == 1 or dtype.itemsize < 4)
+        wide = dtype.itemsize < 4 and (node.opset < 27 or stash == 1)
         work = np.float32 if wide else dtype
         i = xp.arange(n, dtype=work)
         out = i * xp.asarray(d.astype(work)) + xp.asarray(s.astype(work))

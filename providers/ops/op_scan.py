@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import CONTROL_NOTE, HOST_ALL, norm_axis, stack
+from ._flow import CONTROL_NOTE, HOST_ALL, empty_output, norm_axis, stack
 
 
 def _scan(body, states, xs, axes, reverse, steps, outer, n_out):
@@ -57,33 +57,34 @@ def scan8(node, xp):
     def run(*args):
         lens, explicit, outer = args[0], args[1:n], args[n:]
         states, xs = explicit[:n_state], explicit[n_state:]
-        batch = xs[0].shape[0]
-        full = xs[0].shape[1]
+        batch, full = xs[0].shape[0], xs[0].shape[1]
+        lengths = [full] * batch if lens is None else [int(v) for v in np.asarray(lens).ravel()]
         finals = [[] for _ in range(n_state)]
         per_batch = [[] for _ in range(n_out)]
         for b in range(batch):
-            steps = full if lens is None else int(np.asarray(lens).reshape(-1)[b])
+            steps = lengths[b]
             # reverse scans start at the last valid step of this batch entry
             xb = [x[b, :steps] for x in xs]
             st, outs = _scan(
                 body, [s[b] for s in states], xb, [0] * m, reverse, steps, outer, n_out
             )
             for k in range(n_state):
-                finals[k].append(st[k])
+                finals[k].append(np.asarray(st[k]))
             for k in range(n_out):
-                info = out_infos[k]
-                elem_info = None
-                if info is not None and info.shape is not None:
-                    elem_info = type(info)(info.name, info.kind, info.dtype, info.shape[1:])
-                y = stack(outs[k], 0, elem_info, "Scan")
-                if steps < full:
-                    pad = [(0, full - steps)] + [(0, 0)] * (y.ndim - 1)
-                    y = np.pad(y, pad)
-                per_batch[k].append(y)
-        return (
-            *(np.stack([np.asarray(s) for s in f]) for f in finals),
-            *(np.stack(p) for p in per_batch),
-        )
+                per_batch[k].append(outs[k])
+        stacked = []
+        for k in range(n_out):
+            ref = next((np.asarray(o[0]) for o in per_batch[k] if o), None)
+            if ref is None:  # no step ran for any batch entry
+                stacked.append(empty_output(out_infos[k], {0: batch, 1: full}, "Scan"))
+                continue
+            # shorter sequences are padded with zeros up to the scanned length
+            y = np.zeros((batch, full, *ref.shape), dtype=ref.dtype)
+            for b, o in enumerate(per_batch[k]):
+                if o:
+                    y[b, : len(o)] = np.stack([np.asarray(v) for v in o])
+            stacked.append(y)
+        return (*(np.stack(f) for f in finals), *stacked)
 
     return run
 
@@ -122,11 +123,7 @@ def scan9(node, xp):
         stacked = []
         for k in range(n_out):
             vals = outs[k][::-1] if out_rev[k] else outs[k]
-            axis = out_axes[k]
-            if not vals:
-                rank = None if out_infos[k] is None else out_infos[k].rank
-                axis = axis + rank if axis < 0 and rank else axis
-            stacked.append(stack(vals, axis, out_infos[k], "Scan"))
+            stacked.append(stack(vals, out_axes[k], out_infos[k], "Scan"))
         return (*finals, *stacked)
 
     return run

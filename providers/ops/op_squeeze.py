@@ -28,6 +28,7 @@ def squeeze_attr(node, xp):
 @kernel("Squeeze", since=13, host_inputs=(1,))
 def squeeze(node, xp):
     def run(x, axes=None):
-        return (_squeeze(xp, x, None if axes is None else ints(axes)),)
+        # an empty axes tensor means "not given", as onnxruntime reads it
+        return (_squeeze(xp, x, ints(axes) or None),)
 
     return run

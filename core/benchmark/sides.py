@@ -1,0 +1,145 @@
+"""The things a benchmark compares: onnxep and its peers, behind one small interface."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class Side:
+    """One runtime under test. ``run`` returns host outputs in the model's output order."""
+
+    name = "side"
+
+    def run(self, feeds: Mapping[str, Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait for queued device work, so a clock read after it is honest."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class OnnxepSide(Side):
+    def __init__(self, model: str, providers: Sequence[str] | None, profile: bool = False) -> None:
+        import onnxep
+
+        opts = onnxep.SessionOptions(enable_profiling=profile)
+        self.session = onnxep.InferenceSession(model, opts, providers=providers)
+        self.name = "onnxep"
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds):
+        return self.session.run(None, feeds)
+
+    def sync(self) -> None:
+        for p in self.session.providers:
+            p.synchronize()
+
+    def describe(self):
+        rep = self.session.placement()
+        return {
+            "name": self.name,
+            "providers": self.session.get_providers(),
+            "nodes_per_provider": rep.counts(),
+            "copies": len(rep.copies),
+            "device_to_host_copies": rep.device_to_host_copies,
+            "fallbacks": len(rep.fallbacks),
+            "rewrites": rep.rewrites,
+        }
+
+
+class OrtSide(Side):
+    def __init__(self, model: str, want_cuda: bool) -> None:
+        import onnxruntime as ort
+
+        avail = ort.get_available_providers()
+        provs = ["CPUExecutionProvider"]
+        if want_cuda and "CUDAExecutionProvider" in avail:
+            provs.insert(0, "CUDAExecutionProvider")
+        so = ort.SessionOptions()
+        self.session = ort.InferenceSession(model, so, providers=provs)
+        self.name = "onnxruntime" + ("-cuda" if provs[0].startswith("CUDA") else "")
+        self.version = ort.__version__
+
+    def run(self, feeds):
+        return self.session.run(None, dict(feeds))
+
+    def describe(self):
+        return {
+            "name": self.name,
+            "version": self.version,
+            "providers": self.session.get_providers(),
+        }
+
+
+class ReferenceSide(Side):
+    def __init__(self, model: str) -> None:
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        self.session = ReferenceEvaluator(model)
+        self.name = "reference"
+        self.version = onnx.__version__
+
+    def run(self, feeds):
+        return list(self.session.run(None, dict(feeds)))
+
+    def describe(self):
+        return {"name": self.name, "version": self.version}
+
+
+class TorchSide(Side):
+    """The same architecture and weights in PyTorch (factory models carry what it needs)."""
+
+    def __init__(self, model: str, device: str = "cpu") -> None:
+        import torch
+
+        from .torch_peer import load_torch_peer
+
+        self.torch = torch
+        self.module = load_torch_peer(model, device)
+        self.name = "torch" + ("-cuda" if device.startswith("cuda") else "")
+        self.version = torch.__version__
+        self.device = device
+
+    def run(self, feeds):
+        with self.torch.inference_mode():
+            return self.module.run(feeds)
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def describe(self):
+        return {"name": self.name, "version": self.version, "device": self.device}
+
+
+SIDES = ("onnxruntime", "reference", "torch")
+
+
+def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
+    if kind == "onnxruntime":
+        return OrtSide(model, want_cuda)
+    if kind == "reference":
+        return ReferenceSide(model)
+    if kind == "torch":
+        dev = "cpu"
+        if want_cuda:
+            import torch
+
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        return TorchSide(model, dev)
+    raise ValueError(f"unknown peer {kind!r}; choose from {', '.join(SIDES)}")
+
+
+def to_numpy(values: list[Any]) -> list[Any]:
+    out = []
+    for v in values:
+        if hasattr(v, "detach"):
+            v = v.detach().cpu().numpy()
+        out.append(np.asarray(v) if not isinstance(v, list) else v)
+    return out

@@ -1,0 +1,56 @@
+"""The benchmark harness works on tiny models (it is never a timed assert)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from onnxep.benchmark import bench
+from onnxep.cli import bundled_model
+
+DATA = Path(__file__).parent / "data"
+pytest.importorskip("onnxruntime")
+
+
+def test_latency_mode_against_peers(tmp_path):
+    out = tmp_path / "r.json"
+    res = bench(
+        str(bundled_model()), vs=["onnxruntime", "reference"], runs=3, warmup=1,
+        json_path=str(out), progress=False,
+    )
+    assert set(res.summary) == {"onnxep", "onnxruntime", "reference"}
+    data = json.loads(out.read_text())
+    assert len(data["samples_ms"]["onnxep"]) == 3
+    assert len(data["samples_ms"]["reference"]) == 3
+    assert data["ratios_vs_onnxep"]["onnxep"] == 1.0
+    assert "cpu" in data["machine"]
+    table = res.table()
+    assert "onnxruntime" in table and "vs onnxep" in table
+
+
+def test_decode_mode_drives_the_cache():
+    res = bench(
+        str(DATA / "llama_kv.onnx"), vs=["onnxruntime"], decode=3, context=4, warmup=1,
+        progress=False,
+    )
+    assert res.mode == "decode"
+    assert len(res.samples["onnxep"]) == 3
+    assert res.tokens["onnxep"] == res.tokens["onnxruntime"]
+    assert "tok/s" in res.table()
+    ours = res.sides[0]
+    assert ours["device_to_host_copies"] == 0
+
+
+def test_profile_lists_top_ops():
+    res = bench(str(bundled_model()), vs=[], runs=2, warmup=1, profile=True, progress=False)
+    ops = {row[0] for row in res.profile_top}
+    assert "Conv" in ops
+    assert "top ops by time" in res.table()
+
+
+def test_unusable_peer_is_reported_not_fatal():
+    res = bench(str(bundled_model()), vs=["torch"], runs=2, warmup=1, progress=False)
+    assert "torch" in res.skipped
+    assert "onnxep" in res.summary
