@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,16 @@ from .rewrites import RewriteManager
 from .rewrites.plugin import plugin as _basic_rewrites
 
 register_plugin(_basic_rewrites, name="onnxep.rewrites")
+
+logger = logging.getLogger("onnxep")
+# onnxruntime's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
+_SEVERITY = {
+    0: logging.DEBUG,
+    1: logging.INFO,
+    2: logging.WARNING,
+    3: logging.ERROR,
+    4: logging.CRITICAL,
+}
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,27 @@ class InferenceSession:
         self._output_index = {n: i for i, n in enumerate(self._output_names)}
         self._output_args = [NodeArg.of(v) for v in graph.outputs]
         self._input_args = [NodeArg.of(v) for v in self._inputs]
+        self._log_summary()
+
+    def _log_summary(self) -> None:
+        level = _SEVERITY.get(self._options.log_severity_level, logging.WARNING)
+        if not logger.isEnabledFor(level) and not logger.isEnabledFor(logging.WARNING):
+            return
+        rep = self.placement()
+        if logger.isEnabledFor(level) and level <= logging.INFO:
+            logger.log(level, "placement of %s:\n%s", self.model_path or "<model>", rep.format())
+        first = self._providers[0].name
+        moved = [n for n in rep.fallbacks if n.role == "compute" and first != n.provider]
+        if moved and self._options.log_severity_level <= 2:
+            logger.warning(
+                "%d node(s) fell back from %r (see InferenceSession.placement()): %s",
+                len(moved),
+                first,
+                ", ".join(sorted({n.op_type for n in moved})),
+            )
+        for f in self._host.failures:
+            if self._options.log_severity_level <= 2:
+                logger.warning("%s", f)
 
     # -- onnxruntime's API ---------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -24,7 +23,9 @@ def _model(op, inputs, outputs, attrs, feeds, out_types=None):
         for n in inputs
         if n
     ]
-    outs = [helper.make_tensor_value_info(n, (out_types or {}).get(n, F), None) for n in outputs if n]
+    outs = [
+        helper.make_tensor_value_info(n, (out_types or {}).get(n, F), None) for n in outputs if n
+    ]
     graph = helper.make_graph([node], op, ins, outs)
     m = helper.make_model(
         graph,
@@ -39,9 +40,9 @@ def _run_both(model, feeds):
     f = {n: feeds[n] for n in names}
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-        None, f
-    )
+    ref = ort.InferenceSession(
+        model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+    ).run(None, f)
     got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, f)
     return got, ref
 
@@ -291,7 +292,16 @@ def test_multi_head_attention(case, seed):
         f["past_key"] = r((b, nh, past, hd)).astype(np.float32)
         f["past_value"] = r((b, nh, past, vd)).astype(np.float32)
         outs += ["present_key", "present_value"]
-    order = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value"]
+    order = [
+        "query",
+        "key",
+        "value",
+        "bias",
+        "key_padding_mask",
+        "attention_bias",
+        "past_key",
+        "past_value",
+    ]
     names = [n if n in f else "" for n in order]
     while names and not names[-1]:
         names.pop()
@@ -329,7 +339,19 @@ ATT_CASES = [
     ("past_causal", 2, 3, 16, 2, 8, None, "2d", 4, False, {"unidirectional": 1}),
     ("past_decode", 3, 1, 16, 2, 8, None, "1d", 6, False, {"unidirectional": 1}),
     ("qkv_sizes", 2, 4, 16, 2, 8, [16, 16, 8], None, 0, False, {}),
-    ("scale_bias", 2, 4, 16, 2, 8, None, "2d", 0, True, {"scale": 0.1, "mask_filter_value": -1000.0}),
+    (
+        "scale_bias",
+        2,
+        4,
+        16,
+        2,
+        8,
+        None,
+        "2d",
+        0,
+        True,
+        {"scale": 0.1, "mask_filter_value": -1000.0},
+    ),
 ]
 
 
@@ -371,3 +393,82 @@ def test_attention_contrib(case, seed):
     got, ref = _run_both(model, f)
     for g, w, o in zip(got, ref, outs, strict=True):
         _close(g, w, what=f"{name} {o}")
+
+
+GQA_EXTRA = [
+    # name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras
+    ("attn_bias_prefill", 2, 4, 4, 2, 8, [0, 0], None, {}, ("attention_bias",)),
+    ("attn_bias_decode", 2, 1, 4, 2, 8, [3, 6], 10, {}, ("attention_bias",)),
+    ("head_sink", 2, 3, 4, 2, 8, [0, 0], None, {}, ("head_sink",)),
+    ("head_sink_decode", 2, 1, 4, 1, 8, [5, 2], None, {"local_window_size": 3}, ("head_sink",)),
+    ("pos_ids_decode", 2, 1, 4, 2, 16, [4, 6], 12, {"do_rotary": 1}, ("position_ids",)),
+    ("bidirectional", 2, 4, 4, 2, 8, [0, 0], None, {"causal": 0}, ()),
+    ("query_seqlens", 2, 4, 4, 2, 8, [3, 5], 12, {}, ("query_seqlens",)),
+    ("fp16", 2, 3, 4, 2, 16, [0, 0], None, {"do_rotary": 1}, ("fp16",)),
+    ("fp16_decode", 2, 1, 4, 2, 8, [3, 6], 10, {"softcap": 3.0}, ("fp16",)),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", GQA_EXTRA, ids=[c[0] for c in GQA_EXTRA])
+def test_group_query_attention_extra(case, seed):
+    name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras = case
+    rng = np.random.default_rng(seed + 10)
+    dt = np.float16 if "fp16" in extras else np.float32
+    r = rng.standard_normal
+    first = all(p == 0 for p in past_lens)
+    if "query_seqlens" in extras:
+        qlens = np.array([int(rng.integers(1, s + 1)) for _ in range(b)], dtype=np.int32)
+        tot = np.array([p + q for p, q in zip(past_lens, qlens, strict=True)], dtype=np.int32)
+    elif first:
+        qlens = np.array([s] + [int(rng.integers(1, s + 1)) for _ in range(b - 1)], dtype=np.int32)
+        tot = qlens.copy()
+    else:
+        qlens = np.full(b, s, dtype=np.int32)
+        tot = np.array([p + s for p in past_lens], dtype=np.int32)
+    total_len = int(tot.max()) if "query_seqlens" not in extras else cap
+    past_len = cap if cap is not None else (0 if first else max(past_lens))
+    f = {
+        "query": r((b, s, nh * hd)).astype(dt),
+        "key": r((b, s, nkv * hd)).astype(dt),
+        "value": r((b, s, nkv * hd)).astype(dt),
+        "past_key": r((b, nkv, past_len, hd)).astype(dt),
+        "past_value": r((b, nkv, past_len, hd)).astype(dt),
+        "seqlens_k": (tot - 1).astype(np.int32),
+        "total_sequence_length": np.array(total_len, dtype=np.int32),
+    }
+    if attrs.get("do_rotary"):
+        cos, sin = _rope_cache(rng, 32, hd)
+        f["cos_cache"], f["sin_cache"] = cos.astype(dt), sin.astype(dt)
+    if "position_ids" in extras:
+        f["position_ids"] = (tot[:, None] - s + np.arange(s)[None, :] + 2).astype(np.int64)
+    if "attention_bias" in extras:
+        f["attention_bias"] = r((b, 1, s, total_len)).astype(dt)
+    if "head_sink" in extras:
+        f["head_sink"] = r((nh,)).astype(dt)
+    if "query_seqlens" in extras:
+        f["query_seqlens"] = qlens
+    order = [
+        "query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+        "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink",
+        "k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens",
+    ]  # fmt: skip
+    names = [n if n in f else "" for n in order]
+    while names and not names[-1]:
+        names.pop()
+    ot = TensorProto.FLOAT16 if dt == np.float16 else F
+    outs = ["output", "present_key", "present_value"]
+    model = _model(
+        "GroupQueryAttention", names, outs, {"num_heads": nh, "kv_num_heads": nkv, **attrs}, f,
+        out_types=dict.fromkeys(outs, ot),
+    )  # fmt: skip
+    got, ref = _run_both(model, f)
+    atol, rtol = (2e-3, 5e-3) if dt == np.float16 else (1e-4, 1e-3)
+    for bi in range(b):
+        q = int(qlens[bi])
+        _close(got[0][bi, :q], ref[0][bi, :q], atol, rtol, what=f"{name} output[{bi}]")
+        t = int(tot[bi])
+        for o in (1, 2):
+            _close(
+                got[o][bi, :, :t], ref[o][bi, :, :t], atol, rtol, what=f"{name} present{o}[{bi}]"
+            )

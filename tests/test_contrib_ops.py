@@ -271,9 +271,12 @@ def test_skip_simplified_layer_norm(shapes, with_bias, with_sum, dtype):
     ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype, False, with_bias)
     if with_bias:
         ins["bias"] = rnd(rng, (hidden,), dtype)
-    outs = ["output", "", "", "sum"] if with_sum else ["output"]
+    outs = ["output", "mean", "inv_std_var", "sum"] if with_sum else ["output"]
     atol, rtol = TOL[dtype]
-    check("SkipSimplifiedLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol)
+    types = {"mean": np.float32, "inv_std_var": np.float32}
+    check(
+        "SkipSimplifiedLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol, out_types=types
+    )
 
 
 @pytest.mark.parametrize("shapes", SKIP_SHAPES)
@@ -294,9 +297,10 @@ def test_skip_layer_norm(shapes, with_beta, with_bias, with_sum, dtype):
             ins["bias"] = ins.pop("bias")
         else:
             del ins["beta"]
-    outs = ["output", "", "", "sum"] if with_sum else ["output"]
+    outs = ["output", "mean", "inv_std_var", "sum"] if with_sum else ["output"]
     atol, rtol = TOL[dtype]
-    check("SkipLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol)
+    types = {"mean": np.float32, "inv_std_var": np.float32}
+    check("SkipLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol, out_types=types)
 
 
 # ---------------------------------------------------------------- MatMulNBits
@@ -666,3 +670,79 @@ def test_bfloat16_norms_and_gates(op):
         outs, keep = ["output", "", "", "sum"], ()
     attrs = {"epsilon": 1e-5} if op != "LinearAttentionGate" else {}
     check_low_precision(op, ins, outs, attrs, ml_dtypes.bfloat16, keep=keep)
+
+
+@pytest.mark.parametrize("empty_dim", [0, 1, 2])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matmul_nbits_omitted_projection(empty_dim, with_bias):
+    rng = np.random.default_rng(empty_dim)
+    k, n = 32, 6
+    b_shape = [n, 1, 16]
+    b_shape[empty_dim] = 0
+    ins = {
+        "A": rnd(rng, (2, 3, k)),
+        "B": np.zeros(b_shape, np.uint8),
+        "scales": np.zeros((0,), np.float32),
+    }
+    if with_bias:
+        ins.update({"_zero_points": None, "_g_idx": None, "bias": rnd(rng, (n,))})
+    check("MatMulNBits", ins, ["Y"], {"K": k, "N": n, "bits": 4, "block_size": 32})
+
+
+@pytest.mark.parametrize("state_length", [5, 9])
+@pytest.mark.parametrize("t", [1, 4])
+def test_causal_conv_state_length(state_length, t):
+    """An explicit state_length keeps a longer history; the convolution reads its tail."""
+    rng = np.random.default_rng(state_length + t)
+    b, c, k = 2, 3, 4
+    x = rnd(rng, (b, c, t))
+    w = rnd(rng, (c, 1, k))
+    past = rnd(rng, (b, c, state_length))
+    sub = {"input": x, "weight": w, "bias": None, "past_state": past[:, :, -(k - 1) :]}
+    ref_out = run_ort(make_model("CausalConvWithState", sub, ["output", "present_state"]), sub)[0]
+    ref_state = np.concatenate([past, x], axis=2)[:, :, -state_length:]
+    ins = dict(sub, past_state=past)
+    model = make_model("CausalConvWithState", ins, ["output", "present_state"], {"state_length": state_length})
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"input": x, "weight": w, "past_state": past})
+    assert_close(got, [ref_out, ref_state])
+
+
+def test_causal_conv_channel_slice_and_update_capture():
+    """input_channel_offset/input_channels select a channels-last slice; state_update records rows."""
+    rng = np.random.default_rng(5)
+    b, t, width, off, c, k, cap = 2, 3, 10, 2, 4, 4, 5
+    x = rnd(rng, (b, t, width))
+    w = rnd(rng, (c, 1, k))
+    sel = x[:, :, off : off + c]
+    sub = {"input": np.ascontiguousarray(sel.transpose(0, 2, 1)), "weight": w}
+    ref_out, ref_state = run_ort(make_model("CausalConvWithState", sub, ["output", "present_state"]), sub)
+    attrs = {
+        "channels_last": 1,
+        "input_channel_offset": off,
+        "input_channels": c,
+        "state_update_capacity": cap,
+    }
+    ins = {"input": x, "weight": w}
+    model = make_model("CausalConvWithState", ins, ["output", "present_state", "state_update"], attrs)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, ins)
+    update = np.zeros((b, cap, c), np.float32)
+    update[:, :t] = sel
+    ref = [ref_out.transpose(0, 2, 1), ref_state.transpose(0, 2, 1), update]
+    assert_close(got, [np.ascontiguousarray(r) for r in ref])
+
+
+@pytest.mark.parametrize("stash_type", [1, 11])
+def test_simplified_layer_norm_double(stash_type):
+    rng = np.random.default_rng(stash_type)
+    x = rnd(rng, (3, 4, 16), np.float64)
+    scale = rnd(rng, (16,), np.float64)
+    check(
+        "SimplifiedLayerNormalization",
+        {"X": x, "scale": scale},
+        ["Y", "inv_std_var"],
+        {"stash_type": stash_type},
+        domain="",
+        atol=1e-6,
+        rtol=1e-6,
+        out_types={"inv_std_var": np.float64 if stash_type == 11 else np.float32},
+    )

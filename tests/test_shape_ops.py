@@ -301,3 +301,9 @@ def test_int4_transpose_and_concat():
     x = np.array([[1, -2], [3, -4]], dtype=ml_dtypes.int4)
     (y,) = run_node("Transpose", [x], opset=21)
     assert y.dtype == x.dtype and y.astype(int).tolist() == [[1, 3], [-2, -4]]
+
+
+def test_gather_elements_indices_smaller_than_data():
+    x = np.arange(9, dtype=np.float32).reshape(3, 3)
+    (y,) = run_node("GatherElements", [x, np.array([[2, -1]], I64)], {"axis": 0}, opset=13)
+    assert y.tolist() == [[6, 7]]

@@ -137,7 +137,9 @@ def contrib_mask_bias(xp, mask, unidirectional, b, s, past, total, ct, filter_va
                 start = xp.reshape(m[b:], (b, 1, 1, 1))
                 allowed = (j < end) & (j >= start)
             else:
-                raise ValueError(f"attention mask of shape {mask.shape} is not (B,) or (2B,) with B={b}")
+                raise ValueError(
+                    f"attention mask of shape {mask.shape} is not (B,) or (2B,) with B={b}"
+                )
         elif mask.ndim == 2:
             allowed = xp.reshape(mask[:, -total:] > 0, (b, 1, 1, total))
         elif mask.ndim == 3:

@@ -188,10 +188,11 @@ def activations(node: NodeInfo, xp: Any, defaults: Sequence[str], num_dir: int) 
     return [fns[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
 
 
-#: A cell factory: (W_d, R_d, B_d or None, P_d or None, activations_d) -> (pre, step).
-#: ``pre(X)`` maps [T, batch, input] to the input projections (biases folded in);
-#: ``step(xw_t, states)`` returns the new states, hidden state first.
-CellFactory = Callable[[Any, Any, Any, Any, list], tuple[Callable, Callable]]
+#: A cell factory: (W_d, R_d, B_d or None, P_d or None, activations_d, clip, hidden)
+#: -> (pre, step). ``pre(X)`` maps [T, batch, input] to the input projections
+#: (biases folded in where they can be); ``step(xw_t, states)`` returns the new
+#: states, hidden state first.
+CellFactory = Callable[..., tuple[Callable[[Any], Any], Callable[[Any, tuple], tuple]]]
 
 
 def compute_dtype(xp: Any, dt: Any) -> Any:
@@ -205,13 +206,14 @@ def recurrent(
     *,
     default_acts: Sequence[str],
     n_states: int,
-    make_cell: Callable[..., tuple[Callable, Callable]],
+    make_cell: CellFactory,
 ) -> Callable[..., tuple]:
     """The run callable of RNN / GRU / LSTM given the op's cell factory.
 
-    ``make_cell(W, R, B, P, acts, clip, hidden)`` returns ``(pre, step)`` for one
-    direction. Inputs follow the ONNX order X, W, R, B, sequence_lens,
-    initial_h[, initial_c, P]; outputs are Y, Y_h[, Y_c].
+    ``make_cell`` is called per direction on every run (the weights are inputs).
+    Inputs follow the ONNX order X, W, R, B, sequence_lens, initial_h[,
+    initial_c, P]; outputs are Y, Y_h[, Y_c]. Steps past a batch entry's
+    sequence length keep its state and write zeros to Y.
     """
     direction = _as_str(node.attr("direction", "forward"))
     if direction not in ("forward", "reverse", "bidirectional"):
@@ -227,7 +229,7 @@ def recurrent(
         cdt = compute_dtype(xp, out_dt)
         if layout:
             X = xp.transpose(X, (1, 0, 2))
-        X = X.astype(cdt)
+        X = X.astype(cdt, copy=False)
         T, batch = X.shape[0], X.shape[1]
         hidden = R.shape[-1]
         inits = [h0, c0][:n_states]

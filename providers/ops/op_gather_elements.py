@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import norm_axis, norm_indices
+from ._shape import grid, norm_axis, norm_indices
 
 
 @kernel("GatherElements", since=11)
@@ -10,6 +10,9 @@ def gather_elements(node, xp):
     def run(x, indices):
         a = norm_axis(axis, x.ndim, "GatherElements")
         idx = norm_indices(xp, indices, x.shape[a])
-        return (xp.take_along_axis(x, idx.astype(xp.int64), axis=a),)
+        # explicit index grids: indices may be shorter than x on the other axes,
+        # which take_along_axis would try (and fail) to broadcast
+        index = tuple(idx if d == a else grid(xp, indices.shape, d) for d in range(x.ndim))
+        return (x[index],)
 
     return run

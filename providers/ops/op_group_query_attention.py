@@ -59,7 +59,9 @@ def group_query_attention(node: NodeInfo, xp):
         raise NotSupported("GroupQueryAttention: sliding_window_cache=1 is not supported")
     for i, name in _UNSUPPORTED_INPUTS.items():
         if node.has_input(i):
-            raise NotSupported(f"GroupQueryAttention: input {name} (quantized cache / QK norm) is not supported")
+            raise NotSupported(
+                f"GroupQueryAttention: input {name} (quantized cache / QK norm) is not supported"
+            )
     for attr in ("k_quant_type", "v_quant_type"):
         q = node.attr(attr, "NONE")
         if (q.decode() if isinstance(q, bytes) else q) != "NONE":

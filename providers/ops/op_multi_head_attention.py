@@ -16,7 +16,12 @@ from onnxep.providers.ops._attention import (
 )
 
 
-@kernel("MultiHeadAttention", since=1, domain="com.microsoft", dtypes={0: ("float", "float16", "bfloat16")})
+@kernel(
+    "MultiHeadAttention",
+    since=1,
+    domain="com.microsoft",
+    dtypes={0: ("float", "float16", "bfloat16")},
+)
 def multi_head_attention(node: NodeInfo, xp):
     nh = int(node.attr("num_heads"))
     scale_attr = float(node.attr("scale", 0.0))
@@ -30,7 +35,17 @@ def multi_head_attention(node: NodeInfo, xp):
     if node.has_output(3):
         raise NotSupported("MultiHeadAttention: the qk output is not supported")
 
-    def run(query, key=None, value=None, bias=None, kpm=None, attn_bias=None, past_k=None, past_v=None, *_):
+    def run(
+        query,
+        key=None,
+        value=None,
+        bias=None,
+        kpm=None,
+        attn_bias=None,
+        past_k=None,
+        past_v=None,
+        *_,
+    ):
         ct = compute_dtype(query.dtype)
         out_dt = query.dtype
         b, s = query.shape[0], query.shape[1]

@@ -56,7 +56,9 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
     else:
         cs_scale = 1.0
     if section is not None and len(section) != 3:
-        raise NotSupported(f"RotaryEmbedding: mrope_section must hold 3 values, got {list(section)}")
+        raise NotSupported(
+            f"RotaryEmbedding: mrope_section must hold 3 values, got {list(section)}"
+        )
     if layout not in (0, 1):
         raise NotSupported(f"RotaryEmbedding: mrope_layout must be 0 or 1, got {layout}")
     pos_rank = node.inputs[1].rank if node.inputs[1] is not None else None
@@ -79,7 +81,9 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
         rot = rot_attr or hd
         if pos.ndim == 3:
             if section is None:
-                raise ValueError("RotaryEmbedding: 3-D position_ids need the mrope_section attribute")
+                raise ValueError(
+                    "RotaryEmbedding: 3-D position_ids need the mrope_section attribute"
+                )
             if half not in streams_cache:
                 streams_cache[half] = xp.asarray(mrope_streams(section, layout, half))
             st = streams_cache[half]
@@ -95,7 +99,9 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
             if pos.ndim == 2:
                 ids = pos.astype(xp.int64)
             else:
-                ids = xp.reshape(pos.astype(xp.int64), (1, 1))[:, :1] + xp.reshape(xp.arange(s), (1, s))
+                ids = xp.reshape(pos.astype(xp.int64), (1, 1))[:, :1] + xp.reshape(
+                    xp.arange(s), (1, s)
+                )
                 ids = xp.broadcast_to(ids, (b, s))
             c = xp.reshape(xp.take(cos, xp.reshape(ids, (-1,)), axis=0), (b, s, half))
             sn = xp.reshape(xp.take(sin, xp.reshape(ids, (-1,)), axis=0), (b, s, half))
