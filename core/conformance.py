@@ -17,6 +17,23 @@ import numpy as np
 CATEGORIES = ("node", "simple", "pytorch-converted", "pytorch-operator")
 
 
+def exclusions() -> dict[str, dict[str, str]]:
+    """``{category: {regex: reason}}`` from the package's conformance_exclusions.toml."""
+    import tomllib
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "conformance_exclusions.toml"
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def excluded_reason(name: str, category: str) -> str | None:
+    for pattern, reason in exclusions().get(category, {}).items():
+        if re.search(pattern, name):
+            return reason
+    return None
+
+
 @dataclass
 class CaseResult:
     name: str

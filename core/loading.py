@@ -214,6 +214,7 @@ def check_model(proto: onnx.ModelProto) -> None:
                 f"node {node.op_type} {node.name!r} uses domain {node.domain!r}, "
                 "which the model does not import (add it to opset_import)"
             )
+    densify_sparse(proto.graph)
     check_graph(proto.graph)
 
 
@@ -224,3 +225,38 @@ def _all_nodes(graph: onnx.GraphProto):
             subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
             for sub in subs:
                 yield from _all_nodes(sub)
+
+
+def sparse_to_dense(sp: onnx.SparseTensorProto) -> onnx.TensorProto:
+    """The dense tensor a SparseTensorProto stands for (indices linear or per-dim)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(sp.values)
+    dims = tuple(sp.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    if sp.indices.dims:
+        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+        if idx.ndim == 1:
+            dense.reshape(-1)[idx] = values
+        else:
+            dense[tuple(idx.T)] = values
+    return numpy_helper.from_array(dense, sp.values.name)
+
+
+def densify_sparse(graph: onnx.GraphProto) -> None:
+    """Sparse initializers and Constant(sparse_value) become dense: onnx-ir cannot read them."""
+    for sp in list(graph.sparse_initializer):
+        graph.initializer.append(sparse_to_dense(sp))
+    del graph.sparse_initializer[:]
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.SPARSE_TENSOR and node.op_type == "Constant":
+                dense = sparse_to_dense(attr.sparse_tensor)
+                attr.Clear()
+                attr.name = "value"
+                attr.type = onnx.AttributeProto.TENSOR
+                attr.t.CopyFrom(dense)
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                densify_sparse(sub)

@@ -13,17 +13,24 @@ from onnxep.providers.dtypes import dtype_name, np_dtype
 from .errors import InvalidArgument
 
 
+def _elem_name(dtype: Any) -> str:
+    try:
+        return dtype_name(np_dtype(int(dtype)))
+    except ValueError:
+        return "undefined"
+
+
 def type_string(t: Any) -> str:
     if t is None:
         return "unknown"
     if isinstance(t, ir.TensorType):
-        return f"tensor({dtype_name(np_dtype(int(t.dtype)))})"
+        return f"tensor({_elem_name(t.dtype)})"
     if isinstance(t, ir.SequenceType):
         return f"seq({type_string(t.elem_type)})"
     if isinstance(t, ir.OptionalType):
         return f"optional({type_string(t.elem_type)})"
     if isinstance(t, ir.SparseTensorType):
-        return f"sparse_tensor({dtype_name(np_dtype(int(t.dtype)))})"
+        return f"sparse_tensor({_elem_name(t.dtype)})"
     return str(t)
 
 
@@ -53,7 +60,12 @@ class FeedCheck:
         self.arg = NodeArg.of(value)
         t = value.type
         self.tensor = isinstance(t, ir.TensorType)
-        self.dtype = np_dtype(int(t.dtype)) if self.tensor else None
+        self.dtype = None
+        if self.tensor:
+            try:
+                self.dtype = np_dtype(int(t.dtype))
+            except ValueError:
+                self.dtype = None  # undeclared element type: the kernels check it
         self.shape = self.arg.shape if self.tensor else None
 
     def __call__(self, feed: Any) -> Any:

@@ -104,6 +104,10 @@ def move_shape_math_to_host(
             return True
         return v.index() in p.claim.spec.host_outputs
 
+    # Nodes whose results only ever size tensors: every use is a host-memory
+    # input, or an input of another such node. Found by a fixpoint from the end.
+    shape_only: set[int] = set()
+
     def host_use(v: ir.Value) -> bool:
         if id(v) in outputs:
             return False
@@ -111,11 +115,21 @@ def move_shape_math_to_host(
             p = by_node.get(id(use.node))
             if p is None:
                 return False
-            if id(p.node) in on_host or p.provider.device == "cpu":
+            if id(p.node) in shape_only:
                 continue
             if use.idx not in p.claim.spec.host_inputs:
                 return False
         return True
+
+    grew = True
+    while grew:
+        grew = False
+        for p in reversed(placed):
+            if id(p.node) in shape_only or not p.node.outputs:
+                continue
+            if all(host_use(o) for o in p.node.outputs):
+                shape_only.add(id(p.node))
+                grew = True
 
     moved = 0
     changed = True
@@ -124,7 +138,7 @@ def move_shape_math_to_host(
         for p in reversed(placed):
             if p.provider.device == "cpu" or id(p.node) in on_host:
                 continue
-            if not p.node.outputs or not all(host_use(o) for o in p.node.outputs):
+            if id(p.node) not in shape_only:
                 continue
             if not all(host_value(v) for v in p.node.inputs):
                 continue

@@ -222,6 +222,12 @@ class PluginHost:
 
     def _add_kernels(self, provider: Provider, plugin_name: str, specs: Iterable[Any]) -> None:
         src = self._sources.get(plugin_name, plugin_name)
+        for module, error in getattr(specs, "failures", ()):
+            failure = PluginFailure(
+                plugin_name, src, f"kernel module {module}: {error}", "onnxep_kernels"
+            )
+            if failure not in self.failures:
+                self.failures.append(failure)
         try:
             for spec in specs:
                 if not isinstance(spec, KernelSpec):

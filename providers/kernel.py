@@ -118,8 +118,12 @@ def kernel(
 class KernelLibrary:
     """An ordered collection of kernel specs, usually built from a package of op modules."""
 
-    def __init__(self, specs: Iterable[KernelSpec] = ()) -> None:
+    def __init__(
+        self, specs: Iterable[KernelSpec] = (), failures: Iterable[tuple[str, str]] = ()
+    ) -> None:
         self.specs: list[KernelSpec] = list(specs)
+        #: ``(module, error)`` for op modules that failed to import; the host reports them.
+        self.failures: list[tuple[str, str]] = list(failures)
 
     def __iter__(self) -> Iterator[KernelSpec]:
         return iter(self.specs)
@@ -140,11 +144,21 @@ class KernelLibrary:
         """Every kernel in the modules of ``package`` whose names start with ``prefix``."""
         pkg = importlib.import_module(package) if isinstance(package, str) else package
         specs: list[KernelSpec] = []
+        failures: list[tuple[str, str]] = []
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
             if info.name.startswith(prefix):
-                mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+                name = f"{pkg.__name__}.{info.name}"
+                try:
+                    mod = importlib.import_module(name)
+                except Exception as exc:
+                    # One broken op module must not take the other ops down with it.
+                    failures.append((name, f"{type(exc).__name__}: {exc}"))
+                    continue
                 specs.extend(KernelLibrary.from_module(mod))
-        return KernelLibrary(specs)
+        return KernelLibrary(specs, failures)
+
+    def __add__(self, other: KernelLibrary) -> KernelLibrary:
+        return KernelLibrary([*self, *other], [*self.failures, *other.failures])
 
     def op_types(self) -> set[tuple[str, str]]:
         return {(s.domain, s.op_type) for s in self.specs}

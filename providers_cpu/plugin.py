@@ -33,7 +33,7 @@ class CPUPlugin:
         from . import ops
 
         generic = KernelLibrary.from_package("onnxep.providers.ops")
-        return [*generic, *KernelLibrary.from_package(ops)]
+        return generic + KernelLibrary.from_package(ops)
 
 
 plugin = CPUPlugin()

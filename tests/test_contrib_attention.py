@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -164,7 +165,7 @@ def test_rotary_embedding(case, seed):
     name, rank, b, s, nh, hd, rot, il, pos_kind, packed = case
     rng = np.random.default_rng(seed)
     feeds = _rope_feeds(rng, rank, b, s, nh, hd, rot, pos_kind)
-    attrs = {"interleaved": il, "is_packed_batching": packed}
+    attrs = {"interleaved": il, "is_packed_batching": packed, "scale": 0.5 if seed else 1.0}
     if rot:
         attrs.update(rotary_embedding_dim=rot, num_heads=nh)
     elif rank == 3 and seed == 1:
@@ -180,6 +181,7 @@ MROPE_CASES = [
     ("sectioned", 3, 2, 5, 2, 16, 0, 0, [2, 3, 3], 0),
     ("interleaved_layout", 3, 2, 5, 2, 24, 0, 0, [4, 4, 4], 1),
     ("qwen35_like", 4, 1, 6, 2, 32, 16, 0, [3, 3, 2], 1),
+    ("scaled", 3, 2, 3, 2, 16, 0, 0, [4, 2, 2], 1),
     ("il_pairs", 3, 2, 4, 3, 16, 0, 1, [4, 2, 2], 0),
 ]
 
@@ -194,10 +196,14 @@ def test_mrotary_embedding(case, seed):
     attrs = {"interleaved": il, "mrope_section": section, "mrope_layout": layout, "num_heads": nh}
     if rot:
         attrs["rotary_embedding_dim"] = rot
+    if name == "scaled":
+        attrs["scale"] = 0.7
     names = ["input", "position_ids", "cos_cache", "sin_cache"]
     model = _model("MRotaryEmbedding", names, ["output"], attrs, feeds)
     got, ref = _run_both(model, feeds)
     _close(got[0], ref[0], atol=1e-5, what=name)
+    if name == "scaled":
+        return  # RotaryEmbedding ignores scale, as in onnxruntime
     # The same math through RotaryEmbedding, which onnxruntime rejects for 3-D ids.
     model2 = _model("RotaryEmbedding", names, ["output"], attrs, feeds)
     got2 = onnxep.InferenceSession(model2, providers=["cpu"]).run(None, feeds)
@@ -404,6 +410,10 @@ GQA_EXTRA = [
     ("pos_ids_decode", 2, 1, 4, 2, 16, [4, 6], 12, {"do_rotary": 1}, ("position_ids",)),
     ("bidirectional", 2, 4, 4, 2, 8, [0, 0], None, {"causal": 0}, ()),
     ("query_seqlens", 2, 4, 4, 2, 8, [3, 5], 12, {}, ("query_seqlens",)),
+    ("pos_ids_prompt", 2, 4, 4, 2, 16, [0, 0], None, {"do_rotary": 1}, ("position_ids",)),
+    ("qk_raw", 2, 4, 4, 2, 8, [0, 0], None, {"qk_output": 1, "softcap": 1.5}, ("qk",)),
+    ("qk_raw_bias", 2, 1, 4, 2, 8, [3, 5], 8, {"qk_output": 1}, ("qk", "attention_bias")),
+    ("qk_probs", 2, 1, 4, 2, 8, [3, 5], None, {"qk_output": 2}, ("qk",)),
     ("fp16", 2, 3, 4, 2, 16, [0, 0], None, {"do_rotary": 1}, ("fp16",)),
     ("fp16_decode", 2, 1, 4, 2, 8, [3, 6], 10, {"softcap": 3.0}, ("fp16",)),
 ]
@@ -457,7 +467,7 @@ def test_group_query_attention_extra(case, seed):
     while names and not names[-1]:
         names.pop()
     ot = TensorProto.FLOAT16 if dt == np.float16 else F
-    outs = ["output", "present_key", "present_value"]
+    outs = ["output", "present_key", "present_value"] + (["output_qk"] if "qk" in extras else [])
     model = _model(
         "GroupQueryAttention", names, outs, {"num_heads": nh, "kv_num_heads": nkv, **attrs}, f,
         out_types=dict.fromkeys(outs, ot),
@@ -472,3 +482,63 @@ def test_group_query_attention_extra(case, seed):
             _close(
                 got[o][bi, :, :t], ref[o][bi, :, :t], atol, rtol, what=f"{name} present{o}[{bi}]"
             )
+        if "qk" in extras:
+            _close(got[3][bi, :, :q], ref[3][bi, :, :q], atol, rtol, what=f"{name} output_qk[{bi}]")
+
+
+def _as_fp16(model, feeds):
+    """The same model with every float tensor (inputs and outputs) in float16."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.type.tensor_type.elem_type == F:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+    f = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    return m, f
+
+
+@pytest.mark.parametrize("op", ["RotaryEmbedding", "MultiHeadAttention"])
+def test_float16(op):
+    rng = np.random.default_rng(3)
+    b, s, nh, hd = 2, 4, 2, 16
+    if op == "RotaryEmbedding":
+        f = _rope_feeds(rng, 3, b, s, nh, hd, 0, "2d")
+        names = ["input", "position_ids", "cos_cache", "sin_cache"]
+        model = _model(op, names, ["output"], {"interleaved": 1, "num_heads": nh}, f)
+    else:
+        f = {
+            "query": rng.standard_normal((b, s, nh * hd)).astype(np.float32),
+            "key": rng.standard_normal((b, s + 1, nh * hd)).astype(np.float32),
+            "value": rng.standard_normal((b, s + 1, nh * hd)).astype(np.float32),
+            "bias": rng.standard_normal((3 * nh * hd,)).astype(np.float32),
+        }
+        model = _model(op, list(f), ["output"], {"num_heads": nh}, f)
+    m16, f16 = _as_fp16(model, f)
+    got, ref = _run_both(m16, f16)
+    assert got[0].dtype == np.float16
+    _close(got[0], ref[0], atol=2e-3, rtol=5e-3, what=f"{op} fp16")
+
+
+def test_attention_contrib_megatron_mask_matches_3d():
+    # onnxruntime's CPU provider rejects the (B, 1, M, M) form; it reads rows [past, past + S)
+    rng = np.random.default_rng(5)
+    b, s, nh, hd, past, big = 2, 3, 2, 8, 4, 9
+    r = rng.standard_normal
+    f = {
+        "input": r((b, s, 16)).astype(np.float32),
+        "weights": (r((16, 3 * nh * hd)) * 0.3).astype(np.float32),
+        "bias": r((3 * nh * hd,)).astype(np.float32),
+        "mask_index": (rng.random((b, 1, big, big)) > 0.3).astype(np.int32),
+        "past": r((2, b, nh, past, hd)).astype(np.float32),
+    }
+    f["mask_index"][..., 0] = 1
+    names = ["input", "weights", "bias", "mask_index", "past"]
+    m4 = _model("Attention", names, ["output", "present"], {"num_heads": nh}, f)
+    got = onnxep.InferenceSession(m4, providers=["cpu"]).run(None, f)
+    f3 = dict(
+        f, mask_index=np.ascontiguousarray(f["mask_index"][:, 0, past : past + s, : past + s])
+    )
+    m3 = _model("Attention", names, ["output", "present"], {"num_heads": nh}, f3)
+    _, ref = _run_both(m3, f3)
+    _close(got[0], ref[0], what="megatron mask")
+    _close(got[1], ref[1], what="megatron present")

@@ -6,11 +6,11 @@ onnxep's CPU provider against onnxruntime's CPU provider.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import ml_dtypes
 import onnxep
 
 ort = pytest.importorskip("onnxruntime")
@@ -122,7 +122,10 @@ def check_low_precision(op, inputs, outputs, attrs, dtype, keep=(), atol=2e-2, r
         n: (a.astype(dtype) if a is not None and a.dtype == np.float32 and n not in keep else a)
         for n, a in inputs.items()
     }
-    ref_in = {n: (a.astype(np.float32) if a is not None and a.dtype == dtype else a) for n, a in low.items()}
+    ref_in = {
+        n: (a.astype(np.float32) if a is not None and a.dtype == dtype else a)
+        for n, a in low.items()
+    }
     model = make_model(op, low, outputs, attrs)
     ref_model = make_model(op, ref_in, outputs, attrs)
     names = [o.name for o in model.graph.output]
@@ -198,6 +201,9 @@ FMM_CASES = [
     ((1, 3, 4), (2, 4, 5), 0, 0, 0, 0),
     ((4,), (4, 5), 0, 0, 0, 0),
     ((2, 3, 4), (4,), 0, 1, 0, 0),
+    # onnxruntime needs equal ranks >= 3 once a transBatch flag is set
+    ((4, 2, 6, 3), (5, 2, 6, 4), 1, 1, 1, 1),
+    ((3, 2, 5, 4), (2, 5, 4, 6), 0, 0, 1, 0),
 ]
 
 
@@ -275,7 +281,13 @@ def test_skip_simplified_layer_norm(shapes, with_bias, with_sum, dtype):
     atol, rtol = TOL[dtype]
     types = {"mean": np.float32, "inv_std_var": np.float32}
     check(
-        "SkipSimplifiedLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol, out_types=types
+        "SkipSimplifiedLayerNormalization",
+        ins,
+        outs,
+        {"epsilon": 1e-5},
+        atol=atol,
+        rtol=rtol,
+        out_types=types,
     )
 
 
@@ -300,7 +312,15 @@ def test_skip_layer_norm(shapes, with_beta, with_bias, with_sum, dtype):
     outs = ["output", "mean", "inv_std_var", "sum"] if with_sum else ["output"]
     atol, rtol = TOL[dtype]
     types = {"mean": np.float32, "inv_std_var": np.float32}
-    check("SkipLayerNormalization", ins, outs, {"epsilon": 1e-5}, atol=atol, rtol=rtol, out_types=types)
+    check(
+        "SkipLayerNormalization",
+        ins,
+        outs,
+        {"epsilon": 1e-5},
+        atol=atol,
+        rtol=rtol,
+        out_types=types,
+    )
 
 
 # ---------------------------------------------------------------- MatMulNBits
@@ -344,7 +364,11 @@ def test_matmul_nbits(shape, bits, zp_kind, const_b):
     rng = np.random.default_rng(k * 7 + n + bits)
     ins = _nbits_inputs(rng, lead, k, n, bits, block_size, zp_kind, np.float32)
     attrs = {"K": k, "N": n, "bits": bits, "block_size": block_size}
-    inits = {name: ins[name] for name in ("B", "scales", "zero_points") if name in ins} if const_b else None
+    inits = (
+        {name: ins[name] for name in ("B", "scales", "zero_points") if name in ins}
+        if const_b
+        else None
+    )
     check("MatMulNBits", ins, ["Y"], attrs, initializers=inits, atol=1e-4, rtol=1e-4)
 
 
@@ -364,7 +388,9 @@ def test_matmul_nbits_bias_and_accuracy(shape, zp_kind, with_bias, accuracy_leve
     # accuracy_level 4 lets onnxruntime quantize A to int8 blocks: a looser match.
     tol = (1e-4, 1e-4) if accuracy_level == 0 else (0.05, 0.02)
     # onnxruntime's int8 path reads zero points only when they are constant.
-    inits = {name: ins[name] for name in ("B", "scales", "zero_points") if ins.get(name) is not None}
+    inits = {
+        name: ins[name] for name in ("B", "scales", "zero_points") if ins.get(name) is not None
+    }
     check("MatMulNBits", ins, ["Y"], attrs, initializers=inits, atol=tol[0], rtol=tol[1])
 
 
@@ -392,7 +418,9 @@ def test_matmul_nbits_g_idx(shape, zp_kind, order):
     zp = ins["zero_points"]
     zp_f = np.stack([zp & 15, zp >> 4], axis=-1).reshape(n, -1)[:, :k_blocks].astype(np.float32)
     ref_ins = dict(ins, zero_points=zp_f)
-    ref_model = make_model("MatMulNBits", ref_ins, ["Y"], attrs, initializers=dict(inits, zero_points=zp_f))
+    ref_model = make_model(
+        "MatMulNBits", ref_ins, ["Y"], attrs, initializers=dict(inits, zero_points=zp_f)
+    )
     model = make_model("MatMulNBits", ins, ["Y"], attrs, initializers=inits)
     got, ref = run_both(model, {"A": ins["A"]}, ref_model)
     assert_close(got, ref, 1e-4, 1e-4)
@@ -434,12 +462,18 @@ def test_linear_attention_gate(shape, with_beta, dtype):
     check("LinearAttentionGate", ins, outs, atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("shape,c", [((2, 3, 16), 16), ((2, 3, 32), 8), ((5, 12), 4), ((1, 2, 3, 20), 10)])
+@pytest.mark.parametrize(
+    "shape,c", [((2, 3, 16), 16), ((2, 3, 32), 8), ((5, 12), 4), ((1, 2, 3, 20), 10)]
+)
 @pytest.mark.parametrize("activation", [None, "silu", "swish", "sigmoid"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_gated_rms_norm(shape, c, activation, dtype):
     rng = np.random.default_rng(sum(shape) + c)
-    ins = {"X": rnd(rng, shape, dtype, 2.0), "scale": rnd(rng, (c,), dtype), "gate": rnd(rng, shape, dtype, 3.0)}
+    ins = {
+        "X": rnd(rng, shape, dtype, 2.0),
+        "scale": rnd(rng, (c,), dtype),
+        "gate": rnd(rng, shape, dtype, 3.0),
+    }
     attrs = {"epsilon": 1e-5}
     if activation is not None:
         attrs["activation"] = activation
@@ -485,7 +519,11 @@ def test_causal_conv_with_state_channels_last(chan_shape, length, k, dil, with_p
     b = 2
     c = int(np.prod(chan_shape))
     pad = (k - 1) * dil
-    ins = {"input": rnd(rng, (b, length) + chan_shape), "weight": rnd(rng, (c, 1, k)), "bias": rnd(rng, (c,))}
+    ins = {
+        "input": rnd(rng, (b, length) + chan_shape),
+        "weight": rnd(rng, (c, 1, k)),
+        "bias": rnd(rng, (c,)),
+    }
     if with_past:
         ins["past_state"] = rnd(rng, (b, pad) + chan_shape)
     attrs = {"channels_last": 1, "activation": "silu", "dilation": dil}
@@ -551,7 +589,7 @@ def test_linear_attention_gate_kinds(decay_kind, beta_kind, scale):
     check("LinearAttention", ins, ["output", "present_state"], attrs, atol=1e-4, rtol=1e-4)
 
 
-# ---------------------------------------------------------------- state windows (CUDA-only in onnxruntime)
+# ------------------------------------------------ state windows (CUDA-only in onnxruntime)
 
 
 def _window_reference(run_prefix, t, window):
@@ -573,11 +611,18 @@ def test_linear_attention_state_window(t, window):
     attrs = {"q_num_heads": 2, "kv_num_heads": 2}
 
     def prefix(n):
-        sub = {k: (v[:, :n] if k in ("query", "key", "value", "decay", "beta") else v) for k, v in ins.items()}
+        sub = {
+            k: (v[:, :n] if k in ("query", "key", "value", "decay", "beta") else v)
+            for k, v in ins.items()
+        }
         return run_ort(make_model("LinearAttention", sub, ["output", "present_state"], attrs), sub)
 
-    windowed = dict(ins, past_state=np.concatenate([rnd(rng, (window - 1,) + past.shape), past[None]]))
-    model = make_model("LinearAttention", windowed, ["output", "present_state"], dict(attrs, state_window=window))
+    windowed = dict(
+        ins, past_state=np.concatenate([rnd(rng, (window - 1,) + past.shape), past[None]])
+    )
+    model = make_model(
+        "LinearAttention", windowed, ["output", "present_state"], dict(attrs, state_window=window)
+    )
     got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, windowed)
     ref_out = prefix(t)[0]
     ref_state = _window_reference(lambda n: prefix(n)[1], t, window)
@@ -613,7 +658,7 @@ def test_causal_conv_state_window(t, window, channels_last):
     assert_close(got, [np.ascontiguousarray(ref_out), np.ascontiguousarray(ref_state)])
 
 
-# ---------------------------------------------------------------- half types onnxruntime's CPU provider lacks
+# ------------------------------------------------ half types onnxruntime's CPU provider lacks
 
 LOWP = [np.float16, ml_dtypes.bfloat16]
 
@@ -625,7 +670,9 @@ def test_linear_attention_low_precision(dtype, rule):
     heads = (4, 2, 2, 8, 8)
     ins = _la_inputs(rng, 2, 4, heads, rule, "per_key", "per_head", True)
     attrs = {"q_num_heads": 4, "kv_num_heads": 2, "update_rule": rule}
-    check_low_precision("LinearAttention", ins, ["output", "present_state"], attrs, dtype, atol=3e-2, rtol=3e-2)
+    check_low_precision(
+        "LinearAttention", ins, ["output", "present_state"], attrs, dtype, atol=3e-2, rtol=3e-2
+    )
 
 
 @pytest.mark.parametrize("dtype", LOWP)
@@ -635,7 +682,9 @@ def test_causal_conv_low_precision(dtype, with_past):
     ins = {"input": rnd(rng, (2, 4, 6)), "weight": rnd(rng, (4, 1, 4)), "bias": rnd(rng, (4,))}
     if with_past:
         ins["past_state"] = rnd(rng, (2, 4, 3))
-    check_low_precision("CausalConvWithState", ins, ["output", "present_state"], {"activation": "silu"}, dtype)
+    check_low_precision(
+        "CausalConvWithState", ins, ["output", "present_state"], {"activation": "silu"}, dtype
+    )
 
 
 @pytest.mark.parametrize("dtype", LOWP)
@@ -656,17 +705,28 @@ def test_fused_matmul_low_precision(dtype):
     check_low_precision("FusedMatMul", ins, ["Y"], attrs, dtype, atol=5e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("op", ["GatedRMSNorm", "LinearAttentionGate", "SkipSimplifiedLayerNormalization"])
+@pytest.mark.parametrize(
+    "op", ["GatedRMSNorm", "LinearAttentionGate", "SkipSimplifiedLayerNormalization"]
+)
 def test_bfloat16_norms_and_gates(op):
     rng = np.random.default_rng(11)
     if op == "GatedRMSNorm":
         ins = {"X": rnd(rng, (2, 3, 16)), "scale": rnd(rng, (8,)), "gate": rnd(rng, (2, 3, 16))}
         outs, keep = ["Y"], ()
     elif op == "LinearAttentionGate":
-        ins = {"a": rnd(rng, (2, 3, 4)), "dt_bias": rnd(rng, (4,)), "decay_scale": rnd(rng, (4,)), "b": rnd(rng, (2, 3, 4))}
+        ins = {
+            "a": rnd(rng, (2, 3, 4)),
+            "dt_bias": rnd(rng, (4,)),
+            "decay_scale": rnd(rng, (4,)),
+            "b": rnd(rng, (2, 3, 4)),
+        }
         outs, keep = ["decay", "beta"], ("dt_bias", "decay_scale")
     else:
-        ins = {"input": rnd(rng, (2, 3, 16)), "skip": rnd(rng, (2, 3, 16)), "gamma": rnd(rng, (16,))}
+        ins = {
+            "input": rnd(rng, (2, 3, 16)),
+            "skip": rnd(rng, (2, 3, 16)),
+            "gamma": rnd(rng, (16,)),
+        }
         outs, keep = ["output", "", "", "sum"], ()
     attrs = {"epsilon": 1e-5} if op != "LinearAttentionGate" else {}
     check_low_precision(op, ins, outs, attrs, ml_dtypes.bfloat16, keep=keep)
@@ -702,20 +762,26 @@ def test_causal_conv_state_length(state_length, t):
     ref_out = run_ort(make_model("CausalConvWithState", sub, ["output", "present_state"]), sub)[0]
     ref_state = np.concatenate([past, x], axis=2)[:, :, -state_length:]
     ins = dict(sub, past_state=past)
-    model = make_model("CausalConvWithState", ins, ["output", "present_state"], {"state_length": state_length})
-    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"input": x, "weight": w, "past_state": past})
+    model = make_model(
+        "CausalConvWithState", ins, ["output", "present_state"], {"state_length": state_length}
+    )
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(
+        None, {"input": x, "weight": w, "past_state": past}
+    )
     assert_close(got, [ref_out, ref_state])
 
 
 def test_causal_conv_channel_slice_and_update_capture():
-    """input_channel_offset/input_channels select a channels-last slice; state_update records rows."""
+    """input_channel_offset/input_channels pick a channels-last slice; state_update keeps rows."""
     rng = np.random.default_rng(5)
     b, t, width, off, c, k, cap = 2, 3, 10, 2, 4, 4, 5
     x = rnd(rng, (b, t, width))
     w = rnd(rng, (c, 1, k))
     sel = x[:, :, off : off + c]
     sub = {"input": np.ascontiguousarray(sel.transpose(0, 2, 1)), "weight": w}
-    ref_out, ref_state = run_ort(make_model("CausalConvWithState", sub, ["output", "present_state"]), sub)
+    ref_out, ref_state = run_ort(
+        make_model("CausalConvWithState", sub, ["output", "present_state"]), sub
+    )
     attrs = {
         "channels_last": 1,
         "input_channel_offset": off,
@@ -723,7 +789,9 @@ def test_causal_conv_channel_slice_and_update_capture():
         "state_update_capacity": cap,
     }
     ins = {"input": x, "weight": w}
-    model = make_model("CausalConvWithState", ins, ["output", "present_state", "state_update"], attrs)
+    model = make_model(
+        "CausalConvWithState", ins, ["output", "present_state", "state_update"], attrs
+    )
     got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, ins)
     update = np.zeros((b, cap, c), np.float32)
     update[:, :t] = sel
@@ -734,6 +802,26 @@ def test_causal_conv_channel_slice_and_update_capture():
 @pytest.mark.parametrize("stash_type", [1, 11])
 def test_simplified_layer_norm_double(stash_type):
     rng = np.random.default_rng(stash_type)
+    if stash_type == 11:
+        # onnxruntime's CPU kernel has no double statistics: check against the formula.
+        x = rnd(rng, (3, 4, 16), np.float32)
+        scale = rnd(rng, (16,), np.float32)
+        model = make_model(
+            "SimplifiedLayerNormalization",
+            {"X": x, "scale": scale},
+            ["Y", "inv_std_var"],
+            {"stash_type": 11, "epsilon": 1e-5},
+            domain="",
+            out_types={"inv_std_var": np.float64},
+        )
+        y, inv = onnxep.InferenceSession(model, providers=["cpu"]).run(
+            None, {"X": x, "scale": scale}
+        )
+        x64 = x.astype(np.float64)
+        ref_inv = 1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5)
+        assert inv.dtype == np.float64 and y.dtype == np.float32
+        assert_close([y, inv], [(x64 * ref_inv * scale).astype(np.float32), ref_inv], 1e-6, 1e-6)
+        return
     x = rnd(rng, (3, 4, 16), np.float64)
     scale = rnd(rng, (16,), np.float64)
     check(
@@ -746,3 +834,35 @@ def test_simplified_layer_norm_double(stash_type):
         rtol=1e-6,
         out_types={"inv_std_var": np.float64 if stash_type == 11 else np.float32},
     )
+
+
+@pytest.mark.parametrize("zp_kind", ["none", "packed", "float"])
+def test_matmul_nbits_bfloat16(zp_kind):
+    rng = np.random.default_rng(len(zp_kind))
+    k, n = 80, 6
+    ins = _nbits_inputs(rng, (2, 3), k, n, 4, 32, zp_kind, np.float32)
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": 32}
+    check_low_precision("MatMulNBits", ins, ["Y"], attrs, ml_dtypes.bfloat16, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("const", [True, False])
+def test_matmul_nbits_dequantizes_constants_once(const, monkeypatch):
+    from onnxep.providers.ops import _contrib
+
+    calls = []
+    real = _contrib.dequantize_nbits
+    monkeypatch.setattr(
+        _contrib, "dequantize_nbits", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    rng = np.random.default_rng(0)
+    k, n = 64, 8
+    ins = _nbits_inputs(rng, (2,), k, n, 4, 32, "packed", np.float32)
+    inits = {name: ins[name] for name in ("B", "scales", "zero_points")} if const else None
+    model = make_model(
+        "MatMulNBits", ins, ["Y"], {"K": k, "N": n, "bits": 4, "block_size": 32}, initializers=inits
+    )
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    feeds = {"A": ins["A"]} if const else ins
+    for _ in range(3):
+        sess.run(None, feeds)
+    assert len(calls) == (1 if const else 3)

@@ -1,4 +1,4 @@
-"""Shared math for the com.microsoft LLM contrib kernels (norms, GELUs, MatMulNBits, linear attention).
+"""Shared math for the com.microsoft LLM contrib kernels (norms, GELUs, MatMulNBits...).
 
 Everything here is written against the array namespace ``xp`` (NumPy or CuPy).
 Half-precision inputs are computed in float32, as onnxruntime does, and cast
@@ -186,26 +186,32 @@ def dequantize_nbits(
     the result is cast to ``dtype``.
     """
     k_blocks = -(-k // block_size)
-    q = unpack_bits(b.reshape(n, -1), bits, xp)[:, : k_blocks * block_size]
-    q = q.reshape(n, k_blocks * block_size)[:, :k].astype(np.float32)
+    q = unpack_bits(b.reshape(n, k_blocks, -1), bits, xp)  # (N, k_blocks, block_size)
     s = up(scales.reshape(n, -1)[:, :k_blocks], xp, np.float32)
     if zero_points is None:
-        zp = xp.full((n, k_blocks), float(1 << (bits - 1)), dtype=np.float32)
+        zp = None
     elif zero_points.dtype == np.uint8:
         zp = unpack_bits(zero_points.reshape(n, -1), bits, xp)[:, :k_blocks].astype(np.float32)
     else:
         zp = up(zero_points.reshape(n, -1)[:, :k_blocks], xp, np.float32)
-    if g_idx is not None:
-        # g_idx names each k's quantization group, so scales/zero points are gathered per column.
-        gi = g_idx.reshape(-1)[:k].astype(np.int64)
-        if gi.shape[0] != k:
-            raise ValueError(f"MatMulNBits: g_idx has {gi.shape[0]} entries, expected K={k}")
-        s_full = xp.take(s, gi, axis=1)
-        zp_full = xp.take(zp, gi, axis=1)
-    else:
-        s_full = xp.repeat(s, block_size, axis=1)[:, :k]
-        zp_full = xp.repeat(zp, block_size, axis=1)[:, :k]
-    w = (q - zp_full) * s_full
+    if g_idx is None:
+        # Scales and zero points broadcast over each block; the padding past K is cropped.
+        if zp is None:
+            zp = float(1 << (bits - 1))
+        else:
+            zp = zp[:, :, None]
+        w = q.astype(np.float32)
+        w -= zp  # in place: this matrix is as large as the whole weight
+        w *= s[:, :, None]
+        w = w.reshape(n, k_blocks * block_size)[:, :k]
+        return down(w, dtype)
+    # g_idx names each k's quantization group, so scales/zero points are gathered per column.
+    gi = g_idx.reshape(-1)[:k].astype(np.int64)
+    if gi.shape[0] != k:
+        raise ValueError(f"MatMulNBits: g_idx has {gi.shape[0]} entries, expected K={k}")
+    q = q.reshape(n, k_blocks * block_size)[:, :k].astype(np.float32)
+    zp_full = float(1 << (bits - 1)) if zp is None else xp.take(zp, gi, axis=1)
+    w = (q - zp_full) * xp.take(s, gi, axis=1)
     return down(w, dtype)
 
 

@@ -53,10 +53,6 @@ SUB_BYTE_INTS = frozenset(
 )
 
 
-def is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f" or dt in NARROW_FLOATS
-
-
 # -- run-builders -----------------------------------------------------------------
 
 

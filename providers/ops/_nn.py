@@ -360,11 +360,7 @@ def make_resize_plan(
     for a in axes:
         n_in, n_out, s = in_shape[a], out[a], sc[a]
         pair = (0.0, 1.0) if roi_full is None else (roi_full[a], roi_full[r + a])
-        if (
-            n_out == n_in
-            and s == 1.0
-            and (ctm != "tf_crop_and_resize" or pair == (0.0, 1.0))
-        ):
+        if n_out == n_in and s == 1.0 and (ctm != "tf_crop_and_resize" or pair == (0.0, 1.0)):
             continue
         if n_out == 0 or n_in == 0:
             ops.append((a, "empty", None))

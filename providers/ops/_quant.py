@@ -38,10 +38,6 @@ _ALWAYS_SATURATE = {
 }
 
 
-def is_float_target(dt: np.dtype) -> bool:
-    return np.dtype(dt) in _FLOAT_TARGETS
-
-
 def int_range(dt: np.dtype) -> tuple[int, int]:
     """The representable range of an integer dtype, sub-byte ones included."""
     info = ml_dtypes.iinfo(dt) if np.dtype(dt).kind == "V" else np.iinfo(dt)
@@ -91,35 +87,6 @@ def saturate_cast(v: Any, dt: np.dtype, xp: Any, saturate: bool = True) -> Any:
             v = xp.clip(v, -m, m)
         return v.astype(dt)
     return v.astype(dt)
-
-
-def compute_dtype(*dts: np.dtype | None) -> Any:
-    """float64 when any operand is float64 or a wide integer, else float32."""
-    for dt in dts:
-        if dt is not None and np.dtype(dt) in (np.dtype(np.float64), np.dtype(np.int32)):
-            return np.float64
-    return np.float32
-
-
-def param_layout(
-    p_shape: Sequence[int] | None,
-    x_rank: int | None,
-    axis: int,
-    block_size: int,
-    op: str,
-) -> tuple[str, int]:
-    """Classify a scale/zero-point: ``("tensor"|"axis"|"block", normalized axis)``."""
-    if block_size and block_size > 0:
-        if x_rank is None:
-            raise NotSupported(f"{op}: blocked quantization needs the input rank")
-        return "block", axis % x_rank
-    if p_shape is None or len(p_shape) == 0 or (len(p_shape) == 1 and p_shape[0] == 1):
-        return "tensor", 0
-    if len(p_shape) == 1:
-        if x_rank is None:
-            raise NotSupported(f"{op}: per-axis quantization needs the input rank")
-        return "axis", axis % x_rank
-    return "block", axis % (x_rank or len(p_shape))
 
 
 def expand_param(p: Any, x_shape: Sequence[int], axis: int, block_size: int, xp: Any) -> Any:
@@ -271,11 +238,18 @@ class HostRng:
             return self.gen.normal(mean, scale, tuple(int(d) for d in shape))
 
 
-def random_dtype(node: Any, default: Any) -> np.dtype:
-    """The ``dtype`` attribute (an ONNX element type) or ``default``."""
+def random_dtype(node: Any, default: Any) -> np.dtype | None:
+    """The ``dtype`` attribute (an ONNX element type), else ``default``."""
     elem = node.attr("dtype", None)
     if elem is None or int(elem) == 0:
-        if default is None:
-            raise NotSupported(f"{node.op_type}: no dtype attribute and the input type is unknown")
-        return np.dtype(default)
+        return None if default is None else np.dtype(default)
     return onnx_dtype(int(elem), f"{node.op_type} dtype")
+
+
+def like_dtype(fixed: np.dtype | None, x_dtype: Any) -> np.dtype:
+    """The *Like ops' output type: ``dtype`` if set, else the input's when it is a float."""
+    if fixed is not None:
+        return fixed
+    dt = np.dtype(x_dtype)
+    # Random floats cannot take a string, bool or integer input's type.
+    return dt if dt.kind == "f" or dt.name == "bfloat16" else np.dtype(np.float32)

@@ -88,20 +88,23 @@ def scatter(xp: Any, out: Any, index: tuple, updates: Any, reduction: str = "non
     ``index`` is a tuple of integer index arrays that broadcast to
     ``updates``' shape. Plain assignment lets the last duplicate win (ONNX
     leaves the order undefined). Reductions apply duplicates in rounds: each
-    round updates positions that occur at most once in it, so no backend
-    needs ``ufunc.at`` (CuPy lacks it for multiply).
+    round updates positions that occur at most once in it; that path, for
+    backends without ``ufunc.at`` for the reduction, reads the round count
+    back to the host.
     """
     if reduction == "none":
         out[index] = updates
         return out
     full = xp.broadcast_arrays(*index, updates)
     idx, upd = full[:-1], full[-1]
-    if xp is np:
-        ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+    # ufunc.at where the backend has it (NumPy; CuPy for add/max/min via atomics)
+    name = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}[reduction]
+    at = getattr(getattr(xp, name, None), "at", None)
+    if at is not None:
         try:
-            ufunc[reduction].at(out, tuple(idx), upd)
+            at(out, tuple(idx), upd)
             return out
-        except TypeError:  # extension dtypes without ufunc.at loops
+        except (TypeError, NotImplementedError):  # e.g. extension dtypes, CuPy multiply
             pass
     flat_idx = xp.ravel_multi_index(tuple(i.reshape(-1) for i in idx), out.shape)
     upd = upd.reshape(-1)

@@ -27,7 +27,8 @@ def attention_contrib(node: NodeInfo, xp):
         raise NotSupported("Attention (com.microsoft): do_rotary=1 is not supported")
     if node.attr("past_present_share_buffer", 0) or node.has_input(6):
         raise NotSupported(
-            "Attention (com.microsoft): past_present_share_buffer / past_sequence_length are not supported"
+            "Attention (com.microsoft): past_present_share_buffer / past_sequence_length "
+            "are not supported"
         )
 
     def run(x, w, bias=None, mask=None, past=None, attn_bias=None, *_):

@@ -19,7 +19,7 @@ from ._quant import HostRng, random_dtype
     capture_note="draws random numbers on the host",
 )
 def bernoulli(node: NodeInfo, xp: Any):
-    fixed = random_dtype(node, None) if node.attr("dtype", None) else None
+    fixed = random_dtype(node, None)
     rng = HostRng(node.attr("seed", None))
 
     def run(p):

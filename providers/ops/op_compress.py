@@ -2,8 +2,10 @@ from onnxep.providers.kernel import kernel
 
 from ._shape import norm_axis
 
+_NOTE = "the output size depends on the data, read back to the host"
 
-@kernel("Compress", since=9)
+
+@kernel("Compress", since=9, capture_safe=False, capture_note=_NOTE)
 def compress(node, xp):
     axis = node.attr("axis", None)
 

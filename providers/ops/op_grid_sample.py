@@ -14,8 +14,13 @@ from onnxep.providers.kernel import kernel
 
 from ._nn import compute_dtype, str_attr
 
-_MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest",
-          "bicubic": "cubic", "cubic": "cubic"}
+_MODES = {
+    "bilinear": "linear",
+    "linear": "linear",
+    "nearest": "nearest",
+    "bicubic": "cubic",
+    "cubic": "cubic",
+}
 
 
 def _reflect(xp, x, lo, hi):

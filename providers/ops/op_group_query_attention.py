@@ -111,7 +111,11 @@ def group_query_attention(node: NodeInfo, xp):
         pos = plen + xp.reshape(xp.arange(s), (1, s))  # absolute query positions (B, S)
 
         if do_rotary:
-            if position_ids is not None:
+            if position_ids is not None and s > 1 and s == total and query_seqlens is None:
+                # onnxruntime reads only the first id on a first prompt
+                first = xp.reshape(position_ids.astype(xp.int64), (-1,))[:1]
+                rpos = xp.broadcast_to(first + xp.reshape(xp.arange(s), (1, s)), (b, s))
+            elif position_ids is not None:
                 rpos = position_ids.astype(xp.int64)
             else:
                 rpos = xp.clip(pos, 0, cos.shape[0] - 1)
@@ -132,10 +136,10 @@ def group_query_attention(node: NodeInfo, xp):
         vv = widen(present_v[:, :, :total], ct)
         scale = scale_attr if scale_attr else default_scale(hd)
         scores = grouped_scores(xp, widen(q, ct), kk) * ct.type(scale)
-        raw = scores
         scores = softcap(xp, scores, cap)
         if attn_bias is not None:
             scores = scores + widen(attn_bias, ct)[..., :total]
+        raw = scores
 
         j = xp.reshape(xp.arange(total), (1, 1, 1, total))
         p4 = xp.reshape(pos, (b, 1, s, 1))
@@ -163,7 +167,9 @@ def group_query_attention(node: NodeInfo, xp):
         y = merge_heads(xp, grouped_context(xp, probs, vv)).astype(query.dtype)
         qk = None
         if node.has_output(3):
-            qk = (raw if qk_mode == 1 else probs).astype(query.dtype)
+            # mode 1: scaled QK after softcap and attention_bias, zero where a key is not attended
+            qk = probs if qk_mode == 2 else xp.where(allowed, raw, xp.zeros((), dtype=ct))
+            qk = qk.astype(query.dtype)
         return (y, present_k, present_v, qk)
 
     return run
@@ -178,8 +184,8 @@ def _scatter_cache(xp, past, new, plen, tlen, cap_len):
     b, h, s, d = new.shape
     t = xp.reshape(xp.arange(cap_len), (1, cap_len))
     src = xp.clip(t - plen, 0, s - 1)  # (B, C) row of `new` each cache row would take
-    idx = xp.broadcast_to(xp.reshape(src, (b, 1, cap_len, 1)), (b, h, cap_len, d))
-    from_new = xp.take_along_axis(new, idx, axis=2)
+    # the index broadcasts over heads and channels (NumPy and CuPy both allow it)
+    from_new = xp.take_along_axis(new, xp.reshape(src, (b, 1, cap_len, 1)), axis=2)
     use_new = xp.reshape((t >= plen) & (t < tlen), (b, 1, cap_len, 1))
     if past is not None:
         pl = past.shape[2]

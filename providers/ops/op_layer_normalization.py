@@ -1,5 +1,6 @@
 """LayerNormalization (opset 17): normalize over dims ``axis..``, with Mean/InvStdDev outputs."""
 
+from onnxep.providers.dtypes import np_dtype
 from onnxep.providers.kernel import kernel
 
 from ._reduce import compute_dtype, moments, norm_axis, out_dtype, stash_dtype
@@ -10,7 +11,9 @@ def layer_normalization(node, xp):
     axis = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
     want_mean, want_inv = node.has_output(1), node.has_output(2)
-    stat_dt = out_dtype(node, 1, out_dtype(node, 2, compute_dtype(_stash_for(node))))
+    stat_dt = out_dtype(
+        node, 1, out_dtype(node, 2, compute_dtype(np_dtype(int(node.attr("stash_type", 1)))))
+    )
 
     def run(x, scale, bias=None):
         sdt = stash_dtype(node, x.dtype)
@@ -32,9 +35,3 @@ def layer_normalization(node, xp):
         return tuple(outs)
 
     return run
-
-
-def _stash_for(node):
-    from onnxep.providers.dtypes import np_dtype
-
-    return np_dtype(int(node.attr("stash_type", 1)))

@@ -1,4 +1,4 @@
-"""com.microsoft LinearAttentionGate: decay = decay_scale * softplus(a + dt_bias), beta = sigmoid(b).
+"""com.microsoft LinearAttentionGate: decay_scale * softplus(a + dt_bias) and sigmoid(b).
 
 Both are computed in float32 (the decay feeds an exp in the recurrence, which
 amplifies any rounding) and cast to a's type at the end.

@@ -1,8 +1,8 @@
 """com.microsoft MatMulNBits: A @ dequantize(B).T (+ bias) with block-quantized 2/4/8-bit weights.
 
 When the packed weight and its quantization parameters are constants, the
-float matrix is dequantized once here in the builder and cached, transposed
-to (K, N); otherwise it is dequantized on every run.
+float matrix is dequantized once here in the builder and cached; otherwise it
+is dequantized on every run.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def matmul_nbits(node: NodeInfo, xp: Any):
     cached = None
     if static and np.asarray(consts[0]).size != 0:
         b, s, zp, gi = (None if c is None else xp.asarray(c) for c in consts)
-        cached = xp.ascontiguousarray(dequant(b, s, zp, gi, wdt))
+        # (K, N) view of the row-major (N, K) matrix: BLAS reads the transpose in place.
+        cached = dequant(b, s, zp, gi, wdt)
 
     def run(a, b, scales, zero_points=None, g_idx=None, bias=None):
         out_shape = a.shape[:-1] + (n,)

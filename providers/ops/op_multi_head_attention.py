@@ -29,8 +29,8 @@ def multi_head_attention(node: NodeInfo, xp):
     uni = bool(node.attr("unidirectional", 0))
     if node.has_input(8) or node.has_input(9):
         raise NotSupported(
-            "MultiHeadAttention: past_sequence_length / cache_indirection (decoder-masked beam search) "
-            "are not supported"
+            "MultiHeadAttention: past_sequence_length / cache_indirection "
+            "(decoder-masked beam search) are not supported"
         )
     if node.has_output(3):
         raise NotSupported("MultiHeadAttention: the qk output is not supported")

@@ -1,7 +1,9 @@
 from onnxep.providers.kernel import kernel
 
+_NOTE = "the output size depends on the data, read back to the host"
 
-@kernel("NonZero", since=9)
+
+@kernel("NonZero", since=9, capture_safe=False, capture_note=_NOTE)
 def non_zero(node, xp):
     def run(x):
         if x.ndim == 0:

@@ -7,7 +7,7 @@ from typing import Any
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import HostRng, random_dtype
+from ._quant import HostRng, like_dtype, random_dtype
 
 
 @kernel(
@@ -19,11 +19,11 @@ from ._quant import HostRng, random_dtype
 def random_normal_like(node: NodeInfo, xp: Any):
     mean = float(node.attr("mean", 0.0))
     scale = float(node.attr("scale", 1.0))
-    fixed = random_dtype(node, None) if node.attr("dtype", None) else None
+    fixed = random_dtype(node, None)
     rng = HostRng(node.attr("seed", None))
 
     def run(x):
-        dt = fixed if fixed is not None else x.dtype
+        dt = like_dtype(fixed, x.dtype)
         shape = x.shape
         return (xp.asarray(rng.normal(shape, mean, scale).astype(dt)),)
 

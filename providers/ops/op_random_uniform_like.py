@@ -7,7 +7,7 @@ from typing import Any
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import HostRng, random_dtype
+from ._quant import HostRng, like_dtype, random_dtype
 
 
 @kernel(
@@ -19,11 +19,11 @@ from ._quant import HostRng, random_dtype
 def random_uniform_like(node: NodeInfo, xp: Any):
     low = float(node.attr("low", 0.0))
     high = float(node.attr("high", 1.0))
-    fixed = random_dtype(node, None) if node.attr("dtype", None) else None
+    fixed = random_dtype(node, None)
     rng = HostRng(node.attr("seed", None))
 
     def run(x):
-        dt = fixed if fixed is not None else x.dtype
+        dt = like_dtype(fixed, x.dtype)
         shape = x.shape
         return (xp.asarray(rng.uniform(shape, low, high).astype(dt)),)
 

@@ -38,8 +38,17 @@ def resize_10(node, xp):
         plan = cache.get(key)
         if plan is None:
             plan = cache[key] = make_resize_plan(
-                x.shape, sc, None, None, None, mode=mode, ctm="asymmetric",
-                nearest_mode="simple", cubic_a=-0.75, exclude_outside=False, antialias=False,
+                x.shape,
+                sc,
+                None,
+                None,
+                None,
+                mode=mode,
+                ctm="asymmetric",
+                nearest_mode="simple",
+                cubic_a=-0.75,
+                exclude_outside=False,
+                antialias=False,
             )
         return (apply_resize_plan(xp, x, plan),)
 
@@ -70,8 +79,18 @@ def resize(node, xp):
         plan = cache.get(key)
         if plan is None:
             plan = cache[key] = make_resize_plan(
-                x.shape, s, z, r, axes, mode=mode, ctm=ctm, nearest_mode=nearest_mode,
-                cubic_a=cubic_a, exclude_outside=exclude, antialias=antialias, policy=policy,
+                x.shape,
+                s,
+                z,
+                r,
+                axes,
+                mode=mode,
+                ctm=ctm,
+                nearest_mode=nearest_mode,
+                cubic_a=cubic_a,
+                exclude_outside=exclude,
+                antialias=antialias,
+                policy=policy,
             )
         return (apply_resize_plan(xp, x, plan, extrap),)
 

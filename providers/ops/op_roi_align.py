@@ -20,7 +20,11 @@ from ._nn import compute_dtype, str_attr
 def _samples(start, bin_size, out_len, grid, length):
     """Low/high indices, weights and validity of every sample along one axis: (out*grid,)."""
     pos = np.array(
-        [start + p * bin_size + (i + 0.5) * bin_size / grid for p in range(out_len) for i in range(grid)]
+        [
+            start + p * bin_size + (i + 0.5) * bin_size / grid
+            for p in range(out_len)
+            for i in range(grid)
+        ]
     )
     valid = ~((pos < -1.0) | (pos > length))
     pos = np.maximum(pos, 0.0)
@@ -43,7 +47,11 @@ def roi_align(node, xp):
     ow = int(node.attr("output_width", 1))
     sr = int(node.attr("sampling_ratio", 0))
     scale = float(node.attr("spatial_scale", 1.0))
-    ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel") if node.opset >= 16 else "output_half_pixel"
+    ctm = (
+        str_attr(node, "coordinate_transformation_mode", "half_pixel")
+        if node.opset >= 16
+        else "output_half_pixel"
+    )
     half = ctm == "half_pixel"
 
     def run(x, rois, batch_indices):
@@ -78,7 +86,9 @@ def roi_align(node, xp):
                 np.add.at(ax, (np.arange(ow * gw), xl), wxl)
                 np.add.at(ax, (np.arange(ow * gw), xh), wxh)
                 ax = ax.reshape(ow, gw, w).sum(axis=1) / gw
-                y = xp.matmul(xp.matmul(xp.asarray(ay.astype(cdt)), img), xp.asarray(ax.T.astype(cdt)))
+                y = xp.matmul(
+                    xp.matmul(xp.asarray(ay.astype(cdt)), img), xp.asarray(ax.T.astype(cdt))
+                )
             else:
                 best = None
                 for yi, wy in ((yl, wyl), (yh, wyh)):

@@ -27,7 +27,7 @@ def _split(xp, x, axis, sizes):
     return tuple(out)
 
 
-@kernel("Split", since=(1, 2, 11))
+@kernel("Split", since=(1, 2, 11), host_inputs=(1,))
 def split_attr(node, xp):
     axis = node.attr("axis", 0)
     attr_split = node.attr("split", None)

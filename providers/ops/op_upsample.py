@@ -24,8 +24,17 @@ def _builder(node, xp, attr_scales):
         plan = cache.get(key)
         if plan is None:
             plan = cache[key] = make_resize_plan(
-                x.shape, sc, None, None, None, mode=mode, ctm="asymmetric",
-                nearest_mode="simple", cubic_a=-0.75, exclude_outside=False, antialias=False,
+                x.shape,
+                sc,
+                None,
+                None,
+                None,
+                mode=mode,
+                ctm="asymmetric",
+                nearest_mode="simple",
+                cubic_a=-0.75,
+                exclude_outside=False,
+                antialias=False,
             )
         return (apply_resize_plan(xp, x, plan),)
 

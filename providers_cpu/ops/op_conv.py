@@ -44,7 +44,10 @@ def conv(node, xp):
                 for n, a, e, kk, d, s in zip(in_sp, pb, pe, k, dil, strides)
             )
             pointwise = (
-                all(v == 1 for v in k) and all(s == 1 for s in strides) and not any(pb) and not any(pe)
+                all(v == 1 for v in k)
+                and all(s == 1 for s in strides)
+                and not any(pb)
+                and not any(pe)
             )
             g = geo_cache[shape] = (pb, pe, out, pointwise)
         return g

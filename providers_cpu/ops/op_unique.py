@@ -28,7 +28,10 @@ def _rows_unique(rows: np.ndarray):
     return first, inverse, counts
 
 
-@kernel("Unique", since=11)
+_NOTE = "the output size depends on the data, read back to the host"
+
+
+@kernel("Unique", since=11, capture_safe=False, capture_note=_NOTE)
 def unique(node, xp):
     axis = node.attr("axis", None)
     is_sorted = bool(node.attr("sorted", 1))
