@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .codegen import generate
 from .errors import RunError
 from .plan import Plan
 from .profiling import Profiler
@@ -27,10 +28,40 @@ class Executor:
         self._template = plan.template
         self._inputs = plan.input_slots
         self._outputs = plan.output_slots
+        self._fast: Any = None
+        self._lines: dict[int, int] = {}
 
     def run(self, feeds: Sequence[Any]) -> list[Any]:
         if self.profiler is not None:
             return self._run_profiled(feeds)
+        fast = self._fast
+        if fast is None:
+            # The first run goes through the checked loop, which catches a kernel that
+            # returns a bare array instead of a tuple; later runs use generated code.
+            out = self._run_checked(feeds)
+            self._fast, self._lines = generate(self.plan)
+            return out
+        try:
+            return fast(feeds)
+        except Exception as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> RunError:
+        tb = exc.__traceback__
+        index = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<onnxep plan>":
+                index = self._lines.get(tb.tb_lineno)
+            tb = tb.tb_next
+        if index is None:
+            return RunError(f"the plan failed: {type(exc).__name__}: {exc}")
+        step = self.plan.steps[index]
+        return RunError(
+            f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def _run_checked(self, feeds: Sequence[Any]) -> list[Any]:
         slots = self._template.copy()
         for s, v in zip(self._inputs, feeds):
             slots[s] = v

@@ -542,3 +542,59 @@ def test_attention_contrib_megatron_mask_matches_3d():
     _, ref = _run_both(m3, f3)
     _close(got[0], ref[0], what="megatron mask")
     _close(got[1], ref[1], what="megatron present")
+
+
+@pytest.mark.parametrize("rotary", [0, 1])
+def test_group_query_attention_fixed_capacity_loop(rotary):
+    """Prefill then decode steps, each feeding its present cache back as the next past.
+
+    The cache keeps a fixed capacity (the shared-buffer layout), the batch
+    entries have different lengths, and both runtimes carry their own cache.
+    """
+    rng = np.random.default_rng(11)
+    b, nh, nkv, hd, cap, prompt = 2, 4, 2, 16, 12, 5
+    lens = np.array([prompt, 3], dtype=np.int32)
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": rotary, "local_window_size": 6}
+    cos, sin = _rope_cache(rng, 32, hd)
+    names = [
+        "query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+    ] + (["cos_cache", "sin_cache"] if rotary else [])  # fmt: skip
+    outs = ["output", "present_key", "present_value"]
+    caches = {
+        which: [np.zeros((b, nkv, cap, hd), np.float32) for _ in range(2)]
+        for which in ("ep", "ort")
+    }
+    tot = lens.copy()
+    for step in range(4):
+        s = prompt if step == 0 else 1
+        if step:
+            tot = tot + 1
+        f = {
+            "query": rng.standard_normal((b, s, nh * hd)).astype(np.float32),
+            "key": rng.standard_normal((b, s, nkv * hd)).astype(np.float32),
+            "value": rng.standard_normal((b, s, nkv * hd)).astype(np.float32),
+            "seqlens_k": (tot - 1).astype(np.int32),
+            # a prompt passes its own length; decode passes the capacity bound
+            "total_sequence_length": np.array(prompt if step == 0 else int(tot.max()), np.int32),
+            "cos_cache": cos,
+            "sin_cache": sin,
+        }
+        results = {}
+        for which in ("ep", "ort"):
+            ff = dict(f, past_key=caches[which][0], past_value=caches[which][1])
+            model = _model("GroupQueryAttention", names, outs, attrs, ff)
+            got, ref = _run_both(model, ff)
+            results[which] = got if which == "ep" else ref
+            caches[which] = list(results[which][1:])
+        for bi in range(b):
+            q = min(s, int(tot[bi]))
+            _close(
+                results["ep"][0][bi, :q], results["ort"][0][bi, :q], what=f"step {step} out[{bi}]"
+            )
+            for o in (1, 2):
+                t = int(tot[bi])
+                _close(
+                    results["ep"][o][bi, :, :t],
+                    results["ort"][o][bi, :, :t],
+                    what=f"step {step} cache",
+                )

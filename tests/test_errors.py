@@ -152,3 +152,59 @@ def test_kernel_failure_names_node_and_session_survives():
         sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
     (y,) = sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 5), np.float32)})
     assert y.shape == (2, 5)
+
+
+def test_kernel_failure_after_warm_runs_still_names_the_node():
+    m = make_model(
+        [
+            helper.make_node("Relu", ["a"], ["r"], name="relu"),
+            helper.make_node("MatMul", ["r", "b"], ["y"], name="mm"),
+        ],
+        [tensor("a", ["M", "K"]), tensor("b", ["K2", "N"])],
+        [tensor("y", ["M", "N"])],
+    )
+    sess = onnxep.InferenceSession(m, providers=["cpu"])
+    good = {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 5), np.float32)}
+    for _ in range(3):
+        assert sess.run(None, good)[0].shape == (2, 5)
+    with pytest.raises(RunError, match="MatMul node 'mm' on provider 'cpu' failed"):
+        sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
+
+
+def test_kernel_returning_a_bare_array_is_caught():
+    from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
+
+    @kernel("Relu", since=6)
+    def relu(node, xp):
+        return lambda x: xp.maximum(x, 0)  # a bug: not a tuple
+
+    class Plugin:
+        @hookimpl
+        def onnxep_provider_info(self):
+            return ProviderInfo(name="buggy", device="cpu")
+
+        @hookimpl
+        def onnxep_create_provider(self, options):
+            return Provider("buggy", options)
+
+        @hookimpl
+        def onnxep_kernels(self, provider):
+            return relu.__onnxep_kernels__ if provider.name == "buggy" else None
+
+    from onnxep.providers.discovery import unregister_plugin
+
+    plugin = Plugin()
+    onnxep.register_provider(plugin)
+    try:
+        m = make_model(
+            [helper.make_node("Relu", ["x"], ["y"], name="r")],
+            [tensor("x", [2])],
+            [tensor("y", [2])],
+        )
+        sess = onnxep.InferenceSession(m, providers=["buggy"])
+        with pytest.raises(
+            RunError, match="Relu node 'r' on provider 'buggy' failed.*expected a tuple"
+        ):
+            sess.run(None, {"x": np.ones(2, np.float32)})
+    finally:
+        unregister_plugin(plugin)

@@ -289,13 +289,13 @@ def test_scan8_with_sequence_lens():
     )
     model = make_model(
         [node],
-        [tensor("lens", [2], TensorProto.INT32), tensor("s0", [2, 2]), tensor("X", [2, 3, 2])],
+        [tensor("lens", [2], TensorProto.INT64), tensor("s0", [2, 2]), tensor("X", [2, 3, 2])],
         [tensor("s", [2, 2]), tensor("Y", [2, 3, 2])],
         opset=8,
     )
     x = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
     s, y = _run(
-        model, {"lens": np.array([3, 2], np.int32), "s0": np.zeros((2, 2), np.float32), "X": x}
+        model, {"lens": np.array([3, 2], np.int64), "s0": np.zeros((2, 2), np.float32), "X": x}
     )
     np.testing.assert_array_equal(s, np.stack([x[0].sum(0), x[1, :2].sum(0)]))
     want_y = np.zeros_like(x)

@@ -238,7 +238,9 @@ def recurrent(
             if s is None:
                 states0.append(xp.zeros((num_dir, batch, hidden), dtype=cdt))
             else:
-                states0.append((xp.transpose(s, (1, 0, 2)) if layout else s).astype(cdt))
+                states0.append(
+                    (xp.transpose(s, (1, 0, 2)) if layout else s).astype(cdt, copy=False)
+                )
         mask = rev_idx = None
         if lens is not None:
             t = xp.arange(T)[:, None]
@@ -249,10 +251,10 @@ def recurrent(
         ys, finals = [], [[] for _ in range(n_states)]
         for d in range(num_dir):
             pre, step = make_cell(
-                W[d].astype(cdt),
-                R[d].astype(cdt),
-                None if B is None else B[d].astype(cdt),
-                None if P is None else P[d].astype(cdt),
+                W[d].astype(cdt, copy=False),
+                R[d].astype(cdt, copy=False),
+                None if B is None else B[d].astype(cdt, copy=False),
+                None if P is None else P[d].astype(cdt, copy=False),
                 acts[d],
                 clip,
                 hidden,
@@ -282,7 +284,7 @@ def recurrent(
         if layout:
             Y = xp.transpose(Y, (2, 0, 1, 3))
             last = [xp.transpose(s, (1, 0, 2)) for s in last]
-        return (Y.astype(out_dt), *(s.astype(out_dt) for s in last))
+        return (Y.astype(out_dt, copy=False), *(s.astype(out_dt, copy=False) for s in last))
 
     return run
 

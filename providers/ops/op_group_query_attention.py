@@ -4,11 +4,13 @@ Per batch entry ``b``: ``T = seqlens_k[b] + 1`` tokens are valid after this
 step, ``Q = min(S, T)`` of them (or ``query_seqlens[b]``) are the new rows, so
 ``P = T - Q`` were cached before. New K/V rows land at cache rows ``[P, T)``;
 query row ``s`` sits at absolute position ``P + s`` (used by the causal mask,
-the local window and rotary). Rows past ``T`` of the present cache are zero
-when the cache is copied, and the kernel only ever reads rows below ``T``.
-This covers both the growing cache (present = past + new) and the fixed-capacity
-cache whose present shares the past buffer: everything is indexed by
-``seqlens_k`` on the device, with no host read besides ``total_sequence_length``.
+the local window and rotary). Every other cache row keeps what the past
+buffer held (zeros where the cache grows), exactly what an in-place write into
+a shared buffer leaves; rows at or past ``T`` are never read. This covers both
+the growing cache (present = past + new) and the fixed-capacity cache whose
+present shares the past buffer: everything is indexed by ``seqlens_k`` on the
+device. The only host read is ``total_sequence_length``, which sizes the
+present cache (``max(total, past capacity)``) and the key range attended.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ def group_query_attention(node: NodeInfo, xp):
 
 
 def _scatter_cache(xp, past, new, plen, tlen, cap_len):
-    """Cache of ``cap_len`` rows: past rows below P, the new rows at [P, T), zeros after.
+    """Cache of ``cap_len`` rows: the past buffer (zero-padded) with new rows written at [P, T).
 
     A gather (one index per cache row) instead of a scatter keeps this a pure
     array expression with per-batch offsets that stay on the device.
@@ -194,8 +196,6 @@ def _scatter_cache(xp, past, new, plen, tlen, cap_len):
             base = xp.concatenate((past, pad), axis=2)
         else:
             base = past[:, :, :cap_len]
-        keep = xp.reshape(t < plen, (b, 1, cap_len, 1))
-        base = xp.where(keep, base, xp.zeros((), dtype=past.dtype))
     else:
         base = xp.zeros((b, h, cap_len, d), dtype=new.dtype)
     return xp.where(use_new, from_new.astype(base.dtype), base)

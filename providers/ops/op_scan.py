@@ -84,7 +84,8 @@ def scan8(node, xp):
                 if o:
                     y[b, : len(o)] = np.stack([np.asarray(v) for v in o])
             stacked.append(y)
-        return (*(np.stack(f) for f in finals), *stacked)
+        finals = [np.stack(f) if f else np.asarray(s) for f, s in zip(finals, states)]
+        return (*finals, *stacked)
 
     return run
 
