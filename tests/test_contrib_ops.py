@@ -866,3 +866,17 @@ def test_matmul_nbits_dequantizes_constants_once(const, monkeypatch):
     for _ in range(3):
         sess.run(None, feeds)
     assert len(calls) == (1 if const else 3)
+
+
+@pytest.mark.parametrize("heads", [LA_HEADS[1], LA_HEADS[3]])
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+@pytest.mark.parametrize("decay_kind", ["per_key", "per_head"])
+@pytest.mark.parametrize("t,chunk_size", [(37, 8), (70, None), (16, 16)])
+def test_linear_attention_long_prefill(heads, rule, decay_kind, t, chunk_size):
+    """Sequences spanning several chunks, including a partial last one."""
+    rng = np.random.default_rng(t + len(rule) + len(decay_kind))
+    ins = _la_inputs(rng, 2, t, heads, rule, decay_kind, "per_head", True)
+    attrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1], "update_rule": rule}
+    if chunk_size is not None:
+        attrs["chunk_size"] = chunk_size
+    check("LinearAttention", ins, ["output", "present_state"], attrs, atol=2e-4, rtol=2e-4)

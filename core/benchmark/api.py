@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .decode import DecodeState, decode_spec
+from .decode import DecodeState, decode_spec, model_dims
 from .sides import OnnxepSide, Side, make_peer, to_numpy
 from .stats import summarize
 
@@ -182,7 +182,7 @@ def bench(
         "dims": dict(dims or {}),
     }
     if decode:
-        profile_feeds = _decode(result, sides, decode, context, warmup, progress, seed)
+        profile_feeds = _decode(result, sides, decode, context, warmup, progress, seed, dims)
     else:
         profile_feeds = _latency(result, sides, runs, warmup, feeds, dims, progress, seed)
     for side in sides:
@@ -229,19 +229,20 @@ def _latency(result, sides, runs, warmup, feeds, dims, progress, seed) -> None:
     return feeds
 
 
-def _decode(result, sides, steps, context, warmup, progress, seed) -> None:
+def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> None:
     sess = sides[0].session
     spec = decode_spec(sess.get_inputs(), sess.get_outputs())
+    dims = {**model_dims(result.model), **dict(dims or {})}
     names = [o.name for o in sess.get_outputs()]
     states: dict[str, DecodeState] = {}
     live = []
     for side in sides:
         try:
             # warm-up: a short decode of its own, then the measured one from scratch
-            warm = DecodeState(spec, context, seed=seed)
+            warm = DecodeState(spec, context, seed=seed, dims=dims)
             for _ in range(max(warmup, 1)):
                 warm.advance(dict(zip(names, to_numpy(side.run(warm.feeds())))))
-            st = DecodeState(spec, context, seed=seed)
+            st = DecodeState(spec, context, seed=seed, dims=dims)
             st.advance(dict(zip(names, to_numpy(side.run(st.feeds())))))  # prefill
             side.sync()
             states[side.name] = st

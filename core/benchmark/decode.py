@@ -87,11 +87,24 @@ def decode_spec(inputs: Sequence[Any], outputs: Sequence[Any]) -> DecodeSpec:
 class DecodeState:
     """One side's tokens and cache during a decode."""
 
-    def __init__(self, spec: DecodeSpec, context: int, batch: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        spec: DecodeSpec,
+        context: int,
+        batch: int = 1,
+        seed: int = 0,
+        prompt: np.ndarray | None = None,
+        dims: dict[str, int] | None = None,
+    ) -> None:
         self.spec = spec
         rng = np.random.default_rng(seed)
         self.batch = batch
-        self.ids = rng.integers(0, min(spec.vocab, 1000), (batch, max(context, 1))).astype(np.int64)
+        if prompt is not None:
+            self.ids = np.asarray(prompt, np.int64).reshape(batch, -1)
+        else:
+            self.ids = rng.integers(0, min(spec.vocab, 1000), (batch, max(context, 1))).astype(
+                np.int64
+            )
         self.past = 0
         self.tokens: list[int] = []
         self.states: dict[str, Any] = {}
@@ -102,8 +115,15 @@ class DecodeState:
                     shape.append(batch)
                 elif axis == s.grow_axis:
                     shape.append(0)
+                elif isinstance(d, int):
+                    shape.append(d)
+                elif dims and d in dims:
+                    shape.append(int(dims[d]))
                 else:
-                    shape.append(d if isinstance(d, int) else 1)
+                    raise ValueError(
+                        f"state input {s.name!r} has symbolic dim {d!r} at axis {axis}; "
+                        f"give its value (--dim {d}=N)"
+                    )
             self.states[s.name] = np.zeros(shape, s.dtype)
 
     def feeds(self) -> dict[str, Any]:
@@ -127,3 +147,16 @@ class DecodeState:
         for s in self.spec.states:
             self.states[s.name] = outputs[s.output]
         return token
+
+
+def model_dims(model_path: str) -> dict[str, int]:
+    """Symbolic dims a genai-format model's folder settles (genai_config.json's head size)."""
+    import json
+    from pathlib import Path
+
+    cfg_path = Path(model_path).with_name("genai_config.json")
+    if not cfg_path.is_file():
+        return {}
+    decoder = json.loads(cfg_path.read_text()).get("model", {}).get("decoder", {})
+    head = decoder.get("head_size")
+    return {"kv_cache_dim": int(head), "head_size": int(head)} if head else {}

@@ -162,7 +162,7 @@ def unpack_bits(packed: Any, bits: int, xp: Any) -> Any:
     per = 8 // bits
     if per == 1:
         return packed
-    shifts = xp.asarray(np.arange(0, 8, bits, dtype=np.uint8))
+    shifts = xp.arange(0, 8, bits, dtype=np.uint8)
     vals = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
     return vals.reshape(packed.shape[:-1] + (packed.shape[-1] * per,))
 

@@ -289,6 +289,12 @@ def recurrent(
     return run
 
 
+def project(xp: Any, X: Any, Wt: Any) -> Any:
+    """[T, batch, input] @ [input, k] as one 2-D matmul (a 3-D one loops over T)."""
+    T, batch = X.shape[0], X.shape[1]
+    return xp.matmul(X.reshape(T * batch, X.shape[2]), Wt).reshape(T, batch, Wt.shape[1])
+
+
 def clipper(xp: Any, clip: float | None) -> Callable[[Any], Any]:
     if clip is None:
         return lambda x: x

@@ -3,7 +3,7 @@
 from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
-from ._flow import clipper, recurrent
+from ._flow import clipper, project, recurrent
 
 
 @kernel("GRU", since=(1, 3, 7, 14, 22), dtypes=FLOAT_TYPES)
@@ -21,7 +21,7 @@ def gru(node, xp):
         R_h_t = R[2 * H :].T
 
         def pre(X):
-            xw = xp.matmul(X, Wt)
+            xw = project(xp, X, Wt)
             return xw if wb is None else xw + wb
 
         def step(xw, states):

@@ -3,7 +3,7 @@
 from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
-from ._flow import clipper, recurrent
+from ._flow import clipper, project, recurrent
 
 
 @kernel("LSTM", since=(1, 7, 14, 22), dtypes=FLOAT_TYPES)
@@ -19,7 +19,7 @@ def lstm(node, xp):
         pi, po, pf = (None, None, None) if P is None else (P[:H], P[H : 2 * H], P[2 * H :])
 
         def pre(X):
-            xw = xp.matmul(X, Wt)
+            xw = project(xp, X, Wt)
             return xw if bias is None else xw + bias
 
         def step(xw, states):

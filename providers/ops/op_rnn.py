@@ -3,7 +3,7 @@
 from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
-from ._flow import clipper, recurrent
+from ._flow import clipper, project, recurrent
 
 
 @kernel("RNN", since=(1, 7, 14, 22), dtypes=FLOAT_TYPES)
@@ -15,7 +15,7 @@ def rnn(node, xp):
         Wt, Rt = W.T, R.T
 
         def pre(X):
-            xw = xp.matmul(X, Wt)
+            xw = project(xp, X, Wt)
             return xw if bias is None else xw + bias
 
         def step(xw, states):

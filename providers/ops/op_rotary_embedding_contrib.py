@@ -61,11 +61,12 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
         )
     if layout not in (0, 1):
         raise NotSupported(f"RotaryEmbedding: mrope_layout must be 0 or 1, got {layout}")
-    pos_rank = node.inputs[1].rank if node.inputs[1] is not None else None
-    if pos_rank == 3 and section is None:
-        raise NotSupported(
-            "RotaryEmbedding: 3-D (multimodal) position_ids need the mrope_section attribute"
-        )
+    if section is None and node.op_type == "RotaryEmbedding":
+        # onnxruntime-genai's builder emits 3-D position_ids for Qwen3.5 without an
+        # mrope_section; transformers' Qwen3.5 rotary then uses its defaults: sections
+        # (11, 11, 10) in the interleaved layout. Text-only positions (three equal
+        # rows) give the same result under any section.
+        section, layout = (11, 11, 10), int(node.attr("mrope_layout", 1))
     streams_cache: dict[int, object] = {}
 
     def run(x, pos, cos, sin):

@@ -68,11 +68,18 @@ def conv(node, xp):
             cols = xc.reshape(n, group, c // group, lsz)
         else:
             xpad = pad_input(xc, pb, pe)
+            if group > 1 and group == c and group == m:
+                # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
+                y = _depthwise(xpad, wg, k, strides, dil, out, n, m)
+                if b is not None:
+                    bb = bconst if bconst is not None else b
+                    y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
+                return (y if y.dtype == dt else y.astype(dt),)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
-            # One GEMM per image, written straight into the output.
-            y = np.matmul(wg[0], cols[:, 0])
+            # One GEMM per image (a plain 2-D GEMM when N == 1).
+            y = wg[0] @ cols[0, 0] if n == 1 else np.matmul(wg[0], cols[:, 0])
         else:
             y = np.matmul(wg, cols)
         y = y.reshape(n, m, *out)
@@ -82,3 +89,41 @@ def conv(node, xp):
         return (y if y.dtype == dt else y.astype(dt),)
 
     return run
+
+
+def _depthwise(xpad, wg, k, strides, dil, out, n, m):
+    """Depthwise conv as one multiply-add per kernel offset over each flat padded plane.
+
+    Every (also wrapped) position of the plane is computed so each ufunc call
+    streams one contiguous run; the strided output positions are picked at the end.
+    """
+    nsp = len(k)
+    sp = xpad.shape[2:]
+    elem = [1] * nsp
+    for i in range(nsp - 2, -1, -1):
+        elem[i] = elem[i + 1] * sp[i + 1]
+    plane = elem[0] * sp[0]
+    flat = xpad.reshape(n, m, plane)
+    span = sum((kk - 1) * d * e for kk, d, e in zip(k, dil, elem))
+    ln = plane - span
+    wk = wg.reshape(m, -1)
+    acc = None
+    tmp = None
+    for i, kpos in enumerate(np.ndindex(*k)):
+        off = sum(p * d * e for p, d, e in zip(kpos, dil, elem))
+        wcol = wk[:, i].reshape(1, m, 1)
+        if acc is None:
+            acc = flat[:, :, off : off + ln] * wcol
+            tmp = np.empty_like(acc)
+        else:
+            np.multiply(flat[:, :, off : off + ln], wcol, out=tmp)
+            acc += tmp
+    isz = acc.itemsize
+    view = np.ndarray(
+        (n, m, *out),
+        dtype=acc.dtype,
+        buffer=acc,
+        offset=0,
+        strides=(m * ln * isz, ln * isz, *(s * e * isz for s, e in zip(strides, elem))),
+    )
+    return np.ascontiguousarray(view)
