@@ -249,7 +249,7 @@ def test_simplified_layer_norm(domain, shape, axis, dtype, with_inv):
     )
 
 
-def _skip_inputs(rng, shape, skip_shape, dtype, beta, bias):
+def _skip_inputs(rng, shape, skip_shape, dtype):
     hidden = shape[-1]
     ins = {
         "input": rnd(rng, shape, dtype, 2.0),
@@ -274,7 +274,7 @@ SKIP_SHAPES = [
 def test_skip_simplified_layer_norm(shapes, with_bias, with_sum, dtype):
     shape, skip_shape = shapes
     rng = np.random.default_rng(len(shape) * 10 + with_bias)
-    ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype, False, with_bias)
+    ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype)
     if with_bias:
         ins["bias"] = rnd(rng, (hidden,), dtype)
     outs = ["output", "mean", "inv_std_var", "sum"] if with_sum else ["output"]
@@ -299,16 +299,11 @@ def test_skip_simplified_layer_norm(shapes, with_bias, with_sum, dtype):
 def test_skip_layer_norm(shapes, with_beta, with_bias, with_sum, dtype):
     shape, skip_shape = shapes
     rng = np.random.default_rng(len(shape) * 10 + with_bias + 2 * with_beta)
-    ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype, with_beta, with_bias)
-    ins["beta"] = rnd(rng, (hidden,), dtype) if with_beta else None
+    ins, hidden = _skip_inputs(rng, shape, skip_shape, dtype)
+    if with_beta or with_bias:
+        ins["beta" if with_beta else "_beta"] = rnd(rng, (hidden,), dtype) if with_beta else None
     if with_bias:
         ins["bias"] = rnd(rng, (hidden,), dtype)
-    if ins["beta"] is None:
-        if with_bias:
-            ins[""] = ins.pop("beta")
-            ins["bias"] = ins.pop("bias")
-        else:
-            del ins["beta"]
     outs = ["output", "mean", "inv_std_var", "sum"] if with_sum else ["output"]
     atol, rtol = TOL[dtype]
     types = {"mean": np.float32, "inv_std_var": np.float32}
@@ -350,6 +345,7 @@ NBITS_SHAPES = [
     ((4,), 100, 6, 16),
     ((2, 1, 2), 256, 3, 128),
     ((5,), 33, 4, 64),
+    ((2,), 300, 5, 256),
 ]
 
 

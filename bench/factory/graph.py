@@ -31,6 +31,8 @@ class GraphWriter:
         self.outputs: list[onnx.ValueInfoProto] = []
         self._constants: set[str] = set()
         self._data_path = data_path
+        if data_path:
+            data_path.parent.mkdir(parents=True, exist_ok=True)
         self._data: BinaryIO | None = open(data_path, "wb") if data_path else None  # noqa: SIM115
 
     # -- values -------------------------------------------------------------------

@@ -51,7 +51,8 @@ class Precision:
 def rotary_caches(head_dim: int, theta: float, length: int) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin caches [length, head_dim/2] as the builder makes them (float32 arithmetic)."""
     inv_freq = np.float32(1.0) / (
-        np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim)
+        np.float32(theta)
+        ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim)
     )
     t = np.arange(length, dtype=np.float32)
     freqs = np.outer(t, inv_freq).astype(np.float32)
@@ -149,12 +150,18 @@ class Emitter:
     def mlp(self, i: int, x: str) -> str:
         """SiLU-gated MLP: gate and up MatMuls, Sigmoid, Mul, Mul, down MatMul."""
         cfg, base, hf = self.cfg, f"/model/layers.{i}/mlp", f"model.layers.{i}.mlp"
-        gate = self.linear(f"{base}/gate_proj/MatMul", x, f"{hf}.gate_proj.weight", cfg.intermediate, cfg.hidden)
-        up = self.linear(f"{base}/up_proj/MatMul", x, f"{hf}.up_proj.weight", cfg.intermediate, cfg.hidden)
+        gate = self.linear(
+            f"{base}/gate_proj/MatMul", x, f"{hf}.gate_proj.weight", cfg.intermediate, cfg.hidden
+        )
+        up = self.linear(
+            f"{base}/up_proj/MatMul", x, f"{hf}.up_proj.weight", cfg.intermediate, cfg.hidden
+        )
         sig = self.g.op("Sigmoid", [gate], f"{base}/act_fn/Sigmoid")
         act = self.g.op("Mul", [gate, sig], f"{base}/act_fn/Mul")
         prod = self.g.op("Mul", [act, up], f"{base}/Mul")
-        return self.linear(f"{base}/down_proj/MatMul", prod, f"{hf}.down_proj.weight", cfg.hidden, cfg.intermediate)
+        return self.linear(
+            f"{base}/down_proj/MatMul", prod, f"{hf}.down_proj.weight", cfg.hidden, cfg.intermediate
+        )
 
     def mask_lengths(self) -> tuple[str, str]:
         """``seqlens_k`` (ReduceSum(mask) - 1, int32) and ``total_sequence_length`` (int32)."""

@@ -2,13 +2,22 @@
 
 Factory models (``bench/factory``) record their architecture in the model's
 metadata (``onnxep.factory`` and ``onnxep.config``); the weights come from the
-model's own initializers, so both sides compute the same function.
+model's own initializers (``MatMulNBits`` weights dequantized), so both sides
+compute the same function and a benchmark compares runtimes, not models.
+
+Precision: the model's own activation dtype, except that on CUDA quantized
+models run with fp16 weights and activations (what a torch user would run);
+fp16 on CPU would only measure torch's slow CPU half-precision path.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 
 def factory_config(model_path: str) -> dict[str, Any] | None:
@@ -28,4 +37,198 @@ def load_torch_peer(model_path: str, device: str = "cpu") -> Any:
             f"{model_path} was not made by onnxep's model factory, so there is no torch "
             "version of it to compare against"
         )
-    raise ValueError(f"no torch peer for factory model kind {cfg['kind']!r} yet")
+    peers = {"genai-decoder": GenaiDecoderPeer, "hybrid-decoder": HybridDecoderPeer}
+    if cfg["kind"] not in peers:
+        raise ValueError(f"no torch peer for factory model kind {cfg['kind']!r} yet")
+    return peers[cfg["kind"]](model_path, cfg, device)
+
+
+def dequantize_nbits(
+    packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, k: int, bits: int
+) -> np.ndarray:
+    """The [K, N] weight of a MatMulNBits node (B [N, blocks, blob], scales [N, blocks])."""
+    n, blocks = packed.shape[0], packed.shape[1]
+    if bits == 4:
+        q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, blocks, -1)
+    else:
+        q = packed.reshape(n, blocks, -1)
+    if zero_points is None:
+        zp = np.full((n, blocks), 1 << (bits - 1), np.float32)
+    elif bits == 4:
+        zp = np.stack([zero_points & 0x0F, zero_points >> 4], axis=-1).reshape(n, -1)[:, :blocks]
+    else:
+        zp = zero_points.reshape(n, -1)[:, :blocks]
+    s = scales.reshape(n, blocks).astype(np.float32)
+    w = (q.astype(np.float32) - zp[..., None].astype(np.float32)) * s[..., None]
+    return w.reshape(n, -1)[:, :k].T
+
+
+class _Weights:
+    """The model's initializers by the builder's names, as torch tensors on one device."""
+
+    def __init__(self, model_path: str, cfg: Mapping[str, Any], device: str) -> None:
+        import onnx
+        import torch
+        from onnx import numpy_helper
+
+        self.torch = torch
+        proto = onnx.load(model_path)
+        self.arrays = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+        self.output_names = [o.name for o in proto.graph.output]
+        self.bits = int(cfg.get("bits") or 0)
+        io = torch.float16 if cfg.get("dtype") == "fp16" else torch.float32
+        if self.bits and device.startswith("cuda"):
+            io = torch.float16
+        self.dtype, self.io_dtype, self.device = io, io, device
+        if cfg.get("dtype") != "fp16" and not self.bits:
+            self.io_dtype = torch.float32
+
+    def tensor(self, name: str, dtype: Any = None) -> Any:
+        arr = np.asarray(self.arrays[name])
+        return self.torch.from_numpy(arr.astype(np.float32)).to(self.device, dtype or self.dtype)
+
+    def has(self, name: str) -> bool:
+        return name in self.arrays
+
+    def matmul(self, prefix: str) -> Any:
+        """``{prefix}.weight`` ([K, N]), or the dequantized ``{prefix}.weight_Q{bits}``."""
+        if self.has(f"{prefix}.weight"):
+            return self.tensor(f"{prefix}.weight")
+        packed = self.arrays[f"{prefix}.weight_Q{self.bits}"]
+        scales = self.arrays[f"{prefix}.weight_scales"]
+        zp = self.arrays.get(f"{prefix}.weight_zero_points")
+        k = packed.shape[1] * packed.shape[2] * 8 // self.bits
+        w = dequantize_nbits(packed, scales, zp, k, self.bits)
+        return self.torch.from_numpy(np.ascontiguousarray(w)).to(self.device, self.dtype)
+
+
+class _DecoderBase:
+    """Embedding, RMSNorm, rotary, GQA attention, SiLU MLP and LM head, shared by both kinds."""
+
+    def __init__(self, model_path: str, cfg: dict[str, Any], device: str) -> None:
+        import torch
+
+        self.torch, self.cfg, self.device = torch, cfg, device
+        self.w = _Weights(model_path, cfg, device)
+        self.eps = float(cfg["eps"])
+        self.embed = self.w.tensor("model.embed_tokens.weight")
+        self.cos = self.w.tensor("cos_cache", torch.float32)
+        self.sin = self.w.tensor("sin_cache", torch.float32)
+        self.lm_head = self.w.matmul("lm_head.MatMul")
+        self.final_norm = self.w.tensor(
+            f"model.layers.{cfg['layers']}.final_norm_layernorm.weight", torch.float32
+        )
+
+    def _in(self, feeds: Mapping[str, Any], name: str, dtype: Any = None) -> Any:
+        v = feeds[name]
+        t = v if isinstance(v, self.torch.Tensor) else self.torch.from_numpy(np.asarray(v))
+        return t.to(self.device, dtype) if dtype is not None else t.to(self.device)
+
+    def rms(self, x: Any, weight: Any) -> Any:
+        # in float32, as SimplifiedLayerNormalization does (stash_type 1)
+        xf = x.float()
+        y = xf * self.torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * weight).to(x.dtype)
+
+    def rotate(self, x: Any, positions: Any, rot_dim: int) -> Any:
+        """Non-interleaved rotary on the first ``rot_dim`` dims of x [B, H, S, D]."""
+        cos = self.cos[positions][:, None, :, : rot_dim // 2]  # [B, 1, S, rot/2]
+        sin = self.sin[positions][:, None, :, : rot_dim // 2]
+        xr, rest = x[..., :rot_dim].float(), x[..., rot_dim:]
+        x1, x2 = xr[..., : rot_dim // 2], xr[..., rot_dim // 2 :]
+        out = self.torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+        return self.torch.cat([out, rest], dim=-1) if rest.shape[-1] else out
+
+    def attend(self, q: Any, k: Any, v: Any, mask: Any, past: int) -> Any:
+        """Causal GQA attention of q [B, H, S, D] over k, v [B, KV, past+S, D]."""
+        torch = self.torch
+        s, total = q.shape[2], k.shape[2]
+        q_pos = torch.arange(past, past + s, device=q.device)[:, None]
+        allowed = torch.arange(total, device=q.device)[None, :] <= q_pos  # [S, T]
+        allowed = allowed[None, None] & (mask[:, None, None, :total] != 0)
+        b, heads, _, d = q.shape
+        kvh = k.shape[1]
+        # query heads grouped per KV head, so K and V are never repeated; torch's
+        # CPU SDPA with a mask and enable_gqa is ~100x slower than this at decode sizes
+        qg = q.reshape(b, kvh, heads // kvh, s, d)
+        scores = (qg @ k[:, :, None].transpose(-1, -2)).float() * (1.0 / math.sqrt(d))
+        scores = scores.masked_fill(~allowed[:, :, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(v.dtype)
+        return (probs @ v[:, :, None]).reshape(b, heads, s, d)
+
+    def mlp(self, i: int, x: Any) -> Any:
+        gate, up, down = self._mlp[i]
+        return (self.torch.nn.functional.silu(x @ gate) * (x @ up)) @ down
+
+    def _load_mlp(self, i: int) -> tuple[Any, Any, Any]:
+        p = f"model.layers.{i}.mlp"
+        return tuple(self.w.matmul(f"{p}.{n}_proj.MatMul") for n in ("gate", "up", "down"))
+
+    def norms(self, i: int) -> tuple[Any, Any]:
+        f32 = self.torch.float32
+        return (
+            self.w.tensor(f"model.layers.{i}.input_layernorm.weight", f32),
+            self.w.tensor(f"model.layers.{i}.post_attention_layernorm.weight", f32),
+        )
+
+    def finish(self, x: Any, outputs: dict[str, Any]) -> list[Any]:
+        logits = self.rms(x, self.final_norm) @ self.lm_head
+        outputs["logits"] = logits
+        out_dtype = self.w.io_dtype
+        return [outputs[n].to(out_dtype) for n in self.w.output_names]
+
+
+class GenaiDecoderPeer(_DecoderBase):
+    """A ``genai-decoder``: packed QKV (+bias), rotary from the caches, GQA, SiLU MLP."""
+
+    def __init__(self, model_path: str, cfg: dict[str, Any], device: str) -> None:
+        super().__init__(model_path, cfg, device)
+        self.layers = []
+        self._mlp = []
+        for i in range(cfg["layers"]):
+            p = f"model.layers.{i}.attn"
+            bias = f"{p}.qkv_proj.Add.bias"
+            self.layers.append(
+                (
+                    *self.norms(i),
+                    self.w.matmul(f"{p}.qkv_proj.MatMul"),
+                    self.w.tensor(bias) if self.w.has(bias) else None,
+                    self.w.matmul(f"{p}.o_proj.MatMul"),
+                )
+            )
+            self._mlp.append(self._load_mlp(i))
+
+    def run(self, feeds: Mapping[str, Any]) -> list[Any]:
+        torch, cfg = self.torch, self.cfg
+        ids = self._in(feeds, "input_ids", torch.long)
+        mask = self._in(feeds, "attention_mask")
+        b, s = ids.shape
+        heads, kvh, d = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
+        past = int(np.shape(feeds["past_key_values.0.key"])[2])
+        positions = torch.arange(past, past + s, device=self.device)[None].expand(b, s)
+        x = self.embed[ids]
+        outputs: dict[str, Any] = {}
+        for i, (n_in, n_post, w_qkv, bias, w_o) in enumerate(self.layers):
+            h = self.rms(x, n_in)
+            qkv = h @ w_qkv
+            if bias is not None:
+                qkv = qkv + bias
+            q, k, v = qkv.split([heads * d, kvh * d, kvh * d], dim=-1)
+            q = self.rotate(q.view(b, s, heads, d).transpose(1, 2), positions, d)
+            k = self.rotate(k.view(b, s, kvh, d).transpose(1, 2), positions, d)
+            v = v.view(b, s, kvh, d).transpose(1, 2)
+            dt = k.dtype
+            k = torch.cat([self._in(feeds, f"past_key_values.{i}.key", dt), k], dim=2)
+            v = torch.cat([self._in(feeds, f"past_key_values.{i}.value", dt), v], dim=2)
+            outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = k, v
+            a = self.attend(q, k, v, mask, past).transpose(1, 2).reshape(b, s, heads * d)
+            x = x + a @ w_o
+            x = x + self.mlp(i, self.rms(x, n_post))
+        return self.finish(x, outputs)
+
+
+class HybridDecoderPeer(_DecoderBase):
+    """Placeholder until the hybrid peer lands (see ``bench/factory/hybrid.py``)."""
+
+    def __init__(self, model_path: str, cfg: dict[str, Any], device: str) -> None:
+        raise ValueError("no torch peer for factory model kind 'hybrid-decoder' yet")

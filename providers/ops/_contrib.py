@@ -203,7 +203,9 @@ def dequantize_nbits(
         w = q.astype(np.float32)
         w -= zp  # in place: this matrix is as large as the whole weight
         w *= s[:, :, None]
-        w = w.reshape(n, k_blocks * block_size)[:, :k]
+        w = w.reshape(n, k_blocks * block_size)
+        if k != w.shape[1]:
+            w = xp.ascontiguousarray(w[:, :k])  # drop the last block's padding
         return down(w, dtype)
     # g_idx names each k's quantization group, so scales/zero points are gathered per column.
     gi = g_idx.reshape(-1)[:k].astype(np.int64)

@@ -235,6 +235,8 @@ def _source_coords(ctm, out_len, in_len, scale, roi_pair):
         x = np.full(out_len, -0.5) if out_f == 1 else (y + 0.5) / scale - 0.5
     elif ctm == "half_pixel":
         x = (y + 0.5) / scale - 0.5
+    elif ctm == "tf_half_pixel_for_nn":  # Resize-11 only
+        x = (y + 0.5) / scale
     elif ctm == "half_pixel_symmetric":
         adjustment = out_len / (scale * in_len)
         offset = in_len / 2 * (1 - adjustment)

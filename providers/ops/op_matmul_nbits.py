@@ -38,6 +38,10 @@ def matmul_nbits(node: NodeInfo, xp: Any):
             "MatMulNBits: weight_prepacked != 0 (a CUDA-specific layout) is not supported"
         )
     wdt = _weight_dtype(node.input_dtype(0), xp)
+    # onnxruntime's CPU kernel at accuracy_level 4 multiplies 4-bit weights with A
+    # quantized to int8 per block of K; reproducing that rounding keeps results (and
+    # greedy decodes) identical to onnxruntime's on models exported for it.
+    int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits == 4
     qargs = dict(n=n, k=k, bits=bits, block_size=block_size, xp=xp)
 
     def dequant(b, scales, zp, g_idx, dtype):
@@ -61,9 +65,25 @@ def matmul_nbits(node: NodeInfo, xp: Any):
         w = cached
         if w is None:
             w = dequant(b, scales, zero_points, g_idx, _weight_dtype(a.dtype, xp))
-        y = C.matmul(a, w, xp)
+        y = C.matmul(_int8_blocks(a, block_size, xp) if int8_a else a, w, xp)
         if bias is not None:
             y = y + C.up(bias, xp, y.dtype)
         return (C.down(y, a.dtype),)
 
     return run
+
+
+def _int8_blocks(a: Any, block: int, xp: Any) -> Any:
+    """A rounded as int8 per block of K (symmetric, round half to even), back in float32."""
+    af = a.astype(xp.float32)
+    k = af.shape[-1]
+    pad = (-k) % block
+    if pad:
+        af = xp.concat([af, xp.zeros(af.shape[:-1] + (pad,), dtype=xp.float32)], axis=-1)
+    blocks = xp.reshape(af, af.shape[:-1] + ((k + pad) // block, block))
+    amax = xp.max(xp.abs(blocks), axis=-1, keepdims=True)
+    scale = amax / xp.float32(127.0)
+    inv = xp.where(amax != 0, xp.float32(127.0) / xp.where(amax != 0, amax, 1), 0)
+    q = xp.round(blocks * inv.astype(xp.float32))
+    out = xp.reshape(q * scale, af.shape)
+    return out[..., :k] if pad else out

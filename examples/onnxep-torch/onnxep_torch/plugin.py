@@ -8,8 +8,7 @@ import torch
 
 from onnxep.providers import KernelLibrary, ProviderInfo, hookimpl
 
-from . import kernels
-from .provider import TorchProvider
+from .provider import TorchProvider, native_kernels
 
 
 class TorchPlugin:
@@ -31,10 +30,12 @@ class TorchPlugin:
     def onnxep_kernels(self, provider: Any) -> Any:
         if provider.name != "torch":
             return None
-        # The generic library first, then the torch-native kernels: a plugin
-        # may replace its own registrations, so the native ones win.
+        # A torch-native kernel replaces the generic op in every version: a
+        # generic registration left for a later opset would shadow it.
+        native = native_kernels()
+        mine = native.op_types()
         generic = KernelLibrary.from_package("onnxep.providers.ops")
-        return [*generic, *KernelLibrary.from_module(kernels)]
+        return [*(s for s in generic if (s.domain, s.op_type) not in mine), *native]
 
 
 plugin = TorchPlugin()

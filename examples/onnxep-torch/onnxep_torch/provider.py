@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import array_api_compat.torch as torch_xp
 import torch
 
-from onnxep.providers import Claim, Decline, NodeInfo, Provider, dtype_name
+from onnxep.providers import Claim, Decline, KernelLibrary, NodeInfo, Provider, dtype_name
 
 from .convert import to_numpy, to_torch
-from .verified import NATIVE, VERIFIED
+from .verified import VERIFIED
 
 #: ONNX element types torch holds with NumPy's meaning. torch's uint16/32/64,
 #: float8 and complex support is partial, bfloat16 has no NumPy twin that
@@ -19,6 +20,14 @@ from .verified import NATIVE, VERIFIED
 TORCH_TYPES = frozenset(
     {"float", "double", "float16", "int8", "int16", "int32", "int64", "uint8", "bool"}
 )
+
+
+@functools.cache
+def native_kernels() -> KernelLibrary:
+    """The torch-native kernels of ``onnxep_torch.ops``; their ops are always claimed."""
+    from . import ops
+
+    return KernelLibrary.from_package(ops)
 
 
 def _truthy(value: Any) -> bool:
@@ -42,12 +51,17 @@ class TorchProvider(Provider):
         if reason:
             return Decline(reason)
         key = (node.domain, node.op_type)
-        if key not in NATIVE and key not in VERIFIED and not self.unverified:
+        if key not in native_kernels().op_types() and key not in VERIFIED and not self.unverified:
             return Decline(
                 f"{node.op_type}: the generic kernel is not verified on torch "
                 "(onnxep_torch/verified.py lists the ops that pass the node suite)"
             )
-        return super().claim(node)
+        res = super().claim(node)
+        if isinstance(res, Claim) and self.torch_device.type != "cpu":
+            # Kernels that create tensors (ConstantOfShape, Range) make them on
+            # torch's default device; this moves such outputs where they belong.
+            res = Claim(_on_device(res.fn, self.torch_device), res.spec)
+        return res
 
     @staticmethod
     def _type_reason(node: NodeInfo) -> str | None:
@@ -76,3 +90,10 @@ class TorchProvider(Provider):
     def synchronize(self) -> None:
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize(self.torch_device)
+
+
+def _on_device(fn: Callable[..., tuple], device: torch.device) -> Callable[..., tuple]:
+    def run(*args: Any) -> tuple:
+        return tuple(o.to(device) if isinstance(o, torch.Tensor) else o for o in fn(*args))
+
+    return run

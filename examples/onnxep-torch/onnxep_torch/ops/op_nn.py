@@ -1,4 +1,4 @@
-"""Torch-native kernels that replace generic ones: MatMul, Conv, Softmax.
+"""Neural-network ops on torch: Conv, Softmax, LogSoftmax, LayerNormalization.
 
 The generic versions work through the array API (Conv as im2col plus a
 matmul); these call the torch operator directly, which is faster and keeps
@@ -18,34 +18,34 @@ from onnxep.errors import NotSupported
 from onnxep.providers import NodeInfo, kernel
 
 _FLOATS = ["float", "double", "float16"]
-#: torch's CPU matmul has no kernels for the narrow integer types.
-_MATMUL_TYPES = [*_FLOATS, "int32", "int64"]
 
 
-@kernel("MatMul", since=(1, 9, 13), dtypes={0: _MATMUL_TYPES, 1: _MATMUL_TYPES})
-def mat_mul(node: NodeInfo, xp: Any):
-    def run(a: torch.Tensor, b: torch.Tensor):
-        return (torch.matmul(a, b),)
+def _softmax(fn):
+    def builder(node: NodeInfo, xp: Any):
+        return _softmax_run(node, fn)
 
-    return run
+    return builder
 
 
-@kernel("Softmax", since=(1, 11, 13), dtypes=_FLOATS)
-def softmax(node: NodeInfo, xp: Any):
+def _softmax_run(node: NodeInfo, fn):
     default = -1 if node.opset >= 13 else 1
     axis = int(node.attr("axis", default))
 
     def run(x: torch.Tensor):
         if x.ndim == 0:
-            return (torch.ones_like(x),)
+            return (fn(x.reshape(1), dim=0).reshape(()),)
         a = axis + x.ndim if axis < 0 else axis
         if node.opset >= 13:
-            return (torch.softmax(x, dim=a),)
+            return (fn(x, dim=a),)
         # Before opset 13 the input is seen as 2-D: [prod(dims < axis), prod(dims >= axis)].
         flat = x.reshape(math.prod(x.shape[:a]), -1)
-        return (torch.softmax(flat, dim=1).reshape(x.shape),)
+        return (fn(flat, dim=1).reshape(x.shape),)
 
     return run
+
+
+softmax = kernel("Softmax", since=1, dtypes=_FLOATS)(_softmax(torch.softmax))
+log_softmax = kernel("LogSoftmax", since=1, dtypes=_FLOATS)(_softmax(torch.log_softmax))
 
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -65,7 +65,7 @@ def _same_pads(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, i
     return (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
 
 
-@kernel("Conv", since=(1, 11, 22), dtypes={0: ["float", "double"], 1: ["float", "double"]})
+@kernel("Conv", since=1, dtypes={0: ["float", "double"], 1: ["float", "double"]})
 def conv(node: NodeInfo, xp: Any):
     w = node.inputs[1]
     rank = None if w is None or w.rank is None else w.rank - 2
