@@ -43,6 +43,8 @@ class HybridConfig(DecoderConfig):
     linear_key_dim: int = 32
     linear_value_dim: int = 32
     partial_rotary_factor: float = 0.25
+    # interleaved MRoPE sections (time, height, width) over rotary_dim / 2, for positions="3d"
+    mrope_section: tuple[int, ...] = ()
     layer_types: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -54,6 +56,10 @@ class HybridConfig(DecoderConfig):
                 for i in range(self.layers)
             )
             object.__setattr__(self, "layer_types", types)
+        if not self.mrope_section:
+            half = self.rotary_dim // 2
+            third = -(-half // 3)
+            object.__setattr__(self, "mrope_section", (third, third, half - 2 * third))
 
     @property
     def rotary_dim(self) -> int:
@@ -101,7 +107,14 @@ SIZES: dict[str, DecoderConfig] = {
 
 HYBRID_SIZES: dict[str, HybridConfig] = {
     "tiny": HybridConfig(
-        hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=256, vocab=512
+        hidden=128,
+        layers=4,
+        heads=4,
+        kv_heads=2,
+        head_dim=32,
+        intermediate=256,
+        vocab=512,
+        mrope_section=(2, 1, 1),
     ),
     # Qwen3.5-0.8B's text decoder
     "qwen3.5-0.8b": HybridConfig(
@@ -118,6 +131,7 @@ HYBRID_SIZES: dict[str, HybridConfig] = {
         linear_value_heads=16,
         linear_key_dim=128,
         linear_value_dim=128,
+        mrope_section=(11, 11, 10),
         tie_embeddings=True,
     ),
 }

@@ -74,7 +74,12 @@ class GraphWriter:
         name = f"/model/constants/{dtype}/{value}"
         if name not in self._constants:
             self._constants.add(name)
-            np_type = {"INT64": np.int64, "FLOAT": np.float32, "INT32": np.int32}[dtype]
+            np_type = {
+                "INT64": np.int64,
+                "INT32": np.int32,
+                "FLOAT": np.float32,
+                "FLOAT16": np.float16,
+            }[dtype]
             arr = np.array(ast.literal_eval(str(value)), np_type)
             self.nodes.append(
                 helper.make_node(

@@ -28,7 +28,8 @@ class WeightSource:
         """The float32 tensor ``name``; ``kind`` picks the random init when none is given.
 
         kinds: ``linear`` (normal * 0.02), ``norm`` (near 1), ``bias`` (small),
-        ``zero``, or ``uniform`` (in [0, 1): Qwen3.5's A_log and dt_bias scale).
+        ``zero``, ``uniform`` (in [0, 1)), ``a_log`` (Qwen3.5's log decay rate) or ``conv``
+        (uniform in +-0.5).
         """
         if self.weights is not None:
             if name not in self.weights:
@@ -47,6 +48,12 @@ class WeightSource:
             return np.zeros(shape, np.float32)
         if kind == "uniform":
             return rng.random(shape, np.float32)
+        if kind == "a_log":
+            # Qwen3.5 draws A from U(0, 16) and stores log(A); here A in [1, 16)
+            return np.log(1.0 + 15.0 * rng.random(shape, np.float32)).astype(np.float32)
+        if kind == "conv":
+            # a depthwise conv's default init scale (1/sqrt(kernel)), so the conv passes signal
+            return rng.uniform(-0.5, 0.5, shape).astype(np.float32)
         out = rng.standard_normal(shape, np.float32)
         out *= np.float32(INIT_STD)
         return out

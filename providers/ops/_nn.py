@@ -213,37 +213,43 @@ def crop_spatial(xp, y, pb, pe):
 
 
 def _source_coords(ctm, out_len, in_len, scale, roi_pair):
-    """Source coordinate of each output index along one axis, and the extrapolated mask."""
-    y = np.arange(out_len, dtype=np.float64)
+    """Source coordinate of each output index along one axis, and the extrapolated mask.
+
+    Computed in float32 like onnxruntime, so exact ties round the same way.
+    """
+    f = np.float32
+    y = np.arange(out_len, dtype=f)
+    scale = f(scale)
+    roi_pair = tuple(f(v) for v in roi_pair)
     outside = None
     # With scales given, onnxruntime and the ONNX reference use the unrounded
     # resized length (scale * in) where the spec writes "length_resized".
-    out_f = scale * in_len
+    out_f = scale * f(in_len)
     if ctm == "align_corners":
-        x = np.zeros(out_len) if out_f == 1 else y * (in_len - 1) / (out_f - 1)
+        x = np.zeros(out_len, f) if out_f == 1 else y * f(in_len - 1) / (out_f - f(1))
     elif ctm == "asymmetric":
         x = y / scale
     elif ctm == "tf_crop_and_resize":
         r0, r1 = roi_pair
         if out_f == 1:
-            x = np.full(out_len, (r1 - r0) * (in_len - 1) / 2)
+            x = np.full(out_len, (r1 - r0) * f(in_len - 1) / f(2), dtype=f)
         else:
-            x = y * (r1 - r0) * (in_len - 1) / (out_f - 1)
-        x = x + r0 * (in_len - 1)
+            x = y * (r1 - r0) * f(in_len - 1) / (out_f - f(1))
+        x = x + r0 * f(in_len - 1)
         outside = (x < 0) | (x > in_len - 1)
     elif ctm == "pytorch_half_pixel":
-        x = np.full(out_len, -0.5) if out_f == 1 else (y + 0.5) / scale - 0.5
+        x = np.full(out_len, -0.5, f) if out_f == 1 else (y + f(0.5)) / scale - f(0.5)
     elif ctm == "half_pixel":
-        x = (y + 0.5) / scale - 0.5
+        x = (y + f(0.5)) / scale - f(0.5)
     elif ctm == "tf_half_pixel_for_nn":  # Resize-11 only
-        x = (y + 0.5) / scale
+        x = (y + f(0.5)) / scale
     elif ctm == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        offset = in_len / 2 * (1 - adjustment)
-        x = offset + (y + 0.5) / scale - 0.5
+        adjustment = f(out_len) / out_f
+        offset = f(in_len) / f(2) * (f(1) - adjustment)
+        x = offset + (y + f(0.5)) / scale - f(0.5)
     else:
         raise NotSupported(f"Resize: coordinate_transformation_mode {ctm!r} is not supported")
-    return x, outside
+    return x.astype(np.float64), outside
 
 
 def nearest_index(x, nearest_mode, in_len, downsample=False):

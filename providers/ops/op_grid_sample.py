@@ -76,9 +76,11 @@ def grid_sample(node, xp):
                 lo, hi = -0.5, d - 0.5
             if mode == "nearest":
                 pos = xp.rint(pos)
-            if pad == "border":
+            # Cubic pads each tap only (onnxruntime, PyTorch); the other modes
+            # first bring the coordinate itself inside the border.
+            if pad == "border" and mode != "cubic":
                 pos = xp.clip(pos, 0, d - 1)
-            elif pad == "reflection":
+            elif pad == "reflection" and mode != "cubic":
                 pos = _reflect(xp, pos, lo, hi)
             if mode == "nearest":
                 taps = [(pos, None)]

@@ -18,14 +18,15 @@ from ._nn import compute_dtype, str_attr
 
 
 def _samples(start, bin_size, out_len, grid, length):
-    """Low/high indices, weights and validity of every sample along one axis: (out*grid,)."""
-    pos = np.array(
-        [
-            start + p * bin_size + (i + 0.5) * bin_size / grid
-            for p in range(out_len)
-            for i in range(grid)
-        ]
-    )
+    """Low/high indices, weights and validity of every sample along one axis: (out*grid,).
+
+    Arithmetic stays in the ROI dtype (float32 for float32 inputs), as
+    onnxruntime does: grid sizes come from ceil() of these values.
+    """
+    ft = type(start)
+    p = np.repeat(np.arange(out_len), grid).astype(ft)
+    i = np.tile(np.arange(grid), out_len).astype(ft)
+    pos = start + p * bin_size + (i + ft(0.5)) * bin_size / ft(grid)
     valid = ~((pos < -1.0) | (pos > length))
     pos = np.maximum(pos, 0.0)
     low = pos.astype(np.int64)
@@ -59,18 +60,19 @@ def roi_align(node, xp):
         cdt = compute_dtype(dt)
         xc = x.astype(cdt, copy=False)
         _, c, h, w = x.shape
-        rois = np.asarray(rois, dtype=np.float64).reshape(-1, 4)
+        ft = np.float64 if dt == np.float64 else np.float32
+        rois = np.asarray(rois).astype(ft).reshape(-1, 4)
         bidx = np.asarray(batch_indices).reshape(-1)
         outs = []
         for r in range(rois.shape[0]):
-            off = 0.5 if half else 0.0
-            x0, y0, x1, y1 = (rois[r] * scale - off).tolist()
+            off = ft(0.5 if half else 0.0)
+            x0, y0, x1, y1 = rois[r] * ft(scale) - off
             rw, rh = x1 - x0, y1 - y0
             if not half:
-                rw, rh = max(rw, 1.0), max(rh, 1.0)
-            bh, bw = rh / oh, rw / ow
-            gh = sr if sr > 0 else int(math.ceil(rh / oh))
-            gw = sr if sr > 0 else int(math.ceil(rw / ow))
+                rw, rh = max(rw, ft(1.0)), max(rh, ft(1.0))
+            bh, bw = rh / ft(oh), rw / ft(ow)
+            gh = sr if sr > 0 else int(math.ceil(bh))
+            gw = sr if sr > 0 else int(math.ceil(bw))
             img = xc[int(bidx[r])]
             if gh <= 0 or gw <= 0:
                 outs.append(xp.zeros((c, oh, ow), dtype=cdt))

@@ -51,7 +51,8 @@ class TorchProvider(Provider):
         if reason:
             return Decline(reason)
         key = (node.domain, node.op_type)
-        if key not in native_kernels().op_types() and key not in VERIFIED and not self.unverified:
+        known = self.registry.lookup(node.domain, node.op_type, node.opset) is not None
+        if known and not self.unverified and key not in VERIFIED | native_kernels().op_types():
             return Decline(
                 f"{node.op_type}: the generic kernel is not verified on torch "
                 "(onnxep_torch/verified.py lists the ops that pass the node suite)"

@@ -66,7 +66,6 @@ VERIFIED: frozenset[tuple[str, str]] = frozenset(
         "OptionalGetElement",
         "OptionalHasElement",
         "Or",
-        "RandomUniformLike",
         "Reciprocal",
         "Relu",
         "Reshape",

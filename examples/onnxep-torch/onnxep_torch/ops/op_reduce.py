@@ -69,7 +69,9 @@ def _make(op: str, axes_input_since: int):
             if x.numel() == 0:
                 shape = [1 if i in dims else n for i, n in enumerate(x.shape) if keep or i not in dims]
                 fill = empty_value
-                if not x.dtype.is_floating_point and math.isinf(fill):
+                if x.dtype == torch.bool:
+                    fill = fill > 0
+                elif not x.dtype.is_floating_point and math.isinf(fill):
                     info = torch.iinfo(x.dtype)
                     fill = info.min if fill < 0 else info.max
                 return (torch.full(shape, fill, dtype=x.dtype, device=x.device),)

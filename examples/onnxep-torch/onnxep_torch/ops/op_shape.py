@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from onnxep.providers import NodeInfo, kernel
 
@@ -82,7 +83,7 @@ def gather(node: NodeInfo, xp: Any):
         a = axis + x.ndim if axis < 0 else axis
         idx = _fix_negative(indices, x.shape[a])
         out = torch.index_select(x, a, idx.reshape(-1))
-        return (out.reshape(*x.shape[:a], *indices.shape, *x.shape[a + 1 :]),)
+        return (out.reshape((*x.shape[:a], *indices.shape, *x.shape[a + 1 :])),)
 
     return run
 
@@ -139,3 +140,71 @@ def non_zero(node: NodeInfo, xp: Any):
 
     return run
 
+
+
+@kernel("Pad", since=2, host_inputs=(1, 2, 3))
+def pad(node: NodeInfo, xp: Any):
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    legacy = node.opset < 11
+    a_pads = list(node.attr("pads", [])) if legacy else None
+    a_value = float(node.attr("value", 0.0)) if legacy else 0.0
+
+    def run(x: torch.Tensor, pads: Any = None, value: Any = None, axes: Any = None):
+        p = a_pads if legacy else ints(pads)
+        fill = a_value if legacy or value is None else np.asarray(value).reshape(-1)[0].item()
+        ax = list(range(x.ndim)) if axes is None else [a + x.ndim if a < 0 else a for a in ints(axes)]
+        n = len(ax)
+        for i, a in enumerate(ax):
+            x = _pad_axis(x, a, p[i], p[i + n], mode, fill)
+        return (x,)
+
+    return run
+
+
+def _pad_axis(x: torch.Tensor, a: int, before: int, after: int, mode: str, fill: Any):
+    if before == 0 and after == 0:
+        return x
+    size = x.shape[a]
+    if mode == "constant":
+        pads = [0, 0] * (x.ndim - 1 - a) + [before, after]
+        return F.pad(x, pads, value=fill)
+    # Other modes pick source indices per output position along the axis
+    # (negative pads crop), which works for any rank and dtype.
+    pos = torch.arange(-before, size + after, device=x.device)
+    if mode == "edge":
+        idx = pos.clamp(0, size - 1)
+    elif mode == "wrap":
+        idx = pos % size
+    elif mode == "reflect":
+        period = 2 * (size - 1) if size > 1 else 1
+        r = pos.abs() % period
+        idx = torch.where(r >= size, period - r, r)
+    else:
+        raise ValueError(f"Pad: unknown mode {mode!r}")
+    return x.index_select(a, idx)
+
+
+@kernel("Einsum", since=12)
+def einsum(node: NodeInfo, xp: Any):
+    eq = node.attr("equation")
+    eq = eq.decode() if isinstance(eq, bytes) else eq
+    eq = eq.replace(" ", "")
+    return lambda *xs: (torch.einsum(eq, *xs),)
+
+
+@kernel("Hardmax", since=1)
+def hardmax(node: NodeInfo, xp: Any):
+    default = -1 if node.opset >= 13 else 1
+    axis = int(node.attr("axis", default))
+
+    def run(x: torch.Tensor):
+        a = axis + x.ndim if axis < 0 else axis
+        shape = x.shape
+        if node.opset < 13:
+            x = x.reshape(int(np.prod(shape[:a])), -1)
+            a = 1
+        hot = F.one_hot(torch.argmax(x, dim=a), x.shape[a]).movedim(-1, a).to(x.dtype)
+        return (hot.reshape(shape),)
+
+    return run
