@@ -137,6 +137,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_parity(args: argparse.Namespace) -> int:
+    from .parity import parity_report
+
+    report = parity_report(
+        args.model,
+        [_providers(args.providers)],
+        reference=_providers(args.reference) or ["cpu"],
+        dims=_dims(args.dim),
+        seed=args.seed,
+        rtol=args.rtol,
+        atol=args.atol,
+    )
+    print(f"model: {args.model}")
+    print(report.format())
+    print("parity: ok" if report.ok else f"parity: {len(report.failures)} output(s) differ")
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="onnxep", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -175,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", default=None, help="regex on case names")
     p.set_defaults(fn=cmd_conformance)
+    p = sub.add_parser("parity", help="compare a model's outputs on providers with a reference")
+    p.add_argument("model")
+    p.add_argument("--providers", required=True, help="comma-separated providers under test")
+    p.add_argument("--reference", default="cpu", help="comma-separated reference providers")
+    p.add_argument("--dim", action="append", help="symbolic dim value, NAME=INT (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rtol", type=float, default=None, help="override the per-dtype rtol")
+    p.add_argument("--atol", type=float, default=None, help="override the per-dtype atol")
+    p.set_defaults(fn=cmd_parity)
     return ap
 
 

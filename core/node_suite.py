@@ -90,7 +90,7 @@ class BackendSuite:
         return [self.run(c.name) for c in self.cases]
 
     def check(self, name: str) -> None:
-        """Run one case: skip (``unittest.SkipTest``) on a decline, ``AssertionError`` on a mismatch.
+        """Run one case: ``unittest.SkipTest`` on a decline, ``AssertionError`` on a mismatch.
 
         pytest reports ``unittest.SkipTest`` as a skip, so this is the body of
         a parametrized test.
@@ -137,6 +137,7 @@ def run_node_case(
     from onnx.backend.test.runner import Runner
 
     from .errors import NotImplementedOp
+    from .options import SessionOptions
     from .session import InferenceSession
 
     for pattern, why in exclude.items():
@@ -150,7 +151,9 @@ def run_node_case(
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
-            sess = InferenceSession(model, providers=list(providers))
+            sess = InferenceSession(
+                model, SessionOptions(log_severity_level=3), providers=list(providers)
+            )
         except NotImplementedOp as exc:
             return CaseOutcome(case.name, SKIPPED, f"no provider can run it: {exc}", ops)
         except Exception as exc:

@@ -22,9 +22,9 @@ def random_array(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generat
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if dtype.kind in "iu":
+        # Integer inputs are mostly ids, indices and lengths: small and non-negative.
         hi = 100 if dtype.itemsize > 1 else 10
-        lo = 0 if dtype.kind == "u" else -hi
-        return rng.integers(lo, hi, size=shape).astype(dtype)
+        return rng.integers(0, hi, size=shape).astype(dtype)
     if dtype == np.dtype(object):
         return np.array(
             [f"s{v}" for v in rng.integers(0, 100, size=shape).ravel()], dtype=object

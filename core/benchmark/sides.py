@@ -61,6 +61,9 @@ class OrtSide(Side):
         if want_cuda and "CUDAExecutionProvider" in avail:
             provs.insert(0, "CUDAExecutionProvider")
         so = ort.SessionOptions()
+        # Spinning intra-op threads keep cores busy after a run returns, which on a
+        # small machine slows whichever side runs next; interleaved timing needs them idle.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(model, so, providers=provs)
         self.name = "onnxruntime" + ("-cuda" if provs[0].startswith("CUDA") else "")
         self.version = ort.__version__

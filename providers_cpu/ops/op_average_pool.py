@@ -25,7 +25,9 @@ def average_pool(node, xp):
         if inv is None:
             inv = cache[key] = (1.0 / avg_divisor(spec, in_sp, include_pad)).astype(cdt)
         xc = x if x.dtype == cdt else x.astype(cdt)
-        y = window_reduce(pad_input(xc, pb, pe, 0), spec.kernel, spec.strides, spec.dilations, out, np.add)
+        y = window_reduce(
+            pad_input(xc, pb, pe, 0), spec.kernel, spec.strides, spec.dilations, out, np.add
+        )
         y *= inv
         return (y if y.dtype == x.dtype else y.astype(x.dtype),)
 

@@ -80,13 +80,14 @@ def _reduction(node: NodeInfo) -> str:
     return r.decode() if isinstance(r, bytes) else r
 
 
-def _nll(
-    logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore, reduction
-):
+def _nll(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore, reduction):
     # torch's nll_loss follows the ONNX definition (weighted mean over the
     # non-ignored targets); it wants int64 targets and one ignore value.
     return F.nll_loss(
-        logp, target.long(), weight, ignore_index=-100 if ignore is None else ignore,
+        logp,
+        target.long(),
+        weight,
+        ignore_index=-100 if ignore is None else ignore,
         reduction=reduction,
     )
 

@@ -41,7 +41,9 @@ def _pairs(auto_pad, pads, shape, k, strides, dil):
         for n, kk, s, d in zip(shape, k, strides, dil):
             total = max((math.ceil(n / s) - 1) * s + (kk - 1) * d + 1 - n, 0)
             small = total // 2
-            out.append((small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small))
+            out.append(
+                (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+            )
         return out
     if auto_pad == "VALID":
         return [(0, 0)] * rank
@@ -83,6 +85,17 @@ def average_pool(node: NodeInfo, xp: Any):
         raise NotSupported("AveragePool: dilations are not supported on torch")
     include = bool(node.attr("count_include_pad", 0))
     fn = _AVG[rank]
+    if not include or ceil:
+        # Explicit padding would be counted: the pads must be ones torch takes.
+        shape = node.inputs[0].static_shape if node.inputs[0] is not None else None
+        if shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            raise NotSupported("AveragePool: auto_pad needs a static input shape on torch")
+        pairs = _pairs(auto_pad, pads, (shape or [0] * (rank + 2))[2:], k, strides, dil)
+        if not _torch_ok(pairs, k, dil):
+            raise NotSupported(
+                "AveragePool: asymmetric or large pads that are not counted are not "
+                "supported on torch"
+            )
 
     def run(x: torch.Tensor):
         pairs = _pairs(auto_pad, pads, x.shape[2:], k, strides, dil)

@@ -67,7 +67,9 @@ def _make(op: str, axes_input_since: int):
             if x.ndim == 0:
                 return (x.clone(),)
             if x.numel() == 0:
-                shape = [1 if i in dims else n for i, n in enumerate(x.shape) if keep or i not in dims]
+                shape = [
+                    1 if i in dims else n for i, n in enumerate(x.shape) if keep or i not in dims
+                ]
                 fill = empty_value
                 if x.dtype == torch.bool:
                     fill = fill > 0

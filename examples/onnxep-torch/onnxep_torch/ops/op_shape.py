@@ -141,7 +141,6 @@ def non_zero(node: NodeInfo, xp: Any):
     return run
 
 
-
 @kernel("Pad", since=2, host_inputs=(1, 2, 3))
 def pad(node: NodeInfo, xp: Any):
     mode = node.attr("mode", "constant")
@@ -153,7 +152,11 @@ def pad(node: NodeInfo, xp: Any):
     def run(x: torch.Tensor, pads: Any = None, value: Any = None, axes: Any = None):
         p = a_pads if legacy else ints(pads)
         fill = a_value if legacy or value is None else np.asarray(value).reshape(-1)[0].item()
-        ax = list(range(x.ndim)) if axes is None else [a + x.ndim if a < 0 else a for a in ints(axes)]
+        ax = (
+            list(range(x.ndim))
+            if axes is None
+            else [a + x.ndim if a < 0 else a for a in ints(axes)]
+        )
         n = len(ax)
         for i, a in enumerate(ax):
             x = _pad_axis(x, a, p[i], p[i + n], mode, fill)

@@ -1,0 +1,310 @@
+"""Comparing a model's outputs on some providers with a reference provider, per dtype.
+
+Tolerances follow what each float format can hold: an fp16 kernel that
+accumulates in a different order than NumPy differs in the last bits, and the
+check must allow that without hiding a real bug. Integers, bools and strings
+must match exactly, and NaN must meet NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+#: dtype -> (atol, rtol); an element passes when |got - ref| <= atol + rtol * |ref|.
+TOLERANCES: dict[np.dtype, tuple[float, float]] = {
+    np.dtype(np.float64): (1e-8, 1e-7),
+    np.dtype(np.float32): (1e-5, 1e-4),
+    np.dtype(np.float16): (2.5e-3, 1e-3),
+    np.dtype(ml_dtypes.bfloat16): (2e-2, 1e-2),
+}
+
+
+def tolerance(dtype: np.dtype, rtol: float | None = None, atol: float | None = None):
+    """``(atol, rtol)`` for ``dtype``: exact (0, 0) unless it is a float; overrides win."""
+    dt = np.dtype(dtype)
+    if dt in TOLERANCES:
+        a, r = TOLERANCES[dt]
+    elif dt.kind in "fc":
+        a, r = (2e-2, 1e-2) if dt.itemsize <= 2 else TOLERANCES[np.dtype(np.float32)]
+    else:
+        return (0.0, 0.0)
+    return (a if atol is None else atol, r if rtol is None else rtol)
+
+
+@dataclass(frozen=True)
+class OutputParity:
+    """One output of one provider list against the reference.
+
+    ``max_abs`` and ``max_rel`` are over all elements; ``worst`` is the index
+    of the element furthest beyond its tolerance (or of the largest error when
+    all pass); ``got`` and ``want`` are the values there. ``problem`` says what
+    is wrong, empty when the output matches.
+    """
+
+    output: str
+    providers: str
+    reference: str
+    dtype: str
+    shape: tuple[int, ...]
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mismatches: int = 0
+    worst: tuple[int, ...] | None = None
+    got: Any = None
+    want: Any = None
+    atol: float = 0.0
+    rtol: float = 0.0
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+    def describe(self) -> str:
+        if self.ok:
+            return (
+                f"output {self.output!r} ({self.dtype} {list(self.shape)}): max abs error "
+                f"{self.max_abs:.3g}, max rel error {self.max_rel:.3g}"
+            )
+        return (
+            f"output {self.output!r} differs between {self.providers} and reference "
+            f"{self.reference}: {self.problem}"
+        )
+
+
+@dataclass
+class ParityReport:
+    """Every output of every provider list against the reference; ``ok`` when all match."""
+
+    reference: str
+    results: list[OutputParity] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def failures(self) -> list[OutputParity]:
+        return [r for r in self.results if not r.ok]
+
+    def max_abs(self, output: str) -> float:
+        return max(r.max_abs for r in self.results if r.output == output)
+
+    def max_rel(self, output: str) -> float:
+        return max(r.max_rel for r in self.results if r.output == output)
+
+    def format(self) -> str:
+        lines = [
+            f"{'providers':16s} {'output':24s} {'dtype':9s} {'shape':16s} "
+            f"{'max abs':>10s} {'max rel':>10s}  status"
+        ]
+        for r in self.results:
+            status = "ok" if r.ok else f"MISMATCH ({r.mismatches} elements)"
+            if r.problem and not r.mismatches:
+                status = "MISMATCH"
+            lines.append(
+                f"{r.providers:16s} {r.output:24s} {r.dtype:9s} {str(list(r.shape)):16s} "
+                f"{r.max_abs:10.3g} {r.max_rel:10.3g}  {status}"
+            )
+        for r in self.failures:
+            lines.append(r.describe())
+        return "\n".join(lines)
+
+    __str__ = format
+
+
+def _label(providers: Sequence[Any]) -> str:
+    return ",".join(p if isinstance(p, str) else p[0] for p in providers)
+
+
+def compare_output(
+    name: str,
+    got: Any,
+    want: Any,
+    providers: str,
+    reference: str,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> list[OutputParity]:
+    """Compare one output; a sequence gives one entry per element (``name[i]``)."""
+    if isinstance(want, (list, tuple)) or isinstance(got, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or not isinstance(want, (list, tuple)):
+            return [_bad(name, providers, reference, f"got {_kind(got)}, want {_kind(want)}")]
+        if len(got) != len(want):
+            return [_bad(name, providers, reference, f"sequence of {len(got)}, want {len(want)}")]
+        out: list[OutputParity] = []
+        for i, (g, w) in enumerate(zip(got, want)):
+            out += compare_output(f"{name}[{i}]", g, w, providers, reference, rtol, atol)
+        return out
+    if want is None or got is None:
+        if want is None and got is None:
+            return [OutputParity(name, providers, reference, "none", ())]
+        return [_bad(name, providers, reference, f"got {_kind(got)}, want {_kind(want)}")]
+    return [
+        _compare_arrays(name, np.asarray(got), np.asarray(want), providers, reference, rtol, atol)
+    ]
+
+
+def _kind(x: Any) -> str:
+    if x is None:
+        return "None"
+    if isinstance(x, (list, tuple)):
+        return f"a sequence of {len(x)}"
+    return f"an array {np.asarray(x).dtype} {list(np.shape(x))}"
+
+
+def _bad(name: str, providers: str, reference: str, problem: str, **kw: Any) -> OutputParity:
+    return OutputParity(
+        name, providers, reference, kw.pop("dtype", "?"), kw.pop("shape", ()), problem=problem, **kw
+    )
+
+
+def _compare_arrays(name, got, want, providers, reference, rtol, atol) -> OutputParity:
+    dt = str(want.dtype)
+    shape = tuple(want.shape)
+    if got.dtype != want.dtype and not (got.dtype.kind in "UO" and want.dtype.kind in "UO"):
+        return _bad(
+            name,
+            providers,
+            reference,
+            f"dtype {got.dtype}, want {want.dtype}",
+            dtype=dt,
+            shape=shape,
+        )
+    if got.shape != want.shape:
+        return _bad(
+            name,
+            providers,
+            reference,
+            f"shape {list(got.shape)}, want {list(shape)}",
+            dtype=dt,
+            shape=shape,
+        )
+    if want.size == 0:
+        return OutputParity(name, providers, reference, dt, shape)
+    if want.dtype.kind not in "fc":
+        return _exact(name, got, want, providers, reference, dt, shape)
+    a, r = tolerance(want.dtype, rtol, atol)
+    g = got.astype(np.float64) if want.dtype.kind == "f" else got.astype(np.complex128)
+    w = want.astype(np.float64) if want.dtype.kind == "f" else want.astype(np.complex128)
+    g_nan, w_nan = np.isnan(g), np.isnan(w)
+    with np.errstate(all="ignore"):
+        diff = np.abs(g - w)
+        # Equal infinities subtract to NaN: they match. NaN must meet NaN.
+        same_inf = np.isinf(w) & (g == w)
+        diff = np.where(same_inf | (g_nan & w_nan), 0.0, diff)
+        diff = np.where(g_nan ^ w_nan, np.inf, diff)
+        allowed = a + r * np.abs(np.where(np.isfinite(w), w, 0.0))
+        rel = np.where(diff == 0, 0.0, diff / np.abs(w))
+        bad = diff > allowed
+        excess = np.where(bad, diff / np.maximum(allowed, np.finfo(np.float64).tiny), 0.0)
+    max_abs = float(np.max(diff))
+    max_rel = float(np.nanmax(rel)) if np.any(~np.isnan(rel)) else 0.0
+    n_bad = int(np.count_nonzero(bad))
+    flat = int(np.argmax(excess)) if n_bad else int(np.argmax(diff))
+    idx = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+    gv, wv = got[idx].item(), want[idx].item()
+    problem = ""
+    if n_bad:
+        problem = (
+            f"{n_bad} of {want.size} elements out of tolerance ({dt}: atol {a:g}, rtol {r:g}); "
+            f"worst at index {idx}: {gv!r} ({providers}) vs {wv!r} ({reference}), "
+            f"abs error {float(diff[idx]):.3g}"
+        )
+    return OutputParity(
+        name, providers, reference, dt, shape, max_abs, max_rel, n_bad, idx, gv, wv, a, r, problem
+    )
+
+
+def _exact(name, got, want, providers, reference, dt, shape) -> OutputParity:
+    neq = got != want
+    n_bad = int(np.count_nonzero(neq))
+    if not n_bad:
+        return OutputParity(name, providers, reference, dt, shape)
+    flat = int(np.argmax(neq.reshape(-1)))
+    idx = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+    gv, wv = got[idx], want[idx]
+    gv = gv.item() if hasattr(gv, "item") else gv
+    wv = wv.item() if hasattr(wv, "item") else wv
+    try:
+        max_abs = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+    except (TypeError, ValueError):
+        max_abs = float("nan")
+    problem = (
+        f"{n_bad} of {want.size} elements differ ({dt} must match exactly); first at index "
+        f"{idx}: {gv!r} ({providers}) vs {wv!r} ({reference})"
+    )
+    return OutputParity(
+        name, providers, reference, dt, shape, max_abs, 0.0, n_bad, idx, gv, wv, problem=problem
+    )
+
+
+def _provider_lists(providers: Any) -> list[list[Any]]:
+    """``"torch"``, ``["torch", "cpu"]`` or ``[["torch"], ["cuda"]]`` as a list of lists."""
+    if isinstance(providers, str) or (
+        isinstance(providers, tuple) and len(providers) == 2 and isinstance(providers[1], dict)
+    ):
+        return [[providers]]
+    items = list(providers)
+    if items and all(isinstance(p, list) for p in items):
+        return items
+    return [items]
+
+
+def parity_report(
+    model: Any,
+    providers: Any,
+    reference: Sequence[Any] = ("cpu",),
+    inputs: Mapping[str, Any] | None = None,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> ParityReport:
+    """Run ``model`` on each provider list and on ``reference``; compare every output."""
+    from .options import SessionOptions
+    from .random_inputs import random_inputs
+    from .session import InferenceSession
+
+    quiet = SessionOptions(log_severity_level=3)
+    ref_sess = InferenceSession(model, sess_options=quiet, providers=list(reference))
+    feeds = dict(inputs) if inputs is not None else random_inputs(ref_sess, dims, seed=seed)
+    names = [o.name for o in ref_sess.get_outputs()]
+    want = ref_sess.run(None, feeds)
+    ref_label = _label(reference)
+    report = ParityReport(ref_label)
+    for plist in _provider_lists(providers):
+        sess = InferenceSession(model, sess_options=quiet, providers=plist)
+        got = sess.run(None, feeds)
+        label = _label(plist)
+        for name, g, w in zip(names, got, want):
+            report.results += compare_output(name, g, w, label, ref_label, rtol, atol)
+    return report
+
+
+def assert_parity(
+    model: Any,
+    providers: Any,
+    reference: Sequence[Any] = ("cpu",),
+    inputs: Mapping[str, Any] | None = None,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> ParityReport:
+    """Fail with the worst element of every mismatching output; else return the report.
+
+    ``providers`` is one provider list (``["torch"]``) or several
+    (``[["torch"], ["cuda"]]``); ``inputs`` default to ``random_inputs`` with
+    ``dims`` and ``seed``; ``rtol``/``atol`` override the per-dtype tolerances
+    of float outputs (integers, bools and strings always match exactly).
+    """
+    report = parity_report(model, providers, reference, inputs, dims, seed, rtol, atol)
+    if not report.ok:
+        raise AssertionError("\n".join(r.describe() for r in report.failures))
+    return report
