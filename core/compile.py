@@ -19,6 +19,7 @@ from .nodeinfo import const_of
 from .partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
 from .plan import Plan, PlanBuilder
 from .profiling import Profiler
+from .shape_cache import shape_derived_nodes
 
 
 def _syncs(providers: Sequence[Provider]) -> dict:
@@ -53,6 +54,7 @@ class CompileContext:
     const: ConstCache = field(default_factory=ConstCache)
     subgraphs: list[CompiledGraph] = field(default_factory=list)
     profiler: Profiler | None = None
+    shape_cache: bool = True
 
 
 @dataclass
@@ -86,6 +88,8 @@ def compile_graph(
     if ctx.disable_fallback and ctx.providers:
         check_fallback(placed, ctx.providers[0])
     builder = PlanBuilder(ctx.providers, ctx.const)
+    if ctx.shape_cache:
+        builder.shape_nodes = shape_derived_nodes(placed, graph.outputs)
     input_slots = [builder.bind_input(v) for v in graph.inputs]
     input_slots += [builder.bind_input(v) for v in outer]
     for p in placed:

@@ -98,7 +98,8 @@ def _case_data(case: Any) -> list[tuple[list, list]]:
     return sets
 
 
-def run_case(case: Any, category: str, providers: Sequence[Any]) -> CaseResult:
+def run_case(case: Any, category: str, providers: Sequence[Any], repeat: int = 1) -> CaseResult:
+    """Run one case; ``repeat`` > 1 also checks the later runs (generated code, shape cache)."""
     from onnx.backend.test.runner import Runner
 
     from .backend import OnnxepBackend
@@ -113,8 +114,9 @@ def run_case(case: Any, category: str, providers: Sequence[Any]) -> CaseResult:
             warnings.simplefilter("ignore")
             rep = OnnxepBackend.prepare(model, providers=list(providers))
             for ins, outs in _case_data(case):
-                got = rep.run(ins)
-                Runner.assert_similar_outputs(outs, got, case.rtol, case.atol, case.model_dir)
+                for _ in range(repeat):
+                    got = rep.run(ins)
+                    Runner.assert_similar_outputs(outs, got, case.rtol, case.atol, case.model_dir)
     except Exception as exc:
         msg = f"{type(exc).__name__}: {exc}".strip().splitlines()
         return CaseResult(case.name, category, False, " | ".join(msg[:6])[:600], ops)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .codegen import generate
+from .codegen import ShapeCache, generate
 from .errors import RunError
 from .plan import Plan
 from .profiling import Profiler
@@ -30,6 +30,7 @@ class Executor:
         self._outputs = plan.output_slots
         self._fast: Any = None
         self._lines: dict[int, int] = {}
+        self.shape_cache = ShapeCache()
 
     def run(self, feeds: Sequence[Any]) -> list[Any]:
         if self.profiler is not None:
@@ -39,7 +40,7 @@ class Executor:
             # The first run goes through the checked loop, which catches a kernel that
             # returns a bare array instead of a tuple; later runs use generated code.
             out = self._run_checked(feeds)
-            self._fast, self._lines = generate(self.plan)
+            self._fast, self._lines = generate(self.plan, self.shape_cache)
             return out
         try:
             return fast(feeds)

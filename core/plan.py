@@ -32,6 +32,8 @@ class Step:
     provider: str
     kind: str = "kernel"  # "kernel" or "copy"
     frees: tuple[int, ...] = ()
+    #: its outputs depend only on the input shapes, so runs may reuse them (shape_cache)
+    shape_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class PlanBuilder:
         self.location: dict[int, str] = {}
         self.steps: list[Step] = []
         self.copies: list[CopyRecord] = []
+        self.shape_nodes: set[int] = set()
+        self.shape_slots: set[int] = set()
 
     def _new_slot(self, name: str, value: Any = None) -> int:
         self.template.append(value)
@@ -119,8 +123,19 @@ class PlanBuilder:
         slot = self._new_slot(f"{value.name}@{need}")
         fn = _copy_fn(self._device_provider(src), self._device_provider(need))
         self.steps.append(
-            Step(fn, (src_slot,), (slot,), f"copy {value.name} {src}->{need}", "Copy", need, "copy")
+            Step(
+                fn,
+                (src_slot,),
+                (slot,),
+                f"copy {value.name} {src}->{need}",
+                "Copy",
+                need,
+                "copy",
+                shape_only=src_slot in self.shape_slots,
+            )
         )
+        if src_slot in self.shape_slots:
+            self.shape_slots.add(slot)
         self.copies.append(CopyRecord(value.name or "", src, need, consumer))
         self.slot_of[key] = slot
         return slot
@@ -147,8 +162,19 @@ class PlanBuilder:
             self.slot_of[(id(o), loc)] = slot
             self.location[id(o)] = loc
             outs.append(slot)
+        shape_only = id(p.node) in self.shape_nodes
+        if shape_only:
+            self.shape_slots.update(s for s in outs if s != SINK_SLOT)
         self.steps.append(
-            Step(p.claim.fn, tuple(ins), tuple(outs), p.name, p.node.op_type, p.provider.name)
+            Step(
+                p.claim.fn,
+                tuple(ins),
+                tuple(outs),
+                p.name,
+                p.node.op_type,
+                p.provider.name,
+                shape_only=shape_only,
+            )
         )
 
     def finish(self, inputs: Sequence[int], outputs: Sequence[ir.Value]) -> Plan:

@@ -228,7 +228,111 @@ class GenaiDecoderPeer(_DecoderBase):
 
 
 class HybridDecoderPeer(_DecoderBase):
-    """Placeholder until the hybrid peer lands (see ``bench/factory/hybrid.py``)."""
+    """A ``hybrid-decoder`` (Qwen3.5): gated-delta linear attention and gated full attention.
+
+    Linear layers: causal depthwise conv with carried state and SiLU, per-head
+    L2-normalized q and k, decay ``-exp(A_log) * softplus(a + dt_bias)`` and
+    rate ``sigmoid(b)``, the gated delta rule one token at a time, then an RMS
+    norm gated by ``silu(z)``. Full layers: q with a per-head output gate,
+    per-head q/k RMS norms, partial rotary, GQA over the cache, sigmoid gate.
+    """
 
     def __init__(self, model_path: str, cfg: dict[str, Any], device: str) -> None:
-        raise ValueError("no torch peer for factory model kind 'hybrid-decoder' yet")
+        super().__init__(model_path, cfg, device)
+        f32 = self.torch.float32
+        self.layers: list[tuple[str, tuple[Any, ...]]] = []
+        self._mlp = []
+        for i, kind in enumerate(cfg["layer_types"]):
+            if kind == "linear_attention":
+                p = f"model.layers.{i}.linear_attn"
+                weights = (
+                    *(self.w.matmul(f"{p}.{n}_proj.MatMul") for n in ("qkv", "z", "b", "a")),
+                    self.w.tensor(f"{p}.conv1d.weight"),
+                    self.w.tensor(f"{p}.conv1d.bias"),
+                    self.w.tensor(f"{p}.dt_bias", f32),
+                    self.w.tensor(f"{p}.neg_exp_A", f32),
+                    self.w.tensor(f"{p}.norm.weight", f32),
+                    self.w.matmul(f"{p}.out_proj.MatMul"),
+                )
+            else:
+                p = f"model.layers.{i}.attn"
+                weights = (
+                    self.w.matmul(f"{p}.qkv_proj.MatMul"),
+                    self.w.tensor(f"{p}.q_norm.layernorm.weight", f32),
+                    self.w.tensor(f"{p}.k_norm.layernorm.weight", f32),
+                    self.w.matmul(f"{p}.o_proj.MatMul"),
+                )
+            self.layers.append((kind, (*self.norms(i), *weights)))
+            self._mlp.append(self._load_mlp(i))
+
+    def run(self, feeds: Mapping[str, Any]) -> list[Any]:
+        torch = self.torch
+        ids = self._in(feeds, "input_ids", torch.long)
+        mask = self._in(feeds, "attention_mask")
+        pos = self._in(feeds, "position_ids", torch.long)
+        if pos.dim() == 3:
+            pos = pos[0]  # text: the three MRoPE rows are equal
+        past = next(
+            (int(np.shape(v)[2]) for k, v in feeds.items() if k.startswith("past_key_values.")), 0
+        )
+        x = self.embed[ids]
+        outputs: dict[str, Any] = {}
+        for i, (kind, (n_in, n_post, *weights)) in enumerate(self.layers):
+            h = self.rms(x, n_in)
+            if kind == "linear_attention":
+                x = x + self.linear_attention(i, h, weights, feeds, outputs)
+            else:
+                x = x + self.full_attention(i, h, weights, feeds, outputs, mask, pos, past)
+            x = x + self.mlp(i, self.rms(x, n_post))
+        return self.finish(x, outputs)
+
+    def full_attention(self, i, h, weights, feeds, outputs, mask, pos, past) -> Any:
+        torch, cfg = self.torch, self.cfg
+        w_qkv, q_norm, k_norm, w_o = weights
+        b, s, _ = h.shape
+        heads, kvh, d = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
+        qg, k, v = (h @ w_qkv).split([2 * heads * d, kvh * d, kvh * d], dim=-1)
+        q, gate = qg.view(b, s, heads, 2 * d).split([d, d], dim=-1)
+        rot = int(d * cfg["partial_rotary_factor"])
+        q = self.rotate(self.rms(q, q_norm).transpose(1, 2), pos, rot)
+        k = self.rotate(self.rms(k.view(b, s, kvh, d), k_norm).transpose(1, 2), pos, rot)
+        v = v.view(b, s, kvh, d).transpose(1, 2)
+        k = torch.cat([self._in(feeds, f"past_key_values.{i}.key", k.dtype), k], dim=2)
+        v = torch.cat([self._in(feeds, f"past_key_values.{i}.value", v.dtype), v], dim=2)
+        outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = k, v
+        a = self.attend(q, k, v, mask, past).transpose(1, 2)  # [B, S, H, D]
+        return (a * torch.sigmoid(gate)).reshape(b, s, heads * d) @ w_o
+
+    def linear_attention(self, i, h, weights, feeds, outputs) -> Any:
+        torch, cfg = self.torch, self.cfg
+        fn = torch.nn.functional
+        w_qkv, w_z, w_b, w_a, conv_w, conv_b, dt_bias, neg_exp_a, norm_w, w_out = weights
+        b, s, _ = h.shape
+        nk, dk = cfg["linear_key_heads"], cfg["linear_key_dim"]
+        hv, dv = cfg["linear_value_heads"], cfg["linear_value_dim"]
+        # causal depthwise conv over [past state | new tokens], then SiLU
+        seq = torch.cat(
+            [self._in(feeds, f"past.{i}.conv", h.dtype), (h @ w_qkv).transpose(1, 2)], 2
+        )
+        outputs[f"present.{i}.conv"] = seq[:, :, seq.shape[2] - (conv_w.shape[-1] - 1) :]
+        conv = fn.silu(fn.conv1d(seq, conv_w, conv_b, groups=seq.shape[1])).transpose(1, 2)
+        q, k, v = conv.float().split([nk * dk, nk * dk, hv * dv], dim=-1)
+        q = fn.normalize(q.view(b, s, nk, dk), dim=-1) / math.sqrt(dk)
+        k = fn.normalize(k.view(b, s, nk, dk), dim=-1)
+        q, k = (t.repeat_interleave(hv // nk, dim=2) for t in (q, k))  # per value head
+        v = v.view(b, s, hv, dv)
+        decay = neg_exp_a * fn.softplus((h @ w_a).float() + dt_bias)  # [B, S, Hv], log space
+        beta = torch.sigmoid((h @ w_b).float())
+        state = self._in(feeds, f"past.{i}.recurrent", torch.float32)  # [B, Hv, dk, dv]
+        outs = []
+        for t in range(s):
+            state = state * decay[:, t, :, None, None].exp()
+            kt = k[:, t]
+            upd = beta[:, t, :, None] * (v[:, t] - (kt[:, :, None, :] @ state)[:, :, 0])
+            state = state + kt[:, :, :, None] * upd[:, :, None, :]
+            outs.append((q[:, t, :, None, :] @ state)[:, :, 0])
+        outputs[f"present.{i}.recurrent"] = state
+        o = torch.stack(outs, dim=1)  # [B, S, Hv, dv]
+        z = (h @ w_z).float().view(b, s, hv, dv)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * norm_w * fn.silu(z)
+        return o.reshape(b, s, hv * dv).to(h.dtype) @ w_out

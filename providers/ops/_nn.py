@@ -135,7 +135,7 @@ def prod(xs) -> int:
 class PoolSpec:
     """A pooling node's static attributes, and its per-input-shape geometry."""
 
-    def __init__(self, node, rank_hint: int | None = None):
+    def __init__(self, node):
         self.kernel = list(node.attr("kernel_shape"))
         nsp = len(self.kernel)
         self.strides, self.dilations, self.pb, self.pe = spatial_attrs(node, nsp, self.kernel)
@@ -187,7 +187,8 @@ def avg_divisor(spec: PoolSpec, in_sp, count_include_pad: bool) -> np.ndarray:
     cnt = np.zeros(tuple(out), dtype=np.float64)
     for _, v in pool_windows(mask, spec, out):
         cnt += v
-    return cnt
+    # A window lying wholly in the padding averages nothing; avoid 0/0.
+    return np.where(cnt == 0, 1.0, cnt)
 
 
 def col2im_add(xp, cols, kernel, strides, dilations, blocks, full_sp):

@@ -90,3 +90,107 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
         strides=(plane * isz, *(s * e * isz for s, e in zip(strides, elem))),
     )
     return np.ascontiguousarray(view).reshape(*lead, *out)
+
+
+# ---------------------------------------------------------------- GEMM shape tuning
+
+# OpenBLAS runs products with M*N*K up to about 1e6 through kernels that skip
+# packing the operands; for convolutions with few output pixels and large
+# weights (deep ResNet stages) packing the weights dominates, so splitting the
+# output channels into such chunks is several times faster. Whether it wins
+# depends on the BLAS build and thread count, so each shape is timed once.
+_SMALL_MNK = 1.0e6
+_pool = None
+
+
+def _thread_pool():
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="onnxep-conv")
+    return _pool
+
+
+def _plain(w):
+    def f(cols):
+        return np.matmul(w, cols)
+
+    return f
+
+
+def _chunked(w, mc):
+    m, k = w.shape
+    w3 = w.reshape(m // mc, mc, k)
+
+    def f(cols):
+        if cols.ndim == 2:
+            return np.matmul(w3, cols).reshape(m, cols.shape[-1])
+        return np.matmul(w3, cols[:, None]).reshape(cols.shape[0], m, cols.shape[-1])
+
+    return f
+
+
+def _chunked_threads(w, mc):
+    m, k = w.shape
+    g = m // mc
+    w3 = w.reshape(g, mc, k)
+    halves = (w3[: g // 2], w3[g // 2 :])
+
+    def f(cols):
+        if cols.ndim != 2:
+            return np.matmul(w3, cols[:, None]).reshape(cols.shape[0], m, cols.shape[-1])
+        out = np.empty((g, mc, cols.shape[-1]), dtype=np.result_type(w, cols))
+        fut = _thread_pool().submit(np.matmul, halves[1], cols, out=out[g // 2 :])
+        np.matmul(halves[0], cols, out=out[: g // 2])
+        fut.result()
+        return out.reshape(m, cols.shape[-1])
+
+    return f
+
+
+class TunedMatmul:
+    """``w @ cols`` for a fixed weight matrix, picking per cols shape the fastest split."""
+
+    def __init__(self, w: np.ndarray):
+        self.w = w
+        self._by_shape: dict = {}
+
+    def __call__(self, cols: np.ndarray) -> np.ndarray:
+        f = self._by_shape.get(cols.shape)
+        if f is None:
+            f = self._by_shape[cols.shape] = self._tune(cols)
+        return f(cols)
+
+    def _tune(self, cols):
+        import os
+        import time
+
+        m, k = self.w.shape
+        lsz = cols.shape[-1]
+        plain = _plain(self.w)
+        if m * k * lsz <= _SMALL_MNK:
+            return plain
+        cands = [plain]
+        mc = m
+        while mc > 8 and (mc * k * lsz > _SMALL_MNK or m % mc):
+            mc //= 2
+        if mc >= 8 and m % mc == 0 and mc * k * lsz <= _SMALL_MNK and mc < m:
+            cands.append(_chunked(self.w, mc))
+            if (os.cpu_count() or 1) > 1 and cols.ndim == 2 and (m // mc) >= 2:
+                cands.append(_chunked_threads(self.w, mc))
+        if len(cands) == 1:
+            return plain
+        best, best_t = plain, float("inf")
+        for f in cands:
+            f(cols)  # warm up
+            t = min(_timed(f, cols, time.perf_counter) for _ in range(3))
+            if t < best_t:
+                best, best_t = f, t
+        return best
+
+
+def _timed(f, cols, clock):
+    t0 = clock()
+    f(cols)
+    return clock() - t0

@@ -12,7 +12,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops._nn import compute_dtype, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
-from ._nn_cpu import pad_input, window_view
+from ._nn_cpu import TunedMatmul, pad_input, window_view
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -24,18 +24,21 @@ def conv(node, xp):
     packed: dict = {}
 
     def weights(w, cdt):
+        """(grouped weights, tuned matmul for group 1 or None)."""
         if wconst is not None:
             key = cdt
-            wg = packed.get(key)
-            if wg is None:
-                wg = packed[key] = np.ascontiguousarray(
+            got = packed.get(key)
+            if got is None:
+                wg = np.ascontiguousarray(
                     np.asarray(wconst).astype(cdt).reshape(group, wconst.shape[0] // group, -1)
                 )
-            return wg
-        return w.astype(cdt, copy=False).reshape(group, w.shape[0] // group, -1)
+                got = packed[key] = (wg, TunedMatmul(wg[0]) if group == 1 else None)
+            return got
+        return w.astype(cdt, copy=False).reshape(group, w.shape[0] // group, -1), None
 
     def geometry(shape, k):
-        g = geo_cache.get(shape)
+        key = (shape, tuple(k))
+        g = geo_cache.get(key)
         if g is None:
             in_sp = shape[2:]
             pb, pe = resolve_pads(auto_pad, in_sp, k, strides, dil, pb0, pe0)
@@ -49,7 +52,7 @@ def conv(node, xp):
                 and not any(pb)
                 and not any(pe)
             )
-            g = geo_cache[shape] = (pb, pe, out, pointwise)
+            g = geo_cache[key] = (pb, pe, out, pointwise)
         return g
 
     def run(x, w, b=None):
@@ -59,7 +62,7 @@ def conv(node, xp):
         cdt = compute_dtype(dt)
         xc = x if x.dtype == cdt else x.astype(cdt)
         n, c = x.shape[:2]
-        wg = weights(w, cdt)
+        wg, tuned = weights(w, cdt)
         m = wg.shape[0] * wg.shape[1]
         lsz = 1
         for o in out:
@@ -79,7 +82,8 @@ def conv(node, xp):
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
-            y = wg[0] @ cols[0, 0] if n == 1 else np.matmul(wg[0], cols[:, 0])
+            c2 = cols[0, 0] if n == 1 else cols[:, 0]
+            y = tuned(c2) if tuned is not None else np.matmul(wg[0], c2)
         else:
             y = np.matmul(wg, cols)
         y = y.reshape(n, m, *out)
