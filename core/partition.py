@@ -170,3 +170,36 @@ def check_fallback(placed: Sequence[PlacedNode], first: Provider) -> None:
     if len(bad) > 20:
         lines.append(f"  ... and {len(bad) - 20} more")
     raise FallbackError("\n".join(lines))
+
+
+def ownership(providers: Sequence[Provider], opsets: dict[str, int]) -> Callable[[ir.Node], Any]:
+    """A cheap guess at which provider a node will go to: the first with a kernel and dtypes.
+
+    Fusion passes use it to keep to their provider's nodes; it builds no kernel,
+    so a builder that later declines just sends the node on down the list.
+    """
+    from onnxep.providers.dtypes import dtype_name
+    from onnxep.providers.kernel import normalize_domain
+
+    def owner(node: ir.Node) -> Any:
+        domain = normalize_domain(node.domain)
+        opset = opsets.get(domain, 1)
+        for p in providers:
+            spec = p.registry.lookup(domain, node.op_type, opset)
+            if spec is None:
+                continue
+            ok = True
+            for i, allowed in (spec.dtypes or {}).items():
+                v = node.inputs[i] if i < len(node.inputs) else None
+                dt = v.dtype if v is not None else None
+                if dt is not None:
+                    try:
+                        if dtype_name(dt.numpy()) not in allowed:
+                            ok = False
+                    except Exception:
+                        pass
+            if ok:
+                return p
+        return None
+
+    return owner

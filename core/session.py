@@ -13,6 +13,7 @@ import onnx_ir as ir
 
 from onnxep.providers.discovery import PluginHost, get_host, register_plugin
 from onnxep.providers.provider import Provider
+from onnxep.providers.rewrite import FusionPass
 
 from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
@@ -20,6 +21,7 @@ from .errors import InvalidArgument, InvalidGraph
 from .loading import ModelLike, check_model, load_external_data, read_model
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .partition import ownership
 from .placement import CopyPlacement, NodePlacement, PlacementReport
 from .profiling import Profiler
 from .providers_select import create_providers, select_providers
@@ -114,6 +116,8 @@ class InferenceSession:
             self._skipped += report.skipped
 
         opsets = {("" if k == "ai.onnx" else k): v for k, v in self._model.opset_imports.items()}
+        if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_EXTENDED:
+            self._provider_rewrites(opsets, disabled)
         self._profiler = (
             Profiler(self._options.profile_file_prefix) if self._options.enable_profiling else None
         )
@@ -158,6 +162,19 @@ class InferenceSession:
         for f in self._host.failures:
             if self._options.log_severity_level <= 2:
                 logger.warning("%s", f)
+
+    def _provider_rewrites(self, opsets: dict[str, int], disabled: list[str]) -> None:
+        """Each provider's fusions, on the nodes it would be given (``extended`` level)."""
+        owner = ownership(self._providers, opsets)
+        for provider in self._providers:
+            passes = self._host.rewrites(provider, "extended")
+            for p in passes:
+                if isinstance(p, FusionPass):
+                    p.bind(provider, lambda n, prov=provider: owner(n) is prov, opsets)
+            report = RewriteManager(passes, disabled).run(self._model)
+            for name, count in report.counts.items():
+                self._rewrites[name] = self._rewrites.get(name, 0) + count
+            self._skipped += [s for s in report.skipped if s not in self._skipped]
 
     # -- onnxruntime's API ---------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:

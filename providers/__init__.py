@@ -18,6 +18,7 @@ from .kernel import KernelLibrary, KernelSpec, kernel
 from .node import NodeInfo, Subgraph, ValueInfo
 from .provider import Claim, Decline, Provider, ProviderInfo
 from .registry import KernelConflict, KernelRegistry
+from .rewrite import FusionPass, RewritePass
 
 __all__ = [
     "ALL_TYPES",
@@ -30,6 +31,7 @@ __all__ = [
     "UNSIGNED_INT_TYPES",
     "Claim",
     "Decline",
+    "FusionPass",
     "DiscoveredProvider",
     "KernelConflict",
     "KernelLibrary",
@@ -40,6 +42,7 @@ __all__ = [
     "PluginHost",
     "Provider",
     "ProviderInfo",
+    "RewritePass",
     "Subgraph",
     "ValueInfo",
     "dtype_name",

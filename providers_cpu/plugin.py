@@ -35,5 +35,13 @@ class CPUPlugin:
         generic = KernelLibrary.from_package("onnxep.providers.ops")
         return generic + KernelLibrary.from_package(ops)
 
+    @hookimpl
+    def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
+        if level != "extended" or provider is None or provider.name != "cpu":
+            return None
+        from onnxep.providers.fusions import FuseRMSNorm
+
+        return [FuseRMSNorm()]
+
 
 plugin = CPUPlugin()

@@ -232,3 +232,28 @@ def test_image_decoder_declines_without_pillow(monkeypatch):
     )
     with pytest.raises(NotSupported, match="Pillow"):
         image_decoder(node, np)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
+def test_conv_constant_weights_and_bias(rng, n, xs, ws, attrs):
+    """Initializer weights take the packed path (bias folded into the GEMM when group is 1)."""
+    from onnx import numpy_helper
+
+    x, w, b = f32(rng, n, *xs[1:]), f32(rng, *ws), f32(rng, ws[0])
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10
+    blob = model.SerializeToString()
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sess = onnxep.InferenceSession(blob, providers=["cpu"])
+    for _ in range(2):  # the first run tunes the GEMM split, the second uses it
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -23,8 +23,13 @@ def conv(node, xp):
     geo_cache: dict = {}
     packed: dict = {}
 
+    # With a constant bias, the bias rides in the GEMM as one extra weight
+    # column against a row of ones in the im2col buffer: no separate pass over
+    # the output to add it.
+    fold_bias = group == 1 and wconst is not None and (bconst is not None or not node.has_input(2))
+
     def weights(w, cdt):
-        """(grouped weights, tuned matmul for group 1 or None)."""
+        """(grouped weights, tuned matmul for group 1 or None, bias-augmented tuned matmul)."""
         if wconst is not None:
             key = cdt
             got = packed.get(key)
@@ -32,9 +37,13 @@ def conv(node, xp):
                 wg = np.ascontiguousarray(
                     np.asarray(wconst).astype(cdt).reshape(group, wconst.shape[0] // group, -1)
                 )
-                got = packed[key] = (wg, TunedMatmul(wg[0]) if group == 1 else None)
+                aug = None
+                if fold_bias and bconst is not None:
+                    bcol = np.asarray(bconst).astype(cdt).reshape(-1, 1)
+                    aug = TunedMatmul(np.ascontiguousarray(np.concatenate([wg[0], bcol], axis=1)))
+                got = packed[key] = (wg, TunedMatmul(wg[0]) if group == 1 else None, aug)
             return got
-        return w.astype(cdt, copy=False).reshape(group, w.shape[0] // group, -1), None
+        return w.astype(cdt, copy=False).reshape(group, w.shape[0] // group, -1), None, None
 
     def geometry(shape, k):
         key = (shape, tuple(k))
@@ -62,7 +71,7 @@ def conv(node, xp):
         cdt = compute_dtype(dt)
         xc = x if x.dtype == cdt else x.astype(cdt)
         n, c = x.shape[:2]
-        wg, tuned = weights(w, cdt)
+        wg, tuned, aug = weights(w, cdt)
         m = wg.shape[0] * wg.shape[1]
         lsz = 1
         for o in out:
@@ -79,6 +88,13 @@ def conv(node, xp):
                     y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
                 return (y if y.dtype == dt else y.astype(dt),)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
+            if aug is not None:
+                ck = view.size // (n * lsz)
+                buf = np.empty((n, ck + 1, lsz), dtype=cdt)
+                buf[:, ck] = 1
+                np.copyto(buf[:, :ck].reshape(view.shape), view)  # the one im2col copy
+                y = aug(buf[0] if n == 1 else buf).reshape(n, m, *out)
+                return (y if y.dtype == dt else y.astype(dt),)
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
