@@ -73,7 +73,11 @@ class BackendSuite:
         for n in session.placement():
             if n.role != "compute" or n.provider in under:
                 continue
-            why = [f"provider {p!r} declined {n.op_type}: {r}" for p, r in n.declined if p in under]
+            why = [
+                f"provider {p!r} declined {n.op_type}: {r.removeprefix(n.op_type + ': ')}"
+                for p, r in n.declined
+                if p in under
+            ]
             reasons.append(why[0] if why else f"{n.op_type} ran on {n.provider!r}")
         if not reasons:
             return None
@@ -89,15 +93,16 @@ class BackendSuite:
     def run_all(self) -> list[CaseOutcome]:
         return [self.run(c.name) for c in self.cases]
 
-    def check(self, name: str) -> None:
-        """Run one case: ``unittest.SkipTest`` on a decline, ``AssertionError`` on a mismatch.
+    def check(self, name: str, skip: Callable[[str], Any] | None = None) -> None:
+        """Run one case: skip on a decline, ``AssertionError`` on a mismatch.
 
-        pytest reports ``unittest.SkipTest`` as a skip, so this is the body of
-        a parametrized test.
+        The body of a parametrized pytest test. ``skip`` defaults to
+        ``pytest.skip`` under pytest, else raises ``unittest.SkipTest``.
         """
         out = self.run(name)
         if out.status == SKIPPED:
-            raise unittest.SkipTest(out.reason)
+            (skip or _default_skip())(out.reason)
+            return
         if out.status == FAILED:
             raise AssertionError(f"{name} on {self.providers}: {out.reason}")
 
@@ -120,9 +125,21 @@ class BackendSuite:
         return {cls_name: type(cls_name, (unittest.TestCase,), methods)}
 
 
+def _default_skip() -> Callable[[str], Any]:
+    import sys
+
+    if "pytest" in sys.modules:
+        return sys.modules["pytest"].skip
+
+    def skip(reason: str) -> None:
+        raise unittest.SkipTest(reason)
+
+    return skip
+
+
 def _method(suite: BackendSuite, name: str) -> Callable[[unittest.TestCase], None]:
     def test(self: unittest.TestCase) -> None:
-        suite.check(name)
+        suite.check(name, skip=self.skipTest)
 
     test.__name__ = name
     return test

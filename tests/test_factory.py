@@ -161,19 +161,40 @@ def test_qkv_bias_add_only_when_the_bias_is_nonzero(monkeypatch):
     assert not any(n.op_type == "Add" for n in build_genai_decoder(cfg).graph.node)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "int4", "int8", "int8-exact"])
-def test_tiny_runs_in_onnxruntime_and_onnxep(tmp_path, dtype):
-    path = tmp_path / "model.onnx"
-    build_genai_decoder("tiny", dtype=dtype.split("-")[0], out_path=path)
-    if dtype.endswith("exact"):
+def build_variant(path: Path, variant: str, seed: int = 0) -> str:
+    """The tiny decoder as ``[tied-]DTYPE[-exact]``; returns the dtype.
+
+    ``tied``: embeddings shared with the LM head (Qwen2.5's setting). ``exact``:
+    MatMulNBits at accuracy_level 0, so onnxruntime multiplies by the
+    dequantized weights instead of rounding activations to int8.
+    """
+    parts = variant.split("-")
+    dtype = next(p for p in parts if p not in ("tied", "exact"))
+    cfg = SIZES["tiny"].replace(tie_embeddings="tied" in parts)
+    build_genai_decoder(cfg, dtype=dtype, out_path=path, seed=seed)
+    if "exact" in parts:
         _exact_nbits(path)
-    elif dtype == "int8":
+    return dtype
+
+
+@pytest.mark.parametrize(
+    "variant", ["fp32", "fp16", "int4", "int8", "int8-exact", "tied-fp32", "tied-int4"]
+)
+def test_tiny_runs_in_onnxruntime_and_onnxep(tmp_path, variant):
+    path = tmp_path / "model.onnx"
+    dtype = build_variant(path, variant)
+    if variant == "int8":
         pytest.xfail(
             "onnxep's MatMulNBits rounds activations to int8 at accuracy_level 4 only for "
             "4-bit weights; onnxruntime does it for 8-bit weights too (logits differ by ~1e-2)"
         )
     ref = ort_session(path)
-    ours = onnxep.InferenceSession(str(path), providers=["cpu"])
+    try:
+        ours = onnxep.InferenceSession(str(path), providers=["cpu"])
+    except Exception as exc:
+        if "no kernel for com.microsoft::GatherBlockQuantized" in str(exc):
+            pytest.xfail("onnxep has no GatherBlockQuantized kernel (tied int4 embeddings) yet")
+        raise
     names = [o.name for o in ref.get_outputs()]
     assert [o.name for o in ours.get_outputs()] == names
     for feeds, expected in two_steps(lambda f: ref.run(None, f), ref.get_inputs(), names):
@@ -181,7 +202,7 @@ def test_tiny_runs_in_onnxruntime_and_onnxep(tmp_path, dtype):
         if dtype == "fp16":
             assert np.allclose(np.float32(got[0]), np.float32(expected[0]), atol=2e-3)
         else:
-            assert all(close(g, e) for g, e in zip(got, expected)), dtype
+            assert all(close(g, e) for g, e in zip(got, expected)), variant
 
 
 def test_quantization_matches_onnxruntime():
@@ -221,16 +242,14 @@ def _exact_nbits(path: Path) -> None:
     onnx.save(proto, str(path))
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "int4"])
-def test_torch_peer_matches_onnxruntime(tmp_path, dtype):
+@pytest.mark.parametrize("variant", ["fp32", "fp16", "int4-exact", "tied-fp32", "tied-int4-exact"])
+def test_torch_peer_matches_onnxruntime(tmp_path, variant):
     pytest.importorskip("torch")
     from onnxep.benchmark.sides import to_numpy
     from onnxep.benchmark.torch_peer import load_torch_peer
 
     path = tmp_path / "model.onnx"
-    build_genai_decoder("tiny", dtype=dtype, out_path=path, seed=2)
-    if dtype == "int4":
-        _exact_nbits(path)
+    dtype = build_variant(path, variant, seed=2)
     ref, peer = ort_session(path), load_torch_peer(str(path))
     names = [o.name for o in ref.get_outputs()]
     for feeds, expected in two_steps(lambda f: ref.run(None, f), ref.get_inputs(), names):
@@ -340,8 +359,8 @@ def _state_dict(model) -> dict:
     return {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
 
 
-@pytest.fixture(scope="module")
-def qwen2_hf(tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+def qwen2_hf(tmp_path_factory, request):
     """A random Qwen2ForCausalLM the size of SIZES['tiny'], with nonzero q/k/v biases."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -357,7 +376,7 @@ def qwen2_hf(tmp_path_factory):
         num_key_value_heads=t.kv_heads,
         max_position_embeddings=t.max_length,
         rms_norm_eps=t.eps,
-        tie_word_embeddings=False,
+        tie_word_embeddings=request.param,
     )
     model = Qwen2ForCausalLM(hf_cfg).eval()
     with torch.no_grad():
@@ -368,11 +387,11 @@ def qwen2_hf(tmp_path_factory):
                 p.normal_(1, 0.1)  # so a misplaced norm weight shows
     hf_dir = tmp_path_factory.mktemp("qwen2_hf")
     model.save_pretrained(hf_dir)
-    return hf_dir, _state_dict(model), t.replace(attention_bias=True)
+    return hf_dir, _state_dict(model), t.replace(attention_bias=True, tie_embeddings=request.param)
 
 
 @needs_builder
-@pytest.mark.parametrize("dtype", ["fp32", "int4"])
+@pytest.mark.parametrize("dtype", ["fp32", "int4", "int8"])
 def test_genai_decoder_equals_the_builder_export(qwen2_hf, tmp_path, dtype):
     hf_dir, weights, cfg = qwen2_hf
     theirs = _builder(hf_dir, tmp_path / "builder", dtype)

@@ -200,7 +200,7 @@ def test_backend_suite_skips_declined_cases_with_the_reason(good_and_bad):
     assert outcomes["test_relu"].status == "passed"
     abs_case = outcomes["test_abs"]
     assert abs_case.status == "skipped"
-    assert "provider 'good_relu' declined Abs: Abs: no kernel" in abs_case.reason
+    assert "provider 'good_relu' declined Abs: no kernel" in abs_case.reason
 
 
 def test_backend_suite_catches_a_wrong_kernel(good_and_bad):

@@ -66,6 +66,7 @@ class Emitter:
         self.g, self.src, self.cfg, self.prec = g, src, cfg, prec
         self.residual: str | None = None  # the running sum the next Skip norm adds into
         self.pending: str | None = None  # the sublayer output not yet added to it
+        self._tied: list[str] = []  # LM head initializers the embedding shares
 
     # -- weights --------------------------------------------------------------------
     def weight(self, hf_name: str, shape: tuple[int, ...], kind: str = "linear") -> np.ndarray:
@@ -77,24 +78,33 @@ class Emitter:
     # -- ops ------------------------------------------------------------------------
     def matmul(self, basename: str, x: str, w_kn: np.ndarray, output: str | None = None) -> str:
         """``x @ w_kn`` as the builder writes it: MatMul, or MatMulNBits for int4/int8."""
-        prefix = basename[1:].replace("/", ".")
-        out = output or f"{basename}/output_0"
+        inits = self.weight_inits(basename[1:].replace("/", "."), w_kn)
+        k, n = w_kn.shape
+        return self._matmul_with(x, basename, inits, k, n, output or f"{basename}/output_0")
+
+    def weight_inits(self, prefix: str, w_kn: np.ndarray) -> list[str]:
+        """``{prefix}.weight``, or ``.weight_Q{bits}``, ``.weight_scales`` (, zero points)."""
         if not self.prec.bits:
-            w = self.float_init(f"{prefix}.weight", w_kn)
-            return self.g.node("MatMul", [x, w], basename, [out])[0]
-        bits, bs = self.prec.bits, self.prec.block_size
-        q = quantize_nbits(w_kn, bits, bs, self.prec.symmetric)
-        inputs = [
-            x,
+            return [self.float_init(f"{prefix}.weight", w_kn)]
+        bits = self.prec.bits
+        q = quantize_nbits(w_kn, bits, self.prec.block_size, self.prec.symmetric)
+        inits = [
             self.g.init(f"{prefix}.weight_Q{bits}", q.packed),
             self.g.init(f"{prefix}.weight_scales", q.scales.astype(self.prec.np_io)),
         ]
         if q.zero_points is not None:
-            inputs.append(self.g.init(f"{prefix}.weight_zero_points", q.zero_points))
-        k, n = w_kn.shape
+            inits.append(self.g.init(f"{prefix}.weight_zero_points", q.zero_points))
+        return inits
+
+    def _matmul_with(
+        self, x: str, basename: str, inits: list[str], k: int, n: int, out: str
+    ) -> str:
+        if not self.prec.bits:
+            return self.g.node("MatMul", [x, inits[0]], basename, [out])[0]
+        bits = self.prec.bits
         return self.g.node(
             "MatMulNBits",
-            inputs,
+            [x, *inits],
             f"{basename}_Q{bits}",
             [out],
             MS,
@@ -102,7 +112,7 @@ class Emitter:
             N=n,
             accuracy_level=self.prec.accuracy_level,
             bits=bits,
-            block_size=bs,
+            block_size=self.prec.block_size,
         )[0]
 
     def linear(self, basename: str, x: str, hf_name: str, n_out: int, n_in: int) -> str:
@@ -110,10 +120,35 @@ class Emitter:
         return self.matmul(basename, x, self.weight(hf_name, (n_out, n_in)).T)
 
     def embedding(self) -> str:
-        cfg = self.cfg
+        """Embedding Gather; with tied embeddings, shared with the LM head as the builder does.
+
+        Tied fp32/fp16: Gather from ``Transpose(lm_head.MatMul.weight)``. Tied int4:
+        ``GatherBlockQuantized`` from the LM head's 4-bit blocks. (Tied int8 keeps
+        a separate float table, as the builder does.)
+        """
+        cfg, g = self.cfg, self.g
         table = self.weight("model.embed_tokens.weight", (cfg.vocab, cfg.hidden))
-        w = self.float_init("model.embed_tokens.weight", table)
-        return self.g.op("Gather", [w, "input_ids"], "/model/embed_tokens/Gather")
+        if not (cfg.tie_embeddings and self.prec.name in ("fp32", "fp16", "int4")):
+            w = self.float_init("model.embed_tokens.weight", table)
+            return g.op("Gather", [w, "input_ids"], "/model/embed_tokens/Gather")
+        self._tied = self.weight_inits("lm_head.MatMul", table.T)
+        base = "/model/embed_tokens"
+        if not self.prec.bits:
+            t = g.op("Transpose", [self._tied[0]], f"{base}/Transpose", perm=[1, 0])
+            return g.op("Gather", [t, "input_ids"], f"{base}/Gather")
+        shape = g.constant("INT64", [cfg.vocab, cfg.hidden * self.prec.bits // 8])
+        flat = g.op("Reshape", [self._tied[0], shape], f"{base}/Reshape")
+        inputs = [flat, "input_ids", self._tied[1], *self._tied[2:]]
+        return g.op(
+            "GatherBlockQuantized",
+            inputs,
+            f"{base}/GatherBlockQuantized",
+            MS,
+            bits=self.prec.bits,
+            block_size=self.prec.block_size,
+            gather_axis=0,
+            quantize_axis=1,
+        )
 
     def norm(self, base: str, hf_name: str, x: str | None = None, final: bool = False) -> str:
         """RMSNorm: the first one plain, every later one fused with the residual add."""
@@ -178,6 +213,10 @@ class Emitter:
 
     def lm_head(self, x: str) -> str:
         cfg = self.cfg
+        if self._tied:
+            return self._matmul_with(
+                x, "/lm_head/MatMul", self._tied, cfg.hidden, cfg.vocab, "logits"
+            )
         name = "lm_head.weight"
         if cfg.tie_embeddings and (self.src.weights is None or name not in self.src.weights):
             name = "model.embed_tokens.weight"

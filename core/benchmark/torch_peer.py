@@ -111,10 +111,13 @@ class _DecoderBase:
         self.torch, self.cfg, self.device = torch, cfg, device
         self.w = _Weights(model_path, cfg, device)
         self.eps = float(cfg["eps"])
-        self.embed = self.w.tensor("model.embed_tokens.weight")
+        self.lm_head = self.w.matmul("lm_head.MatMul")
+        if self.w.has("model.embed_tokens.weight"):
+            self.embed = self.w.tensor("model.embed_tokens.weight")
+        else:  # tied: the embedding gathers rows of the LM head's weight
+            self.embed = self.lm_head.T.contiguous()
         self.cos = self.w.tensor("cos_cache", torch.float32)
         self.sin = self.w.tensor("sin_cache", torch.float32)
-        self.lm_head = self.w.matmul("lm_head.MatMul")
         self.final_norm = self.w.tensor(
             f"model.layers.{cfg['layers']}.final_norm_layernorm.weight", torch.float32
         )

@@ -17,6 +17,11 @@ from ._nn_cpu import TunedMatmul, pad_input, window_view
 
 @kernel("Conv", since=(1, 11, 22))
 def conv(node, xp):
+    return build_conv(node)
+
+
+def build_conv(node, post=None):
+    """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place."""
     group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node)
     wconst = node.const_input(1)
     bconst = node.const_input(2) if node.has_input(2) else None
@@ -64,7 +69,12 @@ def conv(node, xp):
             g = geo_cache[key] = (pb, pe, out, pointwise)
         return g
 
-    def run(x, w, b=None):
+    def finish(y, dt, z):
+        if post is not None:
+            post(y, z)
+        return (y if y.dtype == dt else y.astype(dt),)
+
+    def run(x, w, b=None, z=None):
         k = ksh or list(w.shape[2:])
         pb, pe, out, pointwise = geometry(x.shape, k)
         dt = x.dtype
@@ -86,7 +96,7 @@ def conv(node, xp):
                 if b is not None:
                     bb = bconst if bconst is not None else b
                     y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
-                return (y if y.dtype == dt else y.astype(dt),)
+                return finish(y, dt, z)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
             if aug is not None:
                 ck = view.size // (n * lsz)
@@ -94,7 +104,7 @@ def conv(node, xp):
                 buf[:, ck] = 1
                 np.copyto(buf[:, :ck].reshape(view.shape), view)  # the one im2col copy
                 y = aug(buf[0] if n == 1 else buf).reshape(n, m, *out)
-                return (y if y.dtype == dt else y.astype(dt),)
+                return finish(y, dt, z)
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
@@ -106,7 +116,7 @@ def conv(node, xp):
         if b is not None:
             bb = bconst if bconst is not None else b
             y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
-        return (y if y.dtype == dt else y.astype(dt),)
+        return finish(y, dt, z)
 
     return run
 

@@ -1,0 +1,110 @@
+"""GroupQueryAttention on NumPy, with a fast path for the common decode and prefill.
+
+When every batch row has the same length and the present cache is the past
+plus the new rows (not a fixed-capacity shared buffer) -- the way
+onnxruntime-genai drives CPU models -- the cache is one concatenation and the
+mask at most a causal triangle, so a step costs a dozen NumPy calls instead of
+the general kernel's indexed gathers. On the host, reading ``seqlens_k`` to
+decide is free; everything else goes to the generic kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxep.providers.kernel import kernel
+from onnxep.providers.node import NodeInfo
+from onnxep.providers.ops._attention import default_scale, rotate
+from onnxep.providers.ops.op_group_query_attention import group_query_attention as generic
+
+
+@kernel(
+    "GroupQueryAttention",
+    since=1,
+    domain="com.microsoft",
+    dtypes={0: ("float", "float16", "bfloat16")},
+    host_inputs=(6,),
+)
+def group_query_attention(node: NodeInfo, xp):
+    general = generic(node, xp)
+    nh = int(node.attr("num_heads"))
+    nkv = int(node.attr("kv_num_heads"))
+    plain = (
+        float(node.attr("softcap", 0.0)) == 0.0
+        and int(node.attr("local_window_size", -1)) < 0
+        and bool(node.attr("causal", 1))
+        and not node.attr("smooth_softmax", 0)
+        and not node.has_output(3)
+        and not any(node.has_input(i) for i in (9, 10, 11))  # position_ids, bias, head_sink
+        and node.num_inputs <= 12
+    )
+    if not plain:
+        return general
+    scale_attr = float(node.attr("scale", 0.0))
+    do_rotary = bool(node.attr("do_rotary", 0))
+    interleaved = bool(node.attr("rotary_interleaved", 0))
+    group = nh // nkv
+
+    def run(
+        query,
+        key=None,
+        value=None,
+        past_k=None,
+        past_v=None,
+        seqlens_k=None,
+        total_len=None,
+        cos=None,
+        sin=None,
+        *rest,
+    ):
+        b, s, _ = query.shape
+        lens = np.asarray(seqlens_k).reshape(-1)
+        t = int(lens[0]) + 1
+        p = t - s
+        total = int(np.asarray(total_len).reshape(-1)[0])
+        past_len = 0 if past_k is None else past_k.shape[2]
+        if (
+            query.dtype != np.float32
+            or p < 0
+            or total != t
+            or past_len != p
+            or (lens != lens[0]).any()
+        ):
+            return general(query, key, value, past_k, past_v, seqlens_k, total_len, cos, sin, *rest)
+        if key is None:
+            hd = query.shape[2] // (nh + 2 * nkv)
+            qkv = query.reshape(b, s, nh + 2 * nkv, hd)
+            q = qkv[:, :, :nh].transpose(0, 2, 1, 3)
+            k = qkv[:, :, nh : nh + nkv].transpose(0, 2, 1, 3)
+            v = qkv[:, :, nh + nkv :].transpose(0, 2, 1, 3)
+        else:
+            hd = query.shape[2] // nh
+            q = query.reshape(b, s, nh, hd).transpose(0, 2, 1, 3)
+            k = key.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)
+            v = value.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)
+        if do_rotary:
+            c = cos[p : p + s][None, None]
+            sn = sin[p : p + s][None, None]
+            rot = 2 * cos.shape[-1]
+            q = rotate(np, q, c, sn, interleaved, rot)
+            k = rotate(np, k, c, sn, interleaved, rot)
+        present_k = k if past_k is None else np.concatenate((past_k, k), axis=2)
+        present_v = v if past_v is None else np.concatenate((past_v, v), axis=2)
+        scale = scale_attr if scale_attr else default_scale(hd)
+        # Query heads of one KV head side by side: (B, Hkv, G*S, D) @ (B, Hkv, D, T).
+        qg = (q * np.float32(scale)).reshape(b, nkv, group * s, hd)
+        scores = np.matmul(qg, present_k.transpose(0, 1, 3, 2))
+        if s > 1:
+            rows = np.arange(s)[:, None] + p
+            masked = np.arange(t)[None, :] > rows  # (S, T)
+            scores = scores.reshape(b, nkv, group, s, t)
+            scores[..., masked] = -np.inf
+            scores = scores.reshape(b, nkv, group * s, t)
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        ctx = np.matmul(scores, present_v).reshape(b, nh, s, hd)
+        y = ctx.transpose(0, 2, 1, 3).reshape(b, s, nh * hd)
+        return (y, present_k, present_v, None)
+
+    return run
