@@ -257,3 +257,50 @@ def test_conv_constant_weights_and_bias(rng, n, xs, ws, attrs):
     for _ in range(2):  # the first run tunes the GEMM split, the second uses it
         got = sess.run(None, {"x": x})[0]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "act,params",
+    [
+        ("Relu", None),
+        ("LeakyRelu", [0.2]),
+        ("Sigmoid", None),
+        ("Tanh", None),
+        ("Clip", [-0.5, 0.7]),
+        ("HardSigmoid", [0.3, 0.4]),
+        ("", None),
+    ],
+)
+@pytest.mark.parametrize("with_z", [False, True])
+def test_fused_conv_parity(rng, act, params, with_z):
+    from onnx import numpy_helper
+
+    x, w, b = f32(rng, 2, 4, 9, 10), f32(rng, 6, 4, 3, 3), f32(rng, 6)
+    z = f32(rng, 2, 6, 9, 10)
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    if act:
+        attrs["activation"] = act
+    if params:
+        attrs["activation_params"] = params
+    ins = ["x", "w", "b", "z"] if with_z else ["x", "w", "b"]
+    node = helper.make_node("FusedConv", ins, ["y"], domain="com.microsoft", **attrs)
+    g_in = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))]
+    if with_z:
+        g_in.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, list(z.shape)))
+    graph = helper.make_graph(
+        [node],
+        "g",
+        g_in,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)],
+    )
+    model.ir_version = 10
+    blob = model.SerializeToString()
+    feed = {"x": x, "z": z} if with_z else {"x": x}
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = onnxep.InferenceSession(blob, providers=["cpu"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

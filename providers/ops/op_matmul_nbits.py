@@ -38,10 +38,10 @@ def matmul_nbits(node: NodeInfo, xp: Any):
             "MatMulNBits: weight_prepacked != 0 (a CUDA-specific layout) is not supported"
         )
     wdt = _weight_dtype(node.input_dtype(0), xp)
-    # onnxruntime's CPU kernel at accuracy_level 4 multiplies 4-bit weights with A
+    # onnxruntime's CPU kernel at accuracy_level 4 multiplies 4- and 8-bit weights with A
     # quantized to int8 per block of K; reproducing that rounding keeps results (and
     # greedy decodes) identical to onnxruntime's on models exported for it.
-    int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits == 4
+    int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits in (4, 8)
     qargs = dict(n=n, k=k, bits=bits, block_size=block_size, xp=xp)
 
     def dequant(b, scales, zp, g_idx, dtype):
