@@ -17,8 +17,12 @@ pytest.importorskip("onnxruntime")
 def test_latency_mode_against_peers(tmp_path):
     out = tmp_path / "r.json"
     res = bench(
-        str(bundled_model()), vs=["onnxruntime", "reference"], runs=3, warmup=1,
-        json_path=str(out), progress=False,
+        str(bundled_model()),
+        vs=["onnxruntime", "reference"],
+        runs=3,
+        warmup=1,
+        json_path=str(out),
+        progress=False,
     )
     assert set(res.summary) == {"onnxep", "onnxruntime", "reference"}
     data = json.loads(out.read_text())
@@ -32,7 +36,11 @@ def test_latency_mode_against_peers(tmp_path):
 
 def test_decode_mode_drives_the_cache():
     res = bench(
-        str(DATA / "llama_kv.onnx"), vs=["onnxruntime"], decode=3, context=4, warmup=1,
+        str(DATA / "llama_kv.onnx"),
+        vs=["onnxruntime"],
+        decode=3,
+        context=4,
+        warmup=1,
         progress=False,
     )
     assert res.mode == "decode"

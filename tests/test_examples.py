@@ -173,6 +173,17 @@ def test_torch_options_reach_the_provider(installed):
     assert sess.placement()["topk"].provider in ("torch", "cpu")
 
 
+def test_torch_device_that_is_missing_is_one_clear_sentence(installed):
+    import torch
+
+    from onnxep.errors import ProviderError
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a CUDA device")
+    with pytest.raises(ProviderError, match="'torch' failed to start: torch device 'cuda'"):
+        onnxep.InferenceSession(_mixed_model(), providers=[("torch", {"device": "cuda"})])
+
+
 def test_torch_native_kernels_replace_the_generic_ones(installed):
     sess = onnxep.InferenceSession(_mixed_model(), providers=["torch"])
     torch_p = sess.providers[0]
@@ -191,8 +202,10 @@ def test_torch_node_suite_sample(installed, case):
 
 
 @pytest.mark.slow
-def test_torch_passes_every_node_case_it_claims(installed):
+def test_torch_passes_every_node_case_it_claims(installed, request):
     """The whole node suite: every case torch takes whole passes, and it takes >= 1200."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the whole node suite on torch takes about a minute: run with -m slow")
     outcomes = backend_suite(["torch"], exclude=TORCH_EXCLUDED).run_all()
     failed = [f"{o.name}: {o.reason}" for o in outcomes if o.status == "failed"]
     assert not failed, "\n".join(failed[:20])

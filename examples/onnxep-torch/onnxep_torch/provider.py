@@ -40,6 +40,12 @@ class TorchProvider(Provider):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
         self.torch_device = torch.device(str(opts.get("device", "cpu")))
+        if self.torch_device.type == "cuda" and not torch.cuda.is_available():
+            # Said at session creation, in one sentence, not at the first run.
+            raise RuntimeError(
+                f"torch device {str(self.torch_device)!r} is not available: this torch "
+                f"({torch.__version__}) sees no CUDA device"
+            )
         # The device string is what the core compares to decide where copies
         # go; it must differ from "cpu" (NumPy host memory) even when torch
         # runs on the CPU, since a torch tensor is not a NumPy array.
