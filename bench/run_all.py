@@ -95,6 +95,13 @@ def to_markdown(doc: dict) -> str:
             )
         for side, why in r.get("skipped", {}).items():
             lines.append(f"| {name} | {side} | skipped: {why} | | | |")
+    if "overhead_us_per_node" in doc:
+        o = doc["overhead_us_per_node"]
+        lines += [
+            "",
+            f"Executor host overhead per node (`bench/overhead.py`, a chain of 500 tiny Adds): "
+            f"onnxep {o['onnxep']:.3f} us, onnxruntime {o['onnxruntime']:.3f} us.",
+        ]
     lines += [
         "",
         "Ratios are the peer's median over onnxep's: above 1 means onnxep is faster.",
@@ -139,6 +146,10 @@ def main() -> None:
         r = bench(str(model), runs=runs, warmup=3 if a.quick else 10, progress=False, **kw)
         print(r.table(), "\n")
         results[name] = r.to_json()
+    from bench.overhead import measure
+
+    overhead = measure(500, 50 if a.quick else 300)
+    print(f"host overhead per node (chain of 500 Adds): {overhead}")
     today = dt.date.today().isoformat()
     any_result = next(iter(results.values()))
     doc = {
@@ -147,6 +158,7 @@ def main() -> None:
         "machine": any_result["machine"],
         "commit": commit(),
         "results": results,
+        "overhead_us_per_node": overhead,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"{today}-{doc['machine_name']}"

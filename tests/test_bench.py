@@ -62,3 +62,40 @@ def test_unusable_peer_is_reported_not_fatal():
     res = bench(str(bundled_model()), vs=["torch"], runs=2, warmup=1, progress=False)
     assert "torch" in res.skipped
     assert "onnxep" in res.summary
+
+
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "bench.png"
+    bench(str(bundled_model()), vs=["onnxruntime"], runs=2, warmup=1, plot=str(png), progress=False)
+    assert png.stat().st_size > 1000
+
+
+def test_cli_bench_prints_table(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "onnxep.cli",
+            "bench",
+            str(bundled_model()),
+            "--vs",
+            "onnxruntime",
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "median ms" in res.stdout and "onnxruntime" in res.stdout
+    assert json.loads(out.read_text())["samples_ms"]["onnxep"]

@@ -1,0 +1,69 @@
+"""Executor host overhead per node, against onnxruntime's, on a chain of tiny Adds.
+
+    python bench/overhead.py [--nodes 500] [--runs 200]
+
+Each node adds a 4-element constant, so the kernels cost next to nothing and
+the time per node is what each runtime spends walking its plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def chain_model(n: int) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node(
+            "Add", ["x" if i == 0 else f"t{i - 1}", "one"], [f"t{i}" if i < n - 1 else "y"]
+        )
+        for i in range(n)
+    ]
+    one = numpy_helper.from_array(np.ones(4, np.float32), "one")
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [one],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def measure(n: int = 500, runs: int = 200) -> dict[str, float]:
+    import onnxruntime as ort
+
+    import onnxep
+
+    model = chain_model(n)
+    x = np.zeros(4, np.float32)
+    ours = onnxep.InferenceSession(model, providers=["cpu"])
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sides = {"onnxep": ours, "onnxruntime": theirs}
+    samples: dict[str, list[float]] = {k: [] for k in sides}
+    for s in sides.values():
+        for _ in range(10):
+            s.run(None, {"x": x})
+    for _ in range(runs):
+        for name, s in sides.items():
+            t0 = time.perf_counter()
+            s.run(None, {"x": x})
+            samples[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(v)) / n * 1e6 for name, v in samples.items()}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--runs", type=int, default=200)
+    a = ap.parse_args()
+    per = measure(a.nodes, a.runs)
+    for name, us in per.items():
+        print(f"{name:12s} {us:.3f} us per node")
+    print(f"onnxep / onnxruntime: {per['onnxep'] / per['onnxruntime']:.2f}x")
