@@ -267,3 +267,18 @@ def test_pytest_plugin_parametrizes_and_skips_unavailable(tmp_path):
     assert "1 passed, 1 skipped" in out, out + proc.stderr
     assert "test_runs[cpu] PASSED" in out or "test_p.py .s" in out
     assert "provider 'nope' is not available here: no such provider is installed" in out
+
+
+def test_assert_parity_on_sequence_outputs_and_nan_values():
+    seq_model = make_model(
+        [
+            helper.make_node("Log", ["x"], ["l"], name="log"),  # NaN for negative inputs
+            helper.make_node("SplitToSequence", ["l"], ["seq"], name="split", axis=0),
+        ],
+        [tensor("x", [3, 2])],
+        [helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)],
+    )
+    x = np.array([[-1, 1], [2, -3], [4, 5]], np.float32)
+    report = assert_parity(seq_model, ["cpu"], inputs={"x": x})
+    assert [r.output for r in report.results] == ["seq[0]", "seq[1]", "seq[2]"]
+    assert report.ok
