@@ -267,6 +267,18 @@ def test_pytest_plugin_parametrizes_and_skips_unavailable(tmp_path):
     assert "1 passed, 1 skipped" in out, out + proc.stderr
     assert "test_runs[cpu] PASSED" in out or "test_p.py .s" in out
     assert "provider 'nope' is not available here: no such provider is installed" in out
+    # without the option: every discovered provider, each unavailable one a skip with its reason
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "test_p.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert "1 passed" in proc.stdout, proc.stdout + proc.stderr  # cpu
+    for status in onnxep.get_all_providers():
+        if not status.available:  # cuda without CuPy, here
+            assert f"provider {status.name!r} is not available here: " in proc.stdout
 
 
 def test_assert_parity_on_sequence_outputs_and_nan_values():
