@@ -355,30 +355,17 @@ def _node_signature(path: Path) -> list:
     ]
 
 
-def _state_dict(model) -> dict:
-    return {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-
-
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def qwen2_hf(tmp_path_factory, request):
-    """A random Qwen2ForCausalLM the size of SIZES['tiny'], with nonzero q/k/v biases."""
+    """A random Qwen2ForCausalLM of the tiny size (biases nonzero), saved; and its weights."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    t = SIZES["tiny"]
+    from bench.factory.hf import qwen2_config, text_state_dict
+
+    cfg = SIZES["tiny"].replace(attention_bias=True, tie_embeddings=request.param)
     torch.manual_seed(0)
-    hf_cfg = Qwen2Config(
-        vocab_size=t.vocab,
-        hidden_size=t.hidden,
-        intermediate_size=t.intermediate,
-        num_hidden_layers=t.layers,
-        num_attention_heads=t.heads,
-        num_key_value_heads=t.kv_heads,
-        max_position_embeddings=t.max_length,
-        rms_norm_eps=t.eps,
-        tie_word_embeddings=request.param,
-    )
-    model = Qwen2ForCausalLM(hf_cfg).eval()
+    model = Qwen2ForCausalLM(qwen2_config(cfg)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias"):
@@ -387,17 +374,11 @@ def qwen2_hf(tmp_path_factory, request):
                 p.normal_(1, 0.1)  # so a misplaced norm weight shows
     hf_dir = tmp_path_factory.mktemp("qwen2_hf")
     model.save_pretrained(hf_dir)
-    return hf_dir, _state_dict(model), t.replace(attention_bias=True, tie_embeddings=request.param)
+    return hf_dir, text_state_dict(model), cfg
 
 
-@needs_builder
-@pytest.mark.parametrize("dtype", ["fp32", "int4", "int8"])
-def test_genai_decoder_equals_the_builder_export(qwen2_hf, tmp_path, dtype):
-    hf_dir, weights, cfg = qwen2_hf
-    theirs = _builder(hf_dir, tmp_path / "builder", dtype)
-    ours = tmp_path / "factory" / "model.onnx"
-    build_genai_decoder(cfg, weights=weights, dtype=dtype, out_path=ours)
-    # node for node: ops, names, wiring, attributes; and the same initializers
+def _same_as_builder(ours: Path, theirs: Path, positions_3d: bool = False) -> None:
+    """Node for node the same graph, the same initializers, the same outputs in onnxruntime."""
     assert _node_signature(ours) == _node_signature(theirs)
     inits = [
         {
@@ -408,68 +389,44 @@ def test_genai_decoder_equals_the_builder_export(qwen2_hf, tmp_path, dtype):
     ]
     assert inits[0] == inits[1]
     a, b = ort_session(ours), ort_session(theirs)
-    # (the builder's cache head dim is symbolic; empty caches are shaped from ours)
     names = [o.name for o in b.get_outputs()]
     assert [i.name for i in a.get_inputs()] == [i.name for i in b.get_inputs()]
     assert [o.name for o in a.get_outputs()] == names
-    for feeds, expected in two_steps(lambda f: b.run(None, f), a.get_inputs(), names, batch=1):
+    # (the builder's cache head dim is symbolic: empty caches are shaped from ours)
+    steps = two_steps(lambda f: b.run(None, f), a.get_inputs(), names, positions_3d, batch=1)
+    for feeds, expected in steps:
         assert all(close(g, e) for g, e in zip(a.run(None, feeds), expected))
+
+
+@needs_builder
+@pytest.mark.parametrize("dtype", ["fp32", "int4", "int8"])
+def test_genai_decoder_equals_the_builder_export(qwen2_hf, tmp_path, dtype):
+    hf_dir, weights, cfg = qwen2_hf
+    theirs = _builder(hf_dir, tmp_path / "builder", dtype)
+    ours = tmp_path / "factory" / "model.onnx"
+    build_genai_decoder(cfg, weights=weights, dtype=dtype, out_path=ours)
+    _same_as_builder(ours, theirs)
 
 
 @needs_builder
 def test_hybrid_decoder_equals_the_builder_export(tmp_path):
     import torch
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from transformers import Qwen3_5ForConditionalGeneration
 
-    t = HYBRID_SIZES["tiny"]
+    from bench.factory.hf import qwen3_5_config, text_state_dict
+
+    cfg = HYBRID_SIZES["tiny"]
     torch.manual_seed(0)
-    text = dict(
-        vocab_size=t.vocab,
-        hidden_size=t.hidden,
-        intermediate_size=t.intermediate,
-        num_hidden_layers=t.layers,
-        num_attention_heads=t.heads,
-        num_key_value_heads=t.kv_heads,
-        head_dim=t.head_dim,
-        linear_conv_kernel_dim=t.conv_kernel,
-        linear_key_head_dim=t.linear_key_dim,
-        linear_value_head_dim=t.linear_value_dim,
-        linear_num_key_heads=t.linear_key_heads,
-        linear_num_value_heads=t.linear_value_heads,
-        max_position_embeddings=t.max_length,
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": t.rope_theta,
-            "partial_rotary_factor": t.partial_rotary_factor,
-            "mrope_section": list(t.mrope_section),
-            "mrope_interleaved": True,
-        },
-    )
-    vision = dict(
-        depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=t.hidden
-    )
-    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision))
+    model = Qwen3_5ForConditionalGeneration(qwen3_5_config(cfg)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(0, 0.1)  # offset norms: weight + 1
-    hf_dir = tmp_path / "hf"
-    model.eval().save_pretrained(hf_dir)
-    weights = {
-        k.replace("model.language_model.", "model."): v
-        for k, v in _state_dict(model).items()
-        if "visual" not in k
-    }
-    theirs = _builder(hf_dir, tmp_path / "builder", "fp32")
+            if "norm" in name and "linear_attn" not in name:
+                p.normal_(0, 0.1)  # Qwen3.5's offset norms scale by 1 + weight
+    model.save_pretrained(tmp_path / "hf")
+    theirs = _builder(tmp_path / "hf", tmp_path / "builder", "fp32")
     ours = tmp_path / "factory" / "model.onnx"
-    build_hybrid_decoder(t, weights=weights, out_path=ours, positions="3d")
-    assert _node_signature(ours) == _node_signature(theirs)
-    a, b = ort_session(ours), ort_session(theirs)
-    names = [o.name for o in b.get_outputs()]
-    assert [i.name for i in a.get_inputs()] == [i.name for i in b.get_inputs()]
-    steps = two_steps(lambda f: b.run(None, f), a.get_inputs(), names, positions_3d=True, batch=1)
-    for feeds, expected in steps:
-        assert all(close(g, e) for g, e in zip(a.run(None, feeds), expected))
+    build_hybrid_decoder(cfg, weights=text_state_dict(model), out_path=ours, positions="3d")
+    _same_as_builder(ours, theirs, positions_3d=True)
 
 
 # -- the command line and the torch-exported models ----------------------------------------

@@ -47,7 +47,7 @@ class HybridEmitter(Emitter):
         return self.offset_norm(hf_name, (self.cfg.hidden,))
 
     def offset_norm(self, hf_name: str, shape: tuple[int, ...]) -> np.ndarray:
-        return 1.0 + self.weight(hf_name, shape, "bias")
+        return 1.0 + self.weight(hf_name, shape, "offset")
 
 
 def build_hybrid_decoder(

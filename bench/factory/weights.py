@@ -27,9 +27,9 @@ class WeightSource:
     def get(self, name: str, shape: tuple[int, ...], kind: str = "linear") -> np.ndarray:
         """The float32 tensor ``name``; ``kind`` picks the random init when none is given.
 
-        kinds: ``linear`` (normal * 0.02), ``norm`` (near 1), ``bias`` (small),
-        ``zero``, ``uniform`` (in [0, 1)), ``a_log`` (Qwen3.5's log decay rate) or ``conv``
-        (uniform in +-0.5).
+        kinds: ``linear`` (normal * 0.02), ``norm`` (near 1), ``offset`` (near 0, for
+        ``1 + weight`` norms), ``bias`` (small), ``a_log`` (Qwen3.5's log decay rate)
+        or ``conv`` (uniform in +-0.5).
         """
         if self.weights is not None:
             if name not in self.weights:
@@ -42,12 +42,11 @@ class WeightSource:
         if kind == "norm":
             # near 1 rather than exactly 1, so a wrong norm weight shows in the logits
             return (1.0 + 0.1 * rng.standard_normal(shape, np.float32)).astype(np.float32)
+        if kind == "offset":
+            # an offset norm's weight (scale = 1 + weight), as spread as ``norm``
+            return (0.1 * rng.standard_normal(shape, np.float32)).astype(np.float32)
         if kind == "bias":
             return (INIT_STD * rng.standard_normal(shape, np.float32)).astype(np.float32)
-        if kind == "zero":
-            return np.zeros(shape, np.float32)
-        if kind == "uniform":
-            return rng.random(shape, np.float32)
         if kind == "a_log":
             # Qwen3.5 draws A from U(0, 16) and stores log(A); here A in [1, 16)
             return np.log(1.0 + 15.0 * rng.random(shape, np.float32)).astype(np.float32)

@@ -19,7 +19,10 @@ def ints(value: Any) -> list[int]:
     """A host array, scalar or list as a list of Python ints."""
     if value is None:
         return []
-    return [int(v) for v in np.asarray(value).reshape(-1)]
+    arr = np.asarray(value).reshape(-1)
+    if arr.dtype.kind in "iu":
+        return arr.tolist()  # Python ints, in one call
+    return [int(v) for v in arr]
 
 
 def scalar_int(value: Any) -> int:

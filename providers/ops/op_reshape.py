@@ -28,6 +28,20 @@ def reshape_v1(node, xp):
 @kernel("Reshape", since=(5, 14), host_inputs=(1,))
 def reshape(node, xp):
     allowzero = bool(node.attr("allowzero", 0)) if node.opset >= 14 else False
+    const = node.const_input(1)
+    if const is not None:
+        fixed = ints(const)
+        memo: dict[tuple, tuple] = {}
+
+        def run_const(x, _shape):
+            target = memo.get(x.shape)
+            if target is None:
+                target = target_shape(fixed, x.shape, allowzero)
+                if len(memo) < 64:
+                    memo[x.shape] = target
+            return (xp.reshape(x, target),)
+
+        return run_const
 
     def run(x, shape):
         return (xp.reshape(x, target_shape(ints(shape), x.shape, allowzero)),)

@@ -4,6 +4,10 @@ from ._shape import ints, norm_axes, onnx_slice
 
 
 def _slice(x, starts, ends, axes, steps):
+    return x[_index(x, starts, ends, axes, steps)]
+
+
+def _index(x, starts, ends, axes, steps):
     if axes is None:
         axes = list(range(len(starts)))
     axes = norm_axes(axes, x.ndim, "Slice")
@@ -12,7 +16,7 @@ def _slice(x, starts, ends, axes, steps):
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[a] = onnx_slice(s, e, st, x.shape[a])
-    return x[tuple(index)]
+    return tuple(index)
 
 
 @kernel("Slice", since=1)
@@ -29,6 +33,27 @@ def slice_attr(node, xp):
 
 @kernel("Slice", since=10, host_inputs=(1, 2, 3, 4))
 def slice_(node, xp):
+    consts = [node.const_input(i) for i in range(1, 5)]
+    if (
+        consts[0] is not None
+        and consts[1] is not None
+        and all(consts[i] is not None or not node.has_input(i + 1) for i in (2, 3))
+    ):
+        # Constant bounds (the usual case in exported models): the index tuple
+        # depends only on the input's shape, so it is worked out once per shape.
+        args = [None if c is None else ints(c) for c in consts]
+        memo: dict[tuple, tuple] = {}
+
+        def run_const(x, *_):
+            index = memo.get(x.shape)
+            if index is None:
+                index = _index(x, *args)
+                if len(memo) < 64:
+                    memo[x.shape] = index
+            return (x[index],)
+
+        return run_const
+
     def run(x, starts, ends, axes=None, steps=None):
         return (
             _slice(
