@@ -19,6 +19,7 @@ from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
 from .errors import InvalidArgument, InvalidGraph
 from .loading import ModelLike, check_model, load_external_data, read_model
+from .iobinding import IOBinding
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .partition import ownership
@@ -223,6 +224,15 @@ class InferenceSession:
             outs = self._main.run(feeds)
             self._profiler.record("model_run", "Session", t0, self._profiler.now_us() - t0)
         return [outs[i] for i in pick]
+
+    def io_binding(self) -> IOBinding:
+        """An onnxruntime-style binding: bind inputs and outputs, then ``run_with_iobinding``."""
+        return IOBinding(self)
+
+    def run_with_iobinding(
+        self, iobinding: IOBinding, run_options: RunOptions | None = None
+    ) -> None:
+        iobinding._run(run_options)  # noqa: SLF001 - the binding belongs to this session
 
     def end_profiling(self) -> str:
         """Write the Chrome-trace JSON of the runs so far; return its path ('' if not profiling)."""
