@@ -18,8 +18,8 @@ from onnxep.providers.rewrite import FusionPass
 from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
 from .errors import InvalidArgument, InvalidGraph
-from .loading import ModelLike, check_model, load_external_data, read_model
 from .iobinding import IOBinding
+from .loading import ModelLike, check_model, load_external_data, read_model
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .partition import ownership
