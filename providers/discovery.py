@@ -218,6 +218,15 @@ class PluginHost:
             "onnxep_kernels", first=dp.plugin_name, provider=provider
         ):
             self._add_kernels(provider, plugin_name, specs)
+        for conflict in provider.registry.conflicts:
+            failure = PluginFailure(
+                conflict.refused,
+                self._sources.get(conflict.refused, conflict.refused),
+                f"for provider {name!r}: {conflict}",
+                "onnxep_kernels",
+            )
+            if failure not in self.failures:
+                self.failures.append(failure)
         return provider
 
     def _add_kernels(self, provider: Provider, plugin_name: str, specs: Iterable[Any]) -> None:

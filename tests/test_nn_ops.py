@@ -68,6 +68,8 @@ CONV_CASES = [
     ((1, 8, 9, 10), (16, 8, 1, 1), {}),
     ((1, 4, 11), (5, 4, 3), dict(strides=[2], dilations=[2], pads=[1, 2])),
     ((1, 6, 5, 6, 7), (6, 2, 2, 3, 2), dict(group=3, pads=[1, 0, 1, 0, 2, 1])),
+    ((1, 4, 9, 10), (6, 4, 3, 3), dict(pads=[1, 2, 0, 1], dilations=[2, 1])),
+    ((1, 3, 16, 16), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
 ]
 
 
@@ -234,14 +236,15 @@ def test_image_decoder_declines_without_pillow(monkeypatch):
         image_decoder(node, np)
 
 
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
-def test_conv_constant_weights_and_bias(rng, n, xs, ws, attrs):
+def test_conv_constant_weights_and_bias(rng, n, xs, ws, attrs, bias):
     """Initializer weights take the packed path (bias folded into the GEMM when group is 1)."""
     from onnx import numpy_helper
 
     x, w, b = f32(rng, n, *xs[1:]), f32(rng, *ws), f32(rng, ws[0])
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    node = helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["y"], **attrs)
     graph = helper.make_graph(
         [node],
         "g",
@@ -304,3 +307,31 @@ def test_fused_conv_parity(rng, act, params, with_z):
     want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = onnxep.InferenceSession(blob, providers=["cpu"]).run(None, feed)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "xs,ws,pads,dil",
+    [
+        ((1, 4, 9, 10), (6, 4, 3, 3), [1, 2, 0, 1], [2, 1]),
+        ((1, 3, 16, 16), (8, 3, 3, 3), [1, 1, 1, 1], [1, 1]),
+        ((1, 5, 7, 6), (4, 5, 2, 3), [0, 0, 0, 0], [1, 2]),
+    ],
+)
+def test_cpu_conv_wide_and_standard_im2col_agree(rng, xs, ws, pads, dil):
+    """Both stride-1 im2col layouts the CPU Conv times against each other give the same result."""
+    from onnxep.providers_cpu.ops._nn_cpu import Scratch, TunedMatmul
+    from onnxep.providers_cpu.ops.op_conv import _standard, _wide
+
+    x, w, b = f32(rng, *xs), f32(rng, *ws), f32(rng, ws[0])
+    k = list(ws[2:])
+    oh = xs[2] + pads[0] + pads[2] - ((k[0] - 1) * dil[0] + 1) + 1
+    ow = xs[3] + pads[1] + pads[3] - ((k[1] - 1) * dil[1] + 1) + 1
+    aug = TunedMatmul(np.concatenate([w.reshape(ws[0], -1), b[:, None]], axis=1))
+    args = (k, dil, pads[:2], pads[2:], (oh, ow), ws[0])
+    scratch = Scratch()
+    for _ in range(2):  # the second run reuses the scratch buffers
+        wide = _wide(scratch, x, aug, *args)
+        std = _standard(scratch, x, aug, k, [1, 1], *args[1:])
+        np.testing.assert_allclose(wide, std, rtol=1e-5, atol=1e-5)
+    want = run_both("Conv", [x, w, b], dict(pads=pads, dilations=dil))[0][0]
+    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)

@@ -183,7 +183,7 @@ def linear_attention(e: HybridEmitter, i: int, x: str) -> str:
     # decay = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), inside LinearAttentionGate
     dt_bias = g.init(f"{hf}.dt_bias", e.weight(f"{hf}.dt_bias", (hv,), "norm"))
     a_log = e.weight(f"{hf}.A_log", (hv,), "a_log")
-    neg_exp_a = g.init(f"{hf}.neg_exp_A", (-np.exp(a_log)).astype(np.float32))
+    neg_exp_a = g.init(f"{hf}.neg_exp_A", _neg_exp(a_log))
     decay, beta = g.node(
         "LinearAttentionGate", [a, dt_bias, neg_exp_a, b], f"{base}/LinearAttentionGate", 2, MS
     )
@@ -206,6 +206,15 @@ def linear_attention(e: HybridEmitter, i: int, x: str) -> str:
     return e.linear(
         f"{base}/out_proj/MatMul", gated, f"{hf}.out_proj.weight", cfg.hidden, value_dim
     )
+
+
+def _neg_exp(a_log: np.ndarray) -> np.ndarray:
+    """-exp(A_log) in float32; through torch when it is there, to match the builder bit for bit."""
+    try:
+        import torch
+    except ImportError:
+        return (-np.exp(a_log.astype(np.float32))).astype(np.float32)
+    return (-torch.from_numpy(np.array(a_log, np.float32)).exp()).numpy()
 
 
 def _l2_normalize(e: HybridEmitter, base: str, x: str) -> str:

@@ -84,12 +84,11 @@ class _Weights:
         self.arrays = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
         self.output_names = [o.name for o in proto.graph.output]
         self.bits = int(cfg.get("bits") or 0)
-        io = torch.float16 if cfg.get("dtype") == "fp16" else torch.float32
-        if self.bits and device.startswith("cuda"):
-            io = torch.float16
-        self.dtype, self.io_dtype, self.device = io, io, device
-        if cfg.get("dtype") != "fp16" and not self.bits:
-            self.io_dtype = torch.float32
+        self.device = device
+        # io_dtype: the model's inputs and outputs; dtype: what the weights and math use
+        self.io_dtype = torch.float16 if cfg.get("dtype") == "fp16" else torch.float32
+        quantized_on_gpu = self.bits and device.startswith("cuda")
+        self.dtype = torch.float16 if quantized_on_gpu else self.io_dtype
 
     def tensor(self, name: str, dtype: Any = None) -> Any:
         arr = np.asarray(self.arrays[name])
@@ -97,6 +96,10 @@ class _Weights:
 
     def has(self, name: str) -> bool:
         return name in self.arrays
+
+    def release(self) -> None:
+        """Drop the NumPy copies once every tensor has been made."""
+        self.arrays = {}
 
     def matmul(self, prefix: str) -> Any:
         """``{prefix}.weight`` ([K, N]), or the dequantized ``{prefix}.weight_Q{bits}``."""
@@ -208,6 +211,7 @@ class GenaiDecoderPeer(_DecoderBase):
                 )
             )
             self._mlp.append(self._load_mlp(i))
+        self.w.release()
 
     def run(self, feeds: Mapping[str, Any]) -> list[Any]:
         torch, cfg = self.torch, self.cfg
@@ -275,6 +279,7 @@ class HybridDecoderPeer(_DecoderBase):
                 )
             self.layers.append((kind, (*self.norms(i), *weights)))
             self._mlp.append(self._load_mlp(i))
+        self.w.release()
 
     def run(self, feeds: Mapping[str, Any]) -> list[Any]:
         torch = self.torch

@@ -1,7 +1,11 @@
 """Conv on NumPy: im2col through one strided view and one copy, then one BLAS matmul per group.
 
-Constant weights are reshaped to (group, M/group, C/group * prod(kernel)) once,
-at build time; 1x1 stride-1 unpadded convolutions skip im2col entirely.
+Constant weights are reshaped to (group, M/group, C/group * prod(kernel)) once;
+with group 1 the bias joins them as one more column (against a row of ones in
+the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
+convolutions, which im2col layout (``_wide`` or ``_standard``) runs is timed
+once per input shape. 1x1 stride-1 unpadded convolutions skip im2col;
+depthwise ones run as multiply-adds.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops._nn import compute_dtype, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
-from ._nn_cpu import TunedMatmul, pad_input, window_view
+from ._nn_cpu import Scratch, TunedMatmul, window_view
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -27,6 +31,8 @@ def build_conv(node, post=None):
     bconst = node.const_input(2) if node.has_input(2) else None
     geo_cache: dict = {}
     packed: dict = {}
+    scratch = Scratch()
+    strategy: dict = {}  # input shape -> 0 (wide im2col) or 1 (standard), timed once
 
     # With a constant bias, the bias rides in the GEMM as one extra weight
     # column against a row of ones in the im2col buffer: no separate pass over
@@ -43,8 +49,12 @@ def build_conv(node, post=None):
                     np.asarray(wconst).astype(cdt).reshape(group, wconst.shape[0] // group, -1)
                 )
                 aug = None
-                if fold_bias and bconst is not None:
-                    bcol = np.asarray(bconst).astype(cdt).reshape(-1, 1)
+                if fold_bias:
+                    bcol = (
+                        np.asarray(bconst).astype(cdt).reshape(-1, 1)
+                        if bconst is not None
+                        else np.zeros((wg.shape[1], 1), dtype=cdt)
+                    )
                     aug = TunedMatmul(np.ascontiguousarray(np.concatenate([wg[0], bcol], axis=1)))
                 got = packed[key] = (wg, TunedMatmul(wg[0]) if group == 1 else None, aug)
             return got
@@ -89,7 +99,17 @@ def build_conv(node, post=None):
         if pointwise:
             cols = xc.reshape(n, group, c // group, lsz)
         else:
-            xpad = pad_input(xc, pb, pe)
+            if aug is not None and n == 1 and len(out) == 2 and strides == [1, 1]:
+                how = strategy.get(x.shape)
+                if how is None:
+                    how = strategy[x.shape] = _pick(
+                        lambda: _wide(scratch, xc, aug, k, dil, pb, pe, out, m),
+                        lambda: _standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m),
+                    )
+                if how == 0:
+                    return finish(_wide(scratch, xc, aug, k, dil, pb, pe, out, m), dt, z)
+                return finish(_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z)
+            xpad = scratch.padded(xc, pb, pe)
             if group > 1 and group == c and group == m:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
                 y = _depthwise(xpad, wg, k, strides, dil, out, n, m)
@@ -99,12 +119,7 @@ def build_conv(node, post=None):
                 return finish(y, dt, z)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
             if aug is not None:
-                ck = view.size // (n * lsz)
-                buf = np.empty((n, ck + 1, lsz), dtype=cdt)
-                buf[:, ck] = 1
-                np.copyto(buf[:, :ck].reshape(view.shape), view)  # the one im2col copy
-                y = aug(buf[0] if n == 1 else buf).reshape(n, m, *out)
-                return finish(y, dt, z)
+                return finish(_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z)
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
@@ -119,6 +134,69 @@ def build_conv(node, post=None):
         return finish(y, dt, z)
 
     return run
+
+
+def _standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
+    """im2col into a buffer whose last row is ones, then one tuned GEMM with the bias column."""
+    n = xc.shape[0]
+    xpad = scratch.padded(xc, pb, pe)
+    view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
+    lsz = 1
+    for o in out:
+        lsz *= o
+    ck = view.size // (n * lsz)
+    buf = scratch.cols_with_ones(n, ck, lsz, xc.dtype)
+    np.copyto(buf[:, :ck].reshape(view.shape), view)  # the one im2col copy
+    return aug(buf[0] if n == 1 else buf).reshape(n, m, *out)
+
+
+def _wide(scratch, xc, aug, k, dil, pb, pe, out, m):
+    """Stride-1 2-D im2col over full padded rows.
+
+    Each im2col row is then one contiguous run of the flat padded plane (a
+    plain memcpy instead of a strided copy); the GEMM computes the few extra
+    columns that fall in the padding, which are dropped afterwards.
+    """
+    _, c, h, w = xc.shape
+    hp, wp = h + pb[0] + pe[0], w + pb[1] + pe[1]
+    oh, ow = out
+    slack = (k[1] - 1) * dil[1]
+    key = ("wide", xc.shape, xc.dtype, tuple(pb), tuple(pe), slack)
+    flat = scratch.bufs.get(key)
+    if flat is None:
+        # Zero border kept across runs; the slack lets the last rows run past the plane.
+        flat = scratch.bufs[key] = np.zeros(c * hp * wp + slack, dtype=xc.dtype)
+    plane = flat[: c * hp * wp].reshape(c, hp, wp)
+    plane[:, pb[0] : pb[0] + h, pb[1] : pb[1] + w] = xc[0]
+    lw = oh * wp
+    isz = flat.itemsize
+    view = np.ndarray(
+        (c, k[0], k[1], lw),
+        dtype=flat.dtype,
+        buffer=flat,
+        offset=0,
+        strides=(hp * wp * isz, dil[0] * wp * isz, dil[1] * isz, isz),
+    )
+    ck = c * k[0] * k[1]
+    buf = scratch.cols_with_ones(1, ck, lw, xc.dtype)[0]
+    np.copyto(buf[:ck].reshape(view.shape), view)
+    y = aug(buf).reshape(m, oh, wp)[:, :, :ow]
+    return np.ascontiguousarray(y).reshape(1, m, oh, ow)
+
+
+def _pick(*fns) -> int:
+    """Index of the fastest of ``fns``: best of 5 interleaved rounds, after one warm-up each."""
+    import time
+
+    for f in fns:
+        f()
+    best_t = [float("inf")] * len(fns)
+    for _ in range(5):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            f()
+            best_t[i] = min(best_t[i], time.perf_counter() - t0)
+    return best_t.index(min(best_t))
 
 
 def _depthwise(xpad, wg, k, strides, dil, out, n, m):
