@@ -52,13 +52,43 @@ def random_inputs(
     )
     dims = dict(dims or {})
     rng = np.random.default_rng(seed)
+    bounds = _index_bounds(sess)
     feeds: dict[str, np.ndarray] = {}
     for arg in sess.get_inputs():
-        feeds[arg.name] = _one(arg, dims, default_dim, rng)
+        feeds[arg.name] = _one(arg, dims, default_dim, rng, bounds.get(arg.name))
     return feeds
 
 
-def _one(arg: NodeArg, dims: dict[str, int], default_dim: int, rng: np.random.Generator):
+def _index_bounds(sess: Any) -> dict[str, int]:
+    """Inputs used as Gather indices into a constant table: the table's size on that axis.
+
+    Token ids, token types and positions then stay inside their embedding tables.
+    """
+    out: dict[str, int] = {}
+    graph = sess._model.graph  # noqa: SLF001 - same package
+    for value in graph.inputs:
+        for use in value.uses():
+            node = use.node
+            if node.op_type != "Gather" or use.idx != 1 or node.inputs[0] is None:
+                continue
+            table = node.inputs[0]
+            if table.const_value is None or table.shape is None:
+                continue
+            attr = node.attributes.get("axis")
+            axis = attr.value if attr is not None else 0
+            size = table.shape[axis]
+            if isinstance(size, int):
+                out[value.name] = min(out.get(value.name, size), size)
+    return out
+
+
+def _one(
+    arg: NodeArg,
+    dims: dict[str, int],
+    default_dim: int,
+    rng: np.random.Generator,
+    bound: int | None = None,
+):
     if not arg.type.startswith("tensor("):
         raise InvalidArgument(
             f"input {arg.name!r} is {arg.type}; random_inputs makes tensors only, feed it yourself"
@@ -74,4 +104,6 @@ def _one(arg: NodeArg, dims: dict[str, int], default_dim: int, rng: np.random.Ge
     dtype = _dtype_of(arg.type)
     if "mask" in arg.name.lower() and dtype.kind in "iub":
         return np.ones(shape, dtype=dtype)
+    if bound is not None and dtype.kind in "iu":
+        return rng.integers(0, max(bound, 1), size=shape).astype(dtype)
     return random_array(tuple(shape), dtype, rng)
