@@ -83,7 +83,9 @@ def _int8_blocks(a: Any, block: int, xp: Any) -> Any:
     blocks = xp.reshape(af, af.shape[:-1] + ((k + pad) // block, block))
     amax = xp.max(xp.abs(blocks), axis=-1, keepdims=True)
     scale = amax / xp.float32(127.0)
-    inv = xp.where(amax != 0, xp.float32(127.0) / xp.where(amax != 0, amax, 1), 0)
-    q = xp.round(blocks * inv.astype(xp.float32))
-    out = xp.reshape(q * scale, af.shape)
+    # An all-zero block rounds to zeros whatever its inverse scale; 1 avoids 0 * inf.
+    inv = xp.float32(127.0) / xp.where(amax == 0, xp.float32(1.0), amax)
+    q = xp.round(blocks * inv)
+    q *= scale
+    out = xp.reshape(q, af.shape)
     return out[..., :k] if pad else out
