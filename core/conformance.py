@@ -123,25 +123,35 @@ def run_case(case: Any, category: str, providers: Sequence[Any], repeat: int = 1
     return CaseResult(case.name, category, True, "", ops)
 
 
+def select_cases(
+    cases: Iterable[Any], pattern: str | None = None, ops: Iterable[str] | None = None
+) -> list[Any]:
+    """Cases whose name matches ``pattern`` and whose model uses one of ``ops``."""
+    rx = re.compile(pattern) if pattern else None
+    want = set(ops) if ops is not None else None
+    chosen = []
+    for case in cases:
+        if rx is not None and not rx.search(case.name):
+            continue
+        if want is not None:
+            try:
+                names = {n.op_type for n in _case_model(case).graph.node}
+            except Exception:
+                names = set()
+            if not names & want:
+                continue
+        chosen.append(case)
+    return chosen
+
+
 def run_suite(
     providers: Sequence[Any] = ("cpu",),
     categories: Iterable[str] = ("node",),
     pattern: str | None = None,
     ops: Iterable[str] | None = None,
 ) -> list[CaseResult]:
-    rx = re.compile(pattern) if pattern else None
-    want = set(ops) if ops else None
     results = []
     for cat in categories:
-        for case in load_cases(cat):
-            if rx is not None and not rx.search(case.name):
-                continue
-            if want is not None:
-                try:
-                    names = {n.op_type for n in _case_model(case).graph.node}
-                except Exception:
-                    names = set()
-                if not names & want:
-                    continue
+        for case in select_cases(load_cases(cat), pattern, ops or None):
             results.append(run_case(case, cat, providers))
     return results

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .conformance import _case_data, _case_model, load_cases
+from .conformance import _case_data, _case_model, load_cases, select_cases
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -207,20 +207,7 @@ def backend_suite(
     provider is appended by the session as usual, but a case only runs when
     the providers under test take every compute node.
     """
-    rx = re.compile(pattern) if pattern else None
-    want = set(ops) if ops is not None else None
-    chosen = []
-    for case in _cases(category):
-        if rx is not None and not rx.search(case.name):
-            continue
-        if want is not None:
-            try:
-                names = {n.op_type for n in _case_model(case).graph.node}
-            except Exception:
-                names = set()
-            if not names & want:
-                continue
-        chosen.append(case)
+    chosen = select_cases(_cases(category), pattern, ops)
     if sample is not None and 0 < sample < len(chosen):
         step = len(chosen) / sample
         chosen = [chosen[int(i * step)] for i in range(sample)]
