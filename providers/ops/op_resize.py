@@ -25,15 +25,12 @@ def _key(v):
     return None if v is None else tuple(v.tolist())
 
 
-@kernel("Resize", since=10, host_inputs=(1,))
-def resize_10(node, xp):
-    mode = str_attr(node, "mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        raise NotSupported(f"Resize-10: mode {mode!r} is not supported (nearest, linear)")
+def legacy_run(xp, mode: str, fixed_scales=None):
+    """Resize-10 and Upsample: scales only, asymmetric coordinates, nearest rounds down."""
     cache: dict = {}
 
-    def run(x, scales):
-        sc = _host(scales)
+    def run(x, scales=None):
+        sc = _host(fixed_scales if scales is None else scales)
         key = (x.shape, _key(sc))
         plan = cache.get(key)
         if plan is None:
@@ -53,6 +50,14 @@ def resize_10(node, xp):
         return (apply_resize_plan(xp, x, plan),)
 
     return run
+
+
+@kernel("Resize", since=10, host_inputs=(1,))
+def resize_10(node, xp):
+    mode = str_attr(node, "mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise NotSupported(f"Resize-10: mode {mode!r} is not supported (nearest, linear)")
+    return legacy_run(xp, mode)
 
 
 @kernel("Resize", since=(11, 13, 18, 19), host_inputs=(1, 2, 3))

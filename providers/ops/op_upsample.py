@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import apply_resize_plan, make_resize_plan, str_attr
+from ._nn import str_attr
+from .op_resize import legacy_run
 
 
 def _builder(node, xp, attr_scales):
@@ -16,29 +15,7 @@ def _builder(node, xp, attr_scales):
         mode = "linear"
     if mode not in ("nearest", "linear"):
         raise NotSupported(f"Upsample: mode {mode!r} is not supported (nearest, linear)")
-    cache: dict = {}
-
-    def run(x, scales=None):
-        sc = attr_scales if scales is None else np.asarray(scales).reshape(-1)
-        key = (x.shape, tuple(float(v) for v in sc))
-        plan = cache.get(key)
-        if plan is None:
-            plan = cache[key] = make_resize_plan(
-                x.shape,
-                sc,
-                None,
-                None,
-                None,
-                mode=mode,
-                ctm="asymmetric",
-                nearest_mode="simple",
-                cubic_a=-0.75,
-                exclude_outside=False,
-                antialias=False,
-            )
-        return (apply_resize_plan(xp, x, plan),)
-
-    return run
+    return legacy_run(xp, mode, attr_scales)
 
 
 @kernel("Upsample", since=7)
