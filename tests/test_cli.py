@@ -77,3 +77,10 @@ def test_bad_provider_is_one_line_error():
 @pytest.mark.parametrize("cmd", [["--help"], ["run", "--help"]])
 def test_help(cmd):
     assert onnxep(*cmd).returncode == 0
+
+
+def test_conformance_prints_counts_and_reasons():
+    res = onnxep("conformance", "--category", "node", "--pattern", "^test_(abs|relu|bernoulli)$")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "node" in res.stdout and "2 passed" in res.stdout
+    assert "FAIL [node] test_bernoulli: excluded: the output is random" in res.stdout
