@@ -1,6 +1,8 @@
 """onnxep: a Python runtime for ONNX models in which every device is a plugin."""
 
 from . import errors
+from .benchmark import BenchResult, bench
+from .iobinding import IOBinding
 from .model_io import NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .placement import PlacementReport
@@ -17,7 +19,9 @@ from .session import InferenceSession, ModelMetadata
 __version__ = "0.1.0"
 
 __all__ = [
+    "BenchResult",
     "GraphOptimizationLevel",
+    "IOBinding",
     "InferenceSession",
     "ModelMetadata",
     "NodeArg",
@@ -26,6 +30,7 @@ __all__ = [
     "RunOptions",
     "SessionOptions",
     "__version__",
+    "bench",
     "errors",
     "get_all_providers",
     "get_available_providers",
