@@ -41,6 +41,8 @@ class ConstCache:
         if key in self._cache:
             return self._cache[key]
         arr = None if value.is_graph_input() else const_of(value)
+        if arr is not None and not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")
         self._cache[key] = arr
         return arr
 

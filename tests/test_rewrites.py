@@ -65,3 +65,25 @@ def test_identity_on_graph_output_is_kept():
     )
     sess = onnxep.InferenceSession(m, providers=["cpu"])
     np.testing.assert_array_equal(sess.run(None, {"x": np.array([4, 5])})[0], [4, 5])
+
+
+def test_large_transpose_of_a_weight_folds_contiguous():
+    # Tied embeddings: Gather(Transpose(lm_head weight)). The transpose is as large as
+    # the weight (past the folding cap) yet must fold, and into a contiguous table.
+    w = np.arange(2100 * 2000, dtype=np.float32).reshape(2100, 2000)
+    m = make_model(
+        [
+            helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="t"),
+            helper.make_node("Gather", ["wt", "ids"], ["y"], axis=0, name="g"),
+        ],
+        [tensor("ids", [2], TensorProto.INT64)],
+        [tensor("y", [2, 2100])],
+        inits=[numpy_helper.from_array(w, "w")],
+    )
+    sess = onnxep.InferenceSession(m, providers=["cpu"])
+    assert [n.node for n in sess.placement()] == ["g"]
+    plan = sess._main.plan  # noqa: SLF001
+    tables = [v for v in plan.template if isinstance(v, np.ndarray) and v.size == w.size]
+    assert tables and all(t.flags.c_contiguous for t in tables)
+    (y,) = sess.run(None, {"ids": np.array([3, 1999])})
+    np.testing.assert_array_equal(y, w.T[[3, 1999]])

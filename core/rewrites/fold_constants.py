@@ -35,7 +35,11 @@ def _const(v: ir.Value | None) -> Any:
 
 
 class FoldConstants(RewritePass):
-    """Replace constant subexpressions by initializers (largest folded output: ``max_elements``)."""
+    """Replace constant subexpressions by initializers.
+
+    An output is folded when it is no larger than the constants it is computed
+    from, or no larger than ``max_elements``.
+    """
 
     name = "fold_constants"
 
@@ -84,7 +88,9 @@ class FoldConstants(RewritePass):
             return None  # the run will raise it with the node's name
         if len(out) < len(node.outputs) or not all(isinstance(o, np.ndarray) for o in out):
             return None
-        if sum(o.size for o in out) > self.max_elements:
+        # An output no larger than the inputs it came from (a Transpose or Cast of a
+        # weight) always folds; one that grows past the cap (Expand, Tile) does not.
+        if sum(o.size for o in out) > max(self.max_elements, sum(np.size(i) for i in inputs)):
             return None
         return out
 
@@ -112,6 +118,10 @@ class FoldConstants(RewritePass):
         for o, arr in zip(olds, values):
             if not o.uses():
                 continue
+            # Kernels may return views (Transpose does); a constant is read on every
+            # run, so it is stored contiguous once rather than gathered from strides.
+            if not arr.flags.c_contiguous:
+                arr = arr.copy(order="C")
             new = ir.Value(name=o.name, const_value=ir.tensor(arr, name=o.name))
             new.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
             new.shape = ir.Shape(arr.shape)
