@@ -68,11 +68,24 @@ GENERATED = {
 }
 
 
-def generated_models(scratch: Path) -> dict:
+# Real sizes, with --large: a few GB of weights generated per run.
+LARGE = {
+    "factory genai qwen2.5-0.5b fp32, decode 1 token": (
+        ("genai", "qwen2.5-0.5b", "fp32"),
+        dict(vs=["onnxruntime"], decode=16, context=16),
+    ),
+    "factory genai qwen2.5-0.5b int4, decode 1 token": (
+        ("genai", "qwen2.5-0.5b", "int4"),
+        dict(vs=["onnxruntime"], decode=16, context=16),
+    ),
+}
+
+
+def generated_models(scratch: Path, table: dict) -> dict:
     from bench.make_models import build
 
     out = {}
-    for name, ((kind, size, dtype), kw) in GENERATED.items():
+    for name, ((kind, size, dtype), kw) in table.items():
         path = build(kind, size or "tiny", dtype or "fp32", scratch, 0, "2d")
         out[name] = (path, kw)
     return out
@@ -140,7 +153,8 @@ def rebuild_docs() -> None:
     latest: dict[str, dict] = {}
     for f in sorted(RESULTS.glob("*.json")):
         doc = json.loads(f.read_text())
-        latest[doc["machine_name"]] = doc
+        if "machine_name" in doc:  # other files here are surveys, not benchmark runs
+            latest[doc["machine_name"]] = doc
     out = [
         "# Benchmarks",
         "",
@@ -160,16 +174,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="few runs, to check the harness")
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--large", action="store_true", help="add the real-size decoders")
     a = ap.parse_args()
     runs = 5 if a.quick else a.runs
     results = {}
     import tempfile
 
     scratch = Path(tempfile.mkdtemp(prefix="onnxep-bench-"))
-    todo = {**STANDARD, **generated_models(scratch)}
+
+    def wanted(name: str) -> bool:
+        return not a.only or any(o in name for o in a.only)
+
+    todo = {k: v for k, v in STANDARD.items() if wanted(k)}
+    todo.update(generated_models(scratch, {k: v for k, v in GENERATED.items() if wanted(k)}))
+    if a.large:
+        todo.update(generated_models(scratch, {k: v for k, v in LARGE.items() if wanted(k)}))
     for name, (model, kw) in todo.items():
-        if a.only and not any(o in name for o in a.only):
-            continue
         kw = dict(kw)
         if kw.get("decode"):
             kw["decode"] = 4 if a.quick else kw["decode"]
@@ -192,6 +212,12 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"{today}-{doc['machine_name']}"
+    if stem.with_suffix(".json").exists():
+        # A partial run (--only, --large) updates that day's entries, keeping the rest.
+        old = json.loads(stem.with_suffix(".json").read_text())
+        doc["results"] = {**old.get("results", {}), **results}
+        if a.only and "overhead_us_per_node" in old:
+            doc["overhead_us_per_node"] = old["overhead_us_per_node"]
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=1, default=str))
     stem.with_suffix(".md").write_text(to_markdown(doc))
     rebuild_docs()
