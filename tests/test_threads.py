@@ -29,3 +29,17 @@ def test_eight_threads_match_serial():
             for s, p in zip(serial, parallel):
                 for a, b in zip(s, p):
                     np.testing.assert_array_equal(a, b)
+
+
+def test_eight_threads_on_the_cnn_match_serial():
+    # Conv keeps per-thread scratch buffers and tunes itself on first use per shape.
+    sess = onnxep.InferenceSession(str(DATA / "resnet_cnn.onnx"), providers=["cpu"])
+    rng = np.random.default_rng(2)
+    feeds = [
+        {"image": rng.standard_normal((1 + i % 3, 3, 64, 64)).astype(np.float32)} for i in range(12)
+    ]
+    serial = [sess.run(None, f)[0] for f in feeds]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(2):
+            for s, p in zip(serial, pool.map(lambda f: sess.run(None, f)[0], feeds)):
+                np.testing.assert_allclose(p, s, rtol=1e-5, atol=1e-6)
