@@ -77,3 +77,17 @@ def test_exported_decoder_fused_matches_unfused():
         f[arg.name] = rng.standard_normal((1, 2, 4, 64)).astype(np.float32)
     for a, b in zip(fused.run(None, f), plain.run(None, f)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_fusion_leaves_nodes_another_provider_owns(toy_dist):
+    # The toy provider claims Add (the eps add inside the pattern) ahead of the CPU,
+    # so the CPU provider's fusion may not swallow it.
+    sess = onnxep.InferenceSession(_rms_model(), providers=["toy", "cpu"])
+    rep = sess.placement()
+    assert rep.rewrites.get("fuse_rms_norm", 0) == 0
+    assert "toy" in rep.counts()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)
+    (plain,) = onnxep.InferenceSession(
+        _rms_model(), onnxep.SessionOptions(disabled_rewrites=["fuse_rms_norm"]), providers=["cpu"]
+    ).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], plain, rtol=1e-5, atol=1e-6)
