@@ -7,8 +7,15 @@ from typing import Any
 
 from .codegen import ShapeCache, generate
 from .errors import RunError
-from .plan import Plan
+from .plan import Plan, Step
 from .profiling import Profiler
+
+
+def _step_error(step: Step, exc: BaseException) -> RunError:
+    return RunError(
+        f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
+        f"{type(exc).__name__}: {exc}"
+    )
 
 
 class Executor:
@@ -56,11 +63,7 @@ class Executor:
             tb = tb.tb_next
         if index is None:
             return RunError(f"the plan failed: {type(exc).__name__}: {exc}")
-        step = self.plan.steps[index]
-        return RunError(
-            f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
-            f"{type(exc).__name__}: {exc}"
-        )
+        return _step_error(self.plan.steps[index], exc)
 
     def _run_checked(self, feeds: Sequence[Any]) -> list[Any]:
         slots = self._template.copy()
@@ -80,10 +83,7 @@ class Executor:
             raise
         except Exception as exc:
             step = self.plan.steps[index]
-            raise RunError(
-                f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise _step_error(step, exc) from exc
         return [slots[s] for s in self._outputs]
 
     def _run_profiled(self, feeds: Sequence[Any]) -> list[Any]:
@@ -100,10 +100,7 @@ class Executor:
                 if sync is not None:
                     sync()
             except Exception as exc:
-                raise RunError(
-                    f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+                raise _step_error(step, exc) from exc
             prof.record(
                 step.name,
                 "Node",
