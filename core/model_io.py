@@ -20,6 +20,14 @@ def _elem_name(dtype: Any) -> str:
         return "undefined"
 
 
+def tensor_dtype(type_str: str) -> np.dtype:
+    """The NumPy dtype of a ``tensor(float)``-style type string (the inverse of type_string)."""
+    from onnxep.providers.dtypes import name_to_elem
+
+    inner = type_str[len("tensor(") : -1] if type_str.startswith("tensor(") else type_str
+    return np_dtype(name_to_elem(inner))
+
+
 def type_string(t: Any) -> str:
     if t is None:
         return "unknown"

@@ -8,14 +8,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .model_io import NodeArg
-
-
-def _dtype_of(type_str: str) -> np.dtype:
-    from onnxep.providers.dtypes import name_to_elem, np_dtype
-
-    inner = type_str[len("tensor(") : -1] if type_str.startswith("tensor(") else type_str
-    return np_dtype(name_to_elem(inner))
+from .model_io import NodeArg, tensor_dtype
 
 
 def random_array(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
@@ -101,7 +94,7 @@ def _one(
             shape.append(int(dims[d]))
         else:
             shape.append(default_dim)
-    dtype = _dtype_of(arg.type)
+    dtype = tensor_dtype(arg.type)
     if "mask" in arg.name.lower() and dtype.kind in "iub":
         return np.ones(shape, dtype=dtype)
     if bound is not None and dtype.kind in "iu":

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxep.providers.dtypes import name_to_elem, np_dtype
+from ..model_io import tensor_dtype
 
 
 @dataclass
@@ -46,10 +46,6 @@ def present_name(name: str) -> str:
     return name.replace("past", "present", 1)
 
 
-def _dtype(type_str: str) -> np.dtype:
-    return np_dtype(name_to_elem(type_str[len("tensor(") : -1]))
-
-
 def decode_spec(inputs: Sequence[Any], outputs: Sequence[Any]) -> DecodeSpec:
     """Find ids, mask, positions, state pairs and logits among the model's inputs and outputs."""
     out_names = [o.name for o in outputs]
@@ -64,7 +60,7 @@ def decode_spec(inputs: Sequence[Any], outputs: Sequence[Any]) -> DecodeSpec:
         if a.name == ids:
             continue
         if a.name == "attention_mask":
-            spec.mask, spec.mask_dtype = a.name, _dtype(a.type)
+            spec.mask, spec.mask_dtype = a.name, tensor_dtype(a.type)
         elif a.name == "position_ids":
             spec.positions, spec.positions_rank = a.name, len(a.shape or [0, 0])
         elif present_name(a.name) in out_names and a.name != present_name(a.name):
@@ -74,7 +70,9 @@ def decode_spec(inputs: Sequence[Any], outputs: Sequence[Any]) -> DecodeSpec:
                     grow = axis
                     break
             spec.states.append(
-                StateInput(a.name, present_name(a.name), list(a.shape or []), _dtype(a.type), grow)
+                StateInput(
+                    a.name, present_name(a.name), list(a.shape or []), tensor_dtype(a.type), grow
+                )
             )
         else:
             raise ValueError(
