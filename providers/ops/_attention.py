@@ -73,6 +73,19 @@ def split_heads(xp: Any, x: Any, heads: int) -> Any:
     return xp.transpose(xp.reshape(x, (b, s, heads, hd // heads)), (0, 2, 1, 3))
 
 
+def split_qkv(xp: Any, query: Any, key: Any, value: Any, nh: int, nkv: int):
+    """Q, K, V as (B, H, S, D) from separate inputs, or from packed QKV in ``query`` when
+    ``key`` is None (``nh`` query heads then ``nkv`` key and ``nkv`` value heads)."""
+    if key is not None:
+        return split_heads(xp, query, nh), split_heads(xp, key, nkv), split_heads(xp, value, nkv)
+    b, s, width = query.shape
+    qkv = xp.reshape(query, (b, s, nh + 2 * nkv, width // (nh + 2 * nkv)))
+    q = xp.transpose(qkv[:, :, :nh], (0, 2, 1, 3))
+    k = xp.transpose(qkv[:, :, nh : nh + nkv], (0, 2, 1, 3))
+    v = xp.transpose(qkv[:, :, nh + nkv :], (0, 2, 1, 3))
+    return q, k, v
+
+
 def merge_heads(xp: Any, x: Any) -> Any:
     """(B, H, S, D) -> (B, S, H*D)."""
     b, h, s, d = x.shape

@@ -28,7 +28,7 @@ from onnxep.providers.ops._attention import (
     merge_heads,
     rotate,
     softcap,
-    split_heads,
+    split_qkv,
     widen,
 )
 
@@ -91,16 +91,7 @@ def group_query_attention(node: NodeInfo, xp):
         query_seqlens = _rest[4] if len(_rest) > 4 else None
         ct = compute_dtype(query.dtype)
         b, s, _ = query.shape
-        if key is None:
-            hd = query.shape[2] // (nh + 2 * nkv)
-            qkv = xp.reshape(query, (b, s, nh + 2 * nkv, hd))
-            q = xp.transpose(qkv[:, :, :nh], (0, 2, 1, 3))
-            k = xp.transpose(qkv[:, :, nh : nh + nkv], (0, 2, 1, 3))
-            v = xp.transpose(qkv[:, :, nh + nkv :], (0, 2, 1, 3))
-        else:
-            q = split_heads(xp, query, nh)
-            k = split_heads(xp, key, nkv)
-            v = split_heads(xp, value, nkv)
+        q, k, v = split_qkv(xp, query, key, value, nh, nkv)
         hd = q.shape[-1]
         total = int(np.asarray(total_len).reshape(-1)[0])
 
