@@ -178,27 +178,17 @@ def ownership(providers: Sequence[Provider], opsets: dict[str, int]) -> Callable
     Fusion passes use it to keep to their provider's nodes; it builds no kernel,
     so a builder that later declines just sends the node on down the list.
     """
-    from onnxep.providers.dtypes import dtype_name
     from onnxep.providers.kernel import normalize_domain
+
+    from .nodeinfo import value_info
 
     def owner(node: ir.Node) -> Any:
         domain = normalize_domain(node.domain)
         opset = opsets.get(domain, 1)
+        dtypes = [None if v is None else value_info(v, None).dtype for v in node.inputs]
         for p in providers:
             spec = p.registry.lookup(domain, node.op_type, opset)
-            if spec is None:
-                continue
-            ok = True
-            for i, allowed in (spec.dtypes or {}).items():
-                v = node.inputs[i] if i < len(node.inputs) else None
-                dt = v.dtype if v is not None else None
-                if dt is not None:
-                    try:
-                        if dtype_name(dt.numpy()) not in allowed:
-                            ok = False
-                    except Exception:
-                        pass
-            if ok:
+            if spec is not None and spec.dtype_refusal(node.op_type, dtypes) is None:
                 return p
         return None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -58,6 +58,19 @@ class KernelSpec:
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.domain, self.op_type, self.since_version)
+
+    def dtype_refusal(self, op_type: str, input_dtypes: Sequence[Any]) -> str | None:
+        """Why inputs of these dtypes (None where unknown) are refused, or None if accepted."""
+        from .dtypes import dtype_name
+
+        for i, allowed in (self.dtypes or {}).items():
+            dt = input_dtypes[i] if i < len(input_dtypes) else None
+            if dt is None:
+                continue
+            name = dtype_name(dt)
+            if name not in allowed:
+                return f"{op_type}: {name} not supported for input {i}"
+        return None
 
     def with_source(self, source: str) -> KernelSpec:
         return KernelSpec(**{**self.__dict__, "source": source})

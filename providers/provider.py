@@ -10,7 +10,6 @@ import numpy as np
 
 from onnxep.errors import NotSupported
 
-from .dtypes import dtype_name
 from .kernel import KernelSpec
 from .node import NodeInfo
 from .registry import KernelRegistry
@@ -107,16 +106,7 @@ class Provider:
 
     @staticmethod
     def check_dtypes(spec: KernelSpec, node: NodeInfo) -> str | None:
-        if not spec.dtypes:
-            return None
-        for i, allowed in spec.dtypes.items():
-            dt = node.input_dtype(i) if i < node.num_inputs else None
-            if dt is None:
-                continue
-            name = dtype_name(dt)
-            if name not in allowed:
-                return f"{node.op_type}: {name} not supported for input {i}"
-        return None
+        return spec.dtype_refusal(node.op_type, [v.dtype if v else None for v in node.inputs])
 
     # -- data movement ----------------------------------------------------------
     def to_host(self, value: Any) -> Any:

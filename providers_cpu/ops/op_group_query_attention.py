@@ -14,7 +14,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import default_scale, rotate
+from onnxep.providers.ops._attention import default_scale, rotate, split_qkv
 from onnxep.providers.ops.op_group_query_attention import group_query_attention as generic
 
 
@@ -71,17 +71,8 @@ def group_query_attention(node: NodeInfo, xp):
             or (lens != lens[0]).any()
         ):
             return general(query, key, value, past_k, past_v, seqlens_k, total_len, cos, sin, *rest)
-        if key is None:
-            hd = query.shape[2] // (nh + 2 * nkv)
-            qkv = query.reshape(b, s, nh + 2 * nkv, hd)
-            q = qkv[:, :, :nh].transpose(0, 2, 1, 3)
-            k = qkv[:, :, nh : nh + nkv].transpose(0, 2, 1, 3)
-            v = qkv[:, :, nh + nkv :].transpose(0, 2, 1, 3)
-        else:
-            hd = query.shape[2] // nh
-            q = query.reshape(b, s, nh, hd).transpose(0, 2, 1, 3)
-            k = key.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)
-            v = value.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)
+        q, k, v = split_qkv(np, query, key, value, nh, nkv)
+        hd = q.shape[-1]
         if do_rotary:
             c = cos[p : p + s][None, None]
             sn = sin[p : p + s][None, None]
