@@ -14,7 +14,7 @@ import onnx_ir as ir
 
 from onnxep.providers.provider import Provider
 
-from .executor import Executor
+from .executor import Executor, RunContext
 from .nodeinfo import const_of
 from .partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
 from .plan import Plan, PlanBuilder
@@ -24,6 +24,15 @@ from .shape_cache import shape_derived_nodes
 
 def _syncs(providers: Sequence[Provider]) -> dict:
     return {p.name: p.synchronize for p in providers if p.device != "cpu"}
+
+
+def _run_contexts(providers: Sequence[Provider]) -> tuple[RunContext, ...]:
+    """The providers that override ``run_context``; a session without any pays nothing per run."""
+    return tuple(
+        (p.name, p.run_context)
+        for p in providers
+        if type(p).run_context is not Provider.run_context
+    )
 
 
 class ConstCache:
@@ -72,6 +81,10 @@ class CompiledGraph:
     def run(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
         return self.executor.run([*inputs, *outer])
 
+    def run_on_device(self, inputs: Sequence[Any]) -> list[Any]:
+        """Run, leaving each output in the memory of the provider that produced it."""
+        return self.executor.run_on_device(list(inputs))
+
 
 def compile_graph(
     graph: ir.Graph,
@@ -97,11 +110,19 @@ def compile_graph(
     for p in placed:
         builder.add_node(p)
     plan = builder.finish(input_slots, graph.outputs)
+    # A subgraph runs inside its parent's run, whose contexts are already entered.
+    top_level = not prefix
+    executor = Executor(
+        plan,
+        ctx.profiler,
+        _syncs(ctx.providers) if ctx.profiler else None,
+        contexts=_run_contexts(ctx.providers) if top_level else (),
+    )
     return CompiledGraph(
         name=graph.name or prefix,
         placed=placed,
         plan=plan,
-        executor=Executor(plan, ctx.profiler, _syncs(ctx.providers) if ctx.profiler else None),
+        executor=executor,
         input_names=tuple(v.name or "" for v in graph.inputs),
         output_names=tuple(v.name or "" for v in graph.outputs),
         moved_to_host=moved,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 from .codegen import ShapeCache, generate
 from .errors import RunError
 from .plan import Plan, Step
 from .profiling import Profiler
+
+#: A provider's name and its ``run_context`` method.
+RunContext = tuple[str, Callable[[], "AbstractContextManager[Any] | None"]]
 
 
 def _step_error(step: Step, exc: BaseException) -> RunError:
@@ -18,81 +22,129 @@ def _step_error(step: Step, exc: BaseException) -> RunError:
     )
 
 
+class _Variant:
+    """One plan's run state: checked on its first run, then generated straight-line code."""
+
+    __slots__ = ("plan", "steps", "fast", "lines", "shape_cache")
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.steps = tuple((s.fn, s.inputs, s.outputs, s.frees) for s in plan.steps)
+        self.fast: Any = None
+        self.lines: dict[int, int] = {}
+        self.shape_cache = ShapeCache()
+
+
 class Executor:
     """Runs one compiled :class:`Plan`; safe to call from many threads at once.
 
     With a profiler, each step is timed (after synchronizing its provider's
     device, so a step's time is its own) and recorded as a trace event.
+    ``contexts`` are entered around every run, in order: the providers that
+    need a device, stream or pool made current for the calling thread.
     """
 
     def __init__(
-        self, plan: Plan, profiler: Profiler | None = None, sync: dict | None = None
+        self,
+        plan: Plan,
+        profiler: Profiler | None = None,
+        sync: dict | None = None,
+        contexts: Sequence[RunContext] = (),
     ) -> None:
         self.plan = plan
         self.profiler = profiler
         self._sync = sync or {}
-        self._steps = tuple((s.fn, s.inputs, s.outputs, s.frees) for s in plan.steps)
-        self._template = plan.template
-        self._inputs = plan.input_slots
-        self._outputs = plan.output_slots
-        self._fast: Any = None
-        self._lines: dict[int, int] = {}
-        self.shape_cache = ShapeCache()
+        self._contexts = tuple(contexts)
+        self._host = _Variant(plan)
+        self._device: _Variant | None = None  # built on the first run_on_device
+        self.shape_cache = self._host.shape_cache
 
     def run(self, feeds: Sequence[Any]) -> list[Any]:
+        """Run the plan; every output is in host memory."""
+        if self._contexts:
+            with self._enter_contexts():
+                return self._run(self._host, feeds)
+        return self._run(self._host, feeds)
+
+    def run_on_device(self, feeds: Sequence[Any]) -> list[Any]:
+        """Run the plan, leaving each output in the memory of the provider that made it."""
+        variant = self._device
+        if variant is None:
+            variant = self._device = _Variant(self.plan.on_device())
+        if self._contexts:
+            with self._enter_contexts():
+                return self._run(variant, feeds)
+        return self._run(variant, feeds)
+
+    def _run(self, v: _Variant, feeds: Sequence[Any]) -> list[Any]:
         if self.profiler is not None:
-            return self._run_profiled(feeds)
-        fast = self._fast
+            return self._run_profiled(v, feeds)
+        fast = v.fast
         if fast is None:
             # The first run goes through the checked loop, which catches a kernel that
             # returns a bare array instead of a tuple; later runs use generated code.
-            out = self._run_checked(feeds)
-            self._fast, self._lines = generate(self.plan, self.shape_cache)
+            out = self._run_checked(v, feeds)
+            v.fast, v.lines = generate(v.plan, v.shape_cache)
             return out
         try:
             return fast(feeds)
         except Exception as exc:
-            raise self._error(exc) from exc
+            raise self._error(v, exc) from exc
 
-    def _error(self, exc: BaseException) -> RunError:
+    def _enter_contexts(self) -> ExitStack:
+        stack = ExitStack()
+        for name, make in self._contexts:
+            try:
+                cm = make()
+                if cm is not None:
+                    stack.enter_context(cm)
+            except Exception as exc:
+                stack.close()
+                raise RunError(
+                    f"provider {name!r} could not set up its run context: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return stack
+
+    def _error(self, v: _Variant, exc: BaseException) -> RunError:
         tb = exc.__traceback__
         index = None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == "<onnxep plan>":
-                index = self._lines.get(tb.tb_lineno)
+                index = v.lines.get(tb.tb_lineno)
             tb = tb.tb_next
         if index is None:
             return RunError(f"the plan failed: {type(exc).__name__}: {exc}")
-        return _step_error(self.plan.steps[index], exc)
+        return _step_error(v.plan.steps[index], exc)
 
-    def _run_checked(self, feeds: Sequence[Any]) -> list[Any]:
-        slots = self._template.copy()
-        for s, v in zip(self._inputs, feeds):
-            slots[s] = v
+    def _run_checked(self, v: _Variant, feeds: Sequence[Any]) -> list[Any]:
+        slots = v.plan.template.copy()
+        for s, x in zip(v.plan.input_slots, feeds):
+            slots[s] = x
         index = 0
         try:
-            for index, (fn, ins, outs, frees) in enumerate(self._steps):  # noqa: B007
+            for index, (fn, ins, outs, frees) in enumerate(v.steps):  # noqa: B007
                 res = fn(*[slots[i] for i in ins])
                 if res.__class__ is not tuple and res.__class__ is not list:
                     raise TypeError(f"kernel returned {type(res).__name__}, expected a tuple")
-                for s, v in zip(outs, res):
-                    slots[s] = v
+                for s, x in zip(outs, res):
+                    slots[s] = x
                 for s in frees:
                     slots[s] = None
         except RunError:
             raise
         except Exception as exc:
-            step = self.plan.steps[index]
+            step = v.plan.steps[index]
             raise _step_error(step, exc) from exc
-        return [slots[s] for s in self._outputs]
+        return [slots[s] for s in v.plan.output_slots]
 
-    def _run_profiled(self, feeds: Sequence[Any]) -> list[Any]:
+    def _run_profiled(self, v: _Variant, feeds: Sequence[Any]) -> list[Any]:
         prof = self.profiler
         assert prof is not None
-        slots = self._template.copy()
-        for s, v in zip(self._inputs, feeds):
-            slots[s] = v
-        for step in self.plan.steps:
+        slots = v.plan.template.copy()
+        for s, x in zip(v.plan.input_slots, feeds):
+            slots[s] = x
+        for step in v.plan.steps:
             sync = self._sync.get(step.provider)
             t0 = prof.now_us()
             try:
@@ -110,8 +162,8 @@ class Executor:
                 provider=step.provider,
                 kind=step.kind,
             )
-            for s, v in zip(step.outputs, res):
-                slots[s] = v
+            for s, x in zip(step.outputs, res):
+                slots[s] = x
             for s in step.frees:
                 slots[s] = None
-        return [slots[s] for s in self._outputs]
+        return [slots[s] for s in v.plan.output_slots]

@@ -8,7 +8,7 @@ already on every device that reads them, so a run copies nothing it need not.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import onnx_ir as ir
@@ -34,6 +34,8 @@ class Step:
     frees: tuple[int, ...] = ()
     #: its outputs depend only on the input shapes, so runs may reuse them (shape_cache)
     shape_only: bool = False
+    #: positions of the inputs an output may be (a view of): all but host-read ones
+    views_of: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,36 @@ class Plan:
     output_slots: tuple[int, ...]
     slot_names: list[str]
     copies: list[CopyRecord] = field(default_factory=list)
+    #: where each graph output is produced, before any copy to the host
+    device_output_slots: tuple[int, ...] = ()
+    #: how many trailing steps only copy graph outputs to the host
+    output_copies: int = 0
 
     @property
     def device_to_host_reads(self) -> int:
         return sum(1 for c in self.copies if c.dst == HOST and c.src != HOST)
+
+    def on_device(self) -> Plan:
+        """This plan without its trailing output copies: each output stays where it is made."""
+        steps = self.steps[: len(self.steps) - self.output_copies]
+        outs = self.device_output_slots or self.output_slots
+        frees = _frees(steps, self.template, outs)
+        steps = [replace(s, frees=frees.get(i, ())) for i, s in enumerate(steps)]
+        return replace(self, steps=steps, output_slots=outs, output_copies=0)
+
+
+def _frees(steps: Sequence[Step], template: Sequence[Any], keep: Sequence[int]) -> dict:
+    """Step index -> the slots to drop after it: each slot's last use, unless kept."""
+    kept = set(keep) | {NONE_SLOT, SINK_SLOT}
+    last: dict[int, int] = {}
+    for idx, step in enumerate(steps):
+        for s in (*step.inputs, *step.outputs):
+            last[s] = idx
+    frees: dict[int, list[int]] = {}
+    for s, idx in last.items():
+        if s not in kept and template[s] is None:
+            frees.setdefault(idx, []).append(s)
+    return {idx: tuple(v) for idx, v in frees.items()}
 
 
 def _copy_fn(src: Provider | None, dst: Provider | None) -> Callable[[Any], tuple]:
@@ -132,6 +160,7 @@ class PlanBuilder:
                 need,
                 "copy",
                 shape_only=src_slot in self.shape_slots,
+                views_of=(0,),
             )
         )
         if src_slot in self.shape_slots:
@@ -174,20 +203,30 @@ class PlanBuilder:
                 p.node.op_type,
                 p.provider.name,
                 shape_only=shape_only,
+                views_of=tuple(i for i in range(len(ins)) if i not in spec.host_inputs),
             )
         )
 
     def finish(self, inputs: Sequence[int], outputs: Sequence[ir.Value]) -> Plan:
+        """The plan, ending with the copies that bring graph outputs to the host."""
+        produced = tuple(
+            self.slot_of[(id(v), self.location[id(v)])] if id(v) in self.location else None
+            for v in outputs
+        )
+        body = len(self.steps)
         out_slots = tuple(self.slot_for(v, HOST, "<graph output>") for v in outputs)
-        keep = set(out_slots) | {NONE_SLOT, SINK_SLOT}
-        last: dict[int, int] = {}
+        # A constant output has no producer: it is returned from the host template.
+        device_slots = tuple(d if d is not None else h for d, h in zip(produced, out_slots))
+        frees = _frees(self.steps, self.template, out_slots)
         for idx, step in enumerate(self.steps):
-            for s in (*step.inputs, *step.outputs):
-                last[s] = idx
-        frees: dict[int, list[int]] = {}
-        for s, idx in last.items():
-            if s not in keep and self.template[s] is None:
-                frees.setdefault(idx, []).append(s)
-        for idx, step in enumerate(self.steps):
-            step.frees = tuple(frees.get(idx, ()))
-        return Plan(self.steps, self.template, tuple(inputs), out_slots, self.names, self.copies)
+            step.frees = frees.get(idx, ())
+        return Plan(
+            self.steps,
+            self.template,
+            tuple(inputs),
+            out_slots,
+            self.names,
+            self.copies,
+            device_output_slots=device_slots,
+            output_copies=len(self.steps) - body,
+        )

@@ -225,6 +225,15 @@ class InferenceSession:
             self._profiler.record("model_run", "Session", t0, self._profiler.now_us() - t0)
         return [outs[i] for i in pick]
 
+    def _run_on_device(
+        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
+    ) -> list[Any]:
+        """Run, leaving each output in its producing provider's memory (for IOBinding)."""
+        inputs = self._feeds(feeds)
+        pick = self._pick(output_names)
+        outs = self._main.run_on_device(inputs)
+        return [outs[i] for i in pick]
+
     def io_binding(self) -> IOBinding:
         """An onnxruntime-style binding: bind inputs and outputs, then ``run_with_iobinding``."""
         return IOBinding(self)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,15 @@ class Provider:
 
     def synchronize(self) -> None:
         """Wait for work queued on the device; a host provider has none."""
+
+    def run_context(self) -> contextlib.AbstractContextManager[Any] | None:
+        """A context the executor enters around every run, on the calling thread.
+
+        A device provider returns one that makes its device, stream and memory
+        pool current (CuPy keeps those per thread); ``None`` means nothing to
+        enter. Only providers that override this method cost anything per run.
+        """
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"
