@@ -1,6 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import norm_axis, norm_indices
+from ._indices import checked_indices
+from ._shape import norm_axis
 
 
 @kernel("Gather", since=1)
@@ -9,7 +10,7 @@ def gather(node, xp):
 
     def run(x, indices):
         a = norm_axis(axis, x.ndim, "Gather")
-        idx = norm_indices(xp, indices, x.shape[a])
+        idx = checked_indices(xp, indices, x.shape[a], "Gather", axis=a)
         return (xp.take(x, idx, axis=a),)
 
     return run

@@ -18,6 +18,9 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
+from ._indices import checked_indices
+from ._shape import norm_axis
+
 
 def _unpack(xp: Any, packed: Any, bits: int, axis: int) -> Any:
     """uint8 bytes -> one integer per value along ``axis`` (low bits first)."""
@@ -46,12 +49,11 @@ def gather_block_quantized(node: NodeInfo, xp: Any):
 
     def run(data, indices, scales, zero_points=None):
         rank = data.ndim
-        g = gaxis + rank if gaxis < 0 else gaxis
-        q = qaxis + rank if qaxis < 0 else qaxis
+        g = norm_axis(gaxis, rank, "GatherBlockQuantized")
+        q = norm_axis(qaxis, rank, "GatherBlockQuantized")
         if g == q:
             raise ValueError("GatherBlockQuantized: gather_axis and quantize_axis must differ")
-        idx = indices.astype(xp.int64)
-        idx = xp.where(idx < 0, idx + data.shape[g], idx)
+        idx = checked_indices(xp, indices, data.shape[g], "GatherBlockQuantized", axis=g)
         flat = xp.reshape(idx, (-1,))
         packed = data.dtype == np.uint8
         rows = xp.take(data, flat, axis=g)

@@ -1,6 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import grid, norm_axis, norm_indices
+from ._indices import check_element_shapes, checked_indices
+from ._shape import grid, norm_axis
 
 
 @kernel("GatherElements", since=11)
@@ -9,7 +10,8 @@ def gather_elements(node, xp):
 
     def run(x, indices):
         a = norm_axis(axis, x.ndim, "GatherElements")
-        idx = norm_indices(xp, indices, x.shape[a])
+        check_element_shapes("GatherElements", x.shape, indices.shape, a)
+        idx = checked_indices(xp, indices, x.shape[a], "GatherElements", axis=a)
         # explicit index grids: indices may be shorter than x on the other axes,
         # which take_along_axis would try (and fail) to broadcast
         index = tuple(idx if d == a else grid(xp, indices.shape, d) for d in range(x.ndim))

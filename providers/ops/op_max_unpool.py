@@ -6,6 +6,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
+from ._indices import checked_indices
 from ._nn import prod
 
 
@@ -17,22 +18,38 @@ def max_unpool(node, xp):
     pads = list(node.attr("pads", None) or [0] * (2 * r))
 
     def run(x, idx, output_shape=None):
+        if tuple(idx.shape) != tuple(x.shape):
+            raise ValueError(
+                f"MaxUnpool: indices shape {list(idx.shape)} must equal X's shape {list(x.shape)}"
+            )
         sp = [
             (n - 1) * s + k - a - e
             for n, s, k, a, e in zip(x.shape[2:], strides, ksh, pads[:r], pads[r:])
         ]
         shape = [*x.shape[:2], *sp]
-        flat = xp.zeros((prod(shape),), dtype=x.dtype)
+        want = None
+        if output_shape is not None:
+            want = [int(v) for v in np.asarray(output_shape).reshape(-1)]
+            if (
+                len(want) != x.ndim
+                or want[:2] != shape[:2]
+                or any(w < g for w, g in zip(want[2:], sp))
+            ):
+                raise ValueError(
+                    f"MaxUnpool: output_shape {want} must have X's batch and channel sizes "
+                    f"{shape[:2]} and spatial sizes no smaller than the unpooled {sp}"
+                )
+        # Flat positions address the unpooled shape, as onnx's reference and node
+        # tests read them; MaxPool's Indices are never negative, so neither are these.
+        n = prod(shape)
+        where = f"the flattened output of shape {shape}"
+        idx = checked_indices(xp, idx, n, "MaxUnpool", name="I", negative=False, extent=where)
+        flat = xp.zeros((n,), dtype=x.dtype)
         flat[idx.reshape(-1)] = x.reshape(-1)
         y = flat.reshape(shape)
-        if output_shape is not None:
-            # Indices address the inferred shape (as onnxruntime reads them); the
-            # requested shape only grows (or trims) the trailing edge.
-            want = [int(v) for v in np.asarray(output_shape).reshape(-1)][2:]
-            y = y[(Ellipsis, *(slice(0, w) for w in want))]
-            grow = [(0, max(0, w - g)) for w, g in zip(want, y.shape[2:])]
-            if any(g[1] for g in grow):
-                y = xp.pad(y, [(0, 0), (0, 0), *grow])
+        if want is not None and want[2:] != sp:
+            # the requested shape grows the trailing edge of each spatial axis
+            y = xp.pad(y, [(0, 0), (0, 0), *[(0, w - g) for w, g in zip(want[2:], sp)]])
         return (y,)
 
     return run

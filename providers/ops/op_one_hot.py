@@ -1,3 +1,12 @@
+"""OneHot: out-of-range indices give an all-off row.
+
+Unlike the gather and scatter ops, OneHot is specified to accept any index:
+"entries with values outside the range [-depth, depth-1] will result in
+one-hot representation with all 'off_value' values", and onnxruntime does
+exactly that. So indices are not bounds-checked here; a negative depth is
+refused, since it cannot size the new axis.
+"""
+
 from onnxep.providers.kernel import kernel
 
 from ._shape import norm_axis, scalar_int
@@ -9,6 +18,13 @@ def one_hot(node, xp):
 
     def run(indices, depth, values):
         d = scalar_int(depth)
+        if d < 0:
+            raise ValueError(f"OneHot: depth {d} is negative; it is the size of the new axis")
+        if values.shape != (2,):
+            raise ValueError(
+                f"OneHot: values must hold exactly two elements [off_value, on_value], "
+                f"got shape {list(values.shape)}"
+            )
         rank = indices.ndim + 1
         a = norm_axis(axis, rank, "OneHot")
         idx = indices if indices.dtype.kind in "iu" else xp.trunc(indices)

@@ -1,15 +1,23 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import check_reduction, grid, norm_axis, norm_indices, scatter
+from ._indices import check_element_shapes, checked_indices
+from ._shape import check_reduction, grid, norm_axis, scatter
 
 
 def build_scatter_elements(node, xp, reduction: str):
     axis = node.attr("axis", 0)
 
     def run(data, indices, updates):
-        a = norm_axis(axis, data.ndim, node.op_type)
+        op = node.op_type
+        a = norm_axis(axis, data.ndim, op)
+        check_element_shapes(op, data.shape, indices.shape, a)
+        if tuple(updates.shape) != tuple(indices.shape):
+            raise ValueError(
+                f"{op}: updates shape {list(updates.shape)} must equal indices shape "
+                f"{list(indices.shape)}"
+            )
+        idx = checked_indices(xp, indices, data.shape[a], op, axis=a)
         out = data.copy()  # inputs may be shared constants: never write them
-        idx = norm_indices(xp, indices, data.shape[a])
         index = tuple(idx if d == a else grid(xp, indices.shape, d) for d in range(indices.ndim))
         return (scatter(xp, out, index, updates, reduction),)
 

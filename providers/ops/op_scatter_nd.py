@@ -1,6 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import check_reduction, norm_indices, scatter
+from ._indices import check_nd_shapes, checked_index_tuples
+from ._shape import check_reduction, scatter
 
 
 @kernel("ScatterND", since=(11, 16))
@@ -9,17 +10,20 @@ def scatter_nd(node, xp):
     check_reduction("ScatterND", reduction)
 
     def run(data, indices, updates):
-        out = data.copy()  # inputs may be shared constants: never write them
+        check_nd_shapes("ScatterND", data.shape, indices.shape)
         k = indices.shape[-1]
+        want = (*indices.shape[:-1], *data.shape[k:])
+        if tuple(updates.shape) != want:
+            raise ValueError(
+                f"ScatterND: updates shape {list(updates.shape)} must be indices.shape[:-1] + "
+                f"data.shape[{k}:] = {list(want)}"
+            )
+        checked = checked_index_tuples(xp, indices, data.shape[:k], "ScatterND")
+        out = data.copy()  # inputs may be shared constants: never write them
         batch = indices.ndim - 1
         tail = data.ndim - k
         # index arrays for the addressed axes, aranges for the sliced trailing ones
-        lead = [
-            norm_indices(xp, indices[..., i], data.shape[i]).reshape(
-                indices.shape[:-1] + (1,) * tail
-            )
-            for i in range(k)
-        ]
+        lead = [checked[..., i].reshape(indices.shape[:-1] + (1,) * tail) for i in range(k)]
         rest = [
             xp.arange(data.shape[d]).reshape(
                 (1,) * (batch + d - k) + (-1,) + (1,) * (data.ndim - d - 1)
