@@ -12,10 +12,11 @@ exist (both are made on the first call on a stream, outside capture).
 The library is the very copy CuPy loaded (found in the process's memory
 map), so the handle and CuPy's arrays share one CUDA context.
 
-``matmul(a, b, out=None)`` has ``numpy.matmul`` semantics for float32 and
-float16: 1-D operands, 2-D, and batched operands with broadcast batch dims.
-float16 runs on tensor cores with float32 accumulation; float32 computes in
-plain float32 (no TF32), so results match the CPU within float32 tolerances.
+``matmul(a, b, out=None)`` has ``numpy.matmul`` semantics for float32,
+float16 and float64: 1-D operands, 2-D, and batched operands with broadcast
+batch dims. float16 runs on tensor cores with float32 accumulation; float32
+computes in plain float32 (no TF32), so results match the CPU within float32
+tolerances; float64 in float64.
 """
 
 from __future__ import annotations
@@ -31,22 +32,24 @@ from typing import Any
 __all__ = ["BlasError", "SUPPORTED_DTYPES", "gemm", "matmul", "supports"]
 
 #: dtype names this module multiplies; others go to a generic kernel.
-SUPPORTED_DTYPES = frozenset({"float32", "float16"})
+SUPPORTED_DTYPES = frozenset({"float32", "float16", "float64"})
 
 # cuBLAS / CUDA enum values (cublas_api.h, library_types.h).
 _OP_N, _OP_T = 0, 1
-_CUDA_R_32F, _CUDA_R_16F = 0, 2
-_COMPUTE_32F = 68
+_CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F = 0, 1, 2
+_COMPUTE_32F, _COMPUTE_64F = 68, 70
 _GEMM_DEFAULT = -1
 _INT_MAX = 2**31 - 1
-_DTYPE_CODE = {"float32": _CUDA_R_32F, "float16": _CUDA_R_16F}
+_DTYPE_CODE = {"float32": _CUDA_R_32F, "float16": _CUDA_R_16F, "float64": _CUDA_R_64F}
+_COMPUTE = {"float32": _COMPUTE_32F, "float16": _COMPUTE_32F, "float64": _COMPUTE_64F}
+# alpha and beta have the compute type's C type.
+_SCALAR = {"float32": ctypes.c_float, "float16": ctypes.c_float, "float64": ctypes.c_double}
 
 # Host scalars (the handle keeps cuBLAS's default host pointer mode): read at
-# call time, and captured by value into a graph.
-_ONE = ctypes.c_float(1.0)
-_ZERO = ctypes.c_float(0.0)
-_ONE_P = ctypes.addressof(_ONE)
-_ZERO_P = ctypes.addressof(_ZERO)
+# call time, and captured by value into a graph. Constants live for the process.
+_CONSTANTS: dict[tuple[type, float], Any] = {
+    (t, v): t(v) for t in (ctypes.c_float, ctypes.c_double) for v in (0.0, 1.0)
+}
 
 
 class BlasError(RuntimeError):
@@ -304,7 +307,7 @@ def _dtype_name(a: Any, b: Any) -> str:
     name = a.dtype.name
     if name not in SUPPORTED_DTYPES:
         raise BlasError(
-            f"cuBLAS matmul takes float32 or float16, got {name}; use cupy.matmul for it"
+            f"cuBLAS matmul takes float16, float32 or float64, got {name}; use cupy.matmul for it"
         )
     return name
 
@@ -334,12 +337,15 @@ def gemm(
     trans_a: bool = False,
     trans_b: bool = False,
     alpha: float = 1.0,
+    beta: float = 0.0,
     out: Any = None,
 ) -> Any:
-    """``alpha * op(a) @ op(b)``, where ``op`` transposes the last two dims when asked.
+    """``alpha * op(a) @ op(b) + beta * out``; ``op`` transposes the last two dims when asked.
 
     The same rules as :func:`matmul`; ``trans_a``/``trans_b`` apply to 2-D
-    and batched operands alike and cost no copy.
+    and batched operands alike and cost no copy. With ``beta != 0``, ``out``
+    must be given and holds the addend (cuBLAS adds it in the compute type,
+    so a float16 result is rounded once).
     """
     cupy = _cp()
     dtype = _dtype_name(a, b)
@@ -375,6 +381,8 @@ def gemm(
     elif squeeze_b:
         shape = (*batch, m)
     if out is None:
+        if beta != 0.0:
+            raise BlasError("gemm with beta != 0 needs out, holding the addend")
         out = cupy.empty(shape, dtype=a.dtype)
     else:
         _check_out(out, shape, a.dtype)
@@ -383,7 +391,10 @@ def gemm(
     if count == 0 or m == 0 or n == 0:
         return out
     if k == 0:
-        c.fill(0)
+        if beta == 0.0:
+            c.fill(0)
+        elif beta != 1.0:
+            c *= beta
         return out
 
     # A stack of row-major matrices times one matrix is one tall product.
@@ -396,10 +407,13 @@ def gemm(
     lib = _library()
     handle = _handle_for(lib, _stream_ptr())
     code = _DTYPE_CODE[dtype]
-    alpha_p, alpha_keep = _ONE_P, None
-    if alpha != 1.0:
-        alpha_keep = ctypes.c_float(alpha)
-        alpha_p = ctypes.addressof(alpha_keep)
+    scalar = _SCALAR[dtype]
+    alpha_c = _CONSTANTS.get((scalar, alpha))
+    alpha_c = scalar(alpha) if alpha_c is None else alpha_c
+    beta_c = _CONSTANTS.get((scalar, beta))
+    beta_c = scalar(beta) if beta_c is None else beta_c
+    alpha_p, beta_p = ctypes.addressof(alpha_c), ctypes.addressof(beta_c)
+    compute = _COMPUTE[dtype]
     a2, op_a, lda, sa = _as_operand(a, batch)
     b2, op_b, ldb, sb = _as_operand(b, batch)
     # Row-major C = A @ B is column-major C^T = B^T @ A^T: B comes first.
@@ -418,11 +432,11 @@ def gemm(
             _ptr(a2),
             code,
             lda,
-            _ZERO_P,
+            beta_p,
             _ptr(c),
             code,
             n,
-            _COMPUTE_32F,
+            compute,
             _GEMM_DEFAULT,
         )
         _check(status, "cublasGemmEx")
@@ -443,17 +457,17 @@ def gemm(
             code,
             lda,
             sa,
-            _ZERO_P,
+            beta_p,
             _ptr(c),
             code,
             n,
             m * n,
             count,
-            _COMPUTE_32F,
+            compute,
             _GEMM_DEFAULT,
         )
         _check(status, "cublasGemmStridedBatchedEx")
-    del alpha_keep
+    del alpha_c, beta_c  # kept alive until the call returned
     return out
 
 

@@ -27,24 +27,31 @@ def _col_major(ptr: int, rows: int, cols: int, ld: int, dtype: np.dtype) -> np.n
 class FakeCublas:
     """``cublasGemmEx`` and ``cublasGemmStridedBatchedEx`` over host memory."""
 
-    DT = {blas._CUDA_R_32F: np.dtype(np.float32), blas._CUDA_R_16F: np.dtype(np.float16)}
+    DT = {
+        blas._CUDA_R_32F: np.dtype(np.float32),
+        blas._CUDA_R_16F: np.dtype(np.float16),
+        blas._CUDA_R_64F: np.dtype(np.float64),
+    }
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def _one(self, opa, opb, m, n, k, alpha_p, pa, dt, lda, pb, ldb, pc, ldc):
+    def _one(self, opa, opb, m, n, k, alpha_p, pa, dt, lda, pb, ldb, beta_p, pc, ldc):
         a = _col_major(pa, *((m, k) if opa == blas._OP_N else (k, m)), lda, dt)
         b = _col_major(pb, *((k, n) if opb == blas._OP_N else (n, k)), ldb, dt)
         a = a if opa == blas._OP_N else a.T
         b = b if opb == blas._OP_N else b.T
-        alpha = ctypes.c_float.from_address(alpha_p).value
+        scalar = ctypes.c_double if dt == np.float64 else ctypes.c_float
+        alpha = scalar.from_address(alpha_p).value
+        beta = scalar.from_address(beta_p).value
         c = _col_major(pc, m, n, ldc, dt)
-        c[...] = (alpha * (a.astype(np.float64) @ b.astype(np.float64))).astype(dt)
+        ab = alpha * (a.astype(np.float64) @ b.astype(np.float64))
+        c[...] = (ab + beta * c.astype(np.float64) if beta else ab).astype(dt)
 
     def gemm_ex(self, h, opa, opb, m, n, k, al, pa, ta, lda, pb, tb, ldb, be, pc, tc, ldc, *_):
-        assert ta == tb == tc and ctypes.c_float.from_address(be).value == 0.0
+        assert ta == tb == tc
         self.calls.append("gemm")
-        self._one(opa, opb, m, n, k, al, pa, self.DT[ta], lda, pb, ldb, pc, ldc)
+        self._one(opa, opb, m, n, k, al, pa, self.DT[ta], lda, pb, ldb, be, pc, ldc)
         return 0
 
     def gemm_strided_batched_ex(
@@ -56,7 +63,7 @@ class FakeCublas:
         for i in range(count):
             self._one(
                 opa, opb, m, n, k, al, pa + i * sa * item, self.DT[ta], lda,
-                pb + i * sb * item, ldb, pc + i * sc * item, ldc,
+                pb + i * sb * item, ldb, be, pc + i * sc * item, ldc,
             )  # fmt: skip
         return 0
 
@@ -94,7 +101,7 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize(("sa", "sb"), SHAPES)
 def test_matches_numpy_matmul(fake, sa, sb, dtype):
     rng = np.random.default_rng(0)
@@ -149,6 +156,20 @@ def test_gemm_transposes_and_alpha(fake, ta, tb):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_beta_adds_out(fake, dtype):
+    rng = np.random.default_rng(7)
+    a, b = _rand(rng, (3, 4), dtype), _rand(rng, (4, 5), dtype)
+    c = _rand(rng, (3, 5), dtype)
+    out = c.copy()
+    blas.gemm(a, b, alpha=2.0, beta=0.5, out=out)
+    ref = 2.0 * (a.astype(np.float64) @ b.astype(np.float64)) + 0.5 * c.astype(np.float64)
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=tol, atol=tol * 4)
+    with pytest.raises(blas.BlasError, match="needs out"):
+        blas.gemm(a, b, beta=1.0)
+
+
 def test_out_is_written_in_place(fake):
     rng = np.random.default_rng(6)
     a, b = _rand(rng, (2, 3, 4), np.float32), _rand(rng, (2, 4, 5), np.float32)
@@ -167,7 +188,7 @@ def test_k_zero_fills_zeros(fake):
     ("a", "b", "out", "match"),
     [
         (np.ones((2, 3), np.float32), np.ones((3, 2), np.float16), None, "share a dtype"),
-        (np.ones((2, 3), np.int32), np.ones((3, 2), np.int32), None, "float32 or float16"),
+        (np.ones((2, 3), np.int32), np.ones((3, 2), np.int32), None, "float16, float32 or"),
         (np.ones((2, 3), np.float32), np.ones((4, 2), np.float32), None, "inner dims 3 and 4"),
         (np.ones((2, 2, 3), np.float32), np.ones((3, 3, 2), np.float32), None, "broadcast"),
         (np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.ones((2, 3)), "out must"),
@@ -180,4 +201,4 @@ def test_bad_operands_name_the_problem(fake, a, b, out, match):
 
 def test_supports():
     assert blas.supports(np.dtype(np.float16)) and blas.supports(np.dtype(np.float32))
-    assert not blas.supports(np.dtype(np.float64))
+    assert blas.supports(np.dtype(np.float64)) and not blas.supports(np.dtype(np.int32))
