@@ -61,7 +61,7 @@ def checked_indices(
     target = extent or _axis_text(axis, dim)
     if _size(idx) == 0:
         return idx
-    if isinstance(idx, np.ndarray):
+    if type(idx) is np.ndarray:  # host memory: min and max are cheap and need no transfer
         lo, hi = idx.min(), (idx.max() if high is not None else None)
         if lo < low or (high is not None and hi >= high):
             _refuse(xp, idx, low, high, op, name, target)
@@ -91,7 +91,7 @@ def checked_index_tuples(
     k = len(dims)
     if _size(idx) == 0 or k == 0:
         return idx
-    if isinstance(idx, np.ndarray):
+    if type(idx) is np.ndarray:  # host memory: min and max are cheap and need no transfer
         d = np.asarray(dims, dtype=np.int64)
         flat = idx.reshape(-1, k)
         lo, hi = flat.min(axis=0), flat.max(axis=0)

@@ -52,13 +52,6 @@ def attr_or_input_ints(node: Any, args: Sequence[Any], name: str, idx: int) -> l
     return None if v is None else [int(x) for x in v]
 
 
-def norm_indices(xp: Any, idx: Any, dim: Any) -> Any:
-    """Indices with negative entries counted from the end of a ``dim``-long axis."""
-    if idx.dtype.kind == "u":
-        return idx
-    return xp.where(idx < 0, idx + dim, idx)
-
-
 def grid(xp: Any, shape: Sequence[int], axis: int) -> Any:
     """``arange(shape[axis])`` shaped to broadcast along ``axis`` of an array of ``shape``."""
     view = [1] * len(shape)
