@@ -18,6 +18,9 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from .errors import InvalidGraph, InvalidModel
+from .proto_checks import check_text
+from .schema_checks import check_node_schemas, check_versions
+from .tensor_checks import check_external_range, check_tensor_data, external_ref
 
 ModelLike = str | os.PathLike | bytes | onnx.ModelProto
 
@@ -82,19 +85,29 @@ def load_external_data(loaded: LoadedModel) -> None:
         _refuse_external(loaded.proto, "a ModelProto")
     base = loaded.path.parent.resolve()
     for t in tensors:
-        info = external_data_helper.ExternalDataInfo(t)
-        target = (base / info.location).resolve()
+        what = f"tensor {t.name!r}"
+        ref = external_ref(t, what)
+        try:
+            target = (base / ref.location).resolve()
+        except (ValueError, OSError) as exc:
+            raise InvalidModel(
+                f"{what} names external data {ref.location!r}, which is not a usable path: {exc}"
+            ) from None
         if not target.is_relative_to(base):
             raise InvalidModel(
-                f"tensor {t.name!r} points to external data {info.location!r} outside the "
+                f"{what} points to external data {ref.location!r} outside the "
                 f"model's folder {str(base)!r}; move the data beside the model"
             )
         if not target.is_file():
             raise InvalidModel(
-                f"tensor {t.name!r} needs external data file {info.location!r}, "
-                f"which is not in {str(base)!r}"
+                f"{what} needs external data file {ref.location!r}, which is not in {str(base)!r}"
             )
-    external_data_helper.load_external_data_for_model(loaded.proto, str(base))
+        check_external_range(t, ref, target, what)
+    try:
+        external_data_helper.load_external_data_for_model(loaded.proto, str(base))
+    except (ValueError, OSError, onnx.checker.ValidationError) as exc:
+        # onnx also refuses symlinked or hard-linked data files (ValidationError).
+        raise InvalidModel(f"the model's external data could not be read: {exc}") from None
 
 
 def _graph_names(graph: onnx.GraphProto) -> set[str]:
@@ -111,6 +124,7 @@ def check_graph(
     Nodes out of topological order are sorted in place; a cycle is an error.
     """
     where = where or f"graph {graph.name!r}"
+    _refuse_duplicate_inputs(graph, where)
     defined = _graph_names(graph)
     produced: dict[str, int] = {}
     for idx, node in enumerate(graph.node):
@@ -141,6 +155,17 @@ def check_graph(
     for out in graph.output:
         if out.name not in visible:
             raise InvalidGraph(f"{where}: output {out.name!r} is not produced by any node")
+
+
+def _refuse_duplicate_inputs(graph: onnx.GraphProto, where: str) -> None:
+    seen: set[str] = set()
+    for value in graph.input:
+        if value.name in seen:
+            raise InvalidModel(
+                f"{where}: input {value.name!r} is declared twice; graph input names must be "
+                "unique (onnxruntime refuses this model too)"
+            )
+        seen.add(value.name)
 
 
 def _topological(graph, available: set[str], produced: dict[str, int], where: str) -> list[int]:
@@ -204,6 +229,9 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def check_model(proto: onnx.ModelProto) -> None:
+    """Versions, tensor data, structure and each node's op schema; raise on the first fault."""
+    check_text(proto)
+    check_versions(proto)
     if not proto.opset_import:
         raise InvalidGraph("the model imports no opset; add opset_import for the default domain")
     domains = {op.domain for op in proto.opset_import} | {"ai.onnx"}
@@ -214,8 +242,10 @@ def check_model(proto: onnx.ModelProto) -> None:
                 f"node {node.op_type} {node.name!r} uses domain {node.domain!r}, "
                 "which the model does not import (add it to opset_import)"
             )
+    check_tensor_data(proto)
     densify_sparse(proto.graph)
     check_graph(proto.graph)
+    check_node_schemas(proto)
 
 
 def _all_nodes(graph: onnx.GraphProto):
@@ -232,15 +262,21 @@ def sparse_to_dense(sp: onnx.SparseTensorProto) -> onnx.TensorProto:
     import numpy as np
     from onnx import numpy_helper
 
-    values = numpy_helper.to_array(sp.values)
-    dims = tuple(sp.dims)
-    dense = np.zeros(dims, dtype=values.dtype)
-    if sp.indices.dims:
-        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
-        if idx.ndim == 1:
-            dense.reshape(-1)[idx] = values
-        else:
-            dense[tuple(idx.T)] = values
+    try:
+        values = numpy_helper.to_array(sp.values)
+        dims = tuple(sp.dims)
+        dense = np.zeros(dims, dtype=values.dtype)
+        if sp.indices.dims:
+            idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+            if idx.ndim == 1:
+                dense.reshape(-1)[idx] = values
+            else:
+                dense[tuple(idx.T)] = values
+    except (ValueError, IndexError, TypeError, MemoryError) as exc:
+        raise InvalidModel(
+            f"sparse tensor {sp.values.name!r} (dims {list(sp.dims)}) is inconsistent: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
     return numpy_helper.from_array(dense, sp.values.name)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
@@ -60,6 +61,58 @@ class NodeArg:
         return NodeArg(value.name or "", shape, type_string(value.type))
 
 
+def python_to_array(feed: Any, dtype: np.dtype | None, name: str, declared: str) -> np.ndarray:
+    """A Python list, tuple or scalar as an array of the input's declared dtype.
+
+    As onnxruntime does, the values take the declared type rather than NumPy's
+    default float64/int64; a value the type cannot hold exactly (1.5 for an
+    integer input, 300 for uint8, 2 for bool, a float beyond float16's range)
+    is refused rather than rounded, wrapped or made infinite.
+    """
+    try:
+        arr = np.asarray(feed)
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(
+            f"input {name!r}: the {type(feed).__name__} given cannot be made into an array "
+            f"(nested lists must all have the same length): {exc}"
+        ) from None
+    if dtype is None:
+        return arr
+    if dtype == np.dtype(object):
+        if arr.dtype.kind in "US" or (arr.dtype == object and arr.size == 0):
+            return arr.astype(object)
+        raise InvalidArgument(f"input {name!r} is {declared}; give it strings, not {arr.dtype}")
+    if arr.dtype.kind not in "biufc" or (arr.dtype.kind == "c" and dtype.kind != "c"):
+        raise InvalidArgument(
+            f"input {name!r} is {declared}; the values given ({arr.dtype}) cannot convert "
+            f"to {dtype}"
+        )
+    with np.errstate(all="ignore"):
+        out = arr.astype(dtype)
+        if _is_integer(dtype):
+            lost = out.astype(arr.dtype) != arr
+        else:
+            # Floats round; only values that turn infinite (or NaN) are refused.
+            lost = np.isfinite(out) != np.isfinite(arr)
+    if lost.any():
+        value = arr[lost].flat[0].item()
+        raise InvalidArgument(
+            f"input {name!r} is {declared}, but the value {value!r} given cannot be represented "
+            f"as {dtype}; pass an array of the declared type to convert it yourself"
+        )
+    return out
+
+
+def _is_integer(dtype: np.dtype) -> bool:
+    if dtype.kind in "biu":
+        return True
+    try:
+        ml_dtypes.iinfo(dtype)  # int4, uint4, int2, uint2
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 class FeedCheck:
     """Checks one graph input's feed: kind, dtype, rank, and the dims the model fixes."""
 
@@ -80,8 +133,10 @@ class FeedCheck:
         if not self.tensor:
             return feed
         if not isinstance(feed, np.ndarray):
-            if isinstance(feed, (list, tuple, int, float, bool, np.generic)):
-                feed = np.asarray(feed)
+            if isinstance(feed, np.generic):
+                feed = np.asarray(feed)  # a NumPy scalar has a dtype: checked like an array
+            elif isinstance(feed, (list, tuple, int, float, bool, complex, str)):
+                feed = python_to_array(feed, self.dtype, self.name, self.arg.type)
             elif hasattr(feed, "__array__") or hasattr(feed, "__dlpack__"):
                 return feed  # a device array; its provider checks it
             else:

@@ -15,6 +15,7 @@ from onnxep.providers.discovery import PluginHost, get_host, register_plugin
 from onnxep.providers.provider import Provider
 from onnxep.providers.rewrite import FusionPass
 
+from .axis_checks import check_axes
 from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
 from .errors import InvalidArgument, InvalidGraph
@@ -100,6 +101,7 @@ class InferenceSession:
         loaded = read_model(model)
         check_model(loaded.proto)
         proto = _infer_shapes(loaded.proto)
+        check_axes(proto)
         loaded.proto = proto
         load_external_data(loaded)
         self._proto_meta = proto

@@ -1,0 +1,87 @@
+"""Checks on the protobuf itself, before any field is read as what it stands for.
+
+protobuf does not validate UTF-8 when it parses ``string`` fields of a proto2
+message such as ONNX's: a name with invalid UTF-8 reads back as ``bytes``,
+which then fails far away (concatenating it to a ``str``). Such a model is
+refused here, naming the field.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from .errors import InvalidModel
+
+
+def _repeated(field: FieldDescriptor) -> bool:
+    flag = getattr(field, "is_repeated", None)  # protobuf >= 5.29; ``label`` before it
+    return bool(flag) if flag is not None else field.label == field.LABEL_REPEATED
+
+
+#: Per message type: string fields (name, repeated), message fields outside a
+#: oneof (name, repeated), and the names of its oneofs (one member read each).
+_Layout = tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, bool], ...], tuple[str, ...]]
+_LAYOUTS: dict[str, _Layout] = {}
+
+
+def _layout(msg: Message) -> _Layout:
+    desc = msg.DESCRIPTOR
+    got = _LAYOUTS.get(desc.full_name)
+    if got is None:
+        fields = desc.fields
+        text = tuple((f.name, _repeated(f)) for f in fields if f.type == f.TYPE_STRING)
+        subs = tuple(
+            (f.name, _repeated(f))
+            for f in fields
+            if f.type == f.TYPE_MESSAGE and f.containing_oneof is None
+        )
+        oneofs = tuple(o.name for o in desc.oneofs)
+        got = _LAYOUTS[desc.full_name] = (text, subs, oneofs)
+    return got
+
+
+def _bad_text(msg: Message, path: str) -> str | None:
+    """The path of the first string field that is not valid UTF-8, or None."""
+    text, subs, oneofs = _layout(msg)
+    for name, repeated in text:
+        value = getattr(msg, name)
+        if repeated:
+            for i, v in enumerate(value):
+                if v.__class__ is not str:
+                    return f"{path}.{name}[{i}]"
+        elif value.__class__ is not str:
+            return f"{path}.{name}"
+    for name, repeated in subs:
+        if repeated:
+            for i, sub in enumerate(getattr(msg, name)):
+                bad = _bad_text(sub, f"{path}.{name}[{i}]")
+                if bad is not None:
+                    return bad
+        elif msg.HasField(name):
+            bad = _bad_text(getattr(msg, name), f"{path}.{name}")
+            if bad is not None:
+                return bad
+    for oneof in oneofs:
+        name = msg.WhichOneof(oneof)
+        if name is None:
+            continue
+        value = getattr(msg, name)
+        if isinstance(value, Message):
+            bad = _bad_text(value, f"{path}.{name}")
+        elif isinstance(value, (str, bytes)) and value.__class__ is not str:
+            bad = f"{path}.{name}"  # a string member of a oneof
+        else:
+            bad = None
+        if bad is not None:
+            return bad
+    return None
+
+
+def check_text(msg: Message, what: str = "model") -> None:
+    """Every string field in ``msg`` (recursively) is valid UTF-8."""
+    bad = _bad_text(msg, what)
+    if bad is not None:
+        raise InvalidModel(
+            f"the model's field {bad} is not valid UTF-8 text; the file is damaged or not ONNX"
+        )

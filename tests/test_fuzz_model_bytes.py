@@ -1,0 +1,356 @@
+"""Fuzzing model bytes: a mutated model is refused with an onnxep error or runs; nothing else.
+
+Each model in tests/data (and tests/data/genai) is mutated with a seeded RNG:
+bit flips (half of them aimed at the protobuf structure rather than at weight
+bytes), truncation, a byte range spliced in from another model, or a range of
+the model duplicated elsewhere. Each mutated model is loaded with
+``onnxep.InferenceSession(bytes, providers=["cpu"])`` (genai models, whose
+weights are external, from a folder holding their data) and, when it loads,
+run once with random feeds. Success and ``OnnxepError`` subclasses are the only
+acceptable outcomes: a bare exception, a crash or a hang fails the test with
+the recipe that rebuilds the case (``mutate(recipe)``).
+
+Cases run in worker processes forked from a clean server, so a crash or a
+hang costs one worker, not the test run; a per-case timer and an address-space
+limit guard against hangs and runaway allocations. The tally is printed
+(``pytest -s``) and recorded as the test's ``fuzz_tally`` property.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+import onnx
+import pytest
+
+DATA = Path(__file__).parent / "data"
+SEED = 20251201
+CASE_SECONDS = 20  # the worker's own timer; the parent kills a worker silent for twice that
+MEMORY_HEADROOM = 2 << 30  # address space a worker may grow by
+#: Cases whose feeds would hold more elements are loaded but not run: the quick
+#: run leaves out the CNN, whose first run times its GEMM variants (seconds).
+QUICK_FEED_ELEMENTS = 4096
+SLOW_FEED_ELEMENTS = 1 << 22
+#: Symbolic dims of the decoders' exports: one new token after one cached one.
+DECODE_DIMS = {
+    "seq": 1,
+    "sequence_length": 1,
+    "past": 1,
+    "past_sequence_length": 1,
+    "total": 2,
+    "total_sequence_length": 2,
+}
+#: Cases per model: the default run, and the slow run (pytest -m slow).
+QUICK_CASES = int(os.environ.get("ONNXEP_FUZZ_CASES", "125"))
+SLOW_CASES = int(os.environ.get("ONNXEP_FUZZ_SLOW_CASES", "1000"))
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One model to mutate: its bytes, the byte ranges that are not weight data, its folder."""
+
+    name: str
+    data: bytes
+    structure: tuple[tuple[int, int], ...]
+    external_dir: Path | None  # the folder holding its external data, if any
+    dims: dict[str, int]  # symbolic dims for its random feeds
+
+
+def _structure(data: bytes, proto: onnx.ModelProto) -> tuple[tuple[int, int], ...]:
+    """Byte ranges outside the large raw_data blobs (where a flip changes weights only)."""
+    blobs = []
+    for t in proto.graph.initializer:
+        raw = t.raw_data
+        if len(raw) >= 256:
+            at = data.find(raw)
+            if at >= 0:
+                blobs.append((at, at + len(raw)))
+    ranges, pos = [], 0
+    for start, end in sorted(blobs):
+        if start > pos:
+            ranges.append((pos, start))
+        pos = max(pos, end)
+    if pos < len(data):
+        ranges.append((pos, len(data)))
+    return tuple(ranges)
+
+
+def seeds() -> list[Seed]:
+    from onnxep.benchmark.decode import model_dims
+
+    found = []
+    for path in sorted(DATA.glob("*.onnx")) + sorted(DATA.glob("genai/*/model.onnx")):
+        data = path.read_bytes()
+        proto = onnx.load_from_string(data)
+        external = any(
+            onnx.external_data_helper.uses_external_data(t) for t in proto.graph.initializer
+        )
+        name = str(path.relative_to(DATA))
+        dims = {**DECODE_DIMS, **model_dims(str(path))}
+        folder = path.parent if external else None
+        found.append(Seed(name, data, _structure(data, proto), folder, dims))
+    return found
+
+
+@functools.cache
+def seed_table() -> dict[str, Seed]:
+    return {s.name: s for s in seeds()}
+
+
+# -- mutations ------------------------------------------------------------------------
+
+
+def _position(rng: random.Random, seed: Seed) -> int:
+    """A byte position: half the time anywhere, half the time in the protobuf structure."""
+    if rng.random() < 0.5 or not seed.structure:
+        return rng.randrange(len(seed.data))
+    total = sum(end - start for start, end in seed.structure)
+    pick = rng.randrange(total)
+    for start, end in seed.structure:
+        if pick < end - start:
+            return start + pick
+        pick -= end - start
+    raise AssertionError("unreachable")
+
+
+def make_recipe(rng: random.Random, seed: Seed) -> tuple:
+    """One mutation of ``seed`` as plain data: rebuild it with ``mutate(recipe)``."""
+    kind = rng.choices(["flip", "truncate", "splice", "duplicate"], weights=[5, 1, 2, 2])[0]
+    n = len(seed.data)
+    if kind == "flip":
+        flips = tuple((_position(rng, seed), rng.randrange(8)) for _ in range(rng.randint(1, 8)))
+        return ("flip", seed.name, flips)
+    if kind == "truncate":
+        return ("truncate", seed.name, rng.randrange(n))
+    length = rng.randint(1, 64)
+    dst = _position(rng, seed)
+    replace = rng.choice([0, length])  # insert, or overwrite as many bytes
+    if kind == "splice":
+        donor = seed_table()[rng.choice(sorted(seed_table()))]
+        src = _position(rng, donor)
+        return ("splice", seed.name, donor.name, src, length, dst, replace)
+    return ("duplicate", seed.name, _position(rng, seed), length, dst, replace)
+
+
+def mutate(recipe: tuple) -> bytes:
+    kind, name = recipe[0], recipe[1]
+    data = bytearray(seed_table()[name].data)
+    if kind == "flip":
+        for pos, bit in recipe[2]:
+            data[pos] ^= 1 << bit
+        return bytes(data)
+    if kind == "truncate":
+        return bytes(data[: recipe[2]])
+    if kind == "splice":
+        donor, src, length, dst, replace = recipe[2:]
+        piece = seed_table()[donor].data[src : src + length]
+    else:
+        src, length, dst, replace = recipe[2:]
+        piece = bytes(data[src : src + length])
+    data[dst : dst + replace] = piece
+    return bytes(data)
+
+
+# -- one case, in a worker ------------------------------------------------------------
+
+
+class CaseTimeout(BaseException):
+    """Raised by the worker's timer; a BaseException so no ``except Exception`` swallows it."""
+
+
+def _on_alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def _feeds(sess, seed: Seed, max_elements: int):
+    """Random feeds, or the reason the case is not run."""
+    from onnxep.errors import InvalidArgument
+    from onnxep.testing import random_inputs
+
+    total = 0
+    for arg in sess.get_inputs():
+        if not arg.type.startswith("tensor("):
+            return None, "not run (non-tensor input)"
+        size = 1
+        for d in arg.shape or []:
+            size *= d if isinstance(d, int) and d > 0 else seed.dims.get(d, 1)
+        total += size
+    if total > max_elements:
+        return None, f"not run (inputs over {max_elements} elements)"
+    try:
+        return random_inputs(sess, seed.dims, default_dim=1), None
+    except InvalidArgument as exc:
+        return None, f"not run (random_inputs: {type(exc).__name__})"
+
+
+def run_case(recipe: tuple, folder: Path, max_elements: int = SLOW_FEED_ELEMENTS) -> str:
+    """The outcome of one case; an unexpected exception propagates to the caller."""
+    import onnxep
+    from onnxep.errors import OnnxepError
+
+    blob = mutate(recipe)
+    seed = seed_table()[recipe[1]]
+    model: object = blob
+    if seed.external_dir is not None:
+        model = folder / seed.external_dir.name / "case.onnx"
+        model.write_bytes(blob)
+    try:
+        sess = onnxep.InferenceSession(model, providers=["cpu"])
+    except OnnxepError as exc:
+        return f"load: {type(exc).__name__}"
+    feeds, skipped = _feeds(sess, seed, max_elements)
+    if skipped:
+        return f"loaded, {skipped}"
+    try:
+        sess.run(None, feeds)
+    except OnnxepError as exc:
+        return f"loaded, run: {type(exc).__name__}"
+    return "loaded+ran"
+
+
+def worker(
+    cases: list[tuple[int, tuple]], conn: Connection, folder: str, max_elements: int
+) -> None:
+    """Run cases in order, reporting each start and outcome through ``conn``."""
+    import resource
+
+    vm = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (vm + MEMORY_HEADROOM, resource.RLIM_INFINITY))
+    signal.signal(signal.SIGALRM, _on_alarm)
+    work = Path(folder)
+    for index, recipe in cases:
+        conn.send(("start", index))
+        signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+        try:
+            outcome = run_case(recipe, work, max_elements)
+        except CaseTimeout:
+            outcome = f"FAIL hang (over {CASE_SECONDS}s)"
+        except BaseException as exc:  # noqa: BLE001 - every escape is the finding
+            outcome = f"FAIL bare {type(exc).__module__}.{type(exc).__name__}: {exc}"[:400]
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        conn.send(("done", index, outcome))
+    conn.send(("end",))
+
+
+# -- the parent: workers, crashes and hangs -------------------------------------------
+
+
+def _context():
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["onnxep", "onnx", "numpy", __name__])
+    return ctx
+
+
+def fuzz(cases: list[tuple], workdir: Path, jobs: int, max_elements: int) -> dict[int, str]:
+    """Outcome of each case; a worker that dies or stalls is replaced and its case recorded."""
+    ctx = _context()
+    pending = collections.deque(enumerate(cases))
+    outcomes: dict[int, str] = {}
+    running: dict[Connection, list] = {}  # conn -> [process, case index, last heard, slot, batch]
+
+    def start(slot: int) -> None:
+        batch = []
+        while pending and len(batch) < 200:
+            batch.append(pending.popleft())
+        if not batch:
+            return
+        folder = workdir / f"w{slot}"
+        folder.mkdir(parents=True, exist_ok=True)
+        recv, send = ctx.Pipe(duplex=False)
+        args = (batch, send, str(folder), max_elements)
+        proc = ctx.Process(target=worker, args=args, daemon=True)
+        proc.start()
+        send.close()
+        running[recv] = [proc, None, time.monotonic(), slot, batch]
+
+    for slot in range(jobs):
+        start(slot)
+    while running:
+        for conn in wait(list(running), timeout=1.0):
+            state = running[conn]
+            try:
+                msg = conn.recv()
+            except EOFError:
+                proc, index, _, slot, batch = state
+                proc.join(5)
+                if index is not None and index not in outcomes:
+                    outcomes[index] = f"FAIL crash (exit code {proc.exitcode})"
+                pending.extendleft(reversed([c for c in batch if c[0] not in outcomes]))
+                del running[conn]
+                start(slot)
+                continue
+            state[2] = time.monotonic()
+            if msg[0] == "start":
+                state[1] = msg[1]
+            elif msg[0] == "done":
+                outcomes[msg[1]] = msg[2]
+        now = time.monotonic()
+        for conn, (proc, index, heard, slot, batch) in list(running.items()):
+            if now - heard > 2 * CASE_SECONDS:
+                proc.kill()
+                proc.join(5)
+                outcomes[index] = f"FAIL hang (worker killed after {2 * CASE_SECONDS}s)"
+                pending.extendleft(reversed([c for c in batch if c[0] not in outcomes]))
+                del running[conn]
+                start(slot)
+    return outcomes
+
+
+def _external_copies(workdir: Path, jobs: int) -> None:
+    """Each worker gets a folder per genai model holding its data, as the model expects."""
+    for slot in range(jobs):
+        for seed in seed_table().values():
+            if seed.external_dir is None:
+                continue
+            folder = workdir / f"w{slot}" / seed.external_dir.name
+            folder.mkdir(parents=True, exist_ok=True)
+            for data in seed.external_dir.glob("*.data"):
+                # A copy: onnx refuses hard-linked data files.
+                shutil.copyfile(data, folder / data.name)
+
+
+def _check(per_model: int, max_elements: int, tmp_path: Path, record_property) -> None:
+    names = sorted(seed_table())
+    jobs = 2
+    rng = random.Random(SEED)
+    recipes = [make_recipe(rng, seed_table()[name]) for name in names for _ in range(per_model)]
+    _external_copies(tmp_path, jobs)
+    started = time.monotonic()
+    outcomes = fuzz(recipes, tmp_path, jobs, max_elements)
+    seconds = time.monotonic() - started
+    tally = collections.Counter("FAIL" if o.startswith("FAIL") else o for o in outcomes.values())
+    record_property("fuzz_tally", json.dumps(dict(tally)))
+    print(
+        f"\nfuzzed {len(outcomes)} mutated models ({per_model} per model, seed {SEED}) "
+        f"in {seconds:.0f}s with {jobs} workers:"
+    )
+    for outcome, count in tally.most_common():
+        print(f"  {count:6d}  {outcome}")
+    failures = [
+        f"{outcomes[i]}\n    mutate({recipes[i]!r})"
+        for i in sorted(outcomes)
+        if outcomes[i].startswith("FAIL")
+    ]
+    assert len(outcomes) == len(recipes)
+    assert not failures, f"{len(failures)} case(s) failed:\n" + "\n".join(failures[:40])
+
+
+def test_mutated_models_fail_only_with_onnxep_errors(tmp_path, record_property):
+    _check(QUICK_CASES, QUICK_FEED_ELEMENTS, tmp_path, record_property)
+
+
+@pytest.mark.slow
+def test_many_mutated_models_fail_only_with_onnxep_errors(tmp_path, record_property):
+    _check(SLOW_CASES, SLOW_FEED_ELEMENTS, tmp_path, record_property)
