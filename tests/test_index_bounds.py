@@ -372,3 +372,56 @@ def test_torch_namespace_takes_the_device_path():
     assert idx.tolist() == [0, 1]
     with pytest.raises(IndexError, match="value 2"):
         _indices.checked_indices(xp, torch.tensor([0, 2]), 2, "Gather")
+
+
+# --- other ops that read by index
+
+
+def test_roi_align_batch_indices():
+    x = np.stack([np.full((1, 4, 4), 1, F32), np.full((1, 4, 4), 2, F32)])
+    feeds = {"x": x, "r": np.array([[0, 0, 2, 2]], F32), "b": np.array([1], I64)}
+    sess = session("RoiAlign", feeds, {"output_height": 1, "output_width": 1}, opset=16)
+    for bad in (-1, 2):
+        refused(sess, {**feeds, "b": np.array([bad], I64)}, f"value {bad}", "2 images", "0 to 1")
+    assert sess.run(None, feeds)[0].reshape(-1).tolist() == [2]
+
+
+COS = np.cos(np.arange(6, dtype=F32)).reshape(3, 2)
+SIN = np.sin(np.arange(6, dtype=F32)).reshape(3, 2)
+
+
+def test_rotary_embedding_position_ids():
+    x = np.ones((1, 1, 2, 4), F32)
+    feeds = {"x": x, "c": COS, "s": SIN, "p": np.array([[0, 2]], I64)}
+    sess = session("RotaryEmbedding", feeds, opset=23)
+    (want,) = sess.run(None, feeds)
+    # -1 used to read the cache's last row; position ids are never counted from the end
+    refused(sess, {**feeds, "p": np.array([[0, -1]], I64)}, "position_ids value -1", "0 to 2")
+    refused(sess, {**feeds, "p": np.array([[3, 0]], I64)}, "position_ids value 3", "0 to 2")
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+
+
+def test_rotary_embedding_contrib_position_ids():
+    x = np.ones((1, 2, 4), F32)
+    feeds = {"x": x, "p": np.array([[0, 2]], I64), "c": COS, "s": SIN}
+    sess = session("RotaryEmbedding", feeds, {"num_heads": 1}, domain="com.microsoft", opset=21)
+    (want,) = sess.run(None, feeds)
+    refused(sess, {**feeds, "p": np.array([[-1, 0]], I64)}, "position_ids value -1", "0 to 2")
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+    # a start offset: 2 means positions 2 and 3 for a sequence of two
+    start = {**feeds, "p": np.array([2], I64)}
+    sess = session("RotaryEmbedding", start, {"num_heads": 1}, domain="com.microsoft", opset=21)
+    refused(sess, start, "position_ids value 3", "at position_ids[0, 1]", "0 to 2")
+
+
+@pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])
+def test_loss_targets_name_a_class_or_the_ignored_one(op):
+    x = np.log(np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]], F32))
+    feeds = {"x": x, "t": np.array([2, 0], I64)}
+    sess = session(op, feeds, {"reduction": "none", "ignore_index": -100}, opset=13)
+    (ok,) = sess.run(None, feeds)
+    # targets used to be clipped into [0, C): 3 read class 2, -1 read class 0
+    for bad in (3, -1):
+        refused(sess, {**feeds, "t": np.array([0, bad], I64)}, f"target value {bad}", "3 classes")
+    (ignored,) = sess.run(None, {**feeds, "t": np.array([2, -100], I64)})
+    assert ignored[1] == 0 and ignored[0] == ok[0]

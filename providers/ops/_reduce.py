@@ -16,6 +16,8 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.dtypes import np_dtype
 
+from ._indices import checked_indices
+
 # Half-width floats lose too much in long sums: compute in float32, round once.
 _NARROW_FLOATS = frozenset(
     {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
@@ -267,11 +269,20 @@ def build_reduce(node: Any, xp: Any, kind: str, axes_input_since: int) -> Callab
 
 
 def nll_loss(
-    logp: Any, target: Any, weight: Any, reduction: str, ignore_index: int | None, xp: Any
+    logp: Any,
+    target: Any,
+    weight: Any,
+    reduction: str,
+    ignore_index: int | None,
+    xp: Any,
+    op: str = "NegativeLogLikelihoodLoss",
 ) -> Any:
     """Negative log-likelihood of ``target`` classes in ``logp`` (N, C, d1...)."""
     c = logp.shape[1]
     t = target.astype(xp.int64, copy=False)
+    # a target names a class in [0, C); only ignore_index may lie outside
+    named = t if ignore_index is None else xp.where(t == ignore_index, 0, t)
+    checked_indices(xp, named, c, op, name="target", negative=False, extent=f"{c} classes")
     # Ignored targets may lie outside [0, C): clip them to a safe index, mask later.
     tc = xp.clip(t, 0, max(c - 1, 0))
     picked = xp.take_along_axis(logp, xp.expand_dims(tc, 1), axis=1)

@@ -14,6 +14,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
+from ._indices import checked_indices
 from ._nn import compute_dtype, str_attr
 
 
@@ -63,6 +64,11 @@ def roi_align(node, xp):
         ft = np.float64 if dt == np.float64 else np.float32
         rois = np.asarray(rois).astype(ft).reshape(-1, 4)
         bidx = np.asarray(batch_indices).reshape(-1)
+        # images of the batch: a negative index does not count from the end
+        n = x.shape[0]
+        checked_indices(
+            np, bidx, n, "RoiAlign", name="batch_indices", negative=False, extent=f"{n} images"
+        )
         outs = []
         for r in range(rois.shape[0]):
             off = ft(0.5 if half else 0.0)

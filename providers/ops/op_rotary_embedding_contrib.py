@@ -19,6 +19,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops._attention import compute_dtype, rotate, widen
+from onnxep.providers.ops._indices import checked_indices
 
 _FLOATS = ("float", "float16", "bfloat16")
 
@@ -89,6 +90,9 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
                 streams_cache[half] = xp.asarray(mrope_streams(section, layout, half))
             st = streams_cache[half]
             ids = pos.astype(xp.int64)  # (3, B, S)
+            ids = checked_indices(
+                xp, ids, cos.shape[0], node.op_type, name="position_ids", negative=False
+            )
             c_all = xp.take(cos, xp.reshape(ids, (-1,)), axis=0)
             s_all = xp.take(sin, xp.reshape(ids, (-1,)), axis=0)
             c_all = xp.reshape(c_all, (3, b * s, half))
@@ -104,6 +108,10 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
                     xp.arange(s), (1, s)
                 )
                 ids = xp.broadcast_to(ids, (b, s))
+            # rows of the cos/sin cache; negative ids do not count from its end
+            ids = checked_indices(
+                xp, ids, cos.shape[0], node.op_type, name="position_ids", negative=False
+            )
             c = xp.reshape(xp.take(cos, xp.reshape(ids, (-1,)), axis=0), (b, s, half))
             sn = xp.reshape(xp.take(sin, xp.reshape(ids, (-1,)), axis=0), (b, s, half))
         c = widen(c, ct)

@@ -13,7 +13,7 @@ def softmax_cross_entropy_loss(node, xp):
     def run(scores, labels, weights=None):
         logp = log_softmax(widen(scores, xp), 1, xp)
         w = None if weights is None else widen(weights, xp)
-        loss = nll_loss(logp, labels, w, reduction, ignore_index, xp)
+        loss = nll_loss(logp, labels, w, reduction, ignore_index, xp, node.op_type)
         loss = xp.asarray(loss).astype(scores.dtype, copy=False)
         if want_log_prob:
             return (loss, logp.astype(scores.dtype, copy=False))
