@@ -6,9 +6,13 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
+import numpy as np
+
+from onnxep.providers.dtypes import dtype_name
+
 from .codegen import ShapeCache, generate
 from .errors import RunError
-from .plan import Plan, Step
+from .plan import SINK_SLOT, Plan, Step
 from .profiling import Profiler
 
 #: A provider's name and its ``run_context`` method.
@@ -20,6 +24,23 @@ def _step_error(step: Step, exc: BaseException) -> RunError:
         f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
         f"{type(exc).__name__}: {exc}"
     )
+
+
+def _wrong_dtype(step: Step, res: Sequence[Any], names: Sequence[str]) -> RunError | None:
+    """An error if a kernel's output has another element type than the model says."""
+    for j, (want, x) in enumerate(zip(step.out_dtypes, res)):
+        got = getattr(x, "dtype", None)
+        if want is None or step.outputs[j] == SINK_SLOT or not isinstance(got, np.dtype):
+            continue  # unknown type, omitted output, sequence, or a non-NumPy dtype
+        if got == want or (want.kind == "O" and got.kind in "OUS"):
+            continue
+        return RunError(
+            f"{step.op_type} node {step.name!r} on provider {step.provider!r} returned "
+            f"{got} for output {j} ({names[step.outputs[j]]!r}), but the model's type there "
+            f"is {dtype_name(want)} ({want}): the kernel ({step.kernel or 'a copy'}) or the "
+            "model's declared type is wrong"
+        )
+    return None
 
 
 class _Variant:
@@ -118,15 +139,20 @@ class Executor:
         return _step_error(v.plan.steps[index], exc)
 
     def _run_checked(self, v: _Variant, feeds: Sequence[Any]) -> list[Any]:
+        """A run that checks each kernel's result: a tuple, of the element types the model says."""
         slots = v.plan.template.copy()
         for s, x in zip(v.plan.input_slots, feeds):
             slots[s] = x
+        names = v.plan.slot_names
         index = 0
         try:
             for index, (fn, ins, outs, frees) in enumerate(v.steps):  # noqa: B007
                 res = fn(*[slots[i] for i in ins])
                 if res.__class__ is not tuple and res.__class__ is not list:
                     raise TypeError(f"kernel returned {type(res).__name__}, expected a tuple")
+                wrong = _wrong_dtype(v.plan.steps[index], res, names)
+                if wrong is not None:
+                    raise wrong
                 for s, x in zip(outs, res):
                     slots[s] = x
                 for s in frees:

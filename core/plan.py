@@ -11,8 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
+from onnxep.providers.dtypes import np_dtype
+from onnxep.providers.kernel import KernelSpec
 from onnxep.providers.provider import Provider
 
 from .partition import PlacedNode
@@ -36,6 +39,10 @@ class Step:
     shape_only: bool = False
     #: positions of the inputs an output may be (a view of): all but host-read ones
     views_of: tuple[int, ...] = ()
+    #: each output's element type as the model's types say (None where unknown)
+    out_dtypes: tuple[np.dtype | None, ...] = ()
+    #: the kernel behind the step, named for errors ("" for copies)
+    kernel: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,22 @@ def _frees(steps: Sequence[Step], template: Sequence[Any], keep: Sequence[int]) 
         if s not in kept and template[s] is None:
             frees.setdefault(idx, []).append(s)
     return {idx: tuple(v) for idx, v in frees.items()}
+
+
+def _tensor_dtype(value: ir.Value | None) -> np.dtype | None:
+    if value is None or not isinstance(value.type, ir.TensorType):
+        return None
+    try:
+        return np_dtype(int(value.type.dtype))
+    except ValueError:
+        return None  # undefined or not carried by NumPy: nothing to check against
+
+
+def kernel_label(spec: KernelSpec) -> str:
+    """``module.builder`` and the plugin that registered it: which code made an output."""
+    fn = spec.builder
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    return f"{name} from plugin {spec.source!r}" if spec.source else name
 
 
 def _copy_fn(src: Provider | None, dst: Provider | None) -> Callable[[Any], tuple]:
@@ -204,6 +227,8 @@ class PlanBuilder:
                 p.provider.name,
                 shape_only=shape_only,
                 views_of=tuple(i for i in range(len(ins)) if i not in spec.host_inputs),
+                out_dtypes=tuple(_tensor_dtype(o) for o in p.node.outputs),
+                kernel=kernel_label(spec),
             )
         )
 

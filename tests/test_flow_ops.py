@@ -356,7 +356,12 @@ def test_sequence_ops_positions_and_copies():
     model = make_model(
         nodes,
         [tensor("a", [2]), tensor("b", [2]), tensor("c", [2])],
-        [tensor("last", None), tensor("n", None), tensor("n1", None), tensor("cat", None)],
+        [
+            tensor("last", None),
+            tensor("n", None, TensorProto.INT64),
+            tensor("n1", None, TensorProto.INT64),
+            tensor("cat", None),
+        ],
         inits,
     )
     a, b, c = (np.full(2, v, np.float32) for v in (1, 2, 3))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,3 +44,51 @@ def test_eight_threads_on_the_cnn_match_serial():
         for _ in range(2):
             for s, p in zip(serial, pool.map(lambda f: sess.run(None, f)[0], feeds)):
                 np.testing.assert_allclose(p, s, rtol=1e-5, atol=1e-6)
+
+
+def _cnn_feeds():
+    rng = np.random.default_rng(3)
+    return [
+        {"image": rng.standard_normal((1 + i % 2, 3, 64, 64)).astype(np.float32)} for i in range(4)
+    ]
+
+
+def _bits(sess, feed):
+    return [o.tobytes() for o in sess.run(None, feed)]
+
+
+def test_concurrent_first_runs_of_a_cold_session_are_bit_identical_to_serial_runs():
+    # Every first-use choice (Conv's GEMM split and im2col layout) is made while
+    # eight threads race into a fresh session; each thread's outputs, and the
+    # session's later runs, must carry exactly the bits of a serial session.
+    path = str(DATA / "resnet_cnn.onnx")
+    feeds = _cnn_feeds()
+    serial = onnxep.InferenceSession(path, providers=["cpu"])
+    want = [_bits(serial, f) for f in feeds]
+    cold = onnxep.InferenceSession(path, providers=["cpu"])
+    threads, runs = 8, 2
+    barrier = threading.Barrier(threads)
+
+    def work(t):
+        barrier.wait()
+        got = []
+        for r in range(runs):
+            for k in range(len(feeds)):
+                k = (k + t + r) % len(feeds)  # threads start on different shapes
+                got.append((k, _bits(cold, feeds[k])))
+        return got
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(work, range(threads)))
+    differ = [(t, k) for t, got in enumerate(results) for k, outs in got if outs != want[k]]
+    assert not differ, f"{len(differ)} of {threads * runs * len(feeds)} runs differ in bits"
+    assert [_bits(cold, f) for f in feeds] == want
+
+
+def test_two_fresh_sessions_give_the_same_bits():
+    path = str(DATA / "resnet_cnn.onnx")
+    feeds = _cnn_feeds()[:2]
+    a = onnxep.InferenceSession(path, providers=["cpu"])
+    b = onnxep.InferenceSession(path, providers=["cpu"])
+    for f in feeds:
+        assert _bits(a, f) == _bits(b, f)

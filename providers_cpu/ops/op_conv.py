@@ -4,11 +4,14 @@ Constant weights are reshaped to (group, M/group, C/group * prod(kernel)) once;
 with group 1 the bias joins them as one more column (against a row of ones in
 the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
 convolutions, which im2col layout (``_wide`` or ``_standard``) runs is timed
-once per input shape. 1x1 stride-1 unpadded convolutions skip im2col;
-depthwise ones run as multiply-adds.
+once per input shape, among the variants that give the same bits (so a
+result never depends on timing). 1x1 stride-1 unpadded convolutions skip
+im2col; depthwise ones run as multiply-adds.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -16,7 +19,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops._nn import compute_dtype, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
-from ._nn_cpu import Scratch, TunedMatmul, window_view
+from ._nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -33,6 +36,7 @@ def build_conv(node, post=None):
     packed: dict = {}
     scratch = Scratch()
     strategy: dict = {}  # input shape -> 0 (wide im2col) or 1 (standard), timed once
+    strategy_lock = threading.Lock()
 
     # With a constant bias, the bias rides in the GEMM as one extra weight
     # column against a row of ones in the im2col buffer: no separate pass over
@@ -102,10 +106,16 @@ def build_conv(node, post=None):
             if aug is not None and n == 1 and len(out) == 2 and strides == [1, 1]:
                 how = strategy.get(x.shape)
                 if how is None:
-                    how = strategy[x.shape] = _pick(
-                        lambda: _wide(scratch, xc, aug, k, dil, pb, pe, out, m),
-                        lambda: _standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m),
-                    )
+                    with strategy_lock:
+                        how = strategy.get(x.shape)
+                        if how is None:
+                            how = strategy[x.shape] = _pick_layout(
+                                lambda v: _wide(scratch, v, aug, k, dil, pb, pe, out, m),
+                                lambda v: _standard(
+                                    scratch, v, aug, k, strides, dil, pb, pe, out, m
+                                ),
+                                xc,
+                            )
                 if how == 0:
                     return finish(_wide(scratch, xc, aug, k, dil, pb, pe, out, m), dt, z)
                 return finish(_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z)
@@ -182,6 +192,18 @@ def _wide(scratch, xc, aug, k, dil, pb, pe, out, m):
     np.copyto(buf[:ck].reshape(view.shape), view)
     y = aug(buf).reshape(m, oh, wp)[:, :, :ow]
     return np.ascontiguousarray(y).reshape(1, m, oh, ow)
+
+
+def _pick_layout(wide, standard, xc) -> int:
+    """0 (wide) or 1 (standard): the faster, if both give the same bits, else standard.
+
+    The two layouts hand the GEMM different column counts, which a BLAS may
+    sum in a different order; timing may only choose between equal results.
+    """
+    probe = probe_like(xc)
+    if not same_bits(wide(probe), standard(probe)):
+        return 1
+    return _pick(lambda: wide(xc), lambda: standard(xc))
 
 
 def _pick(*fns) -> int:
