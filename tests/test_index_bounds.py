@@ -425,3 +425,17 @@ def test_loss_targets_name_a_class_or_the_ignored_one(op):
         refused(sess, {**feeds, "t": np.array([0, bad], I64)}, f"target value {bad}", "3 classes")
     (ignored,) = sess.run(None, {**feeds, "t": np.array([2, -100], I64)})
     assert ignored[1] == 0 and ignored[0] == ok[0]
+
+
+def test_reverse_sequence_lengths():
+    x = np.arange(6, dtype=F32).reshape(3, 2)
+    feeds = {"x": x, "l": np.array([0, 3], I64)}
+    sess = session("ReverseSequence", feeds, {"time_axis": 0, "batch_axis": 1}, opset=10)
+    for bad in (4, -1):
+        refused(
+            sess,
+            {**feeds, "l": np.array([1, bad], I64)},
+            f"value {bad} at sequence_lens[1]",
+            "0 to 3",
+        )
+    assert sess.run(None, feeds)[0].tolist() == [[0, 5], [2, 3], [4, 1]]

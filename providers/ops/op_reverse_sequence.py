@@ -1,5 +1,7 @@
 from onnxep.providers.kernel import kernel
 
+from ._indices import checked_indices
+
 
 @kernel("ReverseSequence", since=10)
 def reverse_sequence(node, xp):
@@ -9,7 +11,17 @@ def reverse_sequence(node, xp):
     def run(x, sequence_lens):
         t_len, b_len = x.shape[time_axis], x.shape[batch_axis]
         t = xp.arange(t_len).reshape(t_len, 1)
-        lens = sequence_lens.astype(xp.int64).reshape(1, b_len)
+        # a length reads steps 0..len-1, so it must lie in [0, T] as onnxruntime checks
+        lens = checked_indices(
+            xp,
+            sequence_lens,
+            t_len + 1,
+            "ReverseSequence",
+            name="sequence_lens",
+            negative=False,
+            extent=f"a time axis of {t_len} steps",
+        )
+        lens = lens.astype(xp.int64).reshape(1, b_len)
         # source time step of each (t, b): mirrored inside the sequence, else itself
         src = xp.where(t < lens, lens - 1 - t, t)
         if time_axis > batch_axis:
