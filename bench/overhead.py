@@ -1,9 +1,10 @@
 """Executor host overhead per node, against onnxruntime's, on a chain of tiny Adds.
 
-    python bench/overhead.py [--nodes 500] [--runs 200]
+    python bench/overhead.py [--nodes 500] [--runs 200] [--providers cuda]
 
 Each node adds a 4-element constant, so the kernels cost next to nothing and
-the time per node is what each runtime spends walking its plan.
+the time per node is what each runtime spends walking its plan (on a GPU:
+the host's cost of launching each node, executor included).
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ def chain_model(n: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def measure(n: int = 500, runs: int = 200) -> dict[str, float]:
+def measure(n: int = 500, runs: int = 200, providers: list[str] | None = None) -> dict[str, float]:
     import onnxruntime as ort
 
     import onnxep
 
     model = chain_model(n)
     x = np.zeros(4, np.float32)
-    ours = onnxep.InferenceSession(model, providers=["cpu"])
+    ours = onnxep.InferenceSession(model, providers=providers or ["cpu"])
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -62,8 +63,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--providers", default="cpu", help="comma-separated, for onnxep")
     a = ap.parse_args()
-    per = measure(a.nodes, a.runs)
+    per = measure(a.nodes, a.runs, a.providers.split(","))
     for name, us in per.items():
         print(f"{name:12s} {us:.3f} us per node")
     print(f"onnxep / onnxruntime: {per['onnxep'] / per['onnxruntime']:.2f}x")

@@ -1,13 +1,18 @@
-"""IOBinding: onnxruntime's bind-then-run API over an InferenceSession.
+"""IOBinding: onnxruntime's bind-then-run API, with inputs and outputs left on the device.
 
-Inputs are bound as arrays (NumPy, or a provider's device arrays), outputs by
-name; ``run_with_iobinding`` runs and keeps the outputs on the binding. The
-raw-pointer form of onnxruntime's ``bind_input`` is not offered: Python
-arrays carry their own memory.
+Inputs are bound as arrays: NumPy, CuPy, or any device array exposing
+``__cuda_array_interface__`` or DLPack (a torch CUDA tensor), which the
+session's device provider reads in place, without a copy. onnxruntime's
+raw form ``bind_input(name, "cuda", 0, np.float32, shape, ptr)`` is taken
+too. Outputs are bound by name to a device (``"cpu"`` or ``"cuda"``), where
+the run leaves them, or to a pre-allocated buffer (an array, or
+onnxruntime's ``buffer_ptr`` form) that every run writes in place. Bound
+inputs and buffers stay bound across ``run_with_iobinding`` calls.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,57 +20,208 @@ import numpy as np
 
 from .errors import InvalidArgument
 
+_DEVICE_TYPES = ("cpu", "cuda", "gpu")
+
+
+def _is_device_array(x: Any) -> bool:
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    probe = getattr(x, "__dlpack_device__", None)
+    if probe is None:
+        return False
+    try:
+        return int(probe()[0]) != 1  # kDLCPU
+    except Exception:
+        return False
+
+
+def _host_array(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__") and not _is_device_array(x):
+        return np.from_dlpack(x)
+    return np.asarray(x)
+
 
 @dataclass
 class BoundValue:
-    """An output as onnxruntime's OrtValue shows it: ``numpy()``, ``shape()``, ``data_type()``."""
+    """An output as onnxruntime's OrtValue shows it: ``numpy()``, ``shape()``, ``data_type()``.
+
+    ``value`` is the array itself (a CuPy array for an output left on the
+    device, the caller's own object for a bound buffer).
+    """
 
     value: Any
+    array: Any = None  # the NumPy or CuPy array behind ``value``
+    to_host: Any = None
+
+    def __post_init__(self) -> None:
+        if self.array is None:
+            self.array = self.value
 
     def numpy(self) -> np.ndarray:
-        v = self.value
-        if hasattr(v, "get"):  # CuPy
-            return v.get()
-        return np.asarray(v)
+        a = self.array
+        if isinstance(a, np.ndarray):
+            return a
+        if self.to_host is not None:
+            return self.to_host(a)
+        if hasattr(a, "get"):  # CuPy
+            return a.get()
+        return np.asarray(a)
 
     def shape(self) -> list[int]:
-        return list(self.value.shape)
+        return list(self.array.shape)
 
     def data_type(self) -> str:
         from onnxep.providers.dtypes import dtype_name
 
-        return f"tensor({dtype_name(np.dtype(self.value.dtype))})"
+        return f"tensor({dtype_name(np.dtype(self.array.dtype))})"
+
+    def element_type(self) -> Any:
+        return np.dtype(self.array.dtype).type
 
     def device_name(self) -> str:
-        return "cuda" if hasattr(self.value, "get") else "cpu"
+        return "cpu" if isinstance(self.array, np.ndarray) else "cuda"
+
+    def data_ptr(self) -> int:
+        a = self.array
+        if isinstance(a, np.ndarray):
+            return a.ctypes.data
+        return int(a.data.ptr)
+
+
+@dataclass
+class _OutputBinding:
+    device: str = "cpu"
+    buffer: Any = None  # the caller's object
+    array: Any = None  # the NumPy or CuPy view of it the run writes into
 
 
 class IOBinding:
     def __init__(self, session: Any) -> None:
         self._session = session
         self._inputs: dict[str, Any] = {}
-        self._outputs: list[str] = []
+        self._outputs: dict[str, _OutputBinding] = {}
         self._results: list[BoundValue] = []
+        self._host_read: set[str] | None = None
+
+    # -- the device provider --------------------------------------------------------------
+    def _device_provider(self, why: str) -> Any:
+        for p in self._session.providers:
+            if p.device != "cpu" and hasattr(p, "adopt"):
+                return p
+        raise InvalidArgument(
+            f"{why}, but this session has no device provider "
+            f"(its providers are {self._session.get_providers()}); create it with "
+            "providers=['cuda', 'cpu']"
+        )
+
+    def _from_pointer(self, device: str, element_type: Any, shape: Any, ptr: int, what: str) -> Any:
+        dtype = np.dtype(element_type)
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if device == "cpu":
+            raw = (ctypes.c_ubyte * nbytes).from_address(int(ptr))
+            return np.ctypeslib.as_array(raw).view(dtype).reshape(shape)
+        return self._device_provider(f"{what} is a device pointer").wrap_pointer(
+            int(ptr), shape, dtype
+        )
+
+    # -- inputs ---------------------------------------------------------------------------
+    def bind_input(
+        self,
+        name: str,
+        device_type: Any = "cpu",
+        device_id: int = 0,
+        element_type: Any = None,
+        shape: Any = None,
+        buffer_ptr: int | None = None,
+    ) -> None:
+        """Bind input ``name`` to an array, or (onnxruntime's form) to raw memory.
+
+        ``bind_input(name, array)`` takes NumPy, CuPy, torch tensors and any
+        object with ``__cuda_array_interface__``/DLPack, read in place;
+        ``bind_input(name, "cuda", 0, np.float32, shape, ptr)`` wraps memory
+        the caller owns.
+        """
+        if not isinstance(device_type, str):
+            self.bind_input_array(name, device_type)
+            return
+        if buffer_ptr is None or element_type is None or shape is None:
+            raise InvalidArgument(
+                f"bind_input({name!r}, {device_type!r}, ...) needs element_type, shape and "
+                "buffer_ptr; to bind an array, call bind_input(name, array)"
+            )
+        device = self._device_type(device_type)
+        self.bind_input_array(
+            name, self._from_pointer(device, element_type, shape, buffer_ptr, f"input {name!r}")
+        )
 
     def bind_cpu_input(self, name: str, arr: np.ndarray) -> None:
-        self._check_input(name)
-        self._inputs[name] = arr
+        self.bind_input_array(name, arr)
 
     def bind_input_array(self, name: str, arr: Any) -> None:
-        """Bind any array (NumPy or a provider's device array) as input ``name``."""
-        self._check_input(name)
+        """Bind any array (NumPy or a device array) as input ``name``."""
+        arg = self._check_input(name)
+        if _is_device_array(arr):
+            arr = self._device_provider(f"input {name!r} is a device array").adopt(arr)
+        elif not isinstance(arr, np.ndarray):
+            arr = _host_array(arr)
+        self._check_feed(arg, arr)
         self._inputs[name] = arr
 
     def bind_ortvalue_input(self, name: str, value: Any) -> None:
-        self._check_input(name)
-        self._inputs[name] = value.value if isinstance(value, BoundValue) else value
+        self.bind_input_array(name, value.array if isinstance(value, BoundValue) else value)
 
-    def bind_output(self, name: str, device_type: str = "cpu", *args: Any, **kwargs: Any) -> None:
-        names = [o.name for o in self._session.get_outputs()]
-        if name not in names:
-            raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {names}")
-        if name not in self._outputs:
-            self._outputs.append(name)
+    # -- outputs --------------------------------------------------------------------------
+    def bind_output(
+        self,
+        name: str,
+        device_type: Any = "cpu",
+        device_id: int = 0,
+        element_type: Any = None,
+        shape: Any = None,
+        buffer_ptr: int | None = None,
+    ) -> None:
+        """Leave output ``name`` on ``device_type``, or write it into a buffer.
+
+        ``bind_output(name)`` / ``bind_output(name, "cuda")`` choose where
+        the output is left; ``bind_output(name, array)`` or onnxruntime's
+        ``bind_output(name, "cuda", 0, np.float32, shape, ptr)`` bind a
+        pre-allocated buffer that every run writes in place.
+        """
+        self._check_output(name)
+        if not isinstance(device_type, str):
+            self._bind_buffer(name, device_type)
+            return
+        device = self._device_type(device_type)
+        if buffer_ptr is not None:
+            if element_type is None or shape is None:
+                raise InvalidArgument(
+                    f"bind_output({name!r}, ..., buffer_ptr=...) needs element_type and shape"
+                )
+            arr = self._from_pointer(device, element_type, shape, buffer_ptr, f"output {name!r}")
+            self._outputs[name] = _OutputBinding(device, arr, arr)
+            return
+        if device != "cpu":
+            self._device_provider(f"output {name!r} is bound to {device_type!r}")
+        self._outputs[name] = _OutputBinding(device)
+
+    def bind_ortvalue_output(self, name: str, value: Any) -> None:
+        self._check_output(name)
+        self._bind_buffer(name, value.array if isinstance(value, BoundValue) else value)
+
+    def _bind_buffer(self, name: str, buf: Any) -> None:
+        if _is_device_array(buf):
+            arr = self._device_provider(f"the buffer for output {name!r} is a device array")
+            view = arr.adopt(buf)
+            device = "cuda"
+        else:
+            view = _host_array(buf)
+            device = "cpu"
+        if not view.flags.c_contiguous:
+            raise InvalidArgument(f"the buffer bound to output {name!r} must be C-contiguous")
+        self._outputs[name] = _OutputBinding(device, buf, view)
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()
@@ -78,15 +234,109 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        """Every output in host memory: one copy for each output left on the device."""
         return [r.numpy() for r in self._results]
 
-    def _check_input(self, name: str) -> None:
-        names = [i.name for i in self._session.get_inputs()]
-        names += [i.name for i in self._session.get_overridable_initializers()]
-        if name not in names:
-            raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {names}")
+    def synchronize_inputs(self) -> None:
+        for p in self._session.providers:
+            p.synchronize()
 
+    def synchronize_outputs(self) -> None:
+        self.synchronize_inputs()
+
+    # -- checks ---------------------------------------------------------------------------
+    @staticmethod
+    def _device_type(device_type: str) -> str:
+        d = device_type.lower()
+        if d not in _DEVICE_TYPES:
+            raise InvalidArgument(
+                f"unknown device_type {device_type!r}; use one of {', '.join(_DEVICE_TYPES)}"
+            )
+        return "cuda" if d == "gpu" else d
+
+    def _check_input(self, name: str) -> Any:
+        args = self._session.get_inputs() + self._session.get_overridable_initializers()
+        for a in args:
+            if a.name == name:
+                return a
+        names = [a.name for a in args]
+        raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {names}")
+
+    def _check_output(self, name: str) -> None:
+        names = [o.name for o in self._session.get_outputs()]
+        if name not in names:
+            raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {names}")
+
+    @staticmethod
+    def _check_feed(arg: Any, arr: Any) -> None:
+        from .model_io import tensor_dtype
+
+        if not arg.type.startswith("tensor("):
+            return
+        want = tensor_dtype(arg.type)
+        if np.dtype(arr.dtype) != want and not (want == np.dtype(object)):
+            raise InvalidArgument(
+                f"input {arg.name!r} is bound to a {np.dtype(arr.dtype)} array but the model "
+                f"declares {arg.type}; bind an array of dtype {want}"
+            )
+        if arg.shape is not None and len(arg.shape) != arr.ndim:
+            raise InvalidArgument(
+                f"input {arg.name!r} is bound to an array of rank {arr.ndim} (shape "
+                f"{list(arr.shape)}) but the model declares shape {arg.shape}"
+            )
+
+    # -- running --------------------------------------------------------------------------
     def _run(self, run_options: Any = None) -> None:
-        names = self._outputs or [o.name for o in self._session.get_outputs()]
-        outs = self._session.run(names, self._inputs, run_options)
-        self._results = [BoundValue(v) for v in outs]
+        sess = self._session
+        names = list(self._outputs) or [o.name for o in sess.get_outputs()]
+        feeds = self._inputs
+        host_read = [n for n in self._host_read_inputs() if _is_device_array(feeds.get(n))]
+        if host_read:
+            # A host kernel (shape math, control flow) reads these inputs: it gets a copy.
+            provider = self._device_provider("a bound input is on the device")
+            feeds = {**feeds, **{n: provider.to_host(feeds[n]) for n in host_read}}
+        outs = sess._run_on_device(feeds, names)  # noqa: SLF001 - same package
+        self._results = [self._deliver(n, v) for n, v in zip(names, outs)]
+
+    def _host_read_inputs(self) -> set[str]:
+        """Graph inputs that some host-side step of the plan reads directly."""
+        if getattr(self, "_host_read", None) is None:
+            sess = self._session
+            plan = sess._main.plan  # noqa: SLF001 - same package
+            device = {p.name: p.device for p in sess.providers}
+            slot_name = {s: n for s, n in zip(plan.input_slots, sess._input_order)}  # noqa: SLF001
+            read: set[str] = set()
+            for step in plan.steps:
+                if step.kind == "kernel" and device.get(step.provider) == "cpu":
+                    read.update(slot_name[s] for s in step.inputs if s in slot_name)
+            self._host_read = read
+        return self._host_read
+
+    def _deliver(self, name: str, value: Any) -> BoundValue:
+        bound = self._outputs.get(name) or _OutputBinding()
+        on_host = not _is_device_array(value)
+        provider = None
+        if not on_host or bound.device != "cpu":
+            provider = self._device_provider(f"output {name!r} is on the device")
+        if bound.array is not None:
+            self._write(name, bound, value, provider)
+            return BoundValue(bound.buffer, bound.array, provider and provider.to_host)
+        if bound.device == "cpu":
+            return BoundValue(value if on_host else provider.to_host(value))
+        dev = provider.from_host(value) if on_host else value
+        return BoundValue(dev, dev, provider.to_host)
+
+    @staticmethod
+    def _write(name: str, bound: _OutputBinding, value: Any, provider: Any) -> None:
+        dst = bound.array
+        if tuple(dst.shape) != tuple(value.shape) or np.dtype(dst.dtype) != np.dtype(value.dtype):
+            raise InvalidArgument(
+                f"the buffer bound to output {name!r} is {np.dtype(dst.dtype)} "
+                f"{list(dst.shape)} but the run produced {np.dtype(value.dtype)} "
+                f"{list(value.shape)}; bind a matching buffer, or bind_output({name!r}, "
+                "'cuda') to let each run allocate"
+            )
+        if isinstance(dst, np.ndarray):
+            np.copyto(dst, value if isinstance(value, np.ndarray) else provider.to_host(value))
+        else:
+            provider.copy_into(dst, value)

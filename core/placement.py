@@ -61,7 +61,15 @@ class PlacementReport:
 
     @property
     def device_to_host_copies(self) -> int:
+        """Device-to-host copy steps in the plan, graph outputs included."""
         return sum(1 for c in self.copies if c.dst == "cpu" and c.src != "cpu")
+
+    @property
+    def device_to_host_reads(self) -> int:
+        """Device-to-host reads one ``run`` makes: each copy step runs once per run
+        (those inside a Loop or Scan body once per iteration). A provider that
+        counts its copies (the CUDA provider's ``transfer_counts()``) measures it."""
+        return self.device_to_host_copies
 
     def to_dict(self) -> dict:
         return {
@@ -79,6 +87,7 @@ class PlacementReport:
                 for n in self.nodes
             ],
             "copies": [c.__dict__ for c in self.copies],
+            "device_to_host_reads": self.device_to_host_reads,
             "rewrites": self.rewrites,
             "skipped_rewrites": self.skipped_rewrites,
         }
@@ -92,7 +101,10 @@ class PlacementReport:
         host = [n for n in self.nodes if n.role == "host-shape"]
         if host:
             lines.append(f"shape computations on the host: {len(host)}")
-        lines.append(f"copies: {len(self.copies)} (device-to-host: {self.device_to_host_copies})")
+        lines.append(
+            f"copies: {len(self.copies)} (device-to-host reads per run: "
+            f"{self.device_to_host_reads})"
+        )
         if self.rewrites:
             lines.append(
                 "rewrites: " + ", ".join(f"{k}={v}" for k, v in sorted(self.rewrites.items()))

@@ -56,6 +56,16 @@ class Profiler:
         rows.sort(key=lambda r: -r[3])
         return rows[:n]
 
+    def device_to_host_reads(self) -> int:
+        """Device-to-host copy steps recorded so far (copies whose destination is the host)."""
+        return sum(
+            1
+            for e in self.events
+            if e["cat"] == "Node"
+            and e["args"].get("kind") == "copy"
+            and e["args"].get("provider") == "cpu"
+        )
+
     def write(self, path: str | None = None) -> str:
         if path is None:
             stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(self.wall_start))

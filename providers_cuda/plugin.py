@@ -1,31 +1,17 @@
 """The CUDA provider's plugin object (entry point ``cuda``).
 
-Until its kernels land it reports itself unavailable with the reason, so
-asking for ``cuda`` by name is a clear error and ``providers=None`` skips it.
+Nothing here imports CuPy: the availability check reads the driver through
+ctypes, and the provider and its kernels are imported only when a session
+asks for ``cuda``.
 """
 
 from __future__ import annotations
 
-import importlib.util
+from typing import Any
 
 from onnxep.providers import ProviderInfo, hookimpl
 
-
-def _unavailable() -> str | None:
-    if importlib.util.find_spec("cupy") is None:
-        return (
-            "CuPy is not installed: pip install 'onnxep[cuda12]' or 'onnxep[cuda13]' "
-            "to match your CUDA driver"
-        )
-    try:
-        import cupy
-
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        return f"no usable CUDA device: {type(exc).__name__}: {exc}"
-    if n == 0:
-        return "no CUDA device found"
-    return "the CUDA provider's kernels are not built yet in this version of onnxep"
+from .availability import unavailable_reason
 
 
 class CUDAPlugin:
@@ -37,8 +23,22 @@ class CUDAPlugin:
             device="cuda",
             version="0.1.0",
             description="CuPy provider for NVIDIA GPUs",
-            check=_unavailable,
+            check=unavailable_reason,
         )
+
+    @hookimpl
+    def onnxep_create_provider(self, options: dict) -> Any:
+        from .provider import CUDAProvider
+
+        return CUDAProvider(options)
+
+    @hookimpl
+    def onnxep_kernels(self, provider: Any) -> Any:
+        if provider.name != "cuda":
+            return None
+        from .library import cuda_library
+
+        return cuda_library()
 
 
 plugin = CUDAPlugin()

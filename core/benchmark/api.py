@@ -53,7 +53,8 @@ class BenchResult:
         if ours:
             lines.append(
                 f"onnxep placement: {ours.get('nodes_per_provider')}, copies {ours.get('copies')}"
-                f" (device-to-host {ours.get('device_to_host_copies')}),"
+                f" (device-to-host {ours.get('device_to_host_copies')}, measured reads per run"
+                f" {ours.get('device_to_host_reads_per_run')}),"
                 f" fallbacks {ours.get('fallbacks')}"
             )
         if self.tokens and len({tuple(t) for t in self.tokens.values()}) > 1:

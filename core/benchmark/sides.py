@@ -31,9 +31,23 @@ class OnnxepSide(Side):
         self.session = onnxep.InferenceSession(model, opts, providers=providers)
         self.name = "onnxep"
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self._last_feeds: Any = None
 
     def run(self, feeds):
+        self._last_feeds = feeds
         return self.session.run(None, feeds)
+
+    def measured_reads(self) -> int | None:
+        """Device-to-host reads of one more run with the last feeds, from the providers'
+        own transfer counters (None when no provider counts its copies)."""
+        counters = [
+            p.transfer_counts for p in self.session.providers if hasattr(p, "transfer_counts")
+        ]
+        if not counters or self._last_feeds is None:
+            return None
+        before = sum(c()["device_to_host"] for c in counters)
+        self.session.run(None, self._last_feeds)
+        return sum(c()["device_to_host"] for c in counters) - before
 
     def sync(self) -> None:
         for p in self.session.providers:
@@ -47,6 +61,7 @@ class OnnxepSide(Side):
             "nodes_per_provider": rep.counts(),
             "copies": len(rep.copies),
             "device_to_host_copies": rep.device_to_host_copies,
+            "device_to_host_reads_per_run": self.measured_reads(),
             "fallbacks": len(rep.fallbacks),
             "rewrites": rep.rewrites,
         }

@@ -1,0 +1,127 @@
+"""The CUDA provider's options, checked once with errors that say what to write instead.
+
+``device_id`` (int, default 0), ``gpu_mem_limit`` (bytes, default no limit;
+an int, or a string such as ``"2GB"`` or ``"512MiB"``), and ``stream`` (an
+external CUDA stream to run on: a CuPy stream, a raw ``cudaStream_t`` handle
+as an int, or any object with ``__cuda_stream__`` or ``cuda_stream``, as
+torch streams have). onnxruntime's CUDA options that have no meaning here
+are accepted and listed in ``ignored`` so the same options dict works for
+both runtimes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnxep.errors import ConfigError
+
+KNOWN = ("device_id", "gpu_mem_limit", "stream")
+#: onnxruntime CUDA options that tune its own arena, cuDNN or graph code paths.
+ORT_ONLY = frozenset(
+    {
+        "arena_extend_strategy",
+        "cudnn_conv_algo_search",
+        "cudnn_conv_use_max_workspace",
+        "cudnn_conv1d_pad_to_nc1d",
+        "do_copy_in_default_stream",
+        "enable_cuda_graph",
+        "enable_skip_layer_norm_strict_mode",
+        "has_user_compute_stream",
+        "prefer_nhwc",
+        "tunable_op_enable",
+        "tunable_op_tuning_enable",
+        "use_ep_level_unified_stream",
+        "use_tf32",
+    }
+)
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+@dataclass(frozen=True)
+class CUDAOptions:
+    device_id: int = 0
+    gpu_mem_limit: int | None = None
+    stream: Any = None
+    ignored: tuple[str, ...] = field(default=())
+
+
+def parse_bytes(value: Any) -> int:
+    """``1 << 30``, ``"1GiB"``, ``"1.5GB"`` -> bytes; ConfigError for anything else."""
+    if isinstance(value, bool):
+        raise ConfigError(f"gpu_mem_limit must be a byte count, got {value!r}")
+    if isinstance(value, (int, float)):
+        n = int(value)
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?i?[bB]?)\s*", value)
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ConfigError(
+                f"gpu_mem_limit {value!r} is not a size: give bytes as an int or a string "
+                "such as '2GB' or '512MiB'"
+            )
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    else:
+        raise ConfigError(
+            f"gpu_mem_limit must be an int or a size string, got {type(value).__name__}"
+        )
+    if n <= 0:
+        raise ConfigError(f"gpu_mem_limit must be positive, got {value!r}")
+    return n
+
+
+def parse_options(options: Mapping[str, Any]) -> CUDAOptions:
+    unknown = [k for k in options if k not in KNOWN and k not in ORT_ONLY]
+    if unknown:
+        raise ConfigError(
+            f"unknown CUDA provider option(s) {', '.join(map(repr, sorted(unknown)))}; "
+            f"the options are {', '.join(KNOWN)}"
+        )
+    dev = options.get("device_id", 0)
+    try:
+        device_id = int(dev)
+    except (TypeError, ValueError):
+        raise ConfigError(f"device_id must be an int, got {dev!r}") from None
+    if isinstance(dev, bool) or device_id < 0 or str(device_id) != str(dev).strip():
+        raise ConfigError(f"device_id must be a non-negative int, got {dev!r}")
+    limit = options.get("gpu_mem_limit")
+    # onnxruntime's default is SIZE_MAX (no limit); 0 is taken the same way.
+    mem = None if limit in (None, 0, "0", 2**64 - 1) else parse_bytes(limit)
+    return CUDAOptions(
+        device_id=device_id,
+        gpu_mem_limit=mem,
+        stream=options.get("stream"),
+        ignored=tuple(sorted(k for k in options if k in ORT_ONLY)),
+    )
+
+
+def stream_handle(stream: Any) -> int:
+    """The raw ``cudaStream_t`` of a stream option, as an int."""
+    if isinstance(stream, bool):
+        raise ConfigError(f"stream must be a CUDA stream or its handle, got {stream!r}")
+    if isinstance(stream, int):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if callable(proto):
+        return int(proto()[1])
+    for attr in ("ptr", "cuda_stream", "handle"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    raise ConfigError(
+        f"stream must be a CuPy stream, a raw cudaStream_t handle (int) or an object with "
+        f"__cuda_stream__ or cuda_stream (a torch stream); got {type(stream).__name__}"
+    )

@@ -1,0 +1,265 @@
+"""Hand-made one-node cases for claimed ops the ONNX node suite has no case for.
+
+Each entry of ``CASES`` maps an op name to ``make(dtype, rng) -> (model,
+feeds)`` for dtype ``"float32"`` or ``"float16"``: random inputs of a small
+valid shape, following the input layouts that tests/test_contrib_*.py check
+against onnxruntime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+MS = "com.microsoft"
+
+
+def _model(op: str, feeds: dict, names: list[str], outputs: list[str], attrs=None, domain=MS):
+    node = helper.make_node(op, names, outputs, domain=domain, **(attrs or {}))
+    ins = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), None)
+        for n in names
+        if n
+    ]
+    first = feeds[names[0]].dtype
+    outs = [
+        helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(first), None)
+        for o in outputs
+        if o
+    ]
+    graph = helper.make_graph([node], op, ins, outs)
+    m = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
+    )
+    m.ir_version = 10
+    return m, {n: feeds[n] for n in names if n}
+
+
+def _r(rng, shape, dt, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dt)
+
+
+def gelu_like(op: str, with_bias: bool = False) -> Callable:
+    def make(dtype, rng):
+        f = {"X": _r(rng, (2, 3, 16), dtype, 3.0)}
+        names = ["X"]
+        if with_bias:
+            f["bias"] = _r(rng, (16,), dtype)
+            names.append("bias")
+        return _model(op, f, names, ["Y"])
+
+    return make
+
+
+def bias_gelu(dtype, rng):
+    f = {"A": _r(rng, (2, 3, 16), dtype, 3.0), "B": _r(rng, (16,), dtype)}
+    return _model("BiasGelu", f, ["A", "B"], ["C"])
+
+
+def fused_matmul(dtype, rng):
+    f = {"A": _r(rng, (2, 4, 3), dtype), "B": _r(rng, (2, 5, 4), dtype)}
+    return _model("FusedMatMul", f, ["A", "B"], ["Y"], {"transA": 1, "transB": 1, "alpha": 0.5})
+
+
+def simplified_ln(domain: str) -> Callable:
+    def make(dtype, rng):
+        f = {"X": _r(rng, (2, 3, 16), dtype, 2.0), "scale": _r(rng, (16,), dtype)}
+        attrs = {"axis": -1, "epsilon": 1e-5}
+        return _model("SimplifiedLayerNormalization", f, ["X", "scale"], ["Y"], attrs, domain)
+
+    return make
+
+
+def skip_ln(simplified: bool) -> Callable:
+    def make(dtype, rng):
+        f = {
+            "input": _r(rng, (2, 3, 16), dtype, 2.0),
+            "skip": _r(rng, (2, 3, 16), dtype),
+            "gamma": _r(rng, (16,), dtype),
+        }
+        names = ["input", "skip", "gamma"]
+        if not simplified:
+            f["beta"] = _r(rng, (16,), dtype)
+            f["bias"] = _r(rng, (16,), dtype)
+            names += ["beta", "bias"]
+        op = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
+        return _model(op, f, names, ["output"], {"epsilon": 1e-5})
+
+    return make
+
+
+def gated_rms_norm(dtype, rng):
+    f = {
+        "X": _r(rng, (2, 3, 16), dtype, 2.0),
+        "scale": _r(rng, (8,), dtype),
+        "gate": _r(rng, (2, 3, 16), dtype, 3.0),
+    }
+    attrs = {"epsilon": 1e-5, "activation": "silu"}
+    return _model("GatedRMSNorm", f, ["X", "scale", "gate"], ["Y"], attrs)
+
+
+def linear_attention_gate(dtype, rng):
+    f = {
+        "a": _r(rng, (2, 3, 4), dtype, 4.0),
+        "dt_bias": _r(rng, (4,), np.float32),
+        "decay_scale": -np.exp(_r(rng, (4,), np.float32)),
+        "b": _r(rng, (2, 3, 4), dtype, 4.0),
+    }
+    return _model("LinearAttentionGate", f, ["a", "dt_bias", "decay_scale", "b"], ["decay", "beta"])
+
+
+def causal_conv(dtype, rng):
+    f = {
+        "input": _r(rng, (2, 4, 7), dtype),
+        "weight": _r(rng, (4, 1, 4), dtype),
+        "bias": _r(rng, (4,), dtype),
+        "past_state": _r(rng, (2, 4, 3), dtype),
+    }
+    names = ["input", "weight", "bias", "past_state"]
+    attrs = {"activation": "silu"}
+    return _model("CausalConvWithState", f, names, ["output", "present_state"], attrs)
+
+
+def linear_attention(dtype, rng):
+    b, t, h, dk, dv = 2, 3, 2, 8, 8
+    f = {
+        "query": _r(rng, (b, t, h * dk), dtype),
+        "key": _r(rng, (b, t, h * dk), dtype, 0.3),
+        "value": _r(rng, (b, t, h * dv), dtype),
+        "past_state": _r(rng, (b, h, dk, dv), dtype, 0.5),
+        "decay": (-np.abs(_r(rng, (b, t, h), np.float32, 0.5))).astype(dtype),
+    }
+    names = ["query", "key", "value", "past_state", "decay"]
+    attrs = {"q_num_heads": h, "kv_num_heads": h, "update_rule": "gated"}
+    return _model("LinearAttention", f, names, ["output", "present_state"], attrs)
+
+
+def _rope_cache(max_len: int, rot: int, dtype):
+    inv = 1.0 / (10000 ** (np.arange(0, rot, 2) / rot))
+    ang = np.arange(max_len)[:, None] * inv[None, :]
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def rotary(dtype, rng):
+    b, s, nh, hd = 2, 5, 3, 16
+    cos, sin = _rope_cache(24, hd, dtype)
+    f = {
+        "input": _r(rng, (b, s, nh * hd), dtype),
+        "position_ids": rng.integers(0, 24, (b, s)).astype(np.int64),
+        "cos_cache": cos,
+        "sin_cache": sin,
+    }
+    names = ["input", "position_ids", "cos_cache", "sin_cache"]
+    return _model("RotaryEmbedding", f, names, ["output"], {"interleaved": 0})
+
+
+def mrotary(dtype, rng):
+    b, s, nh, hd = 2, 5, 2, 16
+    cos, sin = _rope_cache(24, hd, dtype)
+    f = {
+        "input": _r(rng, (b, s, nh * hd), dtype),
+        "position_ids": rng.integers(0, 24, (3, b, s)).astype(np.int64),
+        "cos_cache": cos,
+        "sin_cache": sin,
+    }
+    names = ["input", "position_ids", "cos_cache", "sin_cache"]
+    attrs = {"mrope_section": [2, 3, 3], "num_heads": nh}
+    return _model("MRotaryEmbedding", f, names, ["output"], attrs)
+
+
+def group_query_attention(dtype, rng):
+    b, s, nh, nkv, hd, past = 2, 3, 4, 2, 8, 5
+    f = {
+        "query": _r(rng, (b, s, nh * hd), dtype),
+        "key": _r(rng, (b, s, nkv * hd), dtype),
+        "value": _r(rng, (b, s, nkv * hd), dtype),
+        "past_key": _r(rng, (b, nkv, past, hd), dtype),
+        "past_value": _r(rng, (b, nkv, past, hd), dtype),
+        # every row full: outputs past the valid length are unspecified
+        "seqlens_k": np.full((b,), past + s - 1, np.int32),
+        "total_sequence_length": np.array(past + s, np.int32),
+    }
+    names = list(f)
+    attrs = {"num_heads": nh, "kv_num_heads": nkv}
+    return _model(
+        "GroupQueryAttention", f, names, ["output", "present_key", "present_value"], attrs
+    )
+
+
+def multi_head_attention(dtype, rng):
+    b, s, nh, hd = 2, 4, 2, 8
+    f = {
+        "query": _r(rng, (b, s, nh * hd), dtype),
+        "key": _r(rng, (b, 6, nh * hd), dtype),
+        "value": _r(rng, (b, 6, nh * hd), dtype),
+    }
+    return _model("MultiHeadAttention", f, ["query", "key", "value"], ["output"], {"num_heads": nh})
+
+
+def attention_contrib(dtype, rng):
+    b, s, din, nh, hd = 2, 4, 16, 2, 8
+    f = {
+        "input": _r(rng, (b, s, din), dtype),
+        "weights": _r(rng, (din, 3 * nh * hd), dtype, 0.3),
+        "bias": _r(rng, (3 * nh * hd,), dtype),
+    }
+    return _model("Attention", f, ["input", "weights", "bias"], ["output"], {"num_heads": nh})
+
+
+def matmul_nbits(dtype, rng):
+    k, n, bits, block = 64, 8, 4, 32
+    blocks = k // block
+    f = {
+        "A": _r(rng, (3, k), dtype),
+        "B": rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8),
+        "scales": (rng.random((n, blocks)) * 0.1 + 0.01).astype(dtype),
+    }
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": block}
+    return _model("MatMulNBits", f, ["A", "B", "scales"], ["Y"], attrs)
+
+
+def gather_block_quantized(dtype, rng):
+    rows, cols, block = 6, 64, 32
+    f = {
+        "data": rng.integers(0, 256, (rows, cols // 2)).astype(np.uint8),
+        "indices": rng.integers(0, rows, (2, 3)).astype(np.int64),
+        "scales": rng.uniform(0.01, 0.2, (rows, cols // block)).astype(dtype),
+    }
+    attrs = {"bits": 4, "block_size": block, "gather_axis": 0, "quantize_axis": 1}
+    m, feeds = _model("GatherBlockQuantized", f, ["data", "indices", "scales"], ["y"], attrs)
+    m.graph.output[0].type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return m, feeds
+
+
+def global_lp_pool(dtype, rng):
+    f = {"X": _r(rng, (2, 3, 5, 4), dtype)}
+    return _model("GlobalLpPool", f, ["X"], ["Y"], {"p": 2}, domain="")
+
+
+CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
+    "::GlobalLpPool": global_lp_pool,
+    "::SimplifiedLayerNormalization": simplified_ln(""),
+    f"{MS}::SimplifiedLayerNormalization": simplified_ln(MS),
+    f"{MS}::SkipLayerNormalization": skip_ln(False),
+    f"{MS}::SkipSimplifiedLayerNormalization": skip_ln(True),
+    f"{MS}::Gelu": gelu_like("Gelu"),
+    f"{MS}::FastGelu": gelu_like("FastGelu", with_bias=True),
+    f"{MS}::QuickGelu": gelu_like("QuickGelu"),
+    f"{MS}::BiasGelu": bias_gelu,
+    f"{MS}::FusedMatMul": fused_matmul,
+    f"{MS}::GatedRMSNorm": gated_rms_norm,
+    f"{MS}::LinearAttentionGate": linear_attention_gate,
+    f"{MS}::CausalConvWithState": causal_conv,
+    f"{MS}::LinearAttention": linear_attention,
+    f"{MS}::RotaryEmbedding": rotary,
+    f"{MS}::MRotaryEmbedding": mrotary,
+    f"{MS}::GroupQueryAttention": group_query_attention,
+    f"{MS}::MultiHeadAttention": multi_head_attention,
+    f"{MS}::Attention": attention_contrib,
+    f"{MS}::MatMulNBits": matmul_nbits,
+    f"{MS}::GatherBlockQuantized": gather_block_quantized,
+}
