@@ -1,0 +1,123 @@
+"""CUDA C shared by the attention and rotary kernels, and the device facts their geometry uses.
+
+Everything here imports without CuPy: the CUDA source is plain strings, and
+CuPy is imported only inside the functions that talk to a device.
+
+Numerics follow the CPU reference (``providers/ops/_attention.py``): inputs
+are widened to float32, every sum accumulates in float32, and results are
+rounded back once (round-to-nearest-even, as NumPy's ``astype`` does). The
+rotary products use ``__fmul_rn``/``__fadd_rn``/``__fsub_rn`` so the compiler
+cannot contract them into FMAs: a rotated value is then the same float the
+CPU computes, bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+#: The CUDA element type of each supported NumPy dtype.
+CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
+
+COMMON_SOURCE = r"""
+#include <cuda_fp16.h>
+
+#define ONNXEP_NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ long long lclamp(long long v, long long lo, long long hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Channel d (< rot) of one head after rotary embedding. Pairs are (2i, 2i+1)
+// when interleaved, else (i, i + rot/2); cos_row/sin_row hold rot/2 values.
+// Computed as the CPU does: real = c*x1 - s*x2, imag = s*x1 + c*x2, each
+// product rounded on its own (no FMA contraction).
+template <typename T>
+__device__ __forceinline__ float rope_channel(const T* head, int d, int rot, int interleaved,
+                                              const T* cos_row, const T* sin_row,
+                                              float cs_scale) {
+  int i, d1, d2;
+  bool first;
+  if (interleaved) {
+    i = d >> 1;
+    d1 = d & ~1;
+    d2 = d1 + 1;
+    first = (d & 1) == 0;
+  } else {
+    const int h = rot >> 1;
+    first = d < h;
+    i = first ? d : d - h;
+    d1 = i;
+    d2 = i + h;
+  }
+  float c = to_f(cos_row[i]);
+  float s = to_f(sin_row[i]);
+  if (cs_scale != 1.0f) {
+    c = __fmul_rn(c, cs_scale);
+    s = __fmul_rn(s, cs_scale);
+  }
+  const float x1 = to_f(head[d1]);
+  const float x2 = to_f(head[d2]);
+  return first ? __fsub_rn(__fmul_rn(c, x1), __fmul_rn(s, x2))
+               : __fadd_rn(__fmul_rn(s, x1), __fmul_rn(c, x2));
+}
+"""
+
+#: Threads per block for the flat, grid-stride kernels.
+FLAT_BLOCK = 256
+
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the current device (read once per device)."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    n = _sm_counts.get(dev)
+    if n is None:
+        n = int(cupy.cuda.Device(dev).attributes["MultiProcessorCount"])
+        _sm_counts[dev] = n
+    return n
+
+
+def flat_grid(n: int, sms: int, block: int = FLAT_BLOCK) -> int:
+    """Blocks for a grid-stride loop over ``n`` elements: enough to fill the device, no more."""
+    return max(1, min(math.ceil(n / block), sms * 16))
+
+
+def ctype_of(dtype: Any) -> str:
+    """The CUDA element type for ``dtype``; a KeyError names only supported ones."""
+    try:
+        return CTYPE[np.dtype(dtype)]
+    except KeyError:
+        names = ", ".join(str(d) for d in CTYPE)
+        raise KeyError(f"{np.dtype(dtype)} has no CUDA kernel here (supported: {names})") from None
+
+
+def instantiations(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Every ``name<type>`` template instantiation for the supported element types."""
+    return tuple(f"{n}<{t}>" for n in names for t in CTYPE.values())

@@ -1,0 +1,187 @@
+"""The rotary-embedding kernel behind both RotaryEmbedding ops (ONNX opset 23, com.microsoft).
+
+One grid-stride kernel rotates the first ``rot`` channels of every head and
+copies the rest. It reads positions on the device in four ways (``PosMode``),
+so a step never reads position ids back to the host.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+from onnxep.errors import InvalidArgument
+
+from ._attention_cuda import COMMON_SOURCE, ctype_of, flat_grid, instantiations, sm_count
+
+ROPE_SOURCE = (
+    COMMON_SOURCE
+    + r"""
+// The position stream (0 = temporal, 1 = height, 2 = width) that cos/sin column i
+// reads under multimodal RoPE: contiguous sections (layout 0) or interleaved
+// (layout 1: H on columns 1, 4, 7.., W on 2, 5, 8.., T elsewhere).
+__device__ __forceinline__ int mrope_stream(int i, int layout, int s0, int s1, int s2) {
+  if (layout == 0) {
+    if (i < s0) return 0;
+    if (i < s0 + s1) return 1;
+    if (i < s0 + s1 + s2) return 2;
+    return 0;
+  }
+  const int r = i % 3;
+  if (r == 1 && i < s1 * 3) return 1;
+  if (r == 2 && i < s2 * 3) return 2;
+  return 0;
+}
+
+// y = x with rotary embedding on the first `rot` channels of every head.
+// x and y are (B, N, S, D) when layout_bnsd, else (B, S, N, D).
+// pos_mode 0: cos/sin are per-token tables (B or 1, S, half);
+//          1: position = pos[0] + s;  2: position = pos[b, s] (pos batch 1 broadcasts);
+//          3: position = pos[stream(i), b, s] (multimodal RoPE).
+// Positions are clamped into the cache (cache_rows rows): never an out-of-bounds read.
+template <typename T>
+__global__ void __launch_bounds__(256) rope_apply(
+    const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ cosc,
+    const T* __restrict__ sinc, const long long* __restrict__ pos, long long n, int B, int S,
+    int N, int D, int rot, int interleaved, int half, int layout_bnsd, int pos_mode,
+    int cache_rows, int bcast_b, int sec0, int sec1, int sec2, int mrope_layout,
+    float cs_scale) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+       idx += stride) {
+    const int d = (int)(idx % D);
+    if (d >= rot) {
+      y[idx] = x[idx];
+      continue;
+    }
+    const long long row = idx / D;
+    int b, s;
+    if (layout_bnsd) {
+      s = (int)(row % S);
+      b = (int)(row / ((long long)N * S));
+    } else {
+      s = (int)((row / N) % S);
+      b = (int)(row / ((long long)S * N));
+    }
+    const int bb = bcast_b ? 0 : b;
+    long long p;
+    if (pos_mode == 0) {
+      p = (long long)bb * S + s;
+    } else {
+      if (pos_mode == 1) {
+        p = pos[0] + s;
+      } else if (pos_mode == 2) {
+        p = pos[(long long)bb * S + s];
+      } else {
+        const int i = interleaved ? (d >> 1) : (d < (rot >> 1) ? d : d - (rot >> 1));
+        const int st = mrope_stream(i, mrope_layout, sec0, sec1, sec2);
+        p = pos[((long long)st * B + b) * S + s];
+      }
+      p = lclamp(p, 0, (long long)cache_rows - 1);
+    }
+    const long long off = p * half;
+    y[idx] = from_f<T>(
+        rope_channel<T>(x + row * D, d, rot, interleaved, cosc + off, sinc + off, cs_scale));
+  }
+}
+"""
+)
+
+_NAMES = instantiations(("rope_apply",))
+
+
+class PosMode(enum.IntEnum):
+    TABLE = 0  # cos/sin already gathered per token
+    OFFSET = 1  # one start position
+    IDS = 2  # one position per (batch, token)
+    MROPE = 3  # three position streams
+
+
+class RopeKernel:
+    """The compiled rotary kernel for one dtype, launched on CuPy's current stream."""
+
+    def __init__(self, dtype: Any) -> None:
+        from onnxep.providers_cuda import nvrtc
+
+        self._fns = {
+            np.dtype(dt): nvrtc.function(ROPE_SOURCE, f"rope_apply<{ctype_of(dt)}>", _NAMES)
+            for dt in ((np.float32, np.float16) if dtype is None else (dtype,))
+        }
+        self._sms = sm_count()
+
+    def __call__(
+        self,
+        xp: Any,
+        x: Any,
+        cos: Any,
+        sin: Any,
+        pos: Any,
+        *,
+        op: str,
+        bnsd: bool,
+        shape: tuple[int, int, int, int],
+        rot: int,
+        interleaved: bool,
+        mode: PosMode,
+        bcast_b: bool = False,
+        section: tuple[int, int, int] = (0, 0, 0),
+        mrope_layout: int = 0,
+        cs_scale: float = 1.0,
+    ) -> Any:
+        """``x`` rotated; ``shape`` is (B, N, S, D) whatever the layout."""
+        b, n, s, d = shape
+        fn = self._fns.get(x.dtype)
+        if fn is None:
+            raise InvalidArgument(f"{op}: input of dtype {x.dtype} is not float32 or float16")
+        half = cos.shape[-1]
+        if rot % 2 or rot > d or rot <= 0:
+            raise InvalidArgument(
+                f"{op}: rotary dim {rot} must be even and within the head size {d}"
+            )
+        if half != rot // 2 or sin.shape != cos.shape:
+            raise InvalidArgument(
+                f"{op}: cos/sin caches of shapes {tuple(cos.shape)}/{tuple(sin.shape)} do not "
+                f"hold rotary_dim/2 = {rot // 2} values per position"
+            )
+        x = xp.ascontiguousarray(x)
+        cos = xp.ascontiguousarray(cos if cos.dtype == x.dtype else cos.astype(x.dtype))
+        sin = xp.ascontiguousarray(sin if sin.dtype == x.dtype else sin.astype(x.dtype))
+        if pos is not None:
+            pos = xp.ascontiguousarray(pos if pos.dtype == np.int64 else pos.astype(np.int64))
+        y = xp.empty_like(x)
+        total = x.size
+        if total == 0:
+            return y
+        rows = cos.shape[0] if mode != PosMode.TABLE else cos.shape[0] * s
+        i32 = np.int32
+        fn(
+            (flat_grid(total, self._sms),),
+            (256,),
+            (
+                x,
+                y,
+                cos,
+                sin,
+                pos,
+                np.int64(total),
+                i32(b),
+                i32(s),
+                i32(n),
+                i32(d),
+                i32(rot),
+                i32(1 if interleaved else 0),
+                i32(half),
+                i32(1 if bnsd else 0),
+                i32(int(mode)),
+                i32(rows),
+                i32(1 if bcast_b else 0),
+                i32(section[0]),
+                i32(section[1]),
+                i32(section[2]),
+                i32(mrope_layout),
+                np.float32(cs_scale),
+            ),
+        )
+        return y
