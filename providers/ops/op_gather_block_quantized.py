@@ -6,6 +6,11 @@ unpacked: the full table (vocabulary x hidden) is never expanded to floats.
 ``uint8`` data packs ``8 // bits`` values per byte, low bits first, with a
 default zero point of ``2**(bits-1)``; ``int4``/``uint4`` data holds one value
 per element with default zero points 0 and 8.
+
+Indices lie in ``[-s, s-1]``; unlike ONNX Gather, the operator's schema says
+"an out-of-range index produces zeros for the corresponding output slice",
+and onnxruntime (CPU) and the CUDA provider do exactly that, so this kernel
+does too instead of refusing the index.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._indices import checked_indices
 from ._shape import norm_axis
 
 
@@ -53,8 +57,11 @@ def gather_block_quantized(node: NodeInfo, xp: Any):
         q = norm_axis(qaxis, rank, "GatherBlockQuantized")
         if g == q:
             raise ValueError("GatherBlockQuantized: gather_axis and quantize_axis must differ")
-        idx = checked_indices(xp, indices, data.shape[g], "GatherBlockQuantized", axis=g)
-        flat = xp.reshape(idx, (-1,))
+        s = data.shape[g]
+        flat = xp.reshape(indices, (-1,))
+        valid = (flat >= -s) & (flat < s)
+        # out-of-range entries read row 0, then their output slices are zeroed
+        flat = xp.where(valid, xp.where(flat < 0, flat + s, flat), 0)
         packed = data.dtype == np.uint8
         rows = xp.take(data, flat, axis=g)
         if packed and bits < 8:
@@ -76,6 +83,7 @@ def gather_block_quantized(node: NodeInfo, xp: Any):
         if zp.ndim:
             zp = xp.take(zp, blk, axis=q)
         out = (vals - zp).astype(xp.float32) * sc
+        out = xp.where(xp.reshape(valid, (-1,) + (1,) * (rank - g - 1)), out, 0)
         # The gathered axis holds all indices flat; give it the indices' shape.
         out = xp.reshape(out, out.shape[:g] + tuple(indices.shape) + out.shape[g + 1 :])
         return (out.astype(scales.dtype),)
