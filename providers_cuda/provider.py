@@ -12,6 +12,7 @@ builders and uploads enter it too. Values cross to the host only through
 from __future__ import annotations
 
 import contextlib
+import threading
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -72,6 +73,7 @@ class CUDAProvider(Provider):
             else:
                 self.stream = cupy.cuda.Stream(non_blocking=True)
         self._malloc = self.pool.malloc
+        self._nesting = threading.local()
         self.transfers = PinnedTransfers(cupy, self.stream, self.device_id)
         props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
         self.device_name = props["name"].decode(errors="replace")
@@ -92,21 +94,25 @@ class CUDAProvider(Provider):
         arrays flow both ways without a host synchronization.
         """
         cp = self._cupy
+        outermost = not getattr(self._nesting, "depth", 0)
         with cp.cuda.Device(self.device_id):
             caller = cp.cuda.get_current_stream()
             own = self.stream
             foreign = caller.ptr != own.ptr
             if foreign:
                 own.wait_event(caller.record())
+            self._nesting.depth = getattr(self._nesting, "depth", 0) + 1
             try:
                 with own, cp.cuda.using_allocator(self._malloc):
                     yield
             except BaseException as exc:
-                oom = _oom_in(exc, cp.cuda.memory.OutOfMemoryError)
+                # Only the outermost context speaks: an upload inside a run is part of the run.
+                oom = _oom_in(exc, cp.cuda.memory.OutOfMemoryError) if outermost else None
                 if oom is None:
                     raise
                 raise self._out_of_memory(exc, oom) from None
             finally:
+                self._nesting.depth -= 1
                 if foreign:
                     caller.wait_event(own.record())
 
@@ -164,8 +170,11 @@ class CUDAProvider(Provider):
 
     # -- data movement --------------------------------------------------------------------
     def to_host(self, value: Any) -> Any:
-        if isinstance(value, self._cupy.ndarray):
-            with self._cupy.cuda.Device(self.device_id):
+        cp = self._cupy
+        if isinstance(value, cp.ndarray):
+            with cp.cuda.Device(self.device_id), self.stream:
+                if not value.flags.c_contiguous:
+                    value = cp.ascontiguousarray(value)  # a view: gathered on our stream
                 return self.transfers.download(value)
         return value
 

@@ -45,5 +45,8 @@ def cuda_namespace() -> types.ModuleType:
 
         ns.matmul = matmul
         ns.__onnxep_base__ = cupy
+        # CuPy loads some submodules (fft, linalg, random...) on first access through its
+        # module __getattr__; forward the names this copy does not hold yet.
+        ns.__getattr__ = lambda name: getattr(cupy, name)
         _namespace = ns
     return _namespace

@@ -1,0 +1,100 @@
+"""providers_cuda.blas on the GPU: numpy.matmul semantics, float16 accumulation, stream capture."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from onnxep.providers_cuda import blas
+
+cupy = pytest.importorskip("cupy", reason="the CUDA tests need CuPy and a GPU")
+
+SHAPES = [
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (1, 3, 4, 5)),
+    ((2, 3, 64, 32), (2, 3, 32, 48)),
+    ((0, 3, 4), (4, 5)),
+    ((3, 0), (0, 5)),
+]
+TOL = {"float32": 1e-5, "float16": 2e-3, "float64": 1e-12}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize(("sa", "sb"), SHAPES)
+def test_matches_numpy(sa, sb, dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(sa).astype(dtype)
+    b = rng.standard_normal(sb).astype(dtype)
+    got = blas.matmul(cupy.asarray(a), cupy.asarray(b)).get()
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert got.shape == ref.shape and got.dtype == np.dtype(dtype)
+    tol = TOL[dtype]
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol * 10)
+
+
+def test_transposed_views_and_gemm_beta():
+    rng = np.random.default_rng(1)
+    a = cupy.asarray(rng.standard_normal((5, 3)).astype(np.float32))
+    b = cupy.asarray(rng.standard_normal((4, 5)).astype(np.float32))
+    c = cupy.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+    out = c.copy()
+    blas.gemm(a, b, trans_a=True, trans_b=True, alpha=0.5, beta=2.0, out=out)
+    ref = 0.5 * (a.get().T @ b.get().T) + 2.0 * c.get()
+    np.testing.assert_allclose(out.get(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_float16_accumulates_in_float32():
+    # 4096 products of ~1: a float16 accumulator would lose whole units; float32 does not.
+    k = 4096
+    a = cupy.full((2, k), 1.0009765625, dtype=cupy.float16)  # 1 + 2**-10
+    b = cupy.ones((k, 3), dtype=cupy.float16)
+    got = blas.matmul(a, b).get().astype(np.float64)
+    want = k * 1.0009765625
+    assert np.all(np.abs(got - want) <= want * 1e-3)
+
+
+def test_works_inside_stream_capture():
+    rng = np.random.default_rng(2)
+    a = cupy.asarray(rng.standard_normal((2, 64, 32)).astype(np.float32))
+    b = cupy.asarray(rng.standard_normal((32, 16)).astype(np.float32))
+    a2 = cupy.asarray(rng.standard_normal((3, 8, 32)).astype(np.float16))
+    b2 = cupy.asarray(rng.standard_normal((3, 32, 8)).astype(np.float16))
+    out = cupy.empty((2, 64, 16), cupy.float32)
+    out2 = cupy.empty((3, 8, 8), cupy.float16)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        blas.matmul(a, b, out=out)  # warm-up: the handle and the stream's workspace
+        blas.matmul(a2, b2, out=out2)
+        s.synchronize()
+        s.begin_capture()
+        blas.matmul(a, b, out=out)
+        blas.matmul(a2, b2, out=out2)
+        graph = s.end_capture()
+        out.fill(0)
+        out2.fill(0)
+        graph.launch(s)
+        s.synchronize()
+    np.testing.assert_allclose(out.get(), a.get() @ b.get(), rtol=1e-5, atol=1e-4)
+    ref2 = a2.get().astype(np.float32) @ b2.get().astype(np.float32)
+    np.testing.assert_allclose(out2.get().astype(np.float32), ref2, rtol=2e-3, atol=2e-2)
+
+
+def test_cupy_matmul_refuses_inside_capture_where_blas_works():
+    """Why blas.py exists: CuPy's own wrapper refuses during capture (GPU.md)."""
+    a = cupy.ones((8, 8), cupy.float32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        cupy.matmul(a, a)
+        s.synchronize()
+        s.begin_capture()
+        try:
+            with pytest.raises(Exception, match="capture"):
+                cupy.matmul(a, a)
+        finally:
+            with contextlib.suppress(Exception):
+                s.end_capture()

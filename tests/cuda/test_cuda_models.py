@@ -1,0 +1,53 @@
+"""The torch-exported decoders and the CNN in tests/data, every compute node on CUDA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onnxep
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+CASES = {
+    "llama_kv.onnx": {"batch": 1, "seq": 8, "past": 16},
+    "llama_kv_opset23.onnx": {"batch": 2, "seq": 3, "past": 5},
+    "hf_llama.onnx": {"batch": 2, "seq": 7},
+    "hf_llama_kv.onnx": {"batch": 2, "seq": 3, "past": 4, "total": 7},
+    "resnet_cnn.onnx": {"batch": 2},
+}
+
+
+def _feeds(sess, dims, rng):
+    feeds = {}
+    for arg in sess.get_inputs():
+        shape = [d if isinstance(d, int) else dims[d] for d in arg.shape]
+        if arg.type == "tensor(int64)" and "mask" in arg.name:
+            feeds[arg.name] = np.ones(shape, np.int64)
+        elif arg.type == "tensor(int64)":
+            feeds[arg.name] = rng.integers(0, 512, shape).astype(np.int64)
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runs_on_cuda_like_the_cpu(name):
+    path = str(DATA / name)
+    cpu = onnxep.InferenceSession(path, providers=["cpu"])
+    gpu = onnxep.InferenceSession(path, providers=["cuda", "cpu"])
+    off = [n for n in gpu.placement() if n.role == "compute" and n.provider != "cuda"]
+    assert not off, "; ".join(f"{n.node} ({n.op_type}): {n.declined}" for n in off)
+    feeds = _feeds(cpu, CASES[name], np.random.default_rng(0))
+    want = cpu.run(None, feeds)
+    gpu.run(None, feeds)
+    cuda = gpu.providers[0]
+    before = cuda.transfer_counts()["device_to_host"]
+    got = gpu.run(None, feeds)
+    reads = cuda.transfer_counts()["device_to_host"] - before
+    assert reads == len(got), f"{reads} device-to-host reads for {len(got)} outputs"
+    for arg, g, w in zip(gpu.get_outputs(), got, want):
+        g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        err = np.abs(g64 - w64) - (1e-4 + 1e-3 * np.abs(w64))
+        assert g.shape == w.shape and np.all(err <= 0), f"{arg.name}: max excess {err.max():.3g}"
