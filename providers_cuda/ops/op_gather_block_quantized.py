@@ -4,9 +4,10 @@ dequantize them in one launch (tied int4 embeddings).
 Takes uint8 data: ``8 / bits`` values per byte along the last axis (low bits
 first) for bits 2 and 4, which must then be the quantize axis, or one value
 per byte for bits 8 with any quantize axis; scales and zero points as the
-CPU kernel reads them. Out-of-range indices cannot be refused without reading
-the indices back on the host, which a captured step must not do: they
-produce zeros, as the operator's spec says (the CPU provider raises).
+CPU kernel reads them. An index outside ``[-s, s-1]`` gives a zero slice, as
+the operator's schema says and the CPU kernel does: the kernel checks each
+index where it reads it, so nothing is read back on the host and the step
+can be captured.
 """
 
 from __future__ import annotations
