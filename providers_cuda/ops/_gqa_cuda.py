@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(128) gqa_decode(
 
   int Tb, Qb, Pb;
   batch_lengths(seqlens_k, q_seqlens, b, S, Tb, Qb, Pb);
-  const int kv_end = imax(0, imin(Tb, kv_limit));
+  const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int j0 = c * chunk;
   if (nchunks > 1 && j0 >= kv_end) return;  // gqa_reduce skips these chunks too
   const int jn = imax(0, imin(chunk, kv_end - j0));
@@ -255,6 +255,26 @@ __global__ void __launch_bounds__(128) gqa_decode(
   }
   __syncthreads();
 
+  // P V, one V tile at a time through ks; qs, free now, accumulates (same idx per thread).
+  for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) qs[idx] = 0.f;
+  for (int t0 = 0; t0 < jn; t0 += ktile) {
+    const int tn = imin(ktile, jn - t0);
+    __syncthreads();  // the previous tile is consumed
+    for (int idx = threadIdx.x; idx < tn * D; idx += blockDim.x) {
+      const int jj = idx / D, d = idx - jj * D;
+      ks[jj * Dp + d] = to_f(vc[kv0 + (long long)(t0 + jj) * D + d]);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
+      const int r = idx / D, d = idx - r * D;
+      if (ms[r] == ONNXEP_NEG_INF) continue;
+      const float* pr = sc + r * chunk + t0;
+      float a = qs[idx];
+      for (int jj = 0; jj < tn; ++jj) a = fmaf(pr[jj], ks[jj * Dp + d], a);
+      qs[idx] = a;
+    }
+  }
+
   const bool has_sink = sink != nullptr || smooth != 0;
   const long long nout = (long long)B * nh * S;
   for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
@@ -262,14 +282,8 @@ __global__ void __launch_bounds__(128) gqa_decode(
     const int rr = rg * rows + r;
     if (rr >= nrows) continue;
     const int g = rr / S, s = rr - g * S, h = hk * G + g;
-    const float* pr = sc + r * chunk;
-    const T* vcol = vc + kv0 + d;
     const float m = ms[r];
-    float a = 0.f;
-    if (m != ONNXEP_NEG_INF) {
-#pragma unroll 4
-      for (int jj = 0; jj < jn; ++jj) a = fmaf(pr[jj], to_f(vcol[(long long)jj * D]), a);
-    }
+    const float a = qs[idx];
     const long long orow = ((long long)b * nh + h) * S + s;
     if (nchunks == 1) {
       const float sv = sink != nullptr ? to_f(sink[h]) : 0.f;
@@ -295,7 +309,7 @@ __global__ void __launch_bounds__(256) gqa_reduce(
   const int s = (int)(orow % S);
   const int h = (int)((orow / S) % nh);
   const int b = (int)(orow / ((long long)S * nh));
-  const int kv_end = imax(0, imin(seqlens_k[b] + 1, kv_limit));
+  const int kv_end = imax(0, imin(seqlens_k[b] + 1, kv_limit));  // kv_limit <= C
   const int nc = imin(nchunks, (kv_end + chunk - 1) / chunk);
   const long long nout = (long long)B * nh * S;
   const float* pm = part + orow * nchunks;
@@ -349,7 +363,7 @@ __global__ void __launch_bounds__(128) gqa_prefill(
 
   int Tb, Qb, Pb;
   batch_lengths(seqlens_k, q_seqlens, b, S, Tb, Qb, Pb);
-  const int kv_end = imax(0, imin(Tb, kv_limit));
+  const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int rows = imin(BQ, S - s0);
   int j_hi = kv_end;
   if (causal) j_hi = imin(j_hi, Pb + s0 + rows);  // keys j <= P + s of the last row
@@ -481,8 +495,8 @@ def uses_decode(s: int) -> bool:
 
 
 def plan_decode(b: int, s: int, nh: int, nkv: int, d: int, cap: int, sms: int) -> DecodeGeometry:
-    """Chunks over the cache capacity so that about two blocks per SM run, each chunk at
-    least 64 keys, every block within the 48 KiB of shared memory."""
+    """Chunks over the cache capacity so that about two blocks per SM run, each chunk a
+    multiple of 32 keys, every block within the 48 KiB of shared memory."""
     _check_head_size(d)
     nrows = (nh // nkv) * s
     nrg = math.ceil(nrows / DECODE_MAX_ROWS)
@@ -493,10 +507,11 @@ def plan_decode(b: int, s: int, nh: int, nkv: int, d: int, cap: int, sms: int) -
     if chunk_cap < 32:
         raise InvalidArgument(f"GroupQueryAttention: head size {d} leaves no key chunk in 48 KiB")
     want = max(1, math.ceil(2 * sms / max(1, b * nkv * nrg)))
-    chunk = max(64, _round_up(math.ceil(max(cap, 1) / want), 32))
+    chunk = max(32, _round_up(math.ceil(max(cap, 1) / want), 32))
     chunk = min(chunk, chunk_cap, max(32, _round_up(cap, 32)))
     nchunks = max(1, math.ceil(cap / chunk))
-    smem = 4 * (fixed + rows * chunk)
+    ktile = min(ktile, chunk)
+    smem = 4 * (rows * d + ktile * (d + 1) + 2 * rows + rows * chunk)
     return DecodeGeometry(rows, nrg, chunk, nchunks, ktile, smem)
 
 

@@ -1,0 +1,178 @@
+"""The CUDA attention kernels' host side, checked without a GPU.
+
+What runs here: the op modules import without CuPy and register what they
+claim; the builders decline what the kernels cannot run, with the reason,
+before touching CuPy; the launch geometry fits the hardware limits for every
+head size the kernels take; and, where nvcc is installed, the CUDA source
+compiles. The numerics run in tests/cuda/test_cuda_attention.py on a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from onnxep.errors import InvalidArgument, NotSupported
+from onnxep.providers import KernelLibrary
+from onnxep.providers.node import NodeInfo, ValueInfo
+from onnxep.providers_cuda.ops import _gqa_cuda as gqa
+from onnxep.providers_cuda.ops._rotary_cuda import ROPE_SOURCE
+from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
+from onnxep.providers_cuda.ops.op_rotary_embedding import rotary_embedding
+from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import rotary_embedding_contrib
+
+_MSFT = "com.microsoft"
+
+
+def _specs():
+    lib = KernelLibrary.from_package("onnxep.providers_cuda.ops")
+    return {(s.domain, s.op_type, s.since_version): s for s in lib}
+
+
+def test_attention_kernels_are_claimed_without_cupy():
+    specs = _specs()
+    gqa_spec = specs[(_MSFT, "GroupQueryAttention", 1)]
+    # total_sequence_length sizes present on the host; seqlens_k stays on the device
+    assert gqa_spec.host_inputs == (6,)
+    assert gqa_spec.capture_safe
+    assert gqa_spec.dtype_refusal("GroupQueryAttention", [np.dtype("float16")]) is None
+    for dt in ("float64", "bfloat16"):
+        refusal = gqa_spec.dtype_refusal("GroupQueryAttention", [np.dtype(dt)])
+        assert refusal and "not supported" in refusal, dt
+    for key in [(_MSFT, "RotaryEmbedding", 1), (_MSFT, "MRotaryEmbedding", 1),
+                ("", "RotaryEmbedding", 23)]:  # fmt: skip
+        assert specs[key].capture_safe, key
+        assert specs[key].host_inputs == ()
+
+
+def _gqa_node(attrs, extra=(), outputs=3, width=64):
+    """Inputs 0-6 wired, plus the optional ones in ``extra``."""
+    ins = [
+        ValueInfo(f"in{i}", "tensor", np.dtype(np.float32)) if i < 7 or i in extra else None
+        for i in range(max(7, *extra, 0) + 1 if extra else 7)
+    ]
+    ins[0] = ValueInfo("query", "tensor", np.dtype(np.float32), (1, "s", width))
+    outs = tuple(ValueInfo(f"out{i}", "tensor") for i in range(outputs))
+    return NodeInfo("GroupQueryAttention", _MSFT, "gqa", 1, attrs, tuple(ins), outs)
+
+
+GQA_DECLINES = [
+    ({"num_heads": 6, "kv_num_heads": 4}, {}, "multiple of kv_num_heads"),
+    ({"num_heads": 4, "kv_num_heads": 2, "sliding_window_cache": 1}, {}, "sliding_window_cache"),
+    ({"num_heads": 4, "kv_num_heads": 2, "k_quant_type": "PER_TENSOR"}, {}, "k_quant_type"),
+    ({"num_heads": 4, "kv_num_heads": 2}, {"extra": (12,)}, "k_scale"),
+    ({"num_heads": 4, "kv_num_heads": 2}, {"extra": (14, 16)}, "q_norm_weight"),
+    ({"num_heads": 4, "kv_num_heads": 2, "qk_output": 1}, {"outputs": 4}, "output_qk"),
+    ({"num_heads": 2, "kv_num_heads": 1}, {"width": 2 * 512}, "head size 512"),
+]
+
+
+@pytest.mark.parametrize("attrs,shape,reason", GQA_DECLINES, ids=[c[2] for c in GQA_DECLINES])
+def test_group_query_attention_declines_with_reason(attrs, shape, reason):
+    with pytest.raises(NotSupported, match=reason):
+        group_query_attention(_gqa_node(attrs, **shape), None)
+
+
+def test_group_query_attention_needs_its_head_counts():
+    with pytest.raises(NotSupported, match="num_heads"):
+        group_query_attention(_gqa_node({"kv_num_heads": 2}), None)
+
+
+def _rope_node(op, domain, attrs, rank=3):
+    ins = (ValueInfo("x", "tensor", np.dtype(np.float32), (1,) * rank),)
+    return NodeInfo(op, domain, "rope", 23 if domain == "" else 1, attrs, ins, ())
+
+
+@pytest.mark.parametrize(
+    "op,attrs,reason",
+    [
+        ("MRotaryEmbedding", {}, "mrope_section attribute is required"),
+        ("RotaryEmbedding", {"mrope_section": [4, 4]}, "3 values"),
+        ("RotaryEmbedding", {"mrope_section": [4, 4, 4], "mrope_layout": 2}, "0 or 1"),
+    ],
+)
+def test_rotary_contrib_declines_with_reason(op, attrs, reason):
+    with pytest.raises(NotSupported, match=reason):
+        rotary_embedding_contrib(_rope_node(op, _MSFT, attrs), None)
+
+
+def test_rotary_onnx_declines_3d_input_without_num_heads():
+    with pytest.raises(NotSupported, match="num_heads"):
+        rotary_embedding(_rope_node("RotaryEmbedding", "", {}, rank=3), None)
+
+
+HEAD_SIZES = [1, 8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256]
+
+
+@pytest.mark.parametrize("d", HEAD_SIZES)
+def test_decode_geometry_fits_and_covers(d):
+    for (nh, nkv), s, cap, b, sms in itertools.product(
+        [(14, 2), (32, 1), (8, 8), (40, 8), (28, 4)], [1, 2, 4], [1, 31, 2048, 32768], [1, 8],
+        [16, 132],
+    ):  # fmt: skip
+        g = gqa.plan_decode(b, s, nh, nkv, d, cap, sms)
+        where = f"d={d} heads={nh}/{nkv} s={s} cap={cap} b={b}: {g}"
+        assert g.smem <= gqa.SMEM_LIMIT, where
+        assert g.rows <= gqa.DECODE_MAX_ROWS and g.rows * g.nrg >= (nh // nkv) * s, where
+        assert g.chunk % 32 == 0 and g.chunk * g.nchunks >= cap, where
+        assert 1 <= g.ktile <= g.chunk, where
+        floats = g.rows * d + g.rows * g.chunk + g.ktile * (d + 1) + 2 * g.rows
+        assert g.smem == 4 * floats, where  # the kernel carves exactly this much
+        assert g.nchunks <= 2**31 - 1 and nkv * g.nrg <= 65535, where
+
+
+def test_split_k_fills_the_device_for_a_long_decode():
+    """One token over 2000 cached rows on 132 SMs: about a block per SM (chunks are
+    multiples of 32 keys, so 2 KV heads x 63 chunks)."""
+    g = gqa.plan_decode(1, 1, 14, 2, 64, 2000, 132)
+    assert g.nchunks > 1
+    assert 2 * g.nchunks >= 0.9 * 132
+
+
+@pytest.mark.parametrize("d", HEAD_SIZES)
+def test_prefill_geometry_fits(d):
+    g = gqa.plan_prefill(d)
+    floats = g.bq * d + g.bk * (d + 1) + g.bk * d + g.bq * g.bk + g.bq * d + 3 * g.bq
+    assert g.smem == 4 * floats <= gqa.SMEM_LIMIT
+
+
+@pytest.mark.parametrize(
+    "plan", [lambda d: gqa.plan_decode(1, 1, 2, 1, d, 64, 8), gqa.plan_prefill]
+)
+def test_head_size_outside_the_kernels_is_an_error(plan):
+    with pytest.raises(InvalidArgument, match="head size 257"):
+        plan(gqa.MAX_HEAD_SIZE + 1)
+
+
+def test_decode_path_only_for_few_query_rows():
+    assert gqa.uses_decode(1) and gqa.uses_decode(gqa.DECODE_MAX_QUERY)
+    assert not gqa.uses_decode(gqa.DECODE_MAX_QUERY + 1)
+
+
+def _force_instantiation(source: str, names) -> str:
+    refs = "".join(f"  p[{i}] = (void*)&{n};\n" for i, n in enumerate(names))
+    return f"{source}\n__global__ void onnxep_instantiate(void** p) {{\n{refs}}}\n"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
+@pytest.mark.parametrize("which", ["gqa", "rope"])
+def test_cuda_source_compiles(which, tmp_path):
+    """nvcc (not NVRTC, but the same front end) builds every template instantiation."""
+    if which == "gqa":
+        source, names = gqa.GQA_SOURCE, gqa.NAME_EXPRESSIONS
+    else:
+        source, names = ROPE_SOURCE, ("rope_apply<float>", "rope_apply<__half>")
+    src = _force_instantiation(source, names)
+    cu = tmp_path / f"{which}.cu"
+    cu.write_text(src)
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
+           str(tmp_path / f"{which}.cubin"), str(cu)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    built = set(re.findall(r"Compiling entry function '(\w+)'", res.stderr))
+    assert len(built) == len(names) + 1, res.stderr[-4000:]
