@@ -42,7 +42,17 @@ def main() -> dict:
     args = (a.data.ptr, b.data.ptr, c.data.ptr, 4, 1, 4, 1, 4)
     sp = cupy.cuda.get_current_stream().ptr
     run = elementwise.binary_runner("add", lambda x, y: (x + y,))
+    from cupy_backends.cuda import stream as stream_module
+
     res = {
+        "piece_flags_c_contiguous": per_call_us(lambda: a.flags.c_contiguous),
+        "piece__c_contiguous": per_call_us(lambda: getattr(a, "_c_contiguous", None)),
+        "piece_dtype_name": per_call_us(lambda: a.dtype.name),
+        "piece_data_ptr": per_call_us(lambda: a.data.ptr),
+        "piece_get_current_stream_ptr": per_call_us(
+            lambda: getattr(stream_module, "get_current_stream_ptr", lambda: 0)()
+        ),
+        "piece_current_stream_obj_ptr": per_call_us(lambda: cupy.cuda.get_current_stream().ptr),
         "cupy_ufunc_alloc": per_call_us(lambda: cupy.add(a, b)),
         "cupy_ufunc_out": per_call_us(lambda: cupy.add(a, b, out=c)),
         "cupy_empty": per_call_us(lambda: cupy.empty(4, cupy.float32)),

@@ -32,7 +32,8 @@ def chain_model(n: int) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
         [one],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # IR 10: onnxruntime builds before 1.31 refuse newer IR versions
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def measure(n: int = 500, runs: int = 200, providers: list[str] | None = None) -> dict[str, float]:

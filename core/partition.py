@@ -85,7 +85,10 @@ def move_shape_math_to_host(
     A node moves when every use of its outputs is a host-memory input of a
     device kernel, or an input of a node that moves too, and every input it
     reads is already on the host (a constant, a graph input, a host output).
-    Returns how many nodes moved.
+    A node that computes from shapes alone (constants and host outputs, no
+    graph input) moves too when *some* use is such a host input, even if a
+    device kernel also reads the result: copying a small value up costs no
+    synchronization, reading it back down does. Returns how many nodes moved.
     """
     if host is None:
         return 0
@@ -131,6 +134,35 @@ def move_shape_math_to_host(
                 shape_only.add(id(p.node))
                 grew = True
 
+    # Nodes some of whose results size tensors (directly, or through such nodes).
+    feeds_host: set[int] = set()
+
+    def some_host_use(v: ir.Value) -> bool:
+        for use in v.uses():
+            p = by_node.get(id(use.node))
+            if p is None:
+                continue
+            key = id(p.node)
+            if key in shape_only or key in feeds_host or use.idx in p.claim.spec.host_inputs:
+                return True
+        return False
+
+    grew = True
+    while grew:
+        grew = False
+        for p in reversed(placed):
+            if id(p.node) in feeds_host or id(p.node) in shape_only:
+                continue
+            if any(some_host_use(o) for o in p.node.outputs):
+                feeds_host.add(id(p.node))
+                grew = True
+
+    def shape_value(v: ir.Value | None) -> bool:
+        """On the host and derived from shapes or constants, not from a graph input."""
+        if v is not None and v.const_value is None and v.is_graph_input():
+            return False
+        return host_value(v)
+
     moved = 0
     changed = True
     while changed:
@@ -138,9 +170,10 @@ def move_shape_math_to_host(
         for p in reversed(placed):
             if p.provider.device == "cpu" or id(p.node) in on_host:
                 continue
-            if id(p.node) not in shape_only:
-                continue
-            if not all(host_value(v) for v in p.node.inputs):
+            if id(p.node) in shape_only:
+                if not all(host_value(v) for v in p.node.inputs):
+                    continue
+            elif id(p.node) not in feeds_host or not all(shape_value(v) for v in p.node.inputs):
                 continue
             res = host.claim(p.info)
             if not isinstance(res, Claim):

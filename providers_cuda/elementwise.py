@@ -96,12 +96,26 @@ def _max_grid() -> int:
     return cap
 
 
-def _launchers(op: str, sig: str) -> dict[str, Launcher]:
-    """This op's kernel per dtype name, loaded on the current device."""
+def _launchers(op: str, sig: str) -> dict[Any, Launcher]:
+    """This op's kernel per dtype (keyed by the NumPy dtype), loaded on the current device."""
+    import numpy as np
+
     return {
-        dt: Launcher(nvrtc.function(SOURCE, f"{op}_k<{ct}>", name_expressions=NAMES), sig)
+        np.dtype(dt): Launcher(nvrtc.function(SOURCE, f"{op}_k<{ct}>", name_expressions=NAMES), sig)
         for dt, ct in TYPES.items()
     }
+
+
+def _c_contiguous() -> Callable[[Any], bool]:
+    """The cheapest C-contiguity test this CuPy offers (``flags`` builds an object per call)."""
+    import operator
+
+    import cupy
+
+    probe = cupy.empty(1)
+    if isinstance(getattr(probe, "_c_contiguous", None), bool):
+        return operator.attrgetter("_c_contiguous")
+    return lambda x: x.flags.c_contiguous
 
 
 def block_index(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, int] | None:
@@ -142,11 +156,12 @@ def binary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tupl
     grid_cap = _max_grid()
     empty = cupy.empty
     stream_ptr = _stream_ptr_fn()
+    contiguous = _c_contiguous()
 
     def run(a: Any, b: Any) -> tuple:
         dt = a.dtype
-        la = launchers.get(dt.name)
-        if la is None or b.dtype != dt or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        la = launchers.get(dt)
+        if la is None or b.dtype != dt or not (contiguous(a) and contiguous(b)):
             return fallback(a, b)
         sa, sb = a.shape, b.shape
         if sa == sb:
@@ -182,10 +197,11 @@ def unary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tuple
     grid_cap = _max_grid()
     empty = cupy.empty
     stream_ptr = _stream_ptr_fn()
+    contiguous = _c_contiguous()
 
     def run(x: Any) -> tuple:
-        la = launchers.get(x.dtype.name)
-        if la is None or not x.flags.c_contiguous:
+        la = launchers.get(x.dtype)
+        if la is None or not contiguous(x):
             return fallback(x)
         out = empty(x.shape, x.dtype)
         n = x.size

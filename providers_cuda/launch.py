@@ -11,12 +11,15 @@ same argument values (a pointer is an int64 either way).
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
 import threading
 from typing import Any
 
 #: Argument codes: ``p`` device pointer, ``q`` int64, ``i`` int32, ``f`` float32.
 _CTYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int32, "f": ctypes.c_float}
+#: cuLaunchKernel's ``extra`` keys: the arguments as one packed buffer.
+_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 
 _driver: Any = None
 _driver_lock = threading.Lock()
@@ -50,6 +53,9 @@ class Launcher:
         self._launch = None
         loaded = getattr(function, "kernel", function)  # RawKernel -> its cuda.Function
         self._ptr = getattr(loaded, "ptr", None)
+        if set(signature) - set("pq"):
+            use_driver = False  # packing is only written for 8-byte arguments
+        self._pack = struct.Struct("<" + signature.replace("p", "Q")).pack_into
         if use_driver and isinstance(self._ptr, int) and self._ptr:
             try:
                 self._launch = _launch_fn()
@@ -61,13 +67,23 @@ class Launcher:
         """Whether launches go straight to the driver (else through CuPy)."""
         return self._launch is not None
 
-    def _slots(self) -> tuple[list[Any], Any]:
-        slots = getattr(self._local, "slots", None)
-        if slots is None:
-            values = [_CTYPES[c]() for c in self.signature]
-            params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            slots = self._local.slots = (values, params)
-        return slots
+    def _packed(self) -> tuple[Any, Any]:
+        """This thread's argument buffer and the ``extra`` array pointing at it.
+
+        Every argument here is 8 bytes (pointers and int64), so the kernel's
+        parameter block is the arguments packed back to back, written with
+        one ``struct.pack_into`` per launch.
+        """
+        slot = getattr(self._local, "packed", None)
+        if slot is None:
+            size = 8 * len(self.signature)
+            buf = ctypes.create_string_buffer(size)
+            nbytes = ctypes.c_size_t(size)
+            extra = (ctypes.c_void_p * 5)(
+                _BUFFER_POINTER, ctypes.addressof(buf), _BUFFER_SIZE, ctypes.addressof(nbytes), _END
+            )
+            slot = self._local.packed = (buf, extra, nbytes)
+        return slot[0], slot[1]
 
     def __call__(self, grid: int, block: int, args: tuple, stream: int) -> None:
         """Queue the kernel on ``stream`` (a raw handle); ``args`` follow the signature."""
@@ -75,10 +91,9 @@ class Launcher:
         if launch is None:
             self._cupy_call(grid, block, args)
             return
-        values, params = self._slots()
-        for slot, a in zip(values, args):
-            slot.value = a
-        rc = launch(self._ptr, grid, 1, 1, block, 1, 1, 0, stream, params, None)
+        buf, extra = self._packed()
+        self._pack(buf, 0, *args)
+        rc = launch(self._ptr, grid, 1, 1, block, 1, 1, 0, stream, None, extra)
         if rc:
             raise RuntimeError(f"cuLaunchKernel failed with CUDA error {rc}")
 

@@ -24,6 +24,7 @@ import onnx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import cuda_sim  # noqa: E402
 import parity_cases as pc  # noqa: E402
 
 import onnxep  # noqa: E402
@@ -34,6 +35,7 @@ from onnxep.providers_cuda.declines import claimed_ops, dtype_refusal  # noqa: E
 DECLINED_CASES = {
     r"^test_dft_inverse": "inverse float32 DFT is declined (op_dft.py)",
     r"training_dropout": "training-mode Dropout is declined (op_dropout.py)",
+    r"bernoulli|random": "random outputs: the two providers draw different numbers",
 }
 PREFERRED = ("float", "float16", "int64", "int32", "bool", "uint8", "double", "int8")
 MAX_DTYPES = 4
@@ -71,19 +73,29 @@ def _model_refused(model: onnx.ModelProto) -> bool:
     return False
 
 
-def _valid_on_cpu(case: str, dtype: str) -> bool:
+def _valid_on_cpu(case: str, dtype: str, op: tuple[str, str] | None = None) -> bool:
+    """The case runs on the CPU provider, and (given ``op``) the CUDA provider's
+    placement, simulated, runs at least one of the op's nodes as a compute node."""
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             model, feeds = pc.build(case, dtype)
             sess = onnxep.InferenceSession(model, providers=["cpu"])
             sess.run(None, feeds)
+            if op is not None:
+                sim = onnxep.InferenceSession(model, providers=[cuda_sim.NAME, "cpu"])
+                mine = [n for n in sim.placement() if (n.domain or "", n.op_type) == op]
+                if not any(n.provider == cuda_sim.NAME and n.role == "compute" for n in mine):
+                    return False
+                if any(n.provider != cuda_sim.NAME and n.role == "compute" for n in mine):
+                    return False
         return True
     except Exception:
         return False
 
 
 def main() -> None:
+    cuda_sim.register()
     uses: dict[tuple[str, str], list[str]] = defaultdict(list)
     single: set[str] = set()
     models = {}
@@ -119,7 +131,7 @@ def main() -> None:
                 dt = _first_input_dtype(m, op, dom)
                 if dt is None or dt in by_dtype:
                     continue
-                if _valid_on_cpu(name, "float32"):
+                if _valid_on_cpu(name, "float32", (dom, op)):
                     by_dtype[dt] = name
             order = sorted(
                 by_dtype, key=lambda d: (PREFERRED.index(d) if d in PREFERRED else 99, d)
@@ -127,7 +139,7 @@ def main() -> None:
             for dt in order[:MAX_DTYPES]:
                 entries.append((by_dtype[dt], "float16" if dt == "float16" else "float32"))
             if "float16" not in by_dtype and "float" in by_dtype and by_dtype["float"] in single:
-                if _valid_on_cpu(by_dtype["float"], "float16"):
+                if _valid_on_cpu(by_dtype["float"], "float16", (dom, op)):
                     entries.append((by_dtype["float"], "float16"))
         table[key] = entries
         print(f"{key:45s} {entries}", flush=True)

@@ -13,30 +13,34 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 MS = "com.microsoft"
 
 
-def _model(op: str, feeds: dict, names: list[str], outputs: list[str], attrs=None, domain=MS):
+def _model(
+    op: str, feeds: dict, names: list[str], outputs: list[str], attrs=None, domain=MS, consts=()
+):
+    """One node; inputs named in ``consts`` become initializers (weights), the rest feeds."""
     node = helper.make_node(op, names, outputs, domain=domain, **(attrs or {}))
     ins = [
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), None)
         for n in names
-        if n
+        if n and n not in consts
     ]
+    inits = [numpy_helper.from_array(feeds[n], n) for n in consts]
     first = feeds[names[0]].dtype
     outs = [
         helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(first), None)
         for o in outputs
         if o
     ]
-    graph = helper.make_graph([node], op, ins, outs)
+    graph = helper.make_graph([node], op, ins, outs, inits)
     m = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
     )
     m.ir_version = 10
-    return m, {n: feeds[n] for n in names if n}
+    return m, {n: feeds[n] for n in names if n and n not in consts}
 
 
 def _r(rng, shape, dt, scale=1.0):
@@ -219,7 +223,8 @@ def matmul_nbits(dtype, rng):
         "scales": (rng.random((n, blocks)) * 0.1 + 0.01).astype(dtype),
     }
     attrs = {"K": k, "N": n, "bits": bits, "block_size": block}
-    return _model("MatMulNBits", f, ["A", "B", "scales"], ["Y"], attrs)
+    # the CUDA kernel repacks constant weights once, as exports carry them
+    return _model("MatMulNBits", f, ["A", "B", "scales"], ["Y"], attrs, consts=("B", "scales"))
 
 
 def gather_block_quantized(dtype, rng):

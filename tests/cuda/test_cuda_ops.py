@@ -9,6 +9,8 @@ from onnx import TensorProto, helper
 
 import onnxep
 
+cupy = pytest.importorskip("cupy", reason="the CUDA tests need CuPy and a GPU")
+
 SHAPES = [
     ((2, 3, 4), (2, 3, 4)),  # same shape
     ((2, 3, 4), ()),  # scalar
@@ -134,3 +136,14 @@ def test_raw_launches_go_through_the_driver():
     onnxep.InferenceSession(m, providers=["cuda"])
     launchers = elementwise._launchers("add", "pppqqqqq")  # noqa: SLF001
     assert all(la.direct for la in launchers.values())
+    # the packed-buffer launch computes what the kernel's own CuPy launch computes
+    a = cupy.arange(6, dtype=cupy.float32)
+    out = cupy.empty(6, cupy.float32)
+    la = launchers[np.dtype(np.float32)]
+    la(
+        1,
+        256,
+        (a.data.ptr, a.data.ptr, out.data.ptr, 6, 1, 6, 1, 6),
+        cupy.cuda.get_current_stream().ptr,
+    )
+    np.testing.assert_array_equal(out.get(), 2 * np.arange(6, dtype=np.float32))

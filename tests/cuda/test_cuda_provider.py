@@ -104,7 +104,8 @@ def test_two_sessions_on_device_ids_keep_their_own_stream_and_pool():
     ndev = cupy.cuda.runtime.getDeviceCount()
     ids = [0, 1 if ndev > 1 else 0]
     sessions = [
-        onnxep.InferenceSession(unary_pair(), providers=[("cuda", {"device_id": i})]) for i in ids
+        onnxep.InferenceSession(unary_pair(shape=["n"]), providers=[("cuda", {"device_id": i})])
+        for i in ids
     ]
     p0, p1 = (s.providers[0] for s in sessions)
     assert p0.stream.ptr != p1.stream.ptr and p0.pool is not p1.pool
