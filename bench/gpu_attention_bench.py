@@ -68,7 +68,7 @@ def measure(
     import cupy
 
     from onnxep.providers_cuda.ops._attention_cuda import sm_count
-    from onnxep.providers_cuda.ops._gqa_cuda import plan_decode
+    from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
     from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 
     if context > capacity:

@@ -20,7 +20,8 @@ import pytest
 from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers import KernelLibrary
 from onnxep.providers.node import NodeInfo, ValueInfo
-from onnxep.providers_cuda.ops import _gqa_cuda as gqa
+from onnxep.providers_cuda.ops import _gqa_cuda as gqa_src
+from onnxep.providers_cuda.ops import _gqa_geometry as gqa
 from onnxep.providers_cuda.ops._rotary_cuda import ROPE_SOURCE
 from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 from onnxep.providers_cuda.ops.op_rotary_embedding import rotary_embedding
@@ -164,7 +165,7 @@ def _force_instantiation(source: str, names) -> str:
 def test_cuda_source_compiles(which, tmp_path):
     """nvcc (not NVRTC, but the same front end) builds every template instantiation."""
     if which == "gqa":
-        source, names = gqa.GQA_SOURCE, gqa.NAME_EXPRESSIONS
+        source, names = gqa_src.GQA_SOURCE, gqa_src.NAME_EXPRESSIONS
     else:
         source, names = ROPE_SOURCE, ("rope_apply<float>", "rope_apply<__half>")
     src = _force_instantiation(source, names)

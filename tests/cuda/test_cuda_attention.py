@@ -184,7 +184,7 @@ def test_group_query_attention(case, dt):
 def test_group_query_attention_long_context_split_k(lens, dt):
     """A single token over 2048 cached rows (Qwen2.5-0.5B heads) takes the split-K path."""
     from onnxep.providers_cuda.ops._attention_cuda import sm_count
-    from onnxep.providers_cuda.ops._gqa_cuda import plan_decode
+    from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
 
     b, nh, nkv, hd, cap = len(lens), 14, 2, 64, 2048
     geo = plan_decode(b, 1, nh, nkv, hd, cap, sm_count())

@@ -1,0 +1,232 @@
+"""One GroupQueryAttention step planned for one input signature.
+
+:func:`plan_step` checks the inputs' shapes and dtypes, picks the kernels and
+their geometry and builds every scalar argument once; the callable it returns
+does only what must happen per call: allocate the outputs and launch. A
+signature is the inputs' shapes and dtypes plus ``total_sequence_length``, so
+a fixed-capacity decode loop plans once and then runs the lean path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxep.errors import InvalidArgument
+
+from ._attention_cuda import FLAT_BLOCK, flat_grid
+from ._gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
+
+_OP = "GroupQueryAttention"
+# Positions of the arrays in the tuple a step takes (total_sequence_length is apart).
+QUERY, KEY, VALUE, PAST_K, PAST_V, SEQLENS, COS, SIN, POS, BIAS, SINK, QSEQ = range(12)
+
+
+def _bias_strides(bias, b: int, nh: int, s: int, kv_limit: int) -> tuple[int, int, int, int]:
+    """Element strides of a (B|1, N|1, S|1, L|1) bias, 0 along broadcast dims."""
+    want = (b, nh, s)
+    if bias.ndim != 4 or any(n not in (1, w) for n, w in zip(bias.shape[:3], want, strict=True)):
+        raise InvalidArgument(
+            f"{_OP}: attention_bias of shape {tuple(bias.shape)} does not broadcast to "
+            f"({b}, {nh}, {s}, total_sequence_length)"
+        )
+    if bias.shape[3] != 1 and bias.shape[3] < kv_limit:
+        raise InvalidArgument(
+            f"{_OP}: attention_bias has {bias.shape[3]} key columns, fewer than the "
+            f"{kv_limit} keys attended"
+        )
+    _, n, q, k = bias.shape
+    full = (n * q * k, q * k, k, 1)
+    return tuple(0 if size == 1 else st for size, st in zip(bias.shape, full, strict=True))
+
+
+def _check_inputs(cfg, ins: Sequence[Any]) -> tuple[int, int, int, int, bool]:
+    """(b, s, head size, past length, packed) after checking every input's shape."""
+    nh, nkv = cfg.num_heads, cfg.kv_num_heads
+    query, key, value, past_k, past_v = ins[QUERY], ins[KEY], ins[VALUE], ins[PAST_K], ins[PAST_V]
+    if query.ndim != 3:
+        raise InvalidArgument(f"{_OP}: query must be 3-D, got shape {tuple(query.shape)}")
+    b, s, width = query.shape
+    packed = key is None
+    if packed:
+        if value is not None:
+            raise InvalidArgument(f"{_OP}: value given without key")
+        heads = nh + 2 * nkv
+        if width % heads:
+            raise InvalidArgument(
+                f"{_OP}: packed QKV width {width} is not a multiple of "
+                f"num_heads + 2 * kv_num_heads = {heads}"
+            )
+        d = width // heads
+    else:
+        if value is None or width % nh:
+            raise InvalidArgument(
+                f"{_OP}: needs key and value together, and a query width ({width}) "
+                f"that is a multiple of num_heads ({nh})"
+            )
+        d = width // nh
+        if key.shape != (b, s, nkv * d) or value.shape != key.shape:
+            raise InvalidArgument(
+                f"{_OP}: key {tuple(key.shape)} and value {tuple(value.shape)} must both be "
+                f"({b}, {s}, {nkv * d})"
+            )
+    if (past_k is None) != (past_v is None):
+        raise InvalidArgument(f"{_OP}: past_key and past_value must be given together")
+    pl = 0
+    if past_k is not None:
+        pl = past_k.shape[2] if past_k.ndim == 4 else -1
+        if past_k.shape != (b, nkv, pl, d) or past_v.shape != past_k.shape:
+            raise InvalidArgument(
+                f"{_OP}: past_key {tuple(past_k.shape)} and past_value "
+                f"{tuple(past_v.shape)} must both be ({b}, {nkv}, past_len, {d})"
+            )
+        if past_k.dtype != query.dtype or past_v.dtype != query.dtype:
+            raise InvalidArgument(
+                f"{_OP}: past_key/past_value of dtype {past_k.dtype}/{past_v.dtype} "
+                f"must match the query's {query.dtype}"
+            )
+    seqlens = ins[SEQLENS]
+    if seqlens is None or seqlens.size != b:
+        raise InvalidArgument(f"{_OP}: seqlens_k must hold one length per batch row ({b})")
+    if ins[QSEQ] is not None and ins[QSEQ].size != b:
+        raise InvalidArgument(f"{_OP}: query_seqlens must hold one length per batch row ({b})")
+    if ins[SINK] is not None and ins[SINK].size != nh:
+        raise InvalidArgument(f"{_OP}: head_sink must hold num_heads ({nh}) values")
+    return b, s, d, pl, packed
+
+
+def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any]):
+    """The callable running one step for inputs shaped like ``ins`` (values are never read)."""
+    dt = ins[QUERY].dtype
+    fns = fns_by_dtype.get(dt)
+    if fns is None:
+        raise InvalidArgument(f"{_OP}: query of dtype {dt} is not float32 or float16")
+    nh, nkv = cfg.num_heads, cfg.kv_num_heads
+    b, s, d, pl, packed = _check_inputs(cfg, ins)
+    i32, i64, f32 = np.int32, np.int64, np.float32
+    has_past = ins[PAST_K] is not None
+    cap = max(total, pl) if has_past else total  # present's length, as on the CPU
+    kv_limit = total  # keys at or past total_sequence_length are never attended
+    share = has_past and cap == pl  # present IS the past buffer
+
+    want = {SEQLENS: np.int32, QSEQ: np.int32, POS: np.int64}
+    rot, cache_rows, pos_mode, used = 0, 1, 0, [QUERY, KEY, VALUE, PAST_K, PAST_V, SEQLENS, QSEQ]
+    if cfg.do_rotary:
+        cos, sin = ins[COS], ins[SIN]
+        if cos is None or sin is None or cos.ndim != 2 or sin.shape != cos.shape:
+            raise InvalidArgument(
+                f"{_OP}: do_rotary needs 2-D cos_cache and sin_cache of one shape"
+            )
+        rot, cache_rows = 2 * cos.shape[1], cos.shape[0]
+        if rot > d:
+            raise InvalidArgument(
+                f"{_OP}: cos_cache has {cos.shape[1]} columns: rotary dim {rot} exceeds "
+                f"the head size {d}"
+            )
+        used += [COS, SIN]
+        if ins[POS] is not None:
+            if ins[POS].shape != (b, s):
+                raise InvalidArgument(
+                    f"{_OP}: position_ids must be ({b}, {s}), got {tuple(ins[POS].shape)}"
+                )
+            used.append(POS)
+            # onnxruntime reads only the first id on a first prompt
+            pos_mode = 1 if (s > 1 and s == total and ins[QSEQ] is None) else 2
+    bias_strides = (i64(0),) * 4
+    if ins[BIAS] is not None:
+        bias_strides = tuple(i64(v) for v in _bias_strides(ins[BIAS], b, nh, s, kv_limit))
+        used.append(BIAS)
+    if ins[SINK] is not None:
+        used.append(SINK)
+    used = [i for i in used if ins[i] is not None]
+    # inputs of another dtype than the kernel reads are converted (rare: int64 lengths...)
+    convert = [(i, want.get(i, dt)) for i in used if ins[i].dtype != want.get(i, dt)]
+
+    cache_shape = (b, nkv, cap, d)
+    fill = fns["gqa_kv_fill"]
+    fill_n = b * nkv * cap * d
+    fill_tail = (i64(fill_n), i32(cap), i32(pl), i32(d))
+    fill_grid = (flat_grid(fill_n, sms),)
+    prep = fns["gqa_prepare"]
+    prep_n = b * s * (nh + 2 * nkv) * d
+    width = ins[QUERY].shape[2]
+    if packed:
+        prep_mid = (i64(nh * d), i64((nh + nkv) * d), i64(width), i64(width), i64(width))
+    else:
+        prep_mid = (i64(0), i64(0), i64(width), i64(nkv * d), i64(nkv * d))
+    prep_tail = (i64(prep_n), i32(s), i32(nh), i32(nkv), i32(d), i32(cap), i32(rot),
+                 i32(cfg.interleaved), i32(pos_mode), i32(cache_rows))  # fmt: skip
+    prep_grid = (flat_grid(prep_n, sms),)
+    scale = f32(cfg.scale if cfg.scale else 1.0 / math.sqrt(d))
+    smooth = i32(cfg.smooth)
+    attn_tail = (scale, f32(cfg.softcap), i32(cfg.window), i32(cfg.causal))
+    decode = uses_decode(s)
+    if decode:
+        geo = plan_decode(b, s, nh, nkv, d, cap, sms)
+        attn = fns["gqa_decode"]
+        attn_grid = (geo.nchunks, nkv * geo.nrg, b)
+        attn_mid = (i32(b), i32(s), i32(nh), i32(nkv), i32(d), i32(cap), i32(kv_limit),
+                    i32(geo.chunk), i32(geo.nchunks), i32(geo.rows), i32(geo.nrg),
+                    i32(geo.ktile))  # fmt: skip
+        part_n = b * nh * s * geo.nchunks * (d + 2) if geo.nchunks > 1 else 0
+        reduce_ = fns["gqa_reduce"]
+        red_grid, red_block = (b * nh * s,), (min(256, (d + 31) // 32 * 32),)
+        red_tail = (smooth, i32(b), i32(s), i32(nh), i32(d), i32(kv_limit), i32(geo.chunk),
+                    i32(geo.nchunks))  # fmt: skip
+    else:
+        geo = plan_prefill(d)
+        attn = fns["gqa_prefill"]
+        attn_grid = ((s + geo.bq - 1) // geo.bq, nh, b)
+        attn_mid = (i32(s), i32(nh), i32(nkv), i32(d), i32(cap), i32(kv_limit), i32(geo.bq),
+                    i32(geo.bk))  # fmt: skip
+        part_n = 0
+    smem = geo.smem
+    qbuf_shape, y_shape = (b, nh, s, d), (b, s, nh * d)
+    block, flat_block = (BLOCK,), (FLAT_BLOCK,)
+    empty, ascontig, f32_t = xp.empty, xp.ascontiguousarray, np.float32
+
+    def step(ins: list) -> tuple:
+        for i, to in convert:
+            ins[i] = ascontig(ins[i].astype(to))
+        for i in used:
+            if not ins[i].flags.c_contiguous:
+                ins[i] = ascontig(ins[i])
+        query, key, value, past_k, past_v, seqlens, cos, sin, pos, bias, sink, qseq = ins
+        if share:
+            kc, vc = past_k, past_v
+        else:
+            kc, vc = empty(cache_shape, dtype=dt), empty(cache_shape, dtype=dt)
+            if fill_n:
+                fill(fill_grid, flat_block, (past_k, past_v, kc, vc, *fill_tail))
+        qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
+        if not prep_n:
+            return (y, kc, vc)
+        src = (query, query, query) if packed else (query, key, value)
+        prep(prep_grid, flat_block,
+             (*src, *prep_mid, qbuf, kc, vc, seqlens, qseq, cos, sin, pos, *prep_tail))  # fmt: skip
+        head = (qbuf, kc, vc, seqlens, qseq, bias, *bias_strides, sink, smooth)
+        if decode:
+            part = empty(part_n, dtype=f32_t) if part_n else None
+            attn(attn_grid, block, (*head, part, y, *attn_mid, *attn_tail), shared_mem=smem)
+            if part_n:
+                reduce_(red_grid, red_block, (part, y, seqlens, sink, *red_tail))
+        else:
+            attn(attn_grid, block, (*head, y, *attn_mid, *attn_tail), shared_mem=smem)
+        return (y, kc, vc)
+
+    return step
+
+
+def host_total(v: Any) -> int:
+    """total_sequence_length from host memory (the kernel declares it a host input)."""
+    if type(v) is np.ndarray and v.size == 1:
+        return int(v.item())
+    if isinstance(v, np.ndarray | np.generic | int):
+        return int(np.asarray(v).reshape(-1)[0])
+    raise InvalidArgument(
+        f"{_OP}: total_sequence_length must be a host array (the kernel declares it a host "
+        f"input), got {type(v).__name__}"
+    )
