@@ -102,7 +102,10 @@ def load_external_data(loaded: LoadedModel) -> None:
             raise InvalidModel(
                 f"{what} needs external data file {ref.location!r}, which is not in {str(base)!r}"
             )
-        check_external_range(t, ref, target, what)
+        size = check_external_range(t, ref, target, what)
+        if ref.length is None:
+            # onnx would read to the end of the file; onnxruntime reads what the dims need.
+            t.external_data.add(key="length", value=str(size))
     try:
         external_data_helper.load_external_data_for_model(loaded.proto, str(base))
     except (ValueError, OSError, onnx.checker.ValidationError) as exc:

@@ -34,6 +34,22 @@ _MESSAGE_FIELD = {
     AttributeProto.SPARSE_TENSOR: "sparse_tensor",
     AttributeProto.TYPE_PROTO: "tp",
 }
+#: Each attribute value field and the type it belongs to (onnx's checker pairs them so).
+_SINGULAR_FIELDS = {
+    "f": AttributeProto.FLOAT,
+    "i": AttributeProto.INT,
+    "s": AttributeProto.STRING,
+    **{field: kind for kind, field in _MESSAGE_FIELD.items()},
+}
+_REPEATED_FIELDS = {
+    "floats": AttributeProto.FLOATS,
+    "ints": AttributeProto.INTS,
+    "strings": AttributeProto.STRINGS,
+    "tensors": AttributeProto.TENSORS,
+    "graphs": AttributeProto.GRAPHS,
+    "sparse_tensors": AttributeProto.SPARSE_TENSORS,
+    "type_protos": AttributeProto.TYPE_PROTOS,
+}
 
 
 def canonical_domain(domain: str) -> str:
@@ -156,12 +172,41 @@ def _check_attributes(site: _Site) -> None:
                 f"attribute {attr.name!r} is {_type_name(attr.type)} but the op declares "
                 f"{_type_name(want)}"
             )
-        field = _MESSAGE_FIELD.get(want)
-        if field is not None and not attr.ref_attr_name and not attr.HasField(field):
-            raise site.fail(f"attribute {attr.name!r} has no value")
     for name, spec in declared.items():
         if spec.required and name not in seen:
             raise site.fail(f"required attribute {name!r} is missing")
+
+
+def _check_attribute_fields(node: onnx.NodeProto, index: int, where: str) -> None:
+    """Each attribute's type names a known kind and matches the one value field it sets.
+
+    This holds for every node, with or without a schema: onnx-ir reads the
+    value by the type, so a TENSOR attribute without a tensor would surface
+    much later as a tensor that cannot be read.
+    """
+    for attr in node.attribute:
+        label = f"{node_label(node, index, where)}: attribute {attr.name!r}"
+        if attr.ref_attr_name:
+            continue  # a function body's reference to the caller's attribute
+        if attr.type == AttributeProto.UNDEFINED or attr.type not in _TYPE_NAMES:
+            raise InvalidModel(f"{label} has no valid type ({_type_name(attr.type)})")
+        used = [f for f in _SINGULAR_FIELDS if attr.HasField(f)]
+        used += [f for f in _REPEATED_FIELDS if len(getattr(attr, f))]
+        if len(used) > 1:
+            raise InvalidModel(f"{label} sets several value fields ({', '.join(used)})")
+        for field in used:
+            kind = _SINGULAR_FIELDS.get(field, _REPEATED_FIELDS.get(field))
+            if kind != attr.type:
+                raise InvalidModel(
+                    f"{label} is {_type_name(attr.type)} but sets the {_type_name(kind)} "
+                    f"field {field!r}"
+                )
+        field = _MESSAGE_FIELD.get(attr.type)
+        if field is not None and not attr.HasField(field):
+            raise InvalidModel(f"{label} is {_type_name(attr.type)} but has no value")
+
+
+_TYPE_NAMES = frozenset(AttributeProto.AttributeType.values())
 
 
 def _type_name(attr_type: int) -> str:
@@ -185,6 +230,7 @@ def check_node_schemas(proto: onnx.ModelProto) -> None:
         bodies.append((f.node, opsets, f"function {f.domain}:{f.name}"))
     for nodes, opsets, where in bodies:
         for node, index, scope in _walk(nodes, where):
+            _check_attribute_fields(node, index, scope)
             domain = canonical_domain(node.domain)
             if (node.domain, node.op_type) in local or domain not in opsets:
                 continue

@@ -189,8 +189,8 @@ def external_ref(t: TensorProto, what: str) -> ExternalRef:
     return ExternalRef(entries["location"], numbers["offset"] or 0, numbers["length"])
 
 
-def check_external_range(t: TensorProto, ref: ExternalRef, file: Path, what: str) -> None:
-    """The tensor's offset and length lie inside ``file`` and match its dims."""
+def check_external_range(t: TensorProto, ref: ExternalRef, file: Path, what: str) -> int:
+    """The tensor's offset and length lie inside ``file`` and match its dims; the byte count."""
     count = element_count(t, what)
     want = raw_size(t, count)
     if want is None:
@@ -210,3 +210,4 @@ def check_external_range(t: TensorProto, ref: ExternalRef, file: Path, what: str
             f"{what}: {where} runs past the end of the file; dims {list(t.dims)} of "
             f"{_type_name(t.data_type)} need {want} bytes from offset {ref.offset}"
         )
+    return want

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from google.protobuf.message import Message
 
 DATA = Path(__file__).parent / "data"
 SEED = 20251201
@@ -124,15 +125,80 @@ def _position(rng: random.Random, seed: Seed) -> int:
     raise AssertionError("unreachable")
 
 
+#: Repeated numeric fields that hold tensor data: a few entries stand for all.
+_BULK = {"float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"}
+Path_ = tuple[tuple[str, int | None], ...]
+
+
+@functools.cache
+def _parsed(name: str) -> onnx.ModelProto:
+    """The seed's proto, parsed once; read it, never change it."""
+    proto = onnx.ModelProto()
+    proto.ParseFromString(seed_table()[name].data)
+    return proto
+
+
+@functools.cache
+def _fields(name: str) -> dict[str, list[tuple[Path_, str]]]:
+    """The model's set fields, by field name: (path, kind) with kind scalar or repeated item."""
+    out: dict[str, list[tuple[Path_, str]]] = collections.defaultdict(list)
+
+    def walk(msg, path: Path_) -> None:
+        for fd, value in msg.ListFields():
+            if fd.name == "raw_data":
+                continue
+            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == 3
+            if fd.type == fd.TYPE_MESSAGE:
+                if repeated:
+                    for i, sub in enumerate(value):
+                        out[fd.name].append(((*path, (fd.name, i)), "item"))
+                        walk(sub, (*path, (fd.name, i)))
+                else:
+                    walk(value, (*path, (fd.name, None)))
+            elif repeated:
+                count = min(len(value), 4) if fd.name in _BULK else len(value)
+                out[fd.name] += [(((*path, (fd.name, i))), "item") for i in range(count)]
+            else:
+                out[fd.name].append(((*path, (fd.name, None)), "scalar"))
+
+    walk(_parsed(name), ())
+    return dict(out)
+
+
+def _resolve(proto: onnx.ModelProto, path: Path_):
+    """The message holding the path's last field."""
+    msg = proto
+    for field, index in path[:-1]:
+        msg = getattr(msg, field) if index is None else getattr(msg, field)[index]
+    return msg
+
+
+def _interesting(rng: random.Random, old, strings: list[str]):
+    """A value for a field that held ``old``: an edge case, a neighbour, or another name."""
+    if isinstance(old, bool):
+        return not old
+    if isinstance(old, int):
+        edges = [0, 1, -1, 2, 3, 7, 255, 2**31 - 1, -(2**31), 2**40, -(2**40)]
+        return rng.choice([*edges, old + 1, old - 1, -old, old * 2])
+    if isinstance(old, float):
+        return rng.choice(["nan", "inf", 0.0, -1.0, 1e30, old * 2])
+    if isinstance(old, bytes):
+        return rng.choice([b"", b"\xff", old + old])
+    return rng.choice(["", old + "_x", *rng.sample(strings, min(len(strings), 3))])
+
+
 def make_recipe(rng: random.Random, seed: Seed) -> tuple:
     """One mutation of ``seed`` as plain data: rebuild it with ``mutate(recipe)``."""
-    kind = rng.choices(["flip", "truncate", "splice", "duplicate"], weights=[5, 1, 2, 2])[0]
+    kinds = ["flip", "truncate", "splice", "duplicate", "field"]
+    kind = rng.choices(kinds, weights=[4, 1, 2, 1, 4])[0]
     n = len(seed.data)
     if kind == "flip":
         flips = tuple((_position(rng, seed), rng.randrange(8)) for _ in range(rng.randint(1, 8)))
         return ("flip", seed.name, flips)
     if kind == "truncate":
         return ("truncate", seed.name, rng.randrange(n))
+    if kind == "field":
+        return _field_recipe(rng, seed)
     length = rng.randint(1, 64)
     dst = _position(rng, seed)
     replace = rng.choice([0, length])  # insert, or overwrite as many bytes
@@ -143,8 +209,71 @@ def make_recipe(rng: random.Random, seed: Seed) -> tuple:
     return ("duplicate", seed.name, _position(rng, seed), length, dst, replace)
 
 
+def _field_recipe(rng: random.Random, seed: Seed) -> tuple:
+    """Set, drop or duplicate one field, the field name picked uniformly (not by count)."""
+    fields = _fields(seed.name)
+    name = rng.choice(sorted(fields))
+    path, kind = rng.choice(fields[name])
+    field, index = path[-1]
+    old = getattr(_resolve(_parsed(seed.name), path), field)
+    if index is not None:
+        old = old[index]
+    if kind == "item" and (isinstance(old, Message) or rng.random() < 0.5):
+        return ("field", seed.name, rng.choice(["drop", "dup"]), path, None)
+    return (
+        "field",
+        seed.name,
+        "set",
+        path,
+        _interesting(rng, old, _strings_like(seed.name, field)),
+    )
+
+
+@functools.cache
+def _strings_like(name: str, field: str) -> list[str]:
+    """Values other fields of the same name hold (value names, op types, domains...)."""
+    proto = _parsed(name)
+    values = set()
+    for path, _ in _fields(name).get(field, []):
+        field_name, index = path[-1]
+        v = getattr(_resolve(proto, path), field_name)
+        v = v[index] if index is not None else v
+        if isinstance(v, str):
+            values.add(v)
+    return sorted(values)
+
+
+def _apply_field(data: bytes, op: str, path: Path_, value) -> bytes:
+    proto = onnx.ModelProto()
+    proto.ParseFromString(data)
+    holder = _resolve(proto, path)
+    field, index = path[-1]
+    if op == "drop":
+        del getattr(holder, field)[index]
+    elif op == "dup":
+        items = getattr(holder, field)
+        item = items[index]
+        if isinstance(item, Message):
+            items.add().CopyFrom(item)
+        else:
+            items.append(item)
+    else:
+        if value in ("nan", "inf"):
+            value = float(value)
+        try:
+            if index is None:
+                setattr(holder, field, value)
+            else:
+                getattr(holder, field)[index] = value
+        except (ValueError, TypeError):
+            pass  # out of the field's range (an int32 or a closed enum): the model stays as is
+    return proto.SerializeToString()
+
+
 def mutate(recipe: tuple) -> bytes:
     kind, name = recipe[0], recipe[1]
+    if kind == "field":
+        return _apply_field(seed_table()[name].data, *recipe[2:])
     data = bytearray(seed_table()[name].data)
     if kind == "flip":
         for pos, bit in recipe[2]:

@@ -148,8 +148,24 @@ def test_tensor_attribute_without_a_value_is_refused():
     node = helper.make_node("Constant", [], ["y"], name="k")
     attr = node.attribute.add()
     attr.name, attr.type = "value", onnx.AttributeProto.TENSOR
-    with pytest.raises(InvalidModel, match="Constant node 'k' .*attribute 'value' has no value"):
+    with pytest.raises(
+        InvalidModel, match="Constant node 'k' .*attribute 'value' is TENSOR but has no value"
+    ):
         session(one_node(node, inputs=()))
+
+
+def test_attribute_type_must_match_its_value_even_without_a_schema():
+    # com.microsoft ops have no onnx schema; onnx-ir reads a value by its declared type.
+    node = helper.make_node("FastGelu", ["x"], ["y"], name="fg", domain="com.microsoft")
+    attr = node.attribute.add()
+    attr.name, attr.type, attr.i = "extra", onnx.AttributeProto.TENSOR, 3
+    m = make_model(
+        [node], [tensor("x", [2])], [tensor("y", [2])], extra_opsets=[("com.microsoft", 1)]
+    )
+    with pytest.raises(
+        InvalidModel, match="'fg' .*attribute 'extra' is TENSOR but sets the INT field 'i'"
+    ):
+        session(m)
 
 
 def test_nodes_in_subgraphs_are_checked():
@@ -318,6 +334,14 @@ def external_model(tmp_path, **entries):
     for key, value in {"location": "w.bin", **entries}.items():
         w.external_data.add(key=key, value=str(value))
     return save(add_weight_model(w), tmp_path / "m.onnx")
+
+
+def test_external_data_without_length_reads_what_the_dims_need(tmp_path):
+    # onnx alone would read from the offset to the end of the file (60 bytes here).
+    path = external_model(tmp_path, offset=4)
+    (tmp_path / "w.bin").write_bytes(np.arange(16, dtype=np.float32).tobytes())
+    out = session(str(path)).run(None, {"x": np.zeros((4, 3), np.float32)})[0]
+    np.testing.assert_array_equal(out, np.arange(1, 13, dtype=np.float32).reshape(4, 3))
 
 
 def test_external_data_in_range_loads(tmp_path):
