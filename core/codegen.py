@@ -15,17 +15,24 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .aliasing import CONST, FEED, KEPT, OutputRule, fresh, guard, keeps_output, root_id, root_ids
 from .plan import NONE_SLOT, SINK_SLOT, Plan
 
 CACHE_KEYS = 8
+_NO_ROOTS: frozenset[int] = frozenset()
 
 
 class ShapeCache:
-    """Values of shape-only steps per input-shape key; the oldest key goes first."""
+    """Values of shape-only steps per input-shape key; the oldest key goes first.
+
+    Each entry also records its values' memory roots, so a run can tell
+    whether an output would share memory with a value later runs reuse.
+    """
 
     def __init__(self, size: int = CACHE_KEYS) -> None:
         self.size = size
         self.entries: dict[Any, list[Any]] = {}
+        self.roots: dict[Any, frozenset[int]] = {}
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
@@ -39,10 +46,18 @@ class ShapeCache:
         return hit
 
     def put(self, key: Any, values: list[Any]) -> None:
+        roots = root_ids(values)
         with self._lock:
             if key not in self.entries and len(self.entries) >= self.size:
-                self.entries.pop(next(iter(self.entries)))
+                old = next(iter(self.entries))
+                self.entries.pop(old)
+                self.roots.pop(old, None)
             self.entries[key] = values
+            self.roots[key] = roots
+
+    def kept(self, key: Any) -> frozenset[int]:
+        """Memory roots of the values kept for ``key`` (none when nothing is)."""
+        return self.roots.get(key, _NO_ROOTS)
 
 
 def _key(feeds: Sequence[Any]) -> Any:
@@ -58,12 +73,72 @@ def _name(slot: int, template: Sequence[Any]) -> str:
     return f"c{slot}" if template[slot] is not None else f"s{slot}"
 
 
+def _returns(
+    rules: Sequence[OutputRule], tpl: Sequence[Any], use_cache: bool, kept: Sequence[str]
+) -> list[str]:
+    """The lines that hand the outputs over, each as its rule says (see aliasing).
+
+    ``kept`` names the locals holding the memory roots of what kernels without
+    inputs returned this run.
+    """
+    checks = 0
+    for r in rules:
+        if r.checked:
+            checks |= r.check
+    lines = []
+    if checks & FEED:
+        lines.append("    _fr = _root_ids(feeds)")
+    kept_sets = []
+    if checks & KEPT and use_cache:
+        lines.append("    _kc = _no_roots if key is None else _cache.kept(key)")
+        kept_sets.append("_kc")
+    if checks & KEPT and kept:
+        lines.append("    _kk = (" + "".join(f"{k}, " for k in kept) + ")")
+        kept_sets.append("_kk")
+    outs = []
+    for r in rules:
+        name = _name(r.slot, tpl)
+        if r.copy:
+            outs.append(f"_fresh({name})")
+            continue
+        sets = []
+        if r.check & FEED:
+            sets.append("_fr")
+        if r.check & CONST:
+            sets.append("_cr")
+        if r.check & KEPT:
+            sets += kept_sets
+        outs.append(f"_guard({name}, {', '.join(sets)})" if sets else name)
+    lines.append("    return [" + ", ".join(outs) + "]")
+    return lines
+
+
 def generate(
-    plan: Plan, cache: ShapeCache | None = None
+    plan: Plan,
+    cache: ShapeCache | None = None,
+    rules: Sequence[OutputRule] | None = None,
+    const_roots: frozenset[int] = frozenset(),
 ) -> tuple[Callable[[Sequence[Any]], list[Any]], dict[int, int]]:
-    """The run function, and a map from its source line numbers to step indices."""
+    """The run function, and a map from its source line numbers to step indices.
+
+    ``rules`` say how each output is handed over (aliasing.output_rules); without
+    them outputs are returned as they are.
+    """
     tpl = plan.template
-    env: dict[str, Any] = {"_key": _key, "_cache": cache}
+    if rules is None:
+        rules = [OutputRule(s) for s in plan.output_slots]
+    env: dict[str, Any] = {
+        "_key": _key,
+        "_cache": cache,
+        "_fresh": fresh,
+        "_guard": guard,
+        "_root_ids": root_ids,
+        "_root_id": root_id,
+        "_no_roots": _NO_ROOTS,
+        "_cr": const_roots,
+    }
+    track_kept = any(r.checked and r.check & KEPT for r in rules)
+    kept: list[str] = []
     for slot, value in enumerate(tpl):
         if value is not None:
             env[f"c{slot}"] = value
@@ -93,6 +168,10 @@ def generate(
         else:
             lines.append(f"{pad}r = f{i}({args})")
             lines.extend(f"{pad}s{s} = r[{j}]" for j, s in outs)
+        if track_kept and keeps_output(step):
+            for _, s in outs:
+                lines.append(f"    k{s} = _root_id(s{s})")
+                kept.append(f"k{s}")
         if use_cache and step.shape_only:
             lines.append("        new.extend((" + "".join(f"s{s}, " for _, s in outs) + "))")
             lines.append("    else:")
@@ -108,9 +187,7 @@ def generate(
     if use_cache:
         lines.append("    if new is not None and key is not None:")
         lines.append("        _cache.put(key, new)")
-    # A constant handed to the caller is copied: the caller may write into it.
-    outs = [f"c{s}.copy()" if tpl[s] is not None else _name(s, tpl) for s in plan.output_slots]
-    lines.append("    return [" + ", ".join(outs) + "]")
+    lines += _returns(rules, tpl, use_cache, kept)
     source = "\n".join(lines) + "\n"
     code = compile(source, "<onnxep plan>", "exec")
     exec(code, env)

@@ -110,13 +110,15 @@ def compile_graph(
     for p in placed:
         builder.add_node(p)
     plan = builder.finish(input_slots, graph.outputs)
-    # A subgraph runs inside its parent's run, whose contexts are already entered.
+    # A subgraph runs inside its parent's run, whose contexts are already entered
+    # and whose output rules cover the parent's values the subgraph returns.
     top_level = not prefix
     executor = Executor(
         plan,
         ctx.profiler,
         _syncs(ctx.providers) if ctx.profiler else None,
         contexts=_run_contexts(ctx.providers) if top_level else (),
+        protect_feeds=top_level,
     )
     return CompiledGraph(
         name=graph.name or prefix,

@@ -10,6 +10,7 @@ import numpy as np
 
 from onnxep.providers.dtypes import dtype_name
 
+from .aliasing import apply_rules, keeps_output, output_rules, root_ids
 from .codegen import ShapeCache, generate
 from .errors import RunError
 from .plan import SINK_SLOT, Plan, Step
@@ -46,14 +47,23 @@ def _wrong_dtype(step: Step, res: Sequence[Any], names: Sequence[str]) -> RunErr
 class _Variant:
     """One plan's run state: checked on its first run, then generated straight-line code."""
 
-    __slots__ = ("plan", "steps", "fast", "lines", "shape_cache")
+    __slots__ = ("plan", "steps", "fast", "lines", "shape_cache", "rules", "const_roots")
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, protect_feeds: bool) -> None:
         self.plan = plan
         self.steps = tuple((s.fn, s.inputs, s.outputs, s.frees) for s in plan.steps)
         self.fast: Any = None
         self.lines: dict[int, int] = {}
         self.shape_cache = ShapeCache()
+        self.rules = output_rules(plan, protect_feeds)
+        self.const_roots = root_ids([c for c in plan.template if c is not None])
+
+    def generate(self) -> None:
+        self.fast, self.lines = generate(self.plan, self.shape_cache, self.rules, self.const_roots)
+
+    def outputs(self, slots: Sequence[Any], feeds: Sequence[Any], kept: set[int]) -> list[Any]:
+        outs = [slots[s] for s in self.plan.output_slots]
+        return apply_rules(self.rules, outs, feeds, self.const_roots, frozenset(kept))
 
 
 class Executor:
@@ -63,6 +73,9 @@ class Executor:
     device, so a step's time is its own) and recorded as a trace event.
     ``contexts`` are entered around every run, in order: the providers that
     need a device, stream or pool made current for the calling thread.
+    Outputs never share memory with the feeds (unless ``protect_feeds`` is off,
+    for a subgraph whose parent guards them), the plan's constants or values
+    kept across runs (see aliasing).
     """
 
     def __init__(
@@ -71,12 +84,14 @@ class Executor:
         profiler: Profiler | None = None,
         sync: dict | None = None,
         contexts: Sequence[RunContext] = (),
+        protect_feeds: bool = True,
     ) -> None:
         self.plan = plan
         self.profiler = profiler
         self._sync = sync or {}
         self._contexts = tuple(contexts)
-        self._host = _Variant(plan)
+        self._protect_feeds = protect_feeds
+        self._host = _Variant(plan, protect_feeds)
         self._device: _Variant | None = None  # built on the first run_on_device
         self.shape_cache = self._host.shape_cache
 
@@ -91,7 +106,7 @@ class Executor:
         """Run the plan, leaving each output in the memory of the provider that made it."""
         variant = self._device
         if variant is None:
-            variant = self._device = _Variant(self.plan.on_device())
+            variant = self._device = _Variant(self.plan.on_device(), self._protect_feeds)
         if self._contexts:
             with self._enter_contexts():
                 return self._run(variant, feeds)
@@ -105,7 +120,7 @@ class Executor:
             # The first run goes through the checked loop, which catches a kernel that
             # returns a bare array instead of a tuple; later runs use generated code.
             out = self._run_checked(v, feeds)
-            v.fast, v.lines = generate(v.plan, v.shape_cache)
+            v.generate()
             return out
         try:
             return fast(feeds)
@@ -144,15 +159,19 @@ class Executor:
         for s, x in zip(v.plan.input_slots, feeds):
             slots[s] = x
         names = v.plan.slot_names
+        kept: set[int] = set()
         index = 0
         try:
             for index, (fn, ins, outs, frees) in enumerate(v.steps):  # noqa: B007
                 res = fn(*[slots[i] for i in ins])
                 if res.__class__ is not tuple and res.__class__ is not list:
                     raise TypeError(f"kernel returned {type(res).__name__}, expected a tuple")
-                wrong = _wrong_dtype(v.plan.steps[index], res, names)
+                step = v.plan.steps[index]
+                wrong = _wrong_dtype(step, res, names)
                 if wrong is not None:
                     raise wrong
+                if keeps_output(step):
+                    kept.update(root_ids(res))
                 for s, x in zip(outs, res):
                     slots[s] = x
                 for s in frees:
@@ -160,9 +179,8 @@ class Executor:
         except RunError:
             raise
         except Exception as exc:
-            step = v.plan.steps[index]
-            raise _step_error(step, exc) from exc
-        return [slots[s] for s in v.plan.output_slots]
+            raise _step_error(v.plan.steps[index], exc) from exc
+        return v.outputs(slots, feeds, kept)
 
     def _run_profiled(self, v: _Variant, feeds: Sequence[Any]) -> list[Any]:
         prof = self.profiler
@@ -170,6 +188,7 @@ class Executor:
         slots = v.plan.template.copy()
         for s, x in zip(v.plan.input_slots, feeds):
             slots[s] = x
+        kept: set[int] = set()
         for step in v.plan.steps:
             sync = self._sync.get(step.provider)
             t0 = prof.now_us()
@@ -188,8 +207,10 @@ class Executor:
                 provider=step.provider,
                 kind=step.kind,
             )
+            if keeps_output(step):
+                kept.update(root_ids(res))
             for s, x in zip(step.outputs, res):
                 slots[s] = x
             for s in step.frees:
                 slots[s] = None
-        return [slots[s] for s in v.plan.output_slots]
+        return v.outputs(slots, feeds, kept)

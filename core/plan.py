@@ -37,7 +37,7 @@ class Step:
     frees: tuple[int, ...] = ()
     #: its outputs depend only on the input shapes, so runs may reuse them (shape_cache)
     shape_only: bool = False
-    #: positions of the inputs an output may be (a view of): all but host-read ones
+    #: positions of the inputs an output may be (a view of): see aliasing
     views_of: tuple[int, ...] = ()
     #: each output's element type as the model's types say (None where unknown)
     out_dtypes: tuple[np.dtype | None, ...] = ()
@@ -100,6 +100,21 @@ def _tensor_dtype(value: ir.Value | None) -> np.dtype | None:
         return np_dtype(int(value.type.dtype))
     except ValueError:
         return None  # undefined or not carried by NumPy: nothing to check against
+
+
+_GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+
+def _views_of(p: PlacedNode, spec: KernelSpec, n_inputs: int) -> tuple[int, ...]:
+    """Inputs whose memory the node's outputs may share.
+
+    Inputs read as host-side parameters (shapes, axes) are not handed back;
+    a node that runs subgraphs may return any input, since control flow
+    declares every input a host input only to receive host memory.
+    """
+    if any(a.type in _GRAPH_ATTRS for a in p.node.attributes.values()):
+        return tuple(range(n_inputs))
+    return tuple(i for i in range(n_inputs) if i not in spec.host_inputs)
 
 
 def kernel_label(spec: KernelSpec) -> str:
@@ -214,7 +229,9 @@ class PlanBuilder:
             self.slot_of[(id(o), loc)] = slot
             self.location[id(o)] = loc
             outs.append(slot)
-        shape_only = id(p.node) in self.shape_nodes
+        # A step without inputs is never cached: it is as cheap as a cache lookup, and
+        # the output rules track what it returns (aliasing.keeps_output).
+        shape_only = id(p.node) in self.shape_nodes and bool(ins)
         if shape_only:
             self.shape_slots.update(s for s in outs if s != SINK_SLOT)
         self.steps.append(
@@ -226,7 +243,7 @@ class PlanBuilder:
                 p.node.op_type,
                 p.provider.name,
                 shape_only=shape_only,
-                views_of=tuple(i for i in range(len(ins)) if i not in spec.host_inputs),
+                views_of=_views_of(p, spec, len(ins)),
                 out_dtypes=tuple(_tensor_dtype(o) for o in p.node.outputs),
                 kernel=kernel_label(spec),
             )
