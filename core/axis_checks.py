@@ -92,6 +92,9 @@ def check_axes(proto: onnx.ModelProto) -> None:
         if op_schema(node.op_type, opsets.get("", 0), "") is None:
             continue  # not an ONNX op: its attributes are its provider's business
         for attr in node.attribute:
+            if node.op_type == "Transpose" and attr.name == "perm":
+                _check_perm(node, index, ranks, where, list(attr.ints))
+                continue
             if attr.name == "axis" and attr.type == AttributeProto.INT:
                 values = [attr.i]
             elif attr.name == "axes" and attr.type == AttributeProto.INTS:
@@ -111,6 +114,15 @@ def check_axes(proto: onnx.ModelProto) -> None:
                     f"of range; input {node.input[0]!r} has rank {r}, so it must lie in "
                     f"[{lo}, {hi}]"
                 )
+
+
+def _check_perm(node: onnx.NodeProto, index: int, ranks: Ranks, where: str, perm: list[int]):
+    r = ranks.get(node.input[0]) if node.input else None
+    if r is not None and sorted(perm) != list(range(r)):
+        raise InvalidModel(
+            f"{node_label(node, index, where)}: attribute 'perm' = {perm} is not a "
+            f"permutation of the axes of input {node.input[0]!r}, which has rank {r}"
+        )
 
 
 def _walk(

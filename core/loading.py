@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from .errors import InvalidGraph, InvalidModel
-from .proto_checks import check_text
+from .proto_checks import check_text, check_value_types
 from .schema_checks import check_node_schemas, check_versions
 from .tensor_checks import check_external_range, check_tensor_data, external_ref
 
@@ -235,6 +235,7 @@ def check_model(proto: onnx.ModelProto) -> None:
     """Versions, tensor data, structure and each node's op schema; raise on the first fault."""
     check_text(proto)
     check_versions(proto)
+    check_value_types(proto.graph)
     if not proto.opset_import:
         raise InvalidGraph("the model imports no opset; add opset_import for the default domain")
     domains = {op.domain for op in proto.opset_import} | {"ai.onnx"}

@@ -2,12 +2,14 @@
 
 protobuf does not validate UTF-8 when it parses ``string`` fields of a proto2
 message such as ONNX's: a name with invalid UTF-8 reads back as ``bytes``,
-which then fails far away (concatenating it to a ``str``). Such a model is
-refused here, naming the field.
+which then fails far away (concatenating it to a ``str``). Element types are
+plain ``int32`` fields, so any number parses. Such models are refused here,
+naming the field or value.
 """
 
 from __future__ import annotations
 
+import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
@@ -85,3 +87,39 @@ def check_text(msg: Message, what: str = "model") -> None:
         raise InvalidModel(
             f"the model's field {bad} is not valid UTF-8 text; the file is damaged or not ONNX"
         )
+
+
+_DATA_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
+def _bad_type(t: onnx.TypeProto) -> int | None:
+    """The first element type in ``t`` (nested) that is not an ONNX data type, or None."""
+    kind = t.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        elem = getattr(t, kind).elem_type
+        return elem if elem not in _DATA_TYPES else None
+    if kind in ("sequence_type", "optional_type"):
+        inner = getattr(t, kind)
+        return _bad_type(inner.elem_type) if inner.HasField("elem_type") else None
+    if kind == "map_type":
+        if t.map_type.key_type not in _DATA_TYPES:
+            return t.map_type.key_type
+        return _bad_type(t.map_type.value_type) if t.map_type.HasField("value_type") else None
+    return None
+
+
+def check_value_types(graph: onnx.GraphProto, where: str = "") -> None:
+    """Every declared input, output and value_info type uses ONNX data types (subgraphs too)."""
+    where = where or f"graph {graph.name!r}"
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        bad = _bad_type(vi.type) if vi.HasField("type") else None
+        if bad is not None:
+            raise InvalidModel(
+                f"{where}: value {vi.name!r} declares element type {bad}, which is not an "
+                "ONNX data type (TensorProto.DataType)"
+            )
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            for sub in subs:
+                check_value_types(sub, f"{where} > {node.op_type} {node.name!r} {attr.name!r}")

@@ -99,6 +99,8 @@ def check_versions(proto: onnx.ModelProto) -> None:
 @functools.lru_cache(maxsize=4096)
 def op_schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
     """The schema of ``op_type`` at opset ``version`` of ``domain``, or None if onnx has none."""
+    if not 1 <= version < 2**31:
+        return None  # a custom domain's version outside what onnx can look up
     try:
         return onnx.defs.get_schema(op_type, version, domain)
     except onnx.defs.SchemaError:

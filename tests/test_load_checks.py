@@ -251,12 +251,20 @@ def test_axis_outside_known_rank_is_refused(node, opset, pattern):
         session(m)
 
 
+@pytest.mark.parametrize("perm", [[0, 0], [1, 2], [0]])
+def test_transpose_perm_must_permute_the_known_axes(perm):
+    node = helper.make_node("Transpose", ["x"], ["y"], name="t", perm=perm)
+    with pytest.raises(InvalidModel, match=r"'t'.*'perm' = .* is not a permutation .* rank 2"):
+        session(one_node(node))
+
+
 @pytest.mark.parametrize(
     "node, opset, shape",
     [
         (helper.make_node("Flatten", ["x"], ["y"], axis=2), 17, (6, 1)),
         (helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0, 3]), 11, (1, 2, 3, 1)),
         (helper.make_node("Softmax", ["x"], ["y"], axis=-2), 17, (2, 3)),
+        (helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0]), 17, (3, 2)),
     ],
 )
 def test_axis_at_the_edge_of_its_range_loads(node, opset, shape):
@@ -387,6 +395,20 @@ def test_names_that_are_not_utf8_are_refused():
     data = m.SerializeToString().replace(b"relu", b"r\xffl\xfe")
     with pytest.raises(InvalidModel, match=r"field model.graph.node\[0\].name is not valid UTF-8"):
         session(data)
+
+
+def test_element_type_outside_onnx_data_types_is_refused():
+    m = relu_model()
+    m.graph.input[0].type.tensor_type.elem_type = 99
+    with pytest.raises(InvalidModel, match="value 'x' declares element type 99"):
+        session(m)
+
+
+def test_custom_domain_with_a_huge_version_is_left_to_the_providers():
+    node = helper.make_node("Relu", ["x"], ["y"], name="r", domain="my.ops")
+    m = make_model([node], [tensor("x", [2])], [tensor("y", [2])], extra_opsets=[("my.ops", 2**40)])
+    with pytest.raises(onnxep.errors.NotImplementedOp, match="'r'"):
+        session(m)
 
 
 # -- Python values as feeds ----------------------------------------------------------------
