@@ -1,0 +1,199 @@
+"""The CUDA attention kernels run on the CPU emulator (tests/cuda_emulation.py) against the
+CPU provider's kernels: the real kernel source and the real launch code, with NumPy
+arrays for device memory. Slow (one OS thread per CUDA thread), so ``-m slow``; on a
+GPU, tests/cuda/test_cuda_attention.py checks the same on the hardware.
+"""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import numpy as np
+import pytest
+from cuda_emulation import Emulator, available, nan_empty
+
+from onnxep.providers.node import NodeInfo, ValueInfo
+from onnxep.providers.ops.op_group_query_attention import group_query_attention as cpu_gqa
+from onnxep.providers.ops.op_rotary_embedding import rotary_embedding as cpu_rope23
+from onnxep.providers.ops.op_rotary_embedding_contrib import rotary_embedding_contrib as cpu_rope
+
+pytestmark = [pytest.mark.slow]
+_WHY_NOT = available()
+if _WHY_NOT:
+    pytestmark.append(pytest.mark.skip(reason=f"cannot emulate CUDA kernels: {_WHY_NOT}"))
+
+ORDER = [
+    "query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+    "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink",
+    "k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    return Emulator(str(tmp_path_factory.mktemp("cuda_emulation")))
+
+
+@pytest.fixture(params=[8, 132], ids=["8sm", "132sm"])
+def cuda_ops(request, emulator, monkeypatch):
+    """The CUDA op modules wired to the emulator, on a device of ``param`` SMs."""
+    from onnxep.providers_cuda import nvrtc
+    from onnxep.providers_cuda.ops import _attention_cuda, _rotary_cuda
+    from onnxep.providers_cuda.ops import op_group_query_attention as gqa
+    from onnxep.providers_cuda.ops import op_rotary_embedding as rope23
+    from onnxep.providers_cuda.ops import op_rotary_embedding_contrib as rope
+
+    monkeypatch.setattr(nvrtc, "function", emulator.function)
+    for mod in (gqa, _rotary_cuda, _attention_cuda):
+        monkeypatch.setattr(mod, "sm_count", lambda: request.param)
+    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    xp.empty = nan_empty
+    xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
+    return types.SimpleNamespace(
+        xp=xp, gqa=gqa.group_query_attention, rope=rope.rotary_embedding_contrib,
+        rope23=rope23.rotary_embedding, emulator=emulator,
+    )  # fmt: skip
+
+
+def _rope_cache(max_len, rot, dt):
+    inv = 1.0 / (10000 ** (np.arange(0, rot, 2) / rot))
+    ang = np.arange(max_len)[:, None] * inv[None, :]
+    return np.cos(ang).astype(dt), np.sin(ang).astype(dt)
+
+
+def _gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt):
+    r = rng.standard_normal
+    first = all(p == 0 for p in past_lens) and cap is None
+    if "query_seqlens" in extras:
+        qlens = np.array([int(rng.integers(1, s + 1)) for _ in range(b)], np.int32)
+        tot = np.array([p + q for p, q in zip(past_lens, qlens, strict=True)], np.int32)
+    elif first:
+        qlens = np.array([s] + [int(rng.integers(1, s + 1)) for _ in range(b - 1)], np.int32)
+        tot = qlens.copy()
+    else:
+        tot = np.array([p + s for p in past_lens], np.int32)
+    total = cap if "query_seqlens" in extras else int(tot.max())
+    past_len = cap if cap is not None else (0 if first else max(past_lens))
+    f = {}
+    if "packed" in extras:
+        f["query"] = r((b, s, (nh + 2 * nkv) * hd)).astype(dt)
+    else:
+        f["query"] = r((b, s, nh * hd)).astype(dt)
+        f["key"] = r((b, s, nkv * hd)).astype(dt)
+        f["value"] = r((b, s, nkv * hd)).astype(dt)
+    if "nopast" not in extras:
+        f["past_key"] = r((b, nkv, past_len, hd)).astype(dt)
+        f["past_value"] = r((b, nkv, past_len, hd)).astype(dt)
+    f["seqlens_k"] = (tot - 1).astype(np.int32)
+    f["total_sequence_length"] = np.array(total, np.int32)
+    if attrs.get("do_rotary"):
+        rot = hd // 2 if "half_rot" in extras else hd
+        f["cos_cache"], f["sin_cache"] = _rope_cache(max(64, total + s + 4), rot, dt)
+    if "position_ids" in extras:
+        f["position_ids"] = (tot[:, None] - s + np.arange(s)[None, :] + 2).astype(np.int64)
+    if "attention_bias" in extras:
+        f["attention_bias"] = r((b, 1, s, total)).astype(dt)
+    if "head_sink" in extras:
+        f["head_sink"] = r((nh,)).astype(dt)
+    if "query_seqlens" in extras:
+        f["query_seqlens"] = qlens
+    names = [n if n in f else "" for n in ORDER]
+    while not names[-1]:
+        names.pop()
+    return f, names
+
+
+GQA_CASES = [
+    # name, b, s, nh, nkv, hd, past lens, capacity, attrs, extras, kernel expected
+    ("prefill_padded", 3, 21, 4, 1, 16, [0, 0, 0], None, {}, (), "prefill"),
+    ("prefill_nopast_packed", 2, 20, 4, 2, 8, [0, 0], None, {}, ("nopast", "packed"), "prefill"),
+    ("chunk_shared", 2, 9, 4, 2, 8, [5, 2], 24, {"do_rotary": 1}, (), "prefill"),
+    ("decode_growing", 3, 1, 6, 2, 8, [4, 7, 2], None, {}, (), "decode"),
+    ("decode_split_k", 2, 1, 14, 2, 64, [300, 17], 320, {}, ("fp16",), "reduce"),
+    ("decode_rows_s4", 1, 4, 40, 1, 8, [50], 64, {}, (), "decode"),
+    ("rotary_il_partial", 2, 1, 4, 2, 16, [7, 2], 12,
+     {"do_rotary": 1, "rotary_interleaved": 1}, ("half_rot",), "decode"),
+    ("pos_ids_prompt", 2, 14, 4, 2, 16, [0, 0], None, {"do_rotary": 1}, ("position_ids",),
+     "prefill"),
+    ("window_softcap", 2, 23, 4, 2, 8, [0, 0], None,
+     {"local_window_size": 5, "softcap": 2.0, "scale": 0.3}, (), "prefill"),
+    ("sink_bias_decode", 2, 1, 4, 1, 32, [200, 3], 256, {"local_window_size": 90},
+     ("head_sink", "attention_bias"), "reduce"),
+    ("smooth_bidirectional", 2, 13, 4, 2, 8, [0, 0], None,
+     {"smooth_softmax": 1, "causal": 0}, (), "prefill"),
+    ("query_seqlens", 2, 11, 4, 2, 8, [3, 5], 24, {}, ("query_seqlens",), "prefill"),
+    ("head_size_256", 1, 9, 2, 1, 256, [0], None, {}, ("fp16",), "prefill"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", GQA_CASES, ids=[c[0] for c in GQA_CASES])
+def test_gqa_emulated_matches_cpu_kernel(case, cuda_ops):
+    name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, kind = case
+    dt = np.float16 if "fp16" in extras else np.float32
+    f, names = _gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap, attrs,
+                          extras, dt)  # fmt: skip
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
+    ins = tuple(ValueInfo(n, "tensor", f[n].dtype, f[n].shape) if n else None for n in names)
+    outs = tuple(ValueInfo(n, "tensor") for n in ("output", "present_key", "present_value"))
+    node = NodeInfo("GroupQueryAttention", "com.microsoft", name, 1, attrs, ins, outs)
+    want = cpu_gqa(node, np)(*[f[n] if n else None for n in names])
+    args = [f[n].copy() if n else None for n in names]
+    before = cuda_ops.emulator.launches()
+    got = cuda_ops.gqa(node, cuda_ops.xp)(*args)
+    ran = {k for k, n in cuda_ops.emulator.launches().items() if n > before.get(k, 0)}
+    assert any(kind in n for n in ran), f"{name}: expected a {kind} launch, ran {sorted(ran)}"
+    if "past_key" in f:
+        shared = cap is not None
+        assert (got[1] is args[names.index("past_key")]) == shared
+    atol, rtol = (2.5e-3, 1e-3) if dt == np.float16 else (2e-5, 1e-4)
+    for g, w, o in zip(got, want[:3], ("output", "present_key", "present_value"), strict=True):
+        assert g.shape == w.shape, f"{name} {o}"
+        np.testing.assert_allclose(g.astype(np.float64), w, atol=atol, rtol=rtol, err_msg=o)
+
+
+ROPE_CASES = [
+    # name, op, rank, b, s, nh, hd, rot, interleaved, pos kind, extra attrs
+    ("3d_2dpos_il", "RotaryEmbedding", 3, 2, 5, 3, 16, 0, 1, "2d", {}),
+    ("4d_1dpos_partial", "RotaryEmbedding", 4, 2, 5, 2, 16, 8, 0, "1d", {}),
+    ("mrope_default", "RotaryEmbedding", 3, 2, 4, 2, 64, 0, 0, "3d", {"num_heads": 2}),
+    ("mrope_sections", "MRotaryEmbedding", 3, 2, 5, 2, 16, 0, 1, "3d",
+     {"mrope_section": [2, 3, 3], "mrope_layout": 0, "num_heads": 2, "scale": 0.7}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("case", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
+def test_rotary_contrib_emulated_is_bit_exact(case, dt, cuda_ops):
+    name, op, rank, b, s, nh, hd, rot, il, pos_kind, extra = case
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((b, s, nh * hd) if rank == 3 else (b, nh, s, hd)).astype(dt)
+    cos, sin = _rope_cache(24, rot or hd, dt)
+    pos = {
+        "1d": np.array([3], np.int64),
+        "2d": rng.integers(0, 24, size=(b, s)),
+        "3d": rng.integers(0, 24, size=(3, b, s)),
+    }[pos_kind].astype(np.int64)
+    attrs = {"interleaved": il, **extra, **({"rotary_embedding_dim": rot} if rot else {})}
+    ins = tuple(ValueInfo(n, "tensor", a.dtype, a.shape) for n, a in
+                zip("xpcs", (x, pos, cos, sin), strict=True))  # fmt: skip
+    node = NodeInfo(op, "com.microsoft", name, 1, attrs, ins, (ValueInfo("y", "tensor"),))
+    want = cpu_rope(node, np)(x, pos, cos, sin)[0]
+    got = cuda_ops.rope(node, cuda_ops.xp)(x, pos, cos, sin)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("rank,il,with_pos", list(itertools.product([3, 4], [0, 1], [0, 1])))
+def test_rotary_onnx23_emulated_is_bit_exact(rank, il, with_pos, cuda_ops):
+    rng = np.random.default_rng(2)
+    b, s, nh, hd = 2, 5, 3, 16
+    x = rng.standard_normal((b, s, nh * hd) if rank == 3 else (b, nh, s, hd)).astype(np.float32)
+    cos, sin = _rope_cache(20, hd, np.float32)
+    pos = rng.integers(0, 20, size=(b, s)).astype(np.int64)
+    feeds = (x, cos, sin, pos) if with_pos else (x, cos[pos], sin[pos])
+    attrs = {"interleaved": il, **({"num_heads": nh} if rank == 3 else {})}
+    ins = tuple(ValueInfo(f"i{i}", "tensor", a.dtype, a.shape) for i, a in enumerate(feeds))
+    node = NodeInfo("RotaryEmbedding", "", "r", 23, attrs, ins, (ValueInfo("y", "tensor"),))
+    want = cpu_rope23(node, np)(*feeds)[0]
+    got = cuda_ops.rope23(node, cuda_ops.xp)(*feeds)[0]
+    np.testing.assert_array_equal(got, want)
