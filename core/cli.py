@@ -9,17 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OnnxepError
+from . import cli_args
+from .errors import InvalidArgument, OnnxepError, RunError
 
 
 def bundled_model() -> Path:
     """The small model ``onnxep run`` uses when none is given."""
     here = Path(__file__).resolve().parent / "data" / "default.onnx"
     return here
-
-
-def _providers(arg: str | None) -> list[str] | None:
-    return [p.strip() for p in arg.split(",") if p.strip()] if arg else None
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
@@ -42,21 +39,15 @@ def cmd_providers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dims(pairs: list[str]) -> dict[str, int]:
-    out = {}
-    for p in pairs or []:
-        k, _, v = p.partition("=")
-        out[k] = int(v)
-    return out
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from .random_inputs import random_inputs
     from .session import InferenceSession
 
     model = args.model or bundled_model()
-    sess = InferenceSession(model, providers=_providers(args.providers))
-    feeds = random_inputs(sess, _dims(args.dim), seed=args.seed)
+    sess = InferenceSession(model, providers=args.providers)
+    dims = cli_args.dims_dict(args.dim)
+    cli_args.check_dims(sess.get_inputs(), dims)
+    feeds = random_inputs(sess, dims, seed=args.seed)
     outs = sess.run(None, feeds)
     print(f"model: {model}")
     for name, value in feeds.items():
@@ -75,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from .session import InferenceSession
 
-    sess = InferenceSession(args.model, providers=_providers(args.providers))
+    sess = InferenceSession(args.model, providers=args.providers)
     rep = sess.placement()
     if args.json:
         import json
@@ -92,10 +83,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from .conformance import CATEGORIES, excluded_reason, run_suite
+    from onnxep.providers.discovery import get_host
 
-    cats = args.category.split(",") if args.category else list(CATEGORIES)
-    results = run_suite(_providers(args.providers) or ["cpu"], cats, args.pattern)
+    from .config import load_config
+    from .conformance import CATEGORIES, excluded_reason, run_suite
+    from .providers_select import select_providers
+
+    # Checked once here, so a wrong name is one error rather than a failure per case.
+    select_providers(get_host(load_config()), args.providers, None)
+    cats = args.category or list(CATEGORIES)
+    results = run_suite(args.providers, cats, args.pattern)
+    if not results:
+        raise InvalidArgument(
+            f"no case in {', '.join(cats)} matches --pattern {args.pattern!r}; "
+            "the names look like test_relu or test_averagepool_2d_default"
+        )
     unexpected = 0
     for cat in cats:
         rs = [r for r in results if r.category == cat]
@@ -117,21 +119,25 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import bench
 
-    vs = [v.strip() for v in args.vs.split(",") if v.strip()] if args.vs else []
+    dims = cli_args.dims_dict(args.dim)
+    if dims:
+        cli_args.check_dims(cli_args.declared_inputs(args.model), dims)
     result = bench(
         args.model,
-        providers=_providers(args.providers),
-        vs=vs,
+        providers=args.providers,
+        vs=args.vs,
         runs=args.runs,
         warmup=args.warmup,
         decode=args.decode,
         context=args.context,
-        dims=_dims(args.dim),
+        dims=dims,
         profile=args.profile,
         json_path=args.json,
         plot=args.plot,
     )
     print(result.table())
+    if "onnxep" in result.skipped:
+        raise RunError(f"onnxep could not run the model: {result.skipped['onnxep']}")
     if args.json:
         print(f"samples written to {args.json}")
     return 0
@@ -140,11 +146,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_parity(args: argparse.Namespace) -> int:
     from .parity import parity_report
 
+    dims = cli_args.dims_dict(args.dim)
+    if dims:
+        cli_args.check_dims(cli_args.declared_inputs(args.model), dims)
     report = parity_report(
         args.model,
-        [_providers(args.providers)],
-        reference=_providers(args.reference) or ["cpu"],
-        dims=_dims(args.dim),
+        [args.providers],
+        reference=args.reference,
+        dims=dims,
         seed=args.seed,
         rtol=args.rtol,
         atol=args.atol,
@@ -156,61 +165,98 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="onnxep", description=__doc__)
+    dim_help = (
+        f"symbolic dim value, NAME=INT (repeatable); 0 to {cli_args.MAX_DIM}, and the random "
+        f"inputs may hold {cli_args.MAX_FEED_ELEMENTS:,} elements in all"
+    )
+    providers_help = "comma-separated, priority order (default: plugins.toml)"
+    ap = cli_args.Parser(prog="onnxep", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("providers", help="discovered providers, availability, load failures")
     p.set_defaults(fn=cmd_providers)
     p = sub.add_parser("run", help="run a model on random inputs (a bundled one by default)")
-    p.add_argument("model", nargs="?")
-    p.add_argument("--providers", help="comma-separated, priority order (default: plugins.toml)")
-    p.add_argument("--dim", action="append", help="symbolic dim value, NAME=INT (repeatable)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-nodes", type=int, default=40)
+    p.add_argument("model", nargs="?", type=cli_args.model_file)
+    p.add_argument("--providers", type=cli_args.names, help=providers_help)
+    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
+    p.add_argument("--max-nodes", type=cli_args.non_negative_int, default=40)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("explain", help="placement report: providers, copies, fallback reasons")
-    p.add_argument("model")
-    p.add_argument("--providers")
+    p.add_argument("model", type=cli_args.model_file)
+    p.add_argument("--providers", type=cli_args.names, help=providers_help)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--max-nodes", type=int, default=None)
+    p.add_argument("--max-nodes", type=cli_args.non_negative_int, default=None)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("bench", help="time onnxep against peers, interleaved, same inputs")
-    p.add_argument("model")
-    p.add_argument("--providers", default=None)
-    p.add_argument("--vs", default="onnxruntime", help="peers: onnxruntime,reference,torch")
-    p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--decode", type=int, default=None, metavar="STEPS")
-    p.add_argument("--context", type=int, default=16, metavar="N")
-    p.add_argument("--dim", action="append", help="symbolic dim value, NAME=INT (repeatable)")
-    p.add_argument("--json", default=None, metavar="F")
-    p.add_argument("--plot", default=None, metavar="F.png")
+    p.add_argument("model", type=cli_args.model_file)
+    p.add_argument("--providers", type=cli_args.names, default=None, help=providers_help)
+    p.add_argument(
+        "--vs",
+        type=cli_args.peers,
+        default="onnxruntime",
+        help="peers: onnxruntime,reference,torch",
+    )
+    p.add_argument("--runs", type=cli_args.positive_int, default=50)
+    p.add_argument("--warmup", type=cli_args.non_negative_int, default=5)
+    p.add_argument("--decode", type=cli_args.positive_int, default=None, metavar="STEPS")
+    p.add_argument("--context", type=cli_args.positive_int, default=16, metavar="N")
+    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    p.add_argument("--json", type=cli_args.output_file, default=None, metavar="F")
+    p.add_argument("--plot", type=cli_args.plot_file, default=None, metavar="F.png")
     p.add_argument("--profile", action="store_true", help="print the top ops by time")
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("conformance", help="run the ONNX backend test cases")
-    p.add_argument("--providers", default="cpu")
+    p.add_argument("--providers", type=cli_args.names, default="cpu")
     p.add_argument(
-        "--category", default=None, help="node,simple,pytorch-converted,pytorch-operator"
+        "--category",
+        type=cli_args.categories,
+        default=None,
+        help="node,simple,pytorch-converted,pytorch-operator",
     )
-    p.add_argument("--pattern", default=None, help="regex on case names")
+    p.add_argument("--pattern", type=cli_args.regex, default=None, help="regex on case names")
     p.set_defaults(fn=cmd_conformance)
     p = sub.add_parser("parity", help="compare a model's outputs on providers with a reference")
-    p.add_argument("model")
-    p.add_argument("--providers", required=True, help="comma-separated providers under test")
-    p.add_argument("--reference", default="cpu", help="comma-separated reference providers")
-    p.add_argument("--dim", action="append", help="symbolic dim value, NAME=INT (repeatable)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rtol", type=float, default=None, help="override the per-dtype rtol")
-    p.add_argument("--atol", type=float, default=None, help="override the per-dtype atol")
+    p.add_argument("model", type=cli_args.model_file)
+    p.add_argument(
+        "--providers",
+        type=cli_args.names,
+        required=True,
+        help="comma-separated providers under test",
+    )
+    p.add_argument(
+        "--reference",
+        type=cli_args.names,
+        default="cpu",
+        help="comma-separated reference providers",
+    )
+    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
+    p.add_argument(
+        "--rtol", type=cli_args.tolerance, default=None, help="override the per-dtype rtol"
+    )
+    p.add_argument(
+        "--atol", type=cli_args.tolerance, default=None, help="override the per-dtype atol"
+    )
     p.set_defaults(fn=cmd_parity)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; user errors print ``onnxep: error: ...`` and return 2."""
     try:
+        args = build_parser().parse_args(argv)
         return args.fn(args)
+    except cli_args.UsageError as exc:
+        print(f"onnxep: error: {exc}\n{exc.usage}", end="", file=sys.stderr)
+        return 2
     except OnnxepError as exc:
         print(f"onnxep: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:
+        print(
+            f"onnxep: error: out of memory ({exc}); give smaller --dim values or a smaller model",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from ..model_io import tensor_dtype
 
 
@@ -75,7 +76,7 @@ def decode_spec(inputs: Sequence[Any], outputs: Sequence[Any]) -> DecodeSpec:
                 )
             )
         else:
-            raise ValueError(
+            raise InvalidArgument(
                 f"decode mode does not know how to feed input {a.name!r}; expected input_ids, "
                 "attention_mask, position_ids and past*/present* pairs"
             )
@@ -118,7 +119,7 @@ class DecodeState:
                 elif dims and d in dims:
                     shape.append(int(dims[d]))
                 else:
-                    raise ValueError(
+                    raise InvalidArgument(
                         f"state input {s.name!r} has symbolic dim {d!r} at axis {axis}; "
                         f"give its value (--dim {d}=N)"
                     )
