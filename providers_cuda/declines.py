@@ -2,10 +2,11 @@
 
 The provider's kernels are the generic library plus ``providers_cuda/ops``;
 the ops below are declined whole, dtypes CuPy lacks are declined per node,
-and non-tensor values (sequences, optionals, maps) and control flow stay on
-the host. ``claimed_ops()`` derives the claimed op set from these tables and
-the op modules alone, so a CI test without a GPU can check that every
-claimed op has a parity case.
+and non-tensor values (sequences, optionals, maps) stay on the host. If,
+Loop and Scan are claimed: their values cross in host memory while their
+bodies' nodes are placed on the GPU. ``claimed_ops()`` derives the claimed
+op set from these tables and the op modules alone, so a CI test without a
+GPU can check that every claimed op has a parity case.
 """
 
 from __future__ import annotations
@@ -50,17 +51,14 @@ DECLINED_OPS: dict[tuple[str, str], str] = {
         ("", op): f"{op}: optional values stay on the host"
         for op in ("Optional", "OptionalGetElement", "OptionalHasElement")
     },
-    **{
-        ("", op): (
-            f"{op}: control flow runs on the host; its body's nodes are placed one by one "
-            "with the same providers, so they still run on the GPU"
-        )
-        for op in ("If", "Loop", "Scan")
-    },
     ("ai.onnx.preview", "FlexAttention"): (
         "FlexAttention: its score and mask functions are subgraphs run per element on the host"
     ),
 }
+
+#: Control flow the provider claims (providers_cuda/ops/op_if.py...): host orchestration,
+#: bodies placed like any graph. Other ops with subgraphs are declined.
+CONTROL_FLOW = frozenset({("", "If"), ("", "Loop"), ("", "Scan")})
 
 #: Why a dtype is declined (the ONNX type name as ``dtype_name`` gives it).
 DECLINED_DTYPES: dict[str, str] = {

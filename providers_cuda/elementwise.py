@@ -154,7 +154,7 @@ def binary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tupl
 
     launchers = _launchers(op, "pppqqqqq")
     grid_cap = _max_grid()
-    empty = cupy.empty
+    empty = cupy.ndarray  # allocates from the current pool, one Python frame less
     stream_ptr = _stream_ptr_fn()
     contiguous = _c_contiguous()
 
@@ -195,7 +195,7 @@ def unary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tuple
 
     launchers = _launchers(op, "ppq")
     grid_cap = _max_grid()
-    empty = cupy.empty
+    empty = cupy.ndarray  # allocates from the current pool, one Python frame less
     stream_ptr = _stream_ptr_fn()
     contiguous = _c_contiguous()
 

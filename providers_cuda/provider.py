@@ -23,7 +23,7 @@ from onnxep.errors import ConfigError, RunError
 from onnxep.providers import Claim, Decline, NodeInfo, Provider
 from onnxep.providers.kernel import normalize_domain
 
-from .declines import DECLINED_OPS, dtype_refusal
+from .declines import CONTROL_FLOW, DECLINED_OPS, dtype_refusal
 from .errors import DeviceOutOfMemory
 from .options import CUDAOptions, parse_options, stream_handle
 from .transfer import PinnedTransfers
@@ -156,8 +156,8 @@ class CUDAProvider(Provider):
         key = (normalize_domain(node.domain), op)
         if key in DECLINED_OPS:
             return DECLINED_OPS[key]
-        if node.subgraphs:
-            return f"{op}: control flow runs on the host"
+        if node.subgraphs and key not in CONTROL_FLOW:
+            return f"{op}: its subgraphs run on the host"
         for v in (*node.inputs, *node.outputs):
             if v is None:
                 continue

@@ -38,7 +38,11 @@ class SimPlugin:
     @hookimpl
     def onnxep_kernels(self, provider):
         if provider.name == NAME:
-            return KernelLibrary.from_package("onnxep.providers.ops")
+            return KernelLibrary.from_package("onnxep.providers.ops") + KernelLibrary(
+                s
+                for s in KernelLibrary.from_package("onnxep.providers_cuda.ops")
+                if s.op_type in ("If", "Loop", "Scan")  # host-orchestration kernels: no CuPy
+            )
 
 
 _registered = False
