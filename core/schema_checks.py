@@ -174,9 +174,21 @@ def _check_attributes(site: _Site) -> None:
                 f"attribute {attr.name!r} is {_type_name(attr.type)} but the op declares "
                 f"{_type_name(want)}"
             )
+        if not _utf8([attr.s] if want == AttributeProto.STRING else list(attr.strings)):
+            # ONNX ops' string attributes are text (custom ops may carry binary blobs).
+            raise site.fail(f"attribute {attr.name!r} is not valid UTF-8 text")
     for name, spec in declared.items():
         if spec.required and name not in seen:
             raise site.fail(f"required attribute {name!r} is missing")
+
+
+def _utf8(values: list[bytes]) -> bool:
+    try:
+        for v in values:
+            v.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _check_attribute_fields(node: onnx.NodeProto, index: int, where: str) -> None:

@@ -137,6 +137,13 @@ def test_node_breaking_its_schema_is_refused_at_creation(node, inputs, pattern):
         session(one_node(node, inputs))
 
 
+def test_string_attribute_of_an_onnx_op_must_be_utf8():
+    node = helper.make_node("Pad", ["x"], ["y"], name="p", mode="constant", pads=[0, 0, 0, 0])
+    node.attribute[0].s = b"\xffconstant"
+    with pytest.raises(InvalidModel, match="'p' .*attribute 'mode' is not valid UTF-8"):
+        session(one_node(node, opset=10))
+
+
 def test_attribute_given_twice_is_refused():
     node = helper.make_node("Softmax", ["x"], ["y"], name="s", axis=1)
     node.attribute.append(helper.make_attribute("axis", 0))
@@ -440,8 +447,8 @@ def test_python_lists_take_the_declared_type(elem, feed, want):
 
 
 def test_python_scalar_takes_the_declared_type():
-    out = identity_session([], TensorProto.INT64).run(None, {"x": 7})[0]
-    assert out.dtype == np.int64 and out.shape == () and out == 7
+    out = identity_session([], TensorProto.FLOAT).run(None, {"x": 7})[0]
+    assert out.dtype == np.float32 and out.shape == () and out == 7
 
 
 @pytest.mark.parametrize(
