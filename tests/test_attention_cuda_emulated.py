@@ -197,3 +197,25 @@ def test_rotary_onnx23_emulated_is_bit_exact(rank, il, with_pos, cuda_ops):
     want = cpu_rope23(node, np)(*feeds)[0]
     got = cuda_ops.rope23(node, cuda_ops.xp)(*feeds)[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_rotary_position_outside_the_cache_gives_nan(cuda_ops):
+    """The CPU kernel raises; the device cannot, so the rotated channels become NaN."""
+    rng = np.random.default_rng(3)
+    b, s, nh, hd = 2, 4, 2, 16
+    x = rng.standard_normal((b, s, nh * hd)).astype(np.float32)
+    cos, sin = _rope_cache(24, hd // 2, np.float32)
+    pos = rng.integers(0, 24, size=(b, s)).astype(np.int64)
+    pos[1, 2] = 24
+    attrs = {"num_heads": nh, "rotary_embedding_dim": hd // 2}
+    ins = tuple(ValueInfo(n, "tensor", a.dtype, a.shape) for n, a in
+                zip("xpcs", (x, pos, cos, sin), strict=True))  # fmt: skip
+    node = NodeInfo("RotaryEmbedding", "com.microsoft", "r", 1, attrs, ins, ())
+    with pytest.raises(IndexError):
+        cpu_rope(node, np)(x, pos, cos, sin)
+    got = cuda_ops.rope(node, cuda_ops.xp)(x, pos, cos, sin)[0].reshape(b, s, nh, hd)
+    assert np.isnan(got[1, 2, :, : hd // 2]).all()
+    np.testing.assert_array_equal(
+        got[1, 2, :, hd // 2 :], x.reshape(b, s, nh, hd)[1, 2, :, hd // 2 :]
+    )
+    assert np.isfinite(np.delete(got.reshape(b * s, -1), 1 * s + 2, axis=0)).all()

@@ -160,6 +160,7 @@ def _force_instantiation(source: str, names) -> str:
     return f"{source}\n__global__ void onnxep_instantiate(void** p) {{\n{refs}}}\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
 @pytest.mark.parametrize("which", ["gqa", "rope"])
 def test_cuda_source_compiles(which, tmp_path):

@@ -25,6 +25,7 @@ COMMON_SOURCE = r"""
 #include <cuda_fp16.h>
 
 #define ONNXEP_NEG_INF (-__int_as_float(0x7f800000))
+#define ONNXEP_NAN __int_as_float(0x7fc00000)
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }

@@ -64,7 +64,8 @@ __device__ __forceinline__ void batch_lengths(const int* seqlens_k, const int* q
 // Rotary on Q and K, Q into qbuf (B, nh, S, D), the new K/V rows s < Q into the
 // caches (B, nkv, C, D) at rows P + s. Sources are token rows of q_row/k_row/v_row
 // elements; k_off/v_off locate K and V inside a packed QKV row.
-// pos_mode 0: position P + s; 1: pos_ids[0] + s; 2: pos_ids[b, s] (clamped to the cache).
+// pos_mode 0: position P + s, clamped into the cos/sin cache as the CPU kernel does;
+// 1: pos_ids[0] + s; 2: pos_ids[b, s] -- an id outside the cache gives NaN channels.
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_prepare(
     const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
@@ -109,9 +110,15 @@ __global__ void __launch_bounds__(256) gqa_prepare(
       } else {
         p = pos_ids[(long long)b * S + s];
       }
-      p = lclamp(p, 0, (long long)cache_rows - 1);
-      const long long off = p * (rot >> 1);
-      out = from_f<T>(rope_channel<T>(head, d, rot, interleaved, cosc + off, sinc + off, 1.0f));
+      if (pos_mode == 0) {
+        p = lclamp(p, 0, (long long)cache_rows - 1);
+      }
+      if (p < 0 || p >= cache_rows) {
+        out = from_f<T>(ONNXEP_NAN);
+      } else {
+        const long long off = p * (rot >> 1);
+        out = from_f<T>(rope_channel<T>(head, d, rot, interleaved, cosc + off, sinc + off, 1.0f));
+      }
     } else {
       out = head[d];
     }

@@ -2,7 +2,9 @@
 
 One grid-stride kernel rotates the first ``rot`` channels of every head and
 copies the rest. It reads positions on the device in four ways (``PosMode``),
-so a step never reads position ids back to the host.
+so a step never reads position ids back to the host; an id outside the cos/sin
+cache, which the CPU kernels refuse with an error, turns the channels it
+rotates into NaN instead of reading out of bounds.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ __device__ __forceinline__ int mrope_stream(int i, int layout, int s0, int s1, i
 // pos_mode 0: cos/sin are per-token tables (B or 1, S, half);
 //          1: position = pos[0] + s;  2: position = pos[b, s] (pos batch 1 broadcasts);
 //          3: position = pos[stream(i), b, s] (multimodal RoPE).
-// Positions are clamped into the cache (cache_rows rows): never an out-of-bounds read.
+// A position outside the cache's cache_rows rows (the CPU kernels raise there) makes the
+// rotated channels NaN: a device kernel cannot raise, and a clamped row would pass unseen.
 template <typename T>
 __global__ void __launch_bounds__(256) rope_apply(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ cosc,
@@ -79,7 +82,10 @@ __global__ void __launch_bounds__(256) rope_apply(
         const int st = mrope_stream(i, mrope_layout, sec0, sec1, sec2);
         p = pos[((long long)st * B + b) * S + s];
       }
-      p = lclamp(p, 0, (long long)cache_rows - 1);
+      if (p < 0 || p >= cache_rows) {
+        y[idx] = from_f<T>(ONNXEP_NAN);
+        continue;
+      }
     }
     const long long off = p * half;
     y[idx] = from_f<T>(

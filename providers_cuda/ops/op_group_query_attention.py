@@ -5,7 +5,8 @@ per batch row ``T = seqlens_k[b] + 1`` tokens are valid after the step,
 ``Q = min(S, T)`` (or ``query_seqlens[b]``) are new, written to cache rows
 ``[T - Q, T)``; the causal mask, the local window and rotary positions follow
 from there. ``seqlens_k``, ``query_seqlens`` and ``position_ids`` are read on
-the device only.
+the device only (a position id outside the cos/sin cache, which the CPU
+refuses, gives NaN rotated channels: the device cannot raise).
 
 ``total_sequence_length`` is a host input, as in onnxruntime's CUDA kernel
 (real exports compute it from the attention mask's shape, so it costs no

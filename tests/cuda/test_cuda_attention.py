@@ -445,3 +445,22 @@ def test_rotary_builder_is_capture_safe():
         stream.synchronize()
         want = cpu(node, np)(f["input"], pos, f["cos_cache"], f["sin_cache"])[0]
         _assert_close(cupy.asnumpy(out), want, F32, f"captured rope shift {shift}", ROPE_TOL)
+
+
+def test_rotary_position_outside_the_cache_gives_nan():
+    """The CPU kernel raises on such an id; the device cannot raise, so the channels it
+    rotates become NaN rather than reading another row."""
+    import cupy
+
+    from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import rotary_embedding_contrib
+
+    rng = np.random.default_rng(7)
+    f = _rope_feeds(rng, 3, 2, 5, 2, 16, 0, "2d", F32)
+    f["position_ids"][0, 3] = 24  # the cache has 24 rows
+    names = ["input", "position_ids", "cos_cache", "sin_cache"]
+    ins = tuple(ValueInfo(n, "tensor", f[n].dtype, tuple(f[n].shape)) for n in names)
+    node = NodeInfo("RotaryEmbedding", "com.microsoft", "r", 1, {"num_heads": 2}, ins, ())
+    (y,) = rotary_embedding_contrib(node, cupy)(*[cupy.asarray(f[n]) for n in names])
+    y = cupy.asnumpy(y).reshape(2, 5, 2, 16)
+    assert np.isnan(y[0, 3]).all()
+    assert np.isfinite(np.delete(y.reshape(10, -1), 3, axis=0)).all()
