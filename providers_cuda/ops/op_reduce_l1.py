@@ -1,0 +1,16 @@
+"""ReduceL1 on CUDA: one float32-accumulating kernel for float32/float16 (``_reduce_cuda``).
+
+Axes are an attribute up to opset 13 and a host input from 18; a non-constant axes
+input, other dtypes and axes that are not one contiguous run take the generic kernel.
+"""
+
+from onnxep.providers.kernel import kernel
+from onnxep.providers.ops import op_reduce_l1 as generic
+
+from ._reduce_cuda import build_reduce
+
+
+@kernel("ReduceL1", since=(1, 11, 13))
+@kernel("ReduceL1", since=(18,), host_inputs=(1,))
+def reduce_l1(node, xp):
+    return build_reduce(node, xp, "l1", 18, generic.reduce_l1)
