@@ -20,22 +20,26 @@ def bundled_model() -> Path:
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
-    from .registry_api import get_all_providers, plugin_failures
+    from .registry_api import check_providers, plugin_failures
 
-    rows = get_all_providers()
+    rows = check_providers()  # starts each available provider once, to be sure it does
     print(f"{'provider':12s} {'device':8s} {'version':10s} {'status':12s} source")
     for r in rows:
-        status = "available" if r.available else "unavailable"
+        status = "broken" if r.broken else "available" if r.available else "unavailable"
         print(f"{r.name:12s} {r.device:8s} {r.version:10s} {status:12s} {r.source}")
         if r.aliases:
             print(f"{'':12s} aliases: {', '.join(r.aliases)}")
         if r.reason:
             print(f"{'':12s} why: {r.reason}")
-    failures = plugin_failures()
-    if failures:
-        print("\nplugins that failed:")
-        for f in failures:
-            print(f"  {f}")
+    records = plugin_failures()
+    for title, group in (
+        ("plugins that failed", [f for f in records if f.failed]),
+        ("kernel registrations set aside", [f for f in records if not f.failed]),
+    ):
+        if group:
+            print(f"\n{title}:")
+            for f in group:
+                print(f"  {f}")
     return 0
 
 

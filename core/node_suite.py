@@ -5,13 +5,16 @@ providers under test; otherwise it is skipped with the providers' own decline
 reasons ("provider 'torch' declined Relu: ..."), so a provider that claims
 little still gets a clean, honest report. A case that runs is compared with
 the outputs the suite recorded, with the case's own tolerances, exactly as
-onnx's ``BackendTest`` does.
+onnx's ``BackendTest`` does. Cases listed in conformance_exclusions.toml (the
+ones ``onnxep conformance`` counts as known failures) are skipped with their
+reason, and a failure carries the traceback of what raised.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import traceback
 import unittest
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,19 +23,25 @@ from typing import Any
 
 import numpy as np
 
-from .conformance import _case_data, _case_model, load_cases, select_cases
+from .conformance import _case_data, _case_model, exclusions, load_cases, select_cases
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    """One case's result: ``status`` is ``passed``, ``failed`` or ``skipped``, with the reason."""
+    """One case's result: ``status`` is ``passed``, ``failed`` or ``skipped``, with the reason.
+
+    A failed case keeps the formatted ``traceback`` of what raised, and the
+    exception itself as ``error``.
+    """
 
     name: str
     status: str
     reason: str = ""
     ops: tuple[str, ...] = ()
+    traceback: str = field(default="", repr=False)
+    error: BaseException | None = field(default=None, repr=False, compare=False)
 
 
 @functools.cache
@@ -94,7 +103,7 @@ class BackendSuite:
         return [self.run(c.name) for c in self.cases]
 
     def check(self, name: str, skip: Callable[[str], Any] | None = None) -> None:
-        """Run one case: skip on a decline, ``AssertionError`` on a mismatch.
+        """Run one case: skip on a decline, ``AssertionError`` (caused by the failure) otherwise.
 
         The body of a parametrized pytest test. ``skip`` defaults to
         ``pytest.skip`` under pytest, else raises ``unittest.SkipTest``.
@@ -104,7 +113,8 @@ class BackendSuite:
             (skip or _default_skip())(out.reason)
             return
         if out.status == FAILED:
-            raise AssertionError(f"{name} on {self.providers}: {out.reason}")
+            # Chained, so pytest and unittest print the traceback of what raised.
+            raise AssertionError(f"{name} on {self.providers}: {out.reason}") from out.error
 
     @functools.cached_property
     def _by_name(self) -> dict[str, Any]:
@@ -174,7 +184,8 @@ def run_node_case(
         except NotImplementedOp as exc:
             return CaseOutcome(case.name, SKIPPED, f"no provider can run it: {exc}", ops)
         except Exception as exc:
-            return CaseOutcome(case.name, FAILED, f"session: {type(exc).__name__}: {exc}", ops)
+            why = f"session: {type(exc).__name__}: {exc}"
+            return _failed(case.name, why, ops, exc)
         why = decline_reason(sess)
         if why is not None:
             return CaseOutcome(case.name, SKIPPED, why, ops)
@@ -185,8 +196,13 @@ def run_node_case(
                 Runner.assert_similar_outputs(outs, got, case.rtol, case.atol, case.model_dir)
         except Exception as exc:
             msg = " | ".join(f"{type(exc).__name__}: {exc}".strip().splitlines()[:8])
-            return CaseOutcome(case.name, FAILED, msg[:800], ops)
+            return _failed(case.name, msg[:800], ops, exc)
     return CaseOutcome(case.name, PASSED, "", ops)
+
+
+def _failed(name: str, reason: str, ops: tuple[str, ...], exc: BaseException) -> CaseOutcome:
+    tb = "".join(traceback.format_exception(exc))
+    return CaseOutcome(name, FAILED, reason, ops, tb, exc)
 
 
 def backend_suite(
@@ -197,18 +213,23 @@ def backend_suite(
     sample: int | None = None,
     exclude: Mapping[str, str] | None = None,
     category: str = "node",
+    default_exclusions: bool = True,
 ) -> BackendSuite:
     """The ONNX backend ``node`` cases for ``providers`` (names or ``(name, options)``).
 
     ``pattern`` keeps cases whose name matches the regex, ``ops`` those whose
     model uses one of the op types, ``sample`` every k-th of the rest so that
     about ``sample`` cases remain (a quick, stable cross-section), and
-    ``exclude`` maps name regexes to reasons for cases to skip. The CPU
-    provider is appended by the session as usual, but a case only runs when
-    the providers under test take every compute node.
+    ``exclude`` maps name regexes to reasons for cases to skip, on top of
+    onnxep's own conformance exclusions for ``category`` (the cases the CPU
+    reference cannot pass; ``default_exclusions=False`` runs them too). The
+    CPU provider is appended by the session as usual, but a case only runs
+    when the providers under test take every compute node.
     """
     chosen = select_cases(_cases(category), pattern, ops)
     if sample is not None and 0 < sample < len(chosen):
         step = len(chosen) / sample
         chosen = [chosen[int(i * step)] for i in range(sample)]
-    return BackendSuite(list(providers), chosen, dict(exclude or {}))
+    skip = dict(exclusions().get(category, {})) if default_exclusions else {}
+    skip.update(exclude or {})
+    return BackendSuite(list(providers), chosen, skip)

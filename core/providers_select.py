@@ -1,16 +1,30 @@
-"""Turning the ``providers=`` argument into Provider instances, in priority order."""
+"""Turning the ``providers=`` argument into Provider instances, in priority order.
+
+Providers the user names must start; a failure is a :class:`ProviderError`
+caused by what the plugin raised. Providers chosen by default (``providers=None``,
+and the CPU provider appended as last resort) are skipped when they fail to
+start: the host records why, and the session goes on with the others.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from onnxep.providers.discovery import PluginHost
+from onnxep.providers.discovery import PluginHost, ProviderStartError
 from onnxep.providers.provider import Provider
 
 from .errors import ConfigError, ProviderError
 
 ProviderArg = str | tuple[str, dict[str, Any]]
+
+
+class Selection(list):
+    """``(name, options)`` in priority order; ``named`` holds the providers the user listed."""
+
+    def __init__(self, entries: Sequence[tuple[str, dict[str, Any]]], named: set[str]) -> None:
+        super().__init__(entries)
+        self.named = frozenset(named)
 
 
 def _split(entry: Any) -> tuple[str, dict[str, Any]]:
@@ -24,31 +38,45 @@ def _split(entry: Any) -> tuple[str, dict[str, Any]]:
     raise ConfigError(f"a provider must be a name or a (name, options) tuple, got {entry!r}")
 
 
-def _unknown(host: PluginHost, name: str) -> ProviderError:
+def missing_reason(host: PluginHost, name: str) -> str | None:
+    """Why no discovered provider answers to ``name`` though a plugin of that name exists.
+
+    It completes "provider 'x' ..."; ``None`` when nothing by that name is installed.
+    """
     for f in host.failures:
-        if f.name.lower() == name.lower():
-            return ProviderError(
-                f"provider {name!r} could not be loaded: {f.error} (entry point {f.entry_point})"
-            )
+        if f.kind == "load" and f.name.lower() == name.lower():
+            return f"could not be loaded: {f.error} (entry point {f.entry_point})"
     for dname, ep in host.disabled:
         if dname.lower() == name.lower():
-            return ProviderError(
-                f"provider {name!r} ({ep}) is disabled in plugins.toml "
-                f"({', '.join(host.config.sources)}); set providers.{dname}.enabled = true"
+            return (
+                f"({ep}) is disabled in plugins.toml ({', '.join(host.config.sources)}); "
+                f"set providers.{dname}.enabled = true"
             )
+    return None
+
+
+def unknown_message(host: PluginHost, name: str) -> str:
     known = ", ".join(sorted(host.providers)) or "none"
-    return ProviderError(
+    return (
         f"unknown provider {name!r}; discovered providers: {known}. "
         "A provider is found through the 'onnxep.providers' entry point of an installed package."
     )
+
+
+def _unknown(host: PluginHost, name: str) -> ProviderError:
+    why = missing_reason(host, name)
+    if why is not None:
+        return ProviderError(f"provider {name!r} {why}")
+    return ProviderError(unknown_message(host, name))
 
 
 def select_providers(
     host: PluginHost,
     providers: Sequence[Any] | None,
     provider_options: Sequence[dict[str, Any]] | None,
-) -> list[tuple[str, dict[str, Any]]]:
+) -> Selection:
     """``(name, options)`` in priority order; asking for an unusable provider is an error."""
+    named: set[str] = set()
     if providers is None:
         names = [n for n in host.ordered_names() if host.providers[n].available]
         entries = [(n, {}) for n in names]
@@ -69,11 +97,15 @@ def select_providers(
         if real is None:
             raise _unknown(host, name)
         dp = host.providers[real]
+        if dp.broken is not None:
+            raise ProviderError(f"provider {real!r} failed to start: {dp.broken}") from dp.error
         if not dp.available:
             raise ProviderError(f"provider {real!r} is not available here: {dp.unavailable}")
         if any(real == n for n, _ in out):
             raise ConfigError(f"provider {real!r} is listed twice")
         out.append((real, {**host.config.options_for(real), **opts}))
+        if providers is not None:
+            named.add(real)
     if (
         "cpu" not in [n for n, _ in out]
         and "cpu" in host.providers
@@ -82,16 +114,28 @@ def select_providers(
         out.append(("cpu", host.config.options_for("cpu")))
     if not out:
         raise ProviderError("no provider is available; is onnxep installed with its entry points?")
-    return out
+    return Selection(out, named)
 
 
 def create_providers(
     host: PluginHost, selected: list[tuple[str, dict[str, Any]]]
 ) -> list[Provider]:
+    """Start the selected providers; one the user did not name is skipped if it fails.
+
+    A plain list (not a :class:`Selection`) counts every entry as named.
+    """
+    named = getattr(selected, "named", None)
     made: list[Provider] = []
+    skipped: list[str] = []
     for name, opts in selected:
         try:
             made.append(host.create(name, opts))
-        except Exception as exc:
-            raise ProviderError(f"provider {name!r} failed to start: {exc}") from exc
+        except ProviderStartError as exc:
+            if named is None or name in named:
+                raise ProviderError(f"provider {name!r} failed to start: {exc.reason}") from (
+                    exc.__cause__
+                )
+            skipped.append(f"{name}: {exc.reason}")
+    if not made:
+        raise ProviderError(f"no provider could start: {'; '.join(skipped)}")
     return made

@@ -8,11 +8,18 @@ from typing import Any
 from onnxep.providers.discovery import get_host, register_plugin, reset_hosts
 
 from .config import load_config
+from .errors import ProviderError
+from .providers_select import missing_reason, unknown_message
 
 
 @dataclass(frozen=True)
 class ProviderStatus:
-    """A discovered provider: where it came from, and why it is unavailable if it is."""
+    """A discovered provider: where it came from, and why it cannot be used if it cannot.
+
+    ``broken`` is True for a provider whose own plugin failed to start it
+    (``reason`` says how); otherwise an unavailable provider's ``reason`` is
+    its availability check's answer.
+    """
 
     name: str
     aliases: tuple[str, ...]
@@ -21,6 +28,7 @@ class ProviderStatus:
     source: str
     available: bool
     reason: str | None
+    broken: bool = False
 
 
 def get_available_providers() -> list[str]:
@@ -29,28 +37,71 @@ def get_available_providers() -> list[str]:
     return [n for n in host.ordered_names() if host.providers[n].available]
 
 
+def _status(host: Any, n: str) -> ProviderStatus:
+    dp = host.providers[n]
+    return ProviderStatus(
+        n,
+        dp.info.aliases,
+        dp.info.device,
+        dp.info.version,
+        dp.source,
+        dp.available,
+        dp.reason,
+        dp.broken is not None,
+    )
+
+
 def get_all_providers() -> list[ProviderStatus]:
-    """Every discovered provider, available or not (with the reason)."""
+    """Every discovered provider, available or not (with the reason).
+
+    A provider counts as available until it fails to start in this process;
+    :func:`check_providers` starts each one to find out.
+    """
     host = get_host(load_config())
-    out = []
-    for n in host.ordered_names():
-        dp = host.providers[n]
-        out.append(
-            ProviderStatus(
-                n,
-                dp.info.aliases,
-                dp.info.device,
-                dp.info.version,
-                dp.source,
-                dp.available,
-                dp.unavailable,
-            )
-        )
-    return out
+    return [_status(host, n) for n in host.ordered_names()]
+
+
+def provider_status(name: str) -> ProviderStatus | None:
+    """The status of the provider ``name`` (or an alias, any case) refers to, or ``None``."""
+    host = get_host(load_config())
+    real = host.resolve(name)
+    return None if real is None else _status(host, real)
+
+
+def check_providers() -> list[ProviderStatus]:
+    """Start every available provider once (configured options), then list them all.
+
+    What ``onnxep providers`` shows: a provider whose plugin fails to create
+    it, or raises adding its own kernels or passes, is listed as broken with
+    the reason. Starting may touch the device (a CUDA context), which is why
+    the cheap queries above do not do it.
+    """
+    get_host(load_config()).check_started()
+    return get_all_providers()
+
+
+def provider_unavailable_reason(name: str) -> str | None:
+    """``None`` when provider ``name`` (or an alias) can be used here, else why not.
+
+    A plugin of that name that failed to load or is disabled has a reason
+    too; a name that nothing installed answers to raises :class:`ProviderError`.
+    """
+    host = get_host(load_config())
+    real = host.resolve(name)
+    if real is not None:
+        return host.providers[real].reason
+    why = missing_reason(host, name)
+    if why is None:
+        raise ProviderError(unknown_message(host, name))
+    return f"provider {name!r} {why}"
 
 
 def plugin_failures() -> list[Any]:
-    """Plugins that failed to load or whose hooks raised, as records with the error."""
+    """Plugins that failed to load, hooks that raised, kernel registrations set aside.
+
+    Each record (:class:`onnxep.providers.failures.PluginFailure`) appears once
+    and has a ``kind``: ``load``, ``hook``, ``refused``, ``shadowed`` or ``contract``.
+    """
     return list(get_host(load_config()).failures)
 
 

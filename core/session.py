@@ -162,15 +162,21 @@ class InferenceSession:
                 first,
                 ", ".join(sorted({n.op_type for n in moved})),
             )
-        for f in self._host.failures:
-            if self._options.log_severity_level <= 2:
+        if self._options.log_severity_level <= 2:
+            for f in self._host.failures_to_log():  # each failure once per process
                 logger.warning("%s", f)
 
     def _provider_rewrites(self, opsets: dict[str, int], disabled: list[str]) -> None:
-        """Each provider's fusions, on the nodes it would be given (``extended`` level)."""
+        """Each provider's fusions, on the nodes it would be given (``extended`` level).
+
+        A fusion pass that breaks the rewrite contract is rolled back by the
+        manager; it is recorded against its plugin and listed as skipped.
+        """
         owner = ownership(self._providers, opsets)
         for provider in self._providers:
-            passes = self._host.rewrites(provider, "extended")
+            sourced = self._host.rewrites_by_plugin(provider, "extended")
+            passes = [p for _, p in sourced]
+            plugin_of = {id(p): plugin for plugin, p in sourced}
             for p in passes:
                 if isinstance(p, FusionPass):
                     p.bind(provider, lambda n, prov=provider: owner(n) is prov, opsets)
@@ -178,6 +184,9 @@ class InferenceSession:
             for name, count in report.counts.items():
                 self._rewrites[name] = self._rewrites.get(name, 0) + count
             self._skipped += [s for s in report.skipped if s not in self._skipped]
+            for rejected in report.rejected:
+                plugin = plugin_of.get(id(rejected.rewrite), "?")
+                self._host.pass_rolled_back(plugin, provider.name, str(rejected))
 
     # -- onnxruntime's API ---------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:

@@ -6,13 +6,21 @@ records ``(name, entry point, error)`` instead of raising, and every hook a
 plugin implements is called on its own, so one broken plugin is reported and
 the others keep working. (pluggy's ``load_setuptools_entrypoints`` aborts on
 the first broken plugin, which is why it is not used.)
+
+Starting a provider calls its own plugin's ``onnxep_create_provider``,
+``onnxep_kernels`` and ``onnxep_graph_rewrites`` (``extended``). When one of
+them raises with the provider's configured options, the provider is *broken*
+for the process: it is recorded with the reason, default selections skip it
+and naming it is an error carrying the original exception. Another plugin's
+hook raising for the provider is that plugin's failure, recorded, and the
+provider keeps working.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import threading
-from collections.abc import Iterable
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,35 +28,41 @@ import pluggy
 from stevedore.named import NamedExtensionManager
 
 from . import hookspecs
-from .kernel import KernelSpec
+from .failures import CONTRACT, FailureLog, PluginFailure, forget_logged, not_yet_logged
 from .provider import Provider, ProviderInfo
+from .starting import OwnHookRaised, ProviderStartError, describe, refusals, start_provider
+
+__all__ = [
+    "GROUP",
+    "DiscoveredProvider",
+    "PluginFailure",
+    "PluginHost",
+    "ProviderStartError",
+    "get_host",
+    "register_plugin",
+    "reset_hosts",
+    "unregister_plugin",
+]
 
 GROUP = "onnxep.providers"
 
 
-@dataclass(frozen=True)
-class PluginFailure:
-    """A plugin that could not be loaded, or one of whose hooks raised."""
-
-    name: str
-    entry_point: str
-    error: str
-    hook: str = ""
-
-    def __str__(self) -> str:
-        where = f" in hook {self.hook}" if self.hook else ""
-        return f"plugin {self.name!r} ({self.entry_point}) failed{where}: {self.error}"
-
-
 @dataclass
 class DiscoveredProvider:
-    """A provider some plugin offers, with where it came from and whether it can run here."""
+    """A provider some plugin offers, with where it came from and whether it can run here.
+
+    ``unavailable`` is the availability check's reason; ``broken`` says why
+    the provider failed to start with its configured options, and ``error``
+    is the exception behind it.
+    """
 
     info: ProviderInfo
     plugin: Any
     plugin_name: str
     source: str
     unavailable: str | None = None
+    broken: str | None = None
+    error: BaseException | None = None
 
     @property
     def name(self) -> str:
@@ -56,11 +70,16 @@ class DiscoveredProvider:
 
     @property
     def available(self) -> bool:
-        return self.unavailable is None
+        return self.unavailable is None and self.broken is None
 
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    @property
+    def reason(self) -> str | None:
+        """Why the provider cannot be used, or ``None``."""
+        if self.unavailable is not None:
+            return self.unavailable
+        if self.broken is not None:
+            return f"failed to start: {self.broken}"
+        return None
 
 
 class PluginHost:
@@ -70,11 +89,34 @@ class PluginHost:
         self.config = config
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
-        self.failures: list[PluginFailure] = []
+        self._log = FailureLog()
         self.disabled: list[tuple[str, str]] = []
         self.providers: dict[str, DiscoveredProvider] = {}
         self._sources: dict[str, str] = {}
         self._lock = threading.RLock()
+        self._checked: set[str] = set()
+        # The owner's extended passes, asked for at start (so a raising hook
+        # breaks the provider before any session uses it), kept for the session.
+        self._own_passes: weakref.WeakKeyDictionary[Provider, list[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- failures ----------------------------------------------------------------
+    @property
+    def failures(self) -> list[PluginFailure]:
+        """Every failure, once each (plugin, hook, error), in the order they happened."""
+        return self._log.records
+
+    def record(self, failure: PluginFailure) -> bool:
+        """Record ``failure`` unless it is already recorded; True when it is new."""
+        return self._log.record(failure)
+
+    def failures_to_log(self) -> list[PluginFailure]:
+        """The failures not yet logged in this process (each is logged once)."""
+        return not_yet_logged(self.failures)
+
+    def source_of(self, plugin_name: str) -> str:
+        return self._sources.get(plugin_name, plugin_name)
 
     # -- loading ---------------------------------------------------------------
     def discover(self) -> None:
@@ -93,7 +135,7 @@ class PluginHost:
         NamedExtensionManager.ENTRY_POINT_CACHE.pop(GROUP, None)
 
         def failed(_mgr: Any, ep: Any, exc: BaseException) -> None:
-            self.failures.append(PluginFailure(ep.name, ep.value, _describe(exc)))
+            self.record(PluginFailure(ep.name, ep.value, describe(exc)))
 
         mgr = NamedExtensionManager(
             GROUP,
@@ -117,13 +159,13 @@ class PluginHost:
             try:
                 self.pm.register(plugin, name=pname)
             except Exception as exc:
-                self.failures.append(PluginFailure(pname, source, _describe(exc)))
+                self.record(PluginFailure(pname, source, describe(exc)))
                 return []
             self._sources[pname] = source
             offered = []
             for info in self._call_one(pname, "onnxep_provider_info", {}):
                 if not isinstance(info, ProviderInfo):
-                    self.failures.append(
+                    self.record(
                         PluginFailure(
                             pname,
                             source,
@@ -134,7 +176,7 @@ class PluginHost:
                     continue
                 if info.name in self.providers:
                     other = self.providers[info.name]
-                    self.failures.append(
+                    self.record(
                         PluginFailure(
                             pname,
                             source,
@@ -152,24 +194,32 @@ class PluginHost:
             return offered
 
     # -- hooks, one plugin at a time -------------------------------------------
-    def _impls(self, hook: str, plugin_name: str | None = None):
+    def impls(self, hook: str, plugin_name: str | None = None) -> list[Any]:
+        """pluggy's implementations of ``hook`` (of one plugin when ``plugin_name`` is given)."""
         caller = getattr(self.pm.hook, hook)
         impls = caller.get_hookimpls()
         if plugin_name is not None:
             impls = [i for i in impls if i.plugin_name == plugin_name]
         return impls
 
-    def _call(self, impl: Any, hook: str, kwargs: dict) -> tuple[bool, Any]:
+    def _call(self, impl: Any, hook: str, kwargs: dict, provider: str = "") -> tuple[bool, Any]:
         try:
             return True, impl.function(*[kwargs[a] for a in impl.argnames])
         except Exception as exc:
-            src = self._sources.get(impl.plugin_name, "?")
-            self.failures.append(PluginFailure(impl.plugin_name, src, _describe(exc), hook))
+            self.record(
+                PluginFailure(
+                    impl.plugin_name,
+                    self.source_of(impl.plugin_name),
+                    describe(exc),
+                    hook,
+                    provider=provider,
+                )
+            )
             return False, None
 
     def _call_one(self, plugin_name: str, hook: str, kwargs: dict) -> list[Any]:
         out = []
-        for impl in self._impls(hook, plugin_name):
+        for impl in self.impls(hook, plugin_name):
             ok, res = self._call(impl, hook, kwargs)
             if ok and res is not None:
                 out.append(res)
@@ -177,7 +227,7 @@ class PluginHost:
 
     def call_each(self, hook: str, first: str | None = None, **kwargs: Any):
         """``(plugin_name, result)`` for every plugin implementing ``hook``; ``first`` leads."""
-        impls = self._impls(hook)
+        impls = self.impls(hook)
         impls.sort(key=lambda i: i.plugin_name != first)
         out = []
         for impl in impls:
@@ -202,57 +252,111 @@ class PluginHost:
         return None
 
     def create(self, name: str, options: dict[str, Any]) -> Provider:
-        """A fresh Provider for one session, with every plugin's kernels added."""
+        """A fresh Provider for one session, with every plugin's kernels added.
+
+        Raises :class:`ProviderStartError` (caused by what the plugin raised)
+        when the provider's own plugin fails; with the configured options the
+        provider is then marked broken and the failure recorded.
+        """
         dp = self.providers[name]
-        made = self._call_one(dp.plugin_name, "onnxep_create_provider", {"options": options})
-        provider = made[0] if made else None
-        if not isinstance(provider, Provider):
-            last = self.failures[-1] if self.failures else None
-            why = (
-                str(last)
-                if last and last.hook == "onnxep_create_provider"
-                else "onnxep_create_provider returned no Provider"
+        if dp.broken is not None:
+            raise ProviderStartError(name, dp.broken) from dp.error
+        try:
+            provider, passes = start_provider(self, dp, options)
+        except OwnHookRaised as raised:
+            reason = (
+                f"plugin {dp.plugin_name!r} ({dp.source}) failed in hook {raised.hook}: "
+                f"{describe(raised.error)}"
             )
-            raise RuntimeError(why)
-        for plugin_name, specs in self.call_each(
-            "onnxep_kernels", first=dp.plugin_name, provider=provider
-        ):
-            self._add_kernels(provider, plugin_name, specs)
-        for conflict in provider.registry.conflicts:
-            failure = PluginFailure(
-                conflict.refused,
-                self._sources.get(conflict.refused, conflict.refused),
-                f"for provider {name!r}: {conflict}",
-                "onnxep_kernels",
+            if options == self.config.options_for(name):
+                self._mark_broken(dp, reason, raised)
+            raise ProviderStartError(name, reason) from raised.error
+        try:
+            self._own_passes[provider] = passes
+        except TypeError:  # an unhashable Provider: its plugin is asked again later
+            pass
+        for rec in refusals(provider):
+            self.record(
+                PluginFailure(
+                    rec.refused,
+                    self.source_of(rec.refused),
+                    str(rec),
+                    "onnxep_kernels",
+                    kind=rec.kind,
+                    provider=name,
+                )
             )
-            if failure not in self.failures:
-                self.failures.append(failure)
         return provider
 
-    def _add_kernels(self, provider: Provider, plugin_name: str, specs: Iterable[Any]) -> None:
-        src = self._sources.get(plugin_name, plugin_name)
-        for module, error in getattr(specs, "failures", ()):
-            failure = PluginFailure(
-                plugin_name, src, f"kernel module {module}: {error}", "onnxep_kernels"
+    def _mark_broken(self, dp: DiscoveredProvider, reason: str, raised: OwnHookRaised) -> None:
+        with self._lock:
+            if dp.broken is None:
+                dp.broken, dp.error = reason, raised.error
+        self.record(
+            PluginFailure(
+                dp.plugin_name,
+                dp.source,
+                describe(raised.error),
+                raised.hook,
+                provider=dp.name,
+                effect=f"provider {dp.name!r} is broken: sessions skip it, naming it is an error",
             )
-            if failure not in self.failures:
-                self.failures.append(failure)
-        try:
-            for spec in specs:
-                if not isinstance(spec, KernelSpec):
-                    raise TypeError(f"expected KernelSpec, got {type(spec).__name__}")
-                provider.registry.add(spec, source=plugin_name)
-        except Exception as exc:
-            self.failures.append(PluginFailure(plugin_name, src, _describe(exc), "onnxep_kernels"))
+        )
+
+    def check_started(self) -> None:
+        """Start every available provider once with its configured options (then drop it).
+
+        A provider whose own plugin fails is marked broken with the reason,
+        so listings stop calling it available.
+        """
+        for name in self.ordered_names():
+            dp = self.providers[name]
+            if name in self._checked or not dp.available:
+                continue
+            self._checked.add(name)
+            try:
+                self.create(name, self.config.options_for(name))
+            except ProviderStartError:
+                pass  # recorded, and the provider marked broken, by create()
+
+    # -- rewrites --------------------------------------------------------------
+    def rewrites_by_plugin(self, provider: Provider | None, level: str) -> list[tuple[str, Any]]:
+        """``(plugin_name, pass)`` for every plugin's passes at ``level``, ``provider``'s first."""
+        first = None
+        if provider is not None and provider.name in self.providers:
+            first = self.providers[provider.name].plugin_name
+        own = None
+        if provider is not None and level == "extended":
+            own = self._own_passes.pop(provider, None)
+        impls = sorted(self.impls("onnxep_graph_rewrites"), key=lambda i: i.plugin_name != first)
+        out: list[tuple[str, Any]] = []
+        name = "" if provider is None else provider.name
+        for impl in impls:
+            if impl.plugin_name == first and own is not None:
+                out += [(first, p) for p in own]
+                continue
+            kwargs = {"provider": provider, "level": level}
+            ok, res = self._call(impl, "onnxep_graph_rewrites", kwargs, provider=name)
+            if ok and res is not None:
+                out += [(impl.plugin_name, p) for p in res]
+        return out
 
     def rewrites(self, provider: Provider | None, level: str) -> list[Any]:
-        passes: list[Any] = []
-        first = None if provider is None else self.providers[provider.name].plugin_name
-        for _, res in self.call_each(
-            "onnxep_graph_rewrites", first, provider=provider, level=level
-        ):
-            passes.extend(res)
-        return passes
+        return [p for _, p in self.rewrites_by_plugin(provider, level)]
+
+    def pass_rolled_back(self, plugin_name: str, provider: str, problem: str) -> None:
+        """Record that a rewrite pass broke the contract and was undone."""
+        self.record(
+            PluginFailure(
+                plugin_name,
+                self.source_of(plugin_name),
+                problem,
+                "onnxep_graph_rewrites",
+                kind=CONTRACT,
+                provider=provider,
+                effect="the pass was rolled back and left out of the session",
+            )
+        )
 
     def ordered_names(self) -> list[str]:
         """Every discovered provider in plugins.toml order; unlisted ones go before cpu."""
@@ -291,9 +395,13 @@ def register_plugin(plugin: Any, name: str | None = None) -> None:
 
 
 def reset_hosts() -> None:
-    """Forget discovered plugins, so the next session discovers again (tests, new installs)."""
+    """Forget discovered plugins and broken providers, so the next session discovers again.
+
+    Failures found again after this are logged again (once).
+    """
     with _hosts_lock:
         _hosts.clear()
+    forget_logged()
 
 
 def unregister_plugin(plugin: Any) -> None:

@@ -98,12 +98,14 @@ class Provider:
     def _no_kernel_reason(self, node: NodeInfo) -> str:
         dom = node.domain or "ai.onnx"
         versions = self.registry.versions(node.domain, node.op_type)
+        # Kernels a plugin failed to add may be the ones missing here.
+        missing = "".join(f" ({m})" for m in self.registry.missing)
         if versions:
             return (
                 f"{node.op_type}: no kernel for {dom} opset {node.opset} "
-                f"(kernels exist from opset {versions[0]})"
+                f"(kernels exist from opset {versions[0]}){missing}"
             )
-        return f"{node.op_type}: no kernel for {dom}::{node.op_type}"
+        return f"{node.op_type}: no kernel for {dom}::{node.op_type}{missing}"
 
     @staticmethod
     def check_dtypes(spec: KernelSpec, node: NodeInfo) -> str | None:

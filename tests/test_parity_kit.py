@@ -211,6 +211,33 @@ def test_backend_suite_catches_a_wrong_kernel(good_and_bad):
         suite.check("test_relu")
 
 
+def test_backend_suite_skips_the_conformance_exclusions():
+    suite = backend_suite(["cpu"], pattern=r"^test_bernoulli$")
+    (out,) = suite.run_all()
+    assert out.status == "skipped"
+    assert out.reason == "excluded: the output is random, so it cannot equal the recorded one"
+    (ran,) = backend_suite(["cpu"], pattern=r"^test_bernoulli$", default_exclusions=False).cases
+    assert ran.name == "test_bernoulli"
+
+
+def test_backend_suite_failure_carries_the_traceback():
+    def relu_that_raises(xp, x):
+        raise FloatingPointError("kernel blew up on purpose")
+
+    plugin = _runtime_provider("raising_relu", relu_that_raises)
+    onnxep.register_provider(plugin)
+    try:
+        suite = backend_suite(["raising_relu"], pattern=r"^test_relu$")
+        (out,) = suite.run_all()
+        assert out.status == "failed" and "kernel blew up on purpose" in out.reason
+        assert "relu_that_raises" in out.traceback  # the frame that raised, not just its message
+        with pytest.raises(AssertionError, match="test_relu on") as err:
+            suite.check("test_relu")
+        assert "kernel blew up on purpose" in str(err.value.__cause__)
+    finally:
+        unregister_plugin(plugin)
+
+
 def test_backend_suite_test_cases_are_a_unittest_class(good_and_bad):
     import unittest
 
@@ -240,45 +267,45 @@ def test_cli_parity_prints_error_statistics(good_and_bad, tmp_path, capsys):
     assert "MISMATCH" in out and "worst at index" in out and "output 'r'" in out
 
 
-def test_pytest_plugin_parametrizes_and_skips_unavailable(tmp_path):
+def _pytest(tmp_path, *args):
     import subprocess
     import sys
 
     (tmp_path / "test_p.py").write_text(
         "def test_runs(onnxep_provider):\n    assert isinstance(onnxep_provider, str)\n"
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-rs",
-            "-p",
-            "no:cacheprovider",
-            "--onnxep-providers=cpu,nope",
-            "test_p.py",
-        ],
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", *args, "test_p.py"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         timeout=300,
     )
+
+
+def test_pytest_plugin_parametrizes_and_skips_unavailable(tmp_path):
+    statuses = onnxep.get_all_providers()
+    unavailable = [s for s in statuses if not s.available]
+    if not unavailable:
+        pytest.skip("every discovered provider is available here: none to skip")
+    missing = unavailable[0]
+    proc = _pytest(tmp_path, f"--onnxep-providers=cpu,{missing.name}")
     out = proc.stdout
     assert "1 passed, 1 skipped" in out, out + proc.stderr
-    assert "test_runs[cpu] PASSED" in out or "test_p.py .s" in out
-    assert "provider 'nope' is not available here: no such provider is installed" in out
+    assert f"provider {missing.name!r} is not available here: {missing.reason}" in out
     # without the option: every discovered provider, each unavailable one a skip with its reason
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "test_p.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert "1 passed" in proc.stdout, proc.stdout + proc.stderr  # cpu
-    for status in onnxep.get_all_providers():
-        if not status.available:  # cuda without CuPy, here
-            assert f"provider {status.name!r} is not available here: " in proc.stdout
+    proc = _pytest(tmp_path)
+    available = len(statuses) - len(unavailable)
+    assert f"{available} passed, {len(unavailable)} skipped" in proc.stdout, proc.stdout
+    for status in unavailable:
+        assert f"provider {status.name!r} is not available here: " in proc.stdout
+
+
+def test_pytest_plugin_rejects_a_provider_nothing_offers(tmp_path):
+    proc = _pytest(tmp_path, "--onnxep-providers=cpu,nope")
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+    assert "--onnxep-providers: unknown provider 'nope'; discovered providers:" in proc.stderr
+    assert "passed" not in proc.stdout
 
 
 def test_assert_parity_on_sequence_outputs_and_nan_values():
