@@ -30,9 +30,10 @@ for STAGE in "$@"; do
   t0=$(date +%s)
   case "$STAGE" in
     tests)
-      # PYTEST_ARGS narrows the run (default: every GPU test)
+      # PYTEST_ARGS narrows the run (default: every GPU test); it may hold quoted -k text
+      eval "PY_ARGS=(${PYTEST_ARGS:-tests/cuda})"
       timeout 330 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
-        --junitxml="$OUT/tests.xml" -rfE ${PYTEST_ARGS:-tests/cuda} >"$OUT/tests.log" 2>&1
+        --junitxml="$OUT/tests.xml" -rfE "${PY_ARGS[@]}" >"$OUT/tests.log" 2>&1
       rc=$?
       SUMMARY+=("tests: $(tail -1 "$OUT/tests.log") (rc $rc)")
       ;;
