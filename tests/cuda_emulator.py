@@ -369,7 +369,7 @@ def install(monkeypatch: Any) -> None:
     from onnxep.providers_cuda.ops import _norm_cuda, _reduce_cuda, _reduce_source, op_softmax
 
     ALL_NAMES.setdefault(_reduce_source.REDUCE_BODY, _reduce_source.ALL_REDUCE_NAMES)
-    ALL_NAMES.setdefault(_norm_cuda.RMS_BODY, _norm_cuda.RMS_NAMES)
+    ALL_NAMES.setdefault(_norm_cuda.NORM_BODY, _norm_cuda.NORM_NAMES)
     ALL_NAMES.setdefault(op_softmax.SOFTMAX_BODY, op_softmax.SOFTMAX_NAMES)
     monkeypatch.setattr(_reduce_cuda, "compile_kernels", compile_kernels)
     monkeypatch.setattr(_reduce_cuda, "sm_count", lambda: EMULATED_SMS)

@@ -25,7 +25,7 @@ import pytest
 
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops import op_reduce_sum as cpu_sum
-from onnxep.providers_cuda.ops import _norm_cuda as N
+from onnxep.providers_cuda.ops import _norm_runners as N
 from onnxep.providers_cuda.ops import _reduce_cuda as K
 from onnxep.providers_cuda.ops import op_reduce_sum as cuda_sum
 
@@ -99,8 +99,14 @@ def _quick_softmax(c) -> bool:
 
 
 def _quick_norm(c) -> bool:
-    if c.x[:2] == (2, 3) and c.x[2] in gpu_reduce.LENGTHS and c.w == c.x[2:]:
-        return (c.op, c.dtype, c.bias) in (("rms", F16, False), ("skip", F32, True))
+    if c.x[:2] == (2, 3) and c.x[2] in gpu_reduce.LENGTHS and c.w == c.x[2:] and c.skip is None:
+        picked = [
+            ("rms", F16, False),
+            ("skip", F32, True),
+            ("ln", F32, False),
+            ("skipln", F16, True),
+        ]
+        return (c.op, c.dtype, c.bias) in picked
     return c.dtype != F32 or not c.fused
 
 
@@ -159,7 +165,7 @@ def test_misaligned_reduce_and_softmax(i, emulated):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), 1e-3, 2.5e-3)
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["rms", "skip"])
+@pytest.mark.parametrize("which", range(4), ids=gpu_norms.NORM_BUILDERS)
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
 def test_misaligned_norm_operands(dt, which, emulated):
     gpu_norms.run_misaligned(np, np.asarray, dt, which)
@@ -269,11 +275,22 @@ def test_trailing_rows(shape, target, rows):
     assert N.trailing_rows(shape, target) == rows
 
 
-def test_is_row_vector():
-    assert N.is_row_vector((8,), 8, 3) and N.is_row_vector((1, 1, 8), 8, 3)
-    assert not N.is_row_vector((2, 8), 8, 3)
-    assert not N.is_row_vector((1, 1, 1, 8), 8, 3)
-    assert not N.is_row_vector((1,), 8, 3)
+@pytest.mark.parametrize(
+    ("shape", "target", "a", "fits"),
+    [
+        ((8,), (2, 3, 8), 2, True),
+        ((1, 1, 8), (2, 3, 8), 2, True),
+        ((3, 8), (2, 3, 8), 1, True),
+        ((1, 3, 8), (2, 3, 8), 1, True),
+        ((3, 8), (2, 3, 8), 2, False),  # varies along a dim that is not normalised
+        ((2, 8), (2, 3, 8), 2, False),
+        ((1, 1, 1, 8), (2, 3, 8), 2, False),  # would add a dim to the output
+        ((1,), (2, 3, 8), 2, False),  # broadcast along the row
+        ((8,), (2, 3, 8), 1, False),  # broadcast along a normalised dim
+    ],
+)
+def test_fits_axes(shape, target, a, fits):
+    assert N.fits_axes(shape, target, a) == fits
 
 
 def _reduce_node(opset, attrs, axes_const=None, has_axes=False):

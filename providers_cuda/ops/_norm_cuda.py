@@ -1,31 +1,37 @@
-"""RMS normalisation on CUDA: SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization.
+"""The row-normalisation kernel behind the RMS and layer norms on CUDA, and its launch plan.
 
-One kernel per node, one warp per short row (several rows per block) or one
-block per long row, 16-byte vector loads where every operand is aligned.
-Numerics are the CPU kernels' (``providers/ops/op_simplified_layer_normalization.py``
-and ``_contrib.skip_norm_builder``), in the same order: the residual sum
-``s = (x + skip) + bias`` in float32 (not rounded to the storage type before
-it is normalised, as on the CPU), ``inv = 1 / sqrt(sum(s * s) / n + eps)``
-with each square rounded, then ``(s * inv) * w`` rounded once on store. The
-sum is computed twice per element (once per pass) rather than kept, so both
-passes see the same float32 value.
+One kernel, ``norm_rows``, serves SimplifiedLayerNormalization,
+SkipSimplifiedLayerNormalization, LayerNormalization and
+SkipLayerNormalization: one warp per short row (several rows per block) or
+one block per long row, 16-byte vector loads where every operand is aligned,
+all arithmetic in float32 and each result rounded once on store. Its order is
+the CPU kernels' (``providers/ops/op_simplified_layer_normalization.py``,
+``op_layer_normalization.py`` and ``_contrib.skip_norm_builder``):
+
+* ``s = (x + skip) + bias`` in float32 (a skip norm normalises this sum, not
+  the sum rounded to the storage type, as the CPU does);
+* ``c = s - mean`` with ``mean = sum(s) / n`` for the layer norms (two passes,
+  as NumPy's moments) and ``c = s`` for the RMS norms;
+* ``inv = 1 / sqrt(sum(c * c) / n + eps)``, each square rounded;
+* ``y = (c * inv) * w + beta``, where ONNX LayerNormalization rounds
+  ``c * inv`` to X's type first (its second stage runs in X's type).
+
+``s`` and ``c`` are recomputed in each pass rather than kept, so every pass
+sees the same float32 values. The host side (which nodes take the kernel) is
+in ``_norm_runners.py``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from onnxep.providers.node import NodeInfo
-
 from . import _reduce_cuda as K
 from ._reduce_source import COMMON, CTYPE
 
-RMS_BODY = (
+NORM_BODY = (
     COMMON
     + r"""
 // x (+ skip) (+ bias) at element i, in float32, added in that order as on the CPU.
@@ -56,16 +62,30 @@ __device__ __forceinline__ void residual_vec(const T* xr, const T* sr, const T* 
   }
 }
 
-// Rows of n elements: y = (s * inv) * w with s = x (+ skip) (+ bias) and
-// inv = 1 / sqrt(sum(s * s) / n + eps). One warp per row when tpr == 32 (blockDim.x / 32
-// rows per block), else one block of tpr == blockDim.x threads per row. skip row r is
-// skip[r % skip_rows]; skip, bias, sum_out (s, rounded) and inv_out (float32) may be null.
-// vec: n is a multiple of the vector width and every pointer is 16-byte aligned.
+// One output element from c = s - mean: (c * inv) * w (+ beta).
 template <typename T>
-__global__ void rms_norm(const T* __restrict__ x, const T* __restrict__ skip,
-                         const T* __restrict__ bias, const T* __restrict__ w, T* __restrict__ y,
-                         T* __restrict__ sum_out, float* __restrict__ inv_out, i64 rows, i64 n,
-                         i64 skip_rows, float eps, int tpr, int vec) {
+__device__ __forceinline__ float normalised(float c, float inv, float w, const T* beta, i64 i,
+                                            int round_c) {
+  float o = __fmul_rn(c, inv);
+  if (round_c) o = to_f(from_f<T>(o));
+  o = __fmul_rn(o, w);
+  return beta != nullptr ? o + to_f(beta[i]) : o;
+}
+
+// Rows of n elements: s = x (+ skip) (+ bias); c = s - mean, mean = sum(s) / n when
+// centered, else 0; inv = 1 / sqrt(sum(c * c) / n + eps); y = (c * inv) * w (+ beta), with
+// c * inv rounded to T first when round_c. One warp per row when tpr == 32 (blockDim.x / 32
+// rows per block), else one block of tpr == blockDim.x threads per row. skip row r is
+// skip[r % skip_rows]. skip, bias, beta, sum_out (s, rounded), mean_out and inv_out (float32,
+// one per row) may be null. vec: n is a whole number of vectors and every pointer is 16-byte
+// aligned.
+template <typename T>
+__global__ void norm_rows(const T* __restrict__ x, const T* __restrict__ skip,
+                          const T* __restrict__ bias, const T* __restrict__ w,
+                          const T* __restrict__ beta, T* __restrict__ y, T* __restrict__ sum_out,
+                          float* __restrict__ mean_out, float* __restrict__ inv_out, i64 rows,
+                          i64 n, i64 skip_rows, float eps, int centered, int round_c, int tpr,
+                          int vec) {
   __shared__ float sh[32];
   i64 row;
   int t;
@@ -80,23 +100,45 @@ __global__ void rms_norm(const T* __restrict__ x, const T* __restrict__ skip,
   constexpr int V = Vec<T>::N;
   const T* xr = x + row * n;
   const T* sr = skip == nullptr ? nullptr : skip + (row % skip_rows) * n;
+  float mean = 0.f;
+  if (centered) {
+    float acc = 0.f;
+    if (vec) {
+      for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
+        float s[V];
+        residual_vec(xr, sr, bias, i, s);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc += s[k];
+      }
+    } else {
+      for (i64 i = t; i < n; i += tpr) acc += residual(xr, sr, bias, i);
+    }
+    acc = tpr == 32 ? warp_reduce<R_SUM>(acc) : block_reduce<R_SUM>(acc, sh);
+    mean = acc / (float)n;  // n == 0: NaN, as the CPU's mean of nothing
+  }
   float acc = 0.f;
   if (vec) {
     for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
       float s[V];
       residual_vec(xr, sr, bias, i, s);
 #pragma unroll
-      for (int k = 0; k < V; ++k) acc += __fmul_rn(s[k], s[k]);
+      for (int k = 0; k < V; ++k) {
+        const float c = s[k] - mean;
+        acc += __fmul_rn(c, c);
+      }
     }
   } else {
     for (i64 i = t; i < n; i += tpr) {
-      const float s = residual(xr, sr, bias, i);
-      acc += __fmul_rn(s, s);
+      const float c = residual(xr, sr, bias, i) - mean;
+      acc += __fmul_rn(c, c);
     }
   }
   acc = tpr == 32 ? warp_reduce<R_SUM>(acc) : block_reduce<R_SUM>(acc, sh);
-  const float inv = 1.f / sqrtf(acc / (float)n + eps);  // n == 0: NaN, as the CPU's mean
-  if (inv_out != nullptr && t == 0) inv_out[row] = inv;
+  const float inv = 1.f / sqrtf(acc / (float)n + eps);
+  if (t == 0) {
+    if (mean_out != nullptr) mean_out[row] = mean;
+    if (inv_out != nullptr) inv_out[row] = inv;
+  }
   T* yr = y + row * n;
   T* so = sum_out == nullptr ? nullptr : sum_out + row * n;
   if (vec) {
@@ -105,14 +147,16 @@ __global__ void rms_norm(const T* __restrict__ x, const T* __restrict__ skip,
       residual_vec(xr, sr, bias, i, s);
       load_vec(w + i, wv);
 #pragma unroll
-      for (int k = 0; k < V; ++k) out[k] = __fmul_rn(__fmul_rn(s[k], inv), wv[k]);
+      for (int k = 0; k < V; ++k) {
+        out[k] = normalised(s[k] - mean, inv, wv[k], beta, i + k, round_c);
+      }
       store_vec(yr + i, out);
       if (so != nullptr) store_vec(so + i, s);
     }
   } else {
     for (i64 i = t; i < n; i += tpr) {
       const float s = residual(xr, sr, bias, i);
-      yr[i] = from_f<T>(__fmul_rn(__fmul_rn(s, inv), to_f(w[i])));
+      yr[i] = from_f<T>(normalised(s - mean, inv, to_f(w[i]), beta, i, round_c));
       if (so != nullptr) so[i] = from_f<T>(s);
     }
   }
@@ -120,7 +164,7 @@ __global__ void rms_norm(const T* __restrict__ x, const T* __restrict__ skip,
 """
 )
 
-RMS_NAMES = tuple(f"rms_norm<{t}>" for t in CTYPE.values())
+NORM_NAMES = tuple(f"norm_rows<{t}>" for t in CTYPE.values())
 
 
 @dataclass(frozen=True)
@@ -147,13 +191,27 @@ def plan_rows(rows: int, n: int, dtype: np.dtype) -> RowsPlan | None:
     return RowsPlan(rows, n, grid, block, tpr, n % K.vector_width(dtype) == 0)
 
 
-class RmsKernel:
-    """The compiled ``rms_norm`` kernels for some dtypes, and one launch of them."""
+@dataclass(frozen=True)
+class NormKind:
+    """What distinguishes the four norms inside the kernel."""
 
-    def __init__(self, dtypes: list[np.dtype]) -> None:
-        names = [f"rms_norm<{CTYPE[dt]}>" for dt in dtypes]
-        compiled = K.compile_kernels(RMS_BODY, names)
+    centered: bool  # subtract the mean (layer norms) or not (RMS norms)
+    round_c: bool  # round (c * inv) to X's type before the scale (ONNX LayerNormalization)
+
+
+RMS = NormKind(centered=False, round_c=False)
+LAYER = NormKind(centered=True, round_c=False)
+ONNX_LAYER = NormKind(centered=True, round_c=True)
+
+
+class NormKernel:
+    """The compiled ``norm_rows`` kernels for some dtypes, and one launch of them."""
+
+    def __init__(self, dtypes: list[np.dtype], kind: NormKind) -> None:
+        names = [f"norm_rows<{CTYPE[dt]}>" for dt in dtypes]
+        compiled = K.compile_kernels(NORM_BODY, names)
         self.fns = {dt: compiled[n] for dt, n in zip(dtypes, names, strict=True)}
+        self.flags = (np.int32(kind.centered), np.int32(kind.round_c))
 
     def launch(
         self,
@@ -163,162 +221,23 @@ class RmsKernel:
         w: Any,
         y: Any,
         *,
+        beta: Any = None,
         skip: Any = None,
         skip_rows: int = 1,
         bias: Any = None,
         sum_out: Any = None,
+        mean_out: Any = None,
         inv_out: Any = None,
     ) -> None:
+        """Queue the kernel (nothing when there are no rows); arrays are C-contiguous."""
         if plan.rows == 0:
             return
-        operands = (x, skip, bias, w, y, sum_out)
+        operands = (x, skip, bias, w, beta, y, sum_out)
         vec = plan.vec and all(a is None or K.address(a) % 16 == 0 for a in operands)
         self.fns[x.dtype](
             (plan.grid,),
             (plan.block,),
-            (x, skip, bias, w, y, sum_out, inv_out, np.int64(plan.rows), np.int64(plan.n),
-             np.int64(skip_rows), eps, np.int32(plan.tpr), np.int32(vec)),
+            (x, skip, bias, w, beta, y, sum_out, mean_out, inv_out, np.int64(plan.rows),
+             np.int64(plan.n), np.int64(skip_rows), eps, *self.flags, np.int32(plan.tpr),
+             np.int32(vec)),
         )  # fmt: skip
-
-
-def declared_dtype(node: NodeInfo, j: int) -> np.dtype | None:
-    v = node.outputs[j] if j < len(node.outputs) else None
-    return None if v is None or v.dtype is None else np.dtype(v.dtype)
-
-
-def _or_float32(dtype: np.dtype | None) -> np.dtype:
-    return np.dtype(np.float32) if dtype is None else dtype
-
-
-def is_row_vector(shape: tuple[int, ...], n: int, rank: int) -> bool:
-    """Whether an operand of ``shape`` holds one value per element of the last axis
-    (shape (..., 1, n)) and broadcasts against a rank-``rank`` array without adding dims."""
-    return 1 <= len(shape) <= rank and shape[-1] == n and math.prod(shape) == n
-
-
-def trailing_rows(shape: tuple[int, ...], target: tuple[int, ...]) -> int | None:
-    """How many rows of ``target``'s last axis an operand of ``shape`` holds when it is a
-    trailing block of ``target`` (broadcast over the leading dims, as x + skip broadcasts),
-    else None."""
-    if not shape or not target or len(shape) > len(target) or shape[-1] != target[-1]:
-        return None
-    padded = (1,) * (len(target) - len(shape)) + tuple(shape)
-    lead = 0
-    while lead < len(padded) and padded[lead] == 1:
-        lead += 1
-    if padded[lead:] != tuple(target[lead:]):
-        return None
-    return math.prod(padded[:-1])
-
-
-Runner = Callable[..., tuple]
-
-
-def rms_runner(node: NodeInfo, xp: Any, general: Runner) -> Runner:
-    """SimplifiedLayerNormalization(X, scale) -> (Y[, inv_std_var]) over dims ``axis..``."""
-    axis = int(node.attr("axis", -1))
-    eps = np.float32(node.attr("epsilon", 1e-5))
-    dtypes = K.dtypes_for(node.input_dtype(0))
-    if int(node.attr("stash_type", 1)) == 11 or not dtypes:
-        return general  # double statistics, or a dtype the kernel lacks
-    y_decl = declared_dtype(node, 0)
-    want_inv = node.has_output(1)
-    inv_dtype = _or_float32(declared_dtype(node, 1))
-    width = max(node.num_outputs, 1)
-    kern = RmsKernel(dtypes)
-    plans: dict[tuple, RowsPlan | None] = {}
-
-    def plan_for(xs: tuple, xdt: np.dtype, ws: tuple, wdt: np.dtype) -> RowsPlan | None:
-        r = len(xs)
-        a = axis + r if axis < 0 else axis
-        if xdt not in kern.fns or wdt != xdt or (y_decl is not None and y_decl != xdt):
-            return None  # mixed types: the generic kernel's promotions
-        if not 0 <= a < r or len(ws) > r:
-            return None  # the generic kernel raises or broadcasts
-        padded = (1,) * (r - len(ws)) + tuple(ws)
-        if any(d != 1 for d in padded[:a]) or padded[a:] != xs[a:]:
-            return None  # scale varies outside the normalised dims, or broadcasts inside them
-        return plan_rows(math.prod(xs[:a]), math.prod(xs[a:]), xdt)
-
-    def run(x: Any, scale: Any) -> tuple:
-        key = (x.shape, x.dtype, scale.shape, scale.dtype)
-        if key in plans:
-            plan = plans[key]
-        else:
-            if len(plans) >= K.MAX_PLANS:
-                plans.clear()
-            plan = plans[key] = plan_for(*key)
-        if plan is None:
-            return general(x, scale)
-        x = x if x.flags.c_contiguous else xp.ascontiguousarray(x)
-        scale = scale if scale.flags.c_contiguous else xp.ascontiguousarray(scale)
-        y = xp.empty(x.shape, x.dtype)
-        inv = None
-        if want_inv:
-            a = axis + x.ndim if axis < 0 else axis
-            inv = xp.empty(x.shape[:a] + (1,) * (x.ndim - a), np.float32)
-        kern.launch(plan, eps, x, scale, y, inv_out=inv)
-        if inv is not None and inv_dtype != np.float32:
-            inv = inv.astype(inv_dtype)
-        return (y, inv, *(None,) * (width - 2)) if width > 1 else (y,)
-
-    return run
-
-
-def skip_rms_runner(node: NodeInfo, xp: Any, general: Runner) -> Runner:
-    """SkipSimplifiedLayerNormalization(input, skip, gamma[, bias]) ->
-    (output, mean, inv_std_var, input_skip_bias_sum), each output only where the node has it."""
-    eps = np.float32(node.attr("epsilon", 1e-12))
-    dtypes = K.dtypes_for(node.input_dtype(0))
-    if not dtypes:
-        return general
-    want = [node.has_output(j) for j in range(4)]
-    stat_dtypes = [_or_float32(declared_dtype(node, j)) for j in (1, 2)]
-    width = max(node.num_outputs, 1)
-    kern = RmsKernel(dtypes)
-    plans: dict[tuple, tuple[RowsPlan, int] | None] = {}
-
-    def plan_for(key: tuple) -> tuple[RowsPlan, int] | None:
-        (xs, xdt), (ss, sdt), (gs, gdt) = key[0], key[1], key[2]
-        bias_meta = key[3]
-        dts = (sdt, gdt) if bias_meta is None else (sdt, gdt, bias_meta[1])
-        if xdt not in kern.fns or not xs or any(d != xdt for d in dts):
-            return None  # mixed types: the generic kernel's promotions
-        n = xs[-1]
-        skip_rows = trailing_rows(ss, xs)
-        row_vectors = [gs] if bias_meta is None else [gs, bias_meta[0]]
-        if skip_rows is None or not all(is_row_vector(v, n, len(xs)) for v in row_vectors):
-            return None  # the generic kernel broadcasts (or refuses) these
-        plan = plan_rows(math.prod(xs[:-1]), n, xdt)
-        return None if plan is None else (plan, max(skip_rows, 1))
-
-    def run(x: Any, skip: Any, gamma: Any, bias: Any = None) -> tuple:
-        meta = None if bias is None else (bias.shape, bias.dtype)
-        key = ((x.shape, x.dtype), (skip.shape, skip.dtype), (gamma.shape, gamma.dtype), meta)
-        if key in plans:
-            found = plans[key]
-        else:
-            if len(plans) >= K.MAX_PLANS:
-                plans.clear()
-            found = plans[key] = plan_for(key)
-        if found is None:
-            return general(x, skip, gamma, bias)
-        plan, skip_rows = found
-        x, skip, gamma, bias = (
-            a if a is None or a.flags.c_contiguous else xp.ascontiguousarray(a)
-            for a in (x, skip, gamma, bias)
-        )
-        y = xp.empty(x.shape, x.dtype)
-        stat_shape = x.shape[:-1] + (1,)
-        inv = xp.empty(stat_shape, np.float32) if want[2] else None
-        total = xp.empty(x.shape, x.dtype) if want[3] else None
-        kern.launch(plan, eps, x, gamma, y, skip=skip, skip_rows=skip_rows, bias=bias,
-                    sum_out=total, inv_out=inv)  # fmt: skip
-        outs: list[Any] = [y, None, None, total]
-        if want[1]:
-            outs[1] = xp.zeros(stat_shape, stat_dtypes[0])  # RMSNorm subtracts no mean
-        if inv is not None:
-            outs[2] = inv if stat_dtypes[1] == np.float32 else inv.astype(stat_dtypes[1])
-        return tuple(outs[:width])
-
-    return run

@@ -47,6 +47,24 @@ MAX_GRID = 2**31 - 1
 MAX_PLANS = 64
 
 
+class PlanCache:
+    """Launch plans by input key (shapes and dtypes), made on first sight by ``make(*key)``;
+    at most MAX_PLANS are kept (a model fed ever-new shapes rebuilds them)."""
+
+    def __init__(self, make: Callable[..., Any]) -> None:
+        self._make = make
+        self._plans: dict[tuple, Any] = {}
+
+    def __call__(self, *key: Any) -> Any:
+        plans = self._plans
+        if key in plans:
+            return plans[key]
+        if len(plans) >= MAX_PLANS:
+            plans.clear()
+        plan = plans[key] = self._make(*key)
+        return plan
+
+
 def compile_kernels(body: str, names: Sequence[str]) -> dict[str, Any]:
     """``{name: kernel}`` for ``PRIMITIVES + body``, compiled once per process and device."""
     from onnxep.providers_cuda import nvrtc
@@ -262,7 +280,6 @@ def build_reduce(
         compiled = compile_kernels(REDUCE_BODY, names)
         fns_by_dtype[dt] = {k: compiled[n] for k, n in zip(REDUCE_KERNELS, names, strict=True)}
     sms = sm_count()
-    plans: dict[tuple, ReducePlan | None] = {}
     op = node.op_type
 
     def plan_for(shape: tuple[int, ...], dtype: np.dtype) -> ReducePlan | None:
@@ -271,14 +288,10 @@ def build_reduce(
         ax = tuple(range(len(shape))) if axes == ALL_AXES else norm_axes(axes, len(shape), op)
         return plan_reduce(shape, dtype, ax, keep, sms)
 
+    plans = PlanCache(plan_for)
+
     def run(x: Any, axes_in: Any = None) -> tuple:
-        key = (x.shape, x.dtype)
-        if key in plans:
-            plan = plans[key]
-        else:
-            if len(plans) >= MAX_PLANS:
-                plans.clear()
-            plan = plans[key] = plan_for(*key)
+        plan = plans(x.shape, x.dtype)
         if plan is None:
             return fallback(x, axes_in)
         if not x.flags.c_contiguous:

@@ -1,9 +1,10 @@
-"""SimplifiedLayerNormalization (RMSNorm) on CUDA: one kernel per node (``_norm_cuda``).
+"""SimplifiedLayerNormalization (RMSNorm) on CUDA: one ``norm_rows`` launch per node.
 
 Registered in the default domain (where onnxruntime-genai's builder emits it)
 and in com.microsoft, as on the CPU. float32/float16 with a scale of X's type
-over the normalised dims run the kernel; stash_type=11 (double statistics),
-mixed types and broadcast scales run the generic kernel on the device.
+over the normalised dims take the kernel (``_norm_runners``); stash_type=11
+(double statistics), mixed types and broadcast scales run the generic kernel
+on the device.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_simplified_layer_normalization as generic
 
-from ._norm_cuda import rms_runner
+from ._norm_cuda import RMS
+from ._norm_runners import axis_norm_runner
 
 _FLOATS = generic._FLOATS
 
@@ -22,4 +24,4 @@ _FLOATS = generic._FLOATS
 @kernel("SimplifiedLayerNormalization", since=1, dtypes=_FLOATS)
 @kernel("SimplifiedLayerNormalization", since=1, domain="com.microsoft", dtypes=_FLOATS)
 def simplified_layer_normalization(node: NodeInfo, xp: Any):
-    return rms_runner(node, xp, generic.simplified_layer_normalization(node, xp))
+    return axis_norm_runner(node, xp, generic.simplified_layer_normalization(node, xp), RMS)

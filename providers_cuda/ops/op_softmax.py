@@ -171,7 +171,6 @@ def softmax(node: NodeInfo, xp: Any):
         names = [f"{k}<{CTYPE[dt]}>" for k in SOFTMAX_KERNELS]
         compiled = K.compile_kernels(SOFTMAX_BODY, names)
         fns[dt] = {k: compiled[n] for k, n in zip(SOFTMAX_KERNELS, names, strict=True)}
-    plans: dict[tuple, SoftmaxPlan | None] = {}
 
     def plan_for(shape: tuple[int, ...], dtype: np.dtype) -> SoftmaxPlan | None:
         if dtype not in fns or not shape:
@@ -181,14 +180,10 @@ def softmax(node: NodeInfo, xp: Any):
             return plan_softmax(math.prod(shape[:a]), shape[a], math.prod(shape[a + 1 :]), dtype)
         return plan_softmax(math.prod(shape[:a]), math.prod(shape[a:]), 1, dtype)
 
+    plans = K.PlanCache(plan_for)
+
     def run(x: Any) -> tuple:
-        key = (x.shape, x.dtype)
-        if key in plans:
-            plan = plans[key]
-        else:
-            if len(plans) >= K.MAX_PLANS:
-                plans.clear()
-            plan = plans[key] = plan_for(*key)
+        plan = plans(x.shape, x.dtype)
         if plan is None:
             return fallback(x)
         if not x.flags.c_contiguous:

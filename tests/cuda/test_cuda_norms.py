@@ -1,11 +1,12 @@
-"""The CUDA RMS-norm kernels (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization)
-against the CPU provider.
+"""The CUDA norm kernel (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization,
+LayerNormalization, SkipLayerNormalization) against the CPU provider.
 
-One-node models run with ``providers=["cuda"]`` and ``disable_fallback=True``
-and are compared output by output with ``providers=["cpu"]`` at the
-project's per-dtype tolerances; each case also names whether the fused
-``rms_norm`` kernel must launch (once) or the generic kernel is the right
-path. tests/test_cuda_kernels_emulated.py runs the same cases through the CPU
+LayerNormalization and SkipLayerNormalization share their kernel, ``norm_rows``,
+and are tested here too. One-node models run with ``providers=["cuda"]`` and
+``disable_fallback=True`` and are compared output by output with
+``providers=["cpu"]`` at the project's per-dtype tolerances; each case also
+names whether ``norm_rows`` must launch (once) or the generic kernel is the
+right path. tests/test_cuda_kernels_emulated.py runs the same cases through the CPU
 emulator of the kernels; the builder tests here (misaligned inputs, CUDA graph
 capture) need CuPy.
 """
@@ -35,18 +36,28 @@ def launches(monkeypatch):
     return count_launches(monkeypatch)
 
 
+#: Case kind -> (op, domain, whether it takes a skip input).
+OPS = {
+    "rms": ("SimplifiedLayerNormalization", None, False),
+    "skip": ("SkipSimplifiedLayerNormalization", MSFT, True),
+    "ln": ("LayerNormalization", "", False),
+    "skipln": ("SkipLayerNormalization", MSFT, True),
+}
+
+
 @dataclass(frozen=True)
 class NormCase:
-    op: str  # "rms" (SimplifiedLayerNormalization) or "skip" (SkipSimplifiedLayerNormalization)
+    op: str  # a key of OPS
     x: tuple[int, ...]
     w: tuple[int, ...]  # scale / gamma
-    fused: bool  # whether rms_norm must launch (else the generic kernel runs)
+    fused: bool  # whether norm_rows must launch (else the generic kernel runs)
     dtype: type = F32
-    domain: str = ""
+    domain: str = ""  # SimplifiedLayerNormalization's ("" or com.microsoft)
     axis: int | None = None
     outputs: tuple[str, ...] = ("y",)  # "" skips an optional output
     skip: tuple[int, ...] | None = None  # skip's shape (default: x's)
-    bias: bool = False
+    beta: bool = False  # LayerNormalization's B, SkipLayerNormalization's beta (w's shape)
+    bias: bool = False  # the skip norms' bias (one row)
     stash_type: int | None = None
     eps: float = 1e-6
 
@@ -60,8 +71,7 @@ class NormCase:
             bits.append(f"axis{self.axis}")
         if self.skip is not None:
             bits.append("skip" + "x".join(map(str, self.skip)))
-        if self.bias:
-            bits.append("bias")
+        bits += [name for name, on in (("beta", self.beta), ("bias", self.bias)) if on]
         if self.stash_type is not None:
             bits.append(f"stash{self.stash_type}")
         bits.append("out-" + "-".join(o or "_" for o in self.outputs))
@@ -71,6 +81,8 @@ class NormCase:
 def norm_model(case: NormCase):
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(case.dtype))
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    op, domain, has_skip = OPS[case.op]
+    domain = case.domain if domain is None else domain
 
     def arr(shape):
         return rng.standard_normal(shape).astype(case.dtype)
@@ -80,16 +92,21 @@ def norm_model(case: NormCase):
         attrs["axis"] = case.axis
     if case.stash_type is not None:
         attrs["stash_type"] = case.stash_type
-    if case.op == "rms":
-        op, domain = "SimplifiedLayerNormalization", case.domain
-        feeds = {"x": arr(case.x), "scale": arr(case.w)}
-    else:
-        op, domain = "SkipSimplifiedLayerNormalization", MSFT
-        feeds = {"x": arr(case.x), "skip": arr(case.skip or case.x), "gamma": arr(case.w)}
-        if case.bias:
-            feeds["bias"] = arr(case.w[-1:])
-    node = helper.make_node(op, list(feeds), list(case.outputs), domain=domain, **attrs)
-    ins = [helper.make_tensor_value_info(k, elem, list(v.shape)) for k, v in feeds.items()]
+    names = ["x", "skip", "gamma"] if has_skip else ["x", "scale"]
+    feeds = {"x": arr(case.x), names[-1]: arr(case.w)}
+    if has_skip:
+        feeds["skip"] = arr(case.skip or case.x)
+    if case.beta:
+        feeds["beta"] = arr(case.w)
+    if case.op in ("ln", "skipln"):  # the layer norms' beta/B slot comes before the bias
+        names.append("beta" if case.beta else "")
+    if case.bias:
+        feeds["bias"] = arr(case.w[-1:])
+        names.append("bias")
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, list(case.outputs), domain=domain, **attrs)
+    ins = [helper.make_tensor_value_info(k, elem, list(feeds[k].shape)) for k in names if k]
     outs = []
     for name in case.outputs:
         if name:
@@ -98,7 +115,7 @@ def norm_model(case: NormCase):
     graph = helper.make_graph([node], op, ins, outs)
     imports = [helper.make_opsetid("", 17), helper.make_opsetid(MSFT, 1)]
     model = helper.make_model(graph, opset_imports=imports)
-    return model, feeds
+    return model, {k: feeds[k] for k in names if k}
 
 
 def _norm_cases() -> list[NormCase]:
@@ -108,6 +125,11 @@ def _norm_cases() -> list[NormCase]:
             cases.append(NormCase("rms", (2, 3, n), (n,), True, dt))
             cases.append(NormCase("skip", (2, 3, n), (n,), True, dt))
             cases.append(NormCase("skip", (2, 3, n), (n,), True, dt, bias=True, outputs=ALL_OUTS))
+            cases.append(NormCase("ln", (2, 3, n), (n,), True, dt, beta=True))
+            cases.append(
+                NormCase("skipln", (2, 3, n), (n,), True, dt, beta=True, bias=True,
+                         outputs=ALL_OUTS)
+            )  # fmt: skip
         cases += [
             NormCase("rms", (4, 896), (896,), True, dt, MSFT, outputs=("y", "inv_std_var")),
             NormCase("rms", (2, 3, 64), (3, 64), True, dt, axis=1),
@@ -118,14 +140,23 @@ def _norm_cases() -> list[NormCase]:
             NormCase("skip", (2, 3, 64), (64,), True, dt, skip=(1, 3, 64), outputs=SUM_OUTS),
             NormCase("skip", (5, 4097), (4097,), True, dt, outputs=("y", "", "inv_std_var")),
             NormCase("skip", (1, 1, 896), (896,), True, dt, bias=True, outputs=SUM_OUTS),
+            NormCase("ln", (4, 896), (896,), True, dt, outputs=("y", "mean", "inv_std_var")),
+            NormCase("ln", (2, 3, 64), (3, 64), True, dt, axis=1, beta=True),
+            NormCase("ln", (2, 3, 7), (3, 7), True, dt, axis=-2, beta=True, outputs=("y", "mean")),
+            NormCase("skipln", (2, 3, 64), (64,), True, dt, outputs=SUM_OUTS),
+            NormCase("skipln", (2, 3, 896), (896,), True, dt, skip=(3, 896), beta=True),
+            NormCase("skipln", (2, 3, 64), (64,), True, dt, bias=True, outputs=ALL_OUTS),
             # what the kernel leaves to the generic kernel (still on the device)
             NormCase("rms", (2, 3, 64), (1,), False, dt),
             NormCase("rms", (2, 3, 64), (64,), False, dt, stash_type=11),
             NormCase("skip", (2, 3, 64), (64,), False, dt, skip=(2, 1, 64)),
+            NormCase("ln", (2, 3, 64), (1,), False, dt, beta=True),
+            NormCase("skipln", (2, 3, 64), (64,), False, dt, skip=(2, 1, 64), beta=True),
         ]  # fmt: skip
-    cases.append(NormCase("rms", (2, 3, 64), (64,), False, np.float64))
-    cases.append(NormCase("skip", (2, 3, 64), (64,), False, np.float64, bias=True))
+    for op in OPS:
+        cases.append(NormCase(op, (2, 3, 64), (64,), False, np.float64, beta=op == "ln"))
     cases.append(NormCase("rms", (0, 64), (64,), True, outputs=("y", "inv_std_var")))
+    cases.append(NormCase("ln", (0, 64), (64,), True, outputs=("y", "mean", "inv_std_var")))
     return cases
 
 
@@ -134,10 +165,10 @@ NORM_CASES = _norm_cases()
 
 def check_norm(case: NormCase, provider: str, launches: Counter) -> None:
     model, feeds = norm_model(case)
-    expect = {"rms_norm"} if case.fused and case.x[0] else set()
+    expect = {"norm_rows"} if case.fused and case.x[0] else set()
     check_model(model, feeds, provider, launches, expect, case.id)
     if expect:
-        assert launches["rms_norm"] == 1, f"{case.id}: rms_norm launched {launches['rms_norm']}x"
+        assert launches["norm_rows"] == 1, f"{case.id}: norm_rows launched {launches['norm_rows']}x"
 
 
 @pytest.mark.parametrize("case", NORM_CASES, ids=lambda c: c.id)
@@ -159,21 +190,48 @@ def _nodes():
     return node
 
 
+NORM_BUILDERS = ("rms", "skip", "ln", "skipln")
+
+
 def norm_builders(dt):
-    """(rms node, skip node, their CUDA builders, their CPU builders) for rows of 256."""
+    """(node, CUDA builder, CPU builder) of each op in NORM_BUILDERS, for rows of 256."""
+    from onnxep.providers.ops import op_layer_normalization as cpu_ln
     from onnxep.providers.ops import op_simplified_layer_normalization as cpu_rms
+    from onnxep.providers.ops import op_skip_layer_normalization as cpu_skipln
     from onnxep.providers.ops import op_skip_simplified_layer_normalization as cpu_skip
+    from onnxep.providers_cuda.ops import op_layer_normalization as cuda_ln
     from onnxep.providers_cuda.ops import op_simplified_layer_normalization as cuda_rms
+    from onnxep.providers_cuda.ops import op_skip_layer_normalization as cuda_skipln
     from onnxep.providers_cuda.ops import op_skip_simplified_layer_normalization as cuda_skip
 
     node = _nodes()
-    rms = node("SimplifiedLayerNormalization", "", ["x", "scale"], dt, [(3, 256), (256,)], ["y"])
-    skip = node("SkipSimplifiedLayerNormalization", MSFT, ["x", "skip", "gamma", "bias"], dt,
-                [(3, 256), (3, 256), (256,), (256,)], ["y", "", "", "sum"])  # fmt: skip
+    row, rows = (256,), (3, 256)
+    rms = node("SimplifiedLayerNormalization", "", ["x", "scale"], dt, [rows, row], ["y"])
+    skip = node(
+        "SkipSimplifiedLayerNormalization",
+        MSFT,
+        ["x", "skip", "gamma", "bias"],
+        dt,
+        [rows, rows, row, row],
+        ["y", "", "", "sum"],
+    )
+    ln = node(
+        "LayerNormalization", "", ["x", "scale", "b"], dt, [rows, row, row], ["y", "mean", "inv"]
+    )
+    skipln = node(
+        "SkipLayerNormalization",
+        MSFT,
+        ["x", "skip", "gamma", "beta", "bias"],
+        dt,
+        [rows, rows, row, row, row],
+        ["y", "mean", "inv", "sum"],
+    )
     return (
         (rms, cuda_rms.simplified_layer_normalization, cpu_rms.simplified_layer_normalization),
         (skip, cuda_skip.skip_simplified_layer_normalization,
          cpu_skip.skip_simplified_layer_normalization),
+        (ln, cuda_ln.layer_normalization, cpu_ln.layer_normalization),
+        (skipln, cuda_skipln.skip_layer_normalization, cpu_skipln.skip_layer_normalization),
     )  # fmt: skip
 
 
@@ -203,7 +261,7 @@ def run_misaligned(xp, to_host, dt, which):
             assert all(r.ok for r in res), [r.describe() for r in res]
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["rms", "skip"])
+@pytest.mark.parametrize("which", range(4), ids=NORM_BUILDERS)
 @pytest.mark.parametrize("dt", [F32, F16])
 def test_misaligned_operands_take_the_scalar_path(dt, which):
     import cupy
@@ -216,7 +274,7 @@ def test_skip_norm_captures_and_replays():
     new input values."""
     import cupy
 
-    (_, (node, build, ref)) = norm_builders(F16)
+    node, build, ref = norm_builders(F16)[1]
     rng = np.random.default_rng(11)
     host = [rng.standard_normal(v.shape).astype(F16) for v in node.inputs]
     pool = cupy.cuda.MemoryPool()
