@@ -5,6 +5,10 @@ switch name (plugins.toml ``[rewrites]``) and a counter the placement report
 shows. A :class:`FusionPass` runs for one provider (``extended`` level): the
 session binds the provider and an ownership test, and the pass must only
 rewrite nodes that provider owns into ops that provider has kernels for.
+The session checks that after every call (``onnxep.rewrites.contract``): a
+pass that removes or changes a node its provider does not own, emits a node
+its provider has no kernel for at the model's opset, or raises, is rolled
+back, left out of the session and reported in ``onnxep.plugin_failures()``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class FusionPass(RewritePass):
         """Whether the bound provider has a kernel for ``domain::op_type`` at the model's opset."""
         if self.provider is None:
             return False
+        domain = "" if domain == "ai.onnx" else domain
         opset = self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else domain, 1))
         return self.provider.registry.lookup(domain, op_type, opset) is not None
 

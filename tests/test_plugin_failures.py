@@ -182,18 +182,18 @@ def test_own_hook_raising_breaks_the_provider(registered, hook):
 
 
 def test_another_plugins_kernels_failing_is_that_plugins_failure(registered):
-    registered(_cpu_plugin(kernels=_raise(RuntimeError("swish table missing"))), "adder")
+    registered(_cpu_plugin(kernels=_raise(RuntimeError("mystery table missing"))), "adder")
     model = make_model(
-        [helper.make_node("Swish", ["x"], ["y"], name="swish", domain="com.example")],
+        [helper.make_node("Mystery", ["x"], ["y"], name="mystery", domain="test.missing")],
         [tensor("x", [4])],
         [tensor("y", [4])],
-        extra_opsets=[("com.example", 1)],
+        extra_opsets=[("test.missing", 1)],
     )
     with pytest.raises(NotImplementedOp) as err:
         onnxep.InferenceSession(model, providers=["cpu"])
     # the decline says which kernels are missing, not just "no kernel"
-    assert "no kernel for com.example::Swish" in str(err.value)
-    assert "plugin 'adder' failed to add its kernels: RuntimeError: swish table" in str(err.value)
+    assert "no kernel for test.missing::Mystery" in str(err.value)
+    assert "plugin 'adder' failed to add its kernels: RuntimeError: mystery table" in str(err.value)
     sess = onnxep.InferenceSession(_relu_model(), providers=["cpu"])
     np.testing.assert_array_equal(sess.run(None, {"x": X})[0], [0, 0, 1, 2])
     (rec,) = _records("adder")
@@ -383,6 +383,10 @@ def test_graph_state_restores_every_kind_of_change():
     graph.outputs[0] = neg.outputs[0]
     graph.remove(relu, safe=False)
     add.op_type = "Sub"
+    graph.inputs[0].name = "x_renamed"
+    extra = ir.Value(name="extra", const_value=ir.tensor(np.ones(4, np.float32), name="extra"))
+    graph.register_initializer(extra)
+    add.replace_input_with(1, extra)
     assert not state.same_as(GraphState(model))
     state.restore(model)
     assert state.same_as(GraphState(model))

@@ -8,27 +8,22 @@ initializers; every node's op, attributes and wiring; every value's name,
 type, shape and constant) in O(nodes), so the manager can compare before and
 after and, when the contract is broken, put everything back.
 
-Ownership is decided by a node's op, domain and input types (as
-``partition.ownership`` does), so it is computed once per distinct signature
-before the pass, not once per node: removed nodes lose their inputs, so it
-cannot be asked afterwards.
+Removed nodes lose their inputs, so ownership is asked afterwards of a
+stand-in: a detached node with the removed (or changed) node's op, domain,
+attributes and inputs as they were, dropped again at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx_ir as ir
-
-from onnxep.providers.kernel import normalize_domain
 
 from ..errors import InvalidGraph
 
 
-@dataclass(frozen=True)
-class _NodeState:
+class _NodeState(NamedTuple):
     graph: Any
     op_type: str
     domain: str
@@ -38,8 +33,7 @@ class _NodeState:
     attributes: tuple[tuple[str, Any, Any], ...]
 
 
-@dataclass(frozen=True)
-class _GraphState:
+class _GraphState(NamedTuple):
     graph: ir.Graph
     nodes: tuple[ir.Node, ...]
     inputs: tuple[ir.Value, ...]
@@ -47,12 +41,14 @@ class _GraphState:
     initializers: tuple[tuple[str, ir.Value], ...]
 
 
-@dataclass(frozen=True)
-class _ValueState:
+class _ValueState(NamedTuple):
     name: str | None
     type: Any
     shape: Any
     const_value: Any
+
+
+_GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
 def _subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
@@ -93,8 +89,10 @@ class GraphState:
         )
         for v in (*graph.inputs, *graph.initializers.values()):
             self._value(v)
+        values = self.values
         for node in nodes:
             attrs = tuple((k, a, a.value) for k, a in node.attributes.items())
+            outputs = tuple(node.outputs)
             self.nodes[id(node)] = (
                 node,
                 _NodeState(
@@ -103,14 +101,17 @@ class GraphState:
                     node.domain,
                     node.overload,
                     tuple(node.inputs),
-                    tuple(node.outputs),
+                    outputs,
                     attrs,
                 ),
             )
-            for v in node.outputs:
-                self._value(v)
-            for sub in _subgraphs(node):
-                self._capture(sub)
+            for v in outputs:
+                values[id(v)] = (v, _ValueState(v.name, v.type, v.shape, v.const_value))
+            for _, a, _ in attrs:
+                if a.type in _GRAPH_ATTRS:
+                    for sub in _subgraphs(node):
+                        self._capture(sub)
+                    break
 
     def same_as(self, other: GraphState) -> bool:
         """Whether ``other`` has the same graphs, nodes and values, field by field."""
@@ -230,45 +231,38 @@ def _describe(node: ir.Node) -> str:
     return f"{node.name or '<unnamed>'!r} ({dom}::{node.op_type})"
 
 
-class OwnershipCache:
-    """``owns(node)`` for every node of a state, computed once per (op, domain, input types)."""
-
-    def __init__(self, state: GraphState, owns: Callable[[ir.Node], bool]) -> None:
-        self._by_node: dict[int, bool] = {}
-        by_sig: dict[Any, bool] = {}
-        for key, (node, s) in state.nodes.items():
-            sig = (
-                normalize_domain(s.domain),
-                s.op_type,
-                tuple(None if v is None else v.type for v in s.inputs),
-            )
-            if sig not in by_sig:
-                by_sig[sig] = bool(owns(node))
-            self._by_node[key] = by_sig[sig]
-
-    def __getitem__(self, node: ir.Node) -> bool:
-        return self._by_node[id(node)]
+def _owned_before(s: _NodeState, owns: Callable[[ir.Node], bool]) -> bool:
+    """``owns`` of a node as it was: asked of a detached stand-in, dropped at once."""
+    attrs = [a for _, a, _ in s.attributes]
+    stand_in = ir.Node(s.domain, s.op_type, s.inputs, attrs, num_outputs=len(s.outputs))
+    try:
+        return bool(owns(stand_in))
+    finally:
+        for i in range(len(stand_in.inputs)):
+            stand_in.replace_input_with(i, None)
 
 
 def contract_problems(
     before: GraphState,
     after: GraphState,
-    owned: OwnershipCache,
+    owns: Callable[[ir.Node], bool],
     provider: str,
     has_kernel: Callable[[ir.Node], bool],
 ) -> list[str]:
-    """How a fusion pass for ``provider`` broke its contract going from ``before`` to ``after``."""
+    """How a fusion pass for ``provider`` broke its contract going from ``before`` to ``after``.
+
+    ``owns`` says whether ``provider`` owns a node; it is asked only about
+    the nodes the pass removed or changed, as they were before it.
+    """
     removed = {k for k in before.nodes if k not in after.nodes}
     problems: list[str] = []
-    for key in removed:
-        node = before.nodes[key][0]
-        if not owned[node]:
-            problems.append(f"removed node {_describe(node)}, which {provider!r} does not own")
     for key, (node, s) in before.nodes.items():
         if key in removed:
+            if not _owned_before(s, owns):
+                problems.append(f"removed node {_describe(node)}, which {provider!r} does not own")
             continue
         what = _node_diff(s, after.nodes[key][1], removed)
-        if what and not owned[node]:
+        if what and not _owned_before(s, owns):
             problems.append(
                 f"changed node {_describe(node)} ({what}), which {provider!r} does not own"
             )

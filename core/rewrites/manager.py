@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnxep.providers.kernel import normalize_domain
 
 from .base import FusionPass, RewritePass
-from .contract import GraphState, OwnershipCache, contract_problems
+from .contract import GraphState, contract_problems
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,6 @@ class RewriteManager:
 def _guarded(p: FusionPass, model: ir.Model) -> tuple[bool, RejectedPass | None]:
     """Run ``p``; on a broken contract, undo it and say why."""
     before = GraphState(model)
-    owned = OwnershipCache(before, p.owns)
     count = p.count
     try:
         modified = bool(p(model).modified)
@@ -100,7 +99,7 @@ def _guarded(p: FusionPass, model: ir.Model) -> tuple[bool, RejectedPass | None]
     else:
         after = GraphState(model)
         problems = contract_problems(
-            before, after, owned, p.provider.name, lambda n: _has_kernel(p, n)
+            before, after, p.owns, p.provider.name, lambda n: _has_kernel(p, n)
         )
         if not problems:
             return modified, None
