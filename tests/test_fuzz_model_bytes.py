@@ -37,7 +37,7 @@ from google.protobuf.message import Message
 
 DATA = Path(__file__).parent / "data"
 SEED = 20251201
-CASE_SECONDS = 20  # the worker's own timer; the parent kills a worker silent for twice that
+CASE_SECONDS = 20.0  # the worker's own timer; the parent kills a worker silent for twice that
 MEMORY_HEADROOM = 2 << 30  # address space a worker may grow by
 #: Cases whose feeds would hold more elements are loaded but not run: the quick
 #: run leaves out the CNN, whose first run times its GEMM variants (seconds).
@@ -53,8 +53,8 @@ DECODE_DIMS = {
     "total_sequence_length": 2,
 }
 #: Cases per model: the default run, and the slow run (pytest -m slow).
-QUICK_CASES = int(os.environ.get("ONNXEP_FUZZ_CASES", "125"))
-SLOW_CASES = int(os.environ.get("ONNXEP_FUZZ_SLOW_CASES", "1000"))
+QUICK_CASES = int(os.environ.get("ONNXEP_FUZZ_CASES", "250"))
+SLOW_CASES = int(os.environ.get("ONNXEP_FUZZ_SLOW_CASES", "600"))
 
 
 @dataclass(frozen=True)
@@ -328,6 +328,9 @@ def run_case(recipe: tuple, folder: Path, max_elements: int = SLOW_FEED_ELEMENTS
     import onnxep
     from onnxep.errors import OnnxepError
 
+    if recipe[0] == "selftest":
+        return _misbehave(recipe[1])
+
     blob = mutate(recipe)
     seed = seed_table()[recipe[1]]
     model: object = blob
@@ -348,29 +351,53 @@ def run_case(recipe: tuple, folder: Path, max_elements: int = SLOW_FEED_ELEMENTS
     return "loaded+ran"
 
 
+def _misbehave(how: str) -> str:
+    """Each failure the harness must catch, on demand (``test_harness_reports_...``)."""
+    if how == "bare":
+        raise KeyError("a bare exception")
+    if how == "crash":
+        os.abort()
+    if how == "hang":
+        time.sleep(3600)  # the worker's timer interrupts this
+    if how == "stuck":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as if stuck in C code
+        time.sleep(3600)
+    return "loaded+ran"
+
+
 def worker(
-    cases: list[tuple[int, tuple]], conn: Connection, folder: str, max_elements: int
+    cases: list[tuple[int, tuple]],
+    conn: Connection,
+    folder: str,
+    max_elements: int,
+    case_seconds: float,
 ) -> None:
     """Run cases in order, reporting each start and outcome through ``conn``."""
+    import logging
     import resource
+    import warnings
 
+    # Mutated weights overflow and onnx-ir logs what it skips: expected, and noise here.
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
     vm = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     resource.setrlimit(resource.RLIMIT_AS, (vm + MEMORY_HEADROOM, resource.RLIM_INFINITY))
     signal.signal(signal.SIGALRM, _on_alarm)
     work = Path(folder)
     for index, recipe in cases:
         conn.send(("start", index))
-        signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+        signal.setitimer(signal.ITIMER_REAL, case_seconds)
         try:
             outcome = run_case(recipe, work, max_elements)
         except CaseTimeout:
-            outcome = f"FAIL hang (over {CASE_SECONDS}s)"
+            outcome = f"FAIL hang (over {case_seconds}s)"
         except BaseException as exc:  # noqa: BLE001 - every escape is the finding
             outcome = f"FAIL bare {type(exc).__module__}.{type(exc).__name__}: {exc}"[:400]
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         conn.send(("done", index, outcome))
-    conn.send(("end",))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    conn.send(("end", usage.ru_utime + usage.ru_stime))
 
 
 # -- the parent: workers, crashes and hangs -------------------------------------------
@@ -382,11 +409,21 @@ def _context():
     return ctx
 
 
-def fuzz(cases: list[tuple], workdir: Path, jobs: int, max_elements: int) -> dict[int, str]:
-    """Outcome of each case; a worker that dies or stalls is replaced and its case recorded."""
+def fuzz(
+    cases: list[tuple],
+    workdir: Path,
+    jobs: int,
+    max_elements: int,
+    case_seconds: float = CASE_SECONDS,
+) -> tuple[dict[int, str], float]:
+    """Each case's outcome, and the workers' CPU seconds.
+
+    A worker that dies or stalls is replaced, and the case it was on recorded.
+    """
     ctx = _context()
     pending = collections.deque(enumerate(cases))
     outcomes: dict[int, str] = {}
+    cpu = 0.0
     running: dict[Connection, list] = {}  # conn -> [process, case index, last heard, slot, batch]
 
     def start(slot: int) -> None:
@@ -398,7 +435,7 @@ def fuzz(cases: list[tuple], workdir: Path, jobs: int, max_elements: int) -> dic
         folder = workdir / f"w{slot}"
         folder.mkdir(parents=True, exist_ok=True)
         recv, send = ctx.Pipe(duplex=False)
-        args = (batch, send, str(folder), max_elements)
+        args = (batch, send, str(folder), max_elements, case_seconds)
         proc = ctx.Process(target=worker, args=args, daemon=True)
         proc.start()
         send.close()
@@ -425,16 +462,18 @@ def fuzz(cases: list[tuple], workdir: Path, jobs: int, max_elements: int) -> dic
                 state[1] = msg[1]
             elif msg[0] == "done":
                 outcomes[msg[1]] = msg[2]
+            elif msg[0] == "end":
+                cpu += msg[1]
         now = time.monotonic()
         for conn, (proc, index, heard, slot, batch) in list(running.items()):
-            if now - heard > 2 * CASE_SECONDS:
+            if now - heard > 2 * case_seconds:
                 proc.kill()
                 proc.join(5)
-                outcomes[index] = f"FAIL hang (worker killed after {2 * CASE_SECONDS}s)"
+                outcomes[index] = f"FAIL hang (worker killed after {2 * case_seconds}s)"
                 pending.extendleft(reversed([c for c in batch if c[0] not in outcomes]))
                 del running[conn]
                 start(slot)
-    return outcomes
+    return outcomes, cpu
 
 
 def _external_copies(workdir: Path, jobs: int) -> None:
@@ -457,13 +496,14 @@ def _check(per_model: int, max_elements: int, tmp_path: Path, record_property) -
     recipes = [make_recipe(rng, seed_table()[name]) for name in names for _ in range(per_model)]
     _external_copies(tmp_path, jobs)
     started = time.monotonic()
-    outcomes = fuzz(recipes, tmp_path, jobs, max_elements)
+    outcomes, cpu = fuzz(recipes, tmp_path, jobs, max_elements)
     seconds = time.monotonic() - started
     tally = collections.Counter("FAIL" if o.startswith("FAIL") else o for o in outcomes.values())
     record_property("fuzz_tally", json.dumps(dict(tally)))
+    record_property("fuzz_cpu_seconds", round(cpu))
     print(
         f"\nfuzzed {len(outcomes)} mutated models ({per_model} per model, seed {SEED}) "
-        f"in {seconds:.0f}s with {jobs} workers:"
+        f"in {seconds:.0f}s with {jobs} workers ({cpu:.0f} CPU seconds):"
     )
     for outcome, count in tally.most_common():
         print(f"  {count:6d}  {outcome}")
@@ -483,3 +523,15 @@ def test_mutated_models_fail_only_with_onnxep_errors(tmp_path, record_property):
 @pytest.mark.slow
 def test_many_mutated_models_fail_only_with_onnxep_errors(tmp_path, record_property):
     _check(SLOW_CASES, SLOW_FEED_ELEMENTS, tmp_path, record_property)
+
+
+def test_harness_reports_bare_errors_crashes_and_hangs(tmp_path):
+    """The fuzz harness itself: each kind of failure is caught, and the cases after it run."""
+    kinds = ["ok", "bare", "crash", "ok", "hang", "stuck", "ok"]
+    outcomes, _ = fuzz([("selftest", k) for k in kinds], tmp_path, 1, 0, case_seconds=1.0)
+    got = [outcomes[i] for i in range(len(kinds))]
+    assert got[0] == got[3] == got[6] == "loaded+ran"
+    assert got[1].startswith("FAIL bare builtins.KeyError")
+    assert got[2].startswith("FAIL crash")
+    assert got[4] == "FAIL hang (over 1.0s)"
+    assert got[5].startswith("FAIL hang (worker killed")
