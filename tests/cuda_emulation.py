@@ -7,8 +7,9 @@ with g++ against a small prelude: one ``std::thread`` per CUDA thread,
 with NaN bytes so a read before a write shows. Blocks run one after another.
 :func:`emulated_function` stands in for ``nvrtc.function``; the callable it
 returns checks every argument against the kernel's C signature (count, scalar
-types, pointer element dtypes, contiguity) -- which CuPy does not -- and the
-launch limits (block size, grid y/z, 48 KiB of shared memory).
+types, pointer element dtypes, contiguity, a parameter struct's byte size as
+g++ lays it out) -- which CuPy does not -- and the launch limits (block size,
+grid y/z, 48 KiB of shared memory).
 
 Limits: templates must be ``template <typename T> __global__ void
 __launch_bounds__(N) name(...)`` instantiated for ``float``/``__half``; shuffles
@@ -152,6 +153,17 @@ def _library(source: str, build_dir: str):
                 f" unsigned long smem, void** a) {{ return emu_launch(gx, gy, gz, bx, smem, "
                 f"[=]() {{ {name}<{ct}>({call}); }}); }}"
             )
+    structs = (
+        {
+            t.replace("const", "").replace("*", "").strip()
+            for params in sigs.values()
+            for t, _ in params
+            if t.endswith("*")
+        }
+        - set(_POINTEE)
+        - {"T"}
+    )
+    wrappers += [f'extern "C" unsigned long SZ_{t}() {{ return sizeof({t}); }}' for t in structs]
     cpp = os.path.join(build_dir, f"{key}.cpp")
     so = os.path.join(build_dir, f"{key}.so")
     with open(cpp, "w") as f:
@@ -172,6 +184,13 @@ class EmulatedKernel:
         self._fn.argtypes = [ctypes.c_uint] * 4 + [ctypes.c_ulong, ctypes.c_void_p]
         self.params = [(re.sub(r"\bT\b", ctype, t), n) for t, n in params]
         self.launches = 0
+        self._sizeof = {}
+        for t, _ in self.params:
+            pointee = t.replace("const", "").replace("*", "").strip()
+            if t.endswith("*") and pointee not in _POINTEE:
+                fn = getattr(lib, f"SZ_{pointee}")
+                fn.restype = ctypes.c_ulong
+                self._sizeof[pointee] = fn()
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
         if len(args) != len(self.params):
@@ -186,7 +205,13 @@ class EmulatedKernel:
                     continue
                 if not isinstance(a, np.ndarray):
                     raise TypeError(f"{where}: got {type(a).__name__}")
-                if a.dtype != _POINTEE[pointee] or not a.flags.c_contiguous:
+                if pointee in self._sizeof:  # a parameter struct, as bytes
+                    if a.dtype != np.uint8 or a.nbytes != self._sizeof[pointee]:
+                        raise TypeError(
+                            f"{where}: got {a.nbytes} bytes of {a.dtype}, the struct has "
+                            f"{self._sizeof[pointee]}"
+                        )
+                elif a.dtype != _POINTEE[pointee] or not a.flags.c_contiguous:
                     raise TypeError(
                         f"{where}: got a {a.dtype} array, contiguous={a.flags.c_contiguous}"
                     )

@@ -14,6 +14,7 @@ CPU computes, bit for bit.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -122,3 +123,44 @@ def ctype_of(dtype: Any) -> str:
 def instantiations(names: tuple[str, ...]) -> tuple[str, ...]:
     """Every ``name<type>`` template instantiation for the supported element types."""
     return tuple(f"{n}<{t}>" for n in names for t in CTYPE.values())
+
+
+# Kernel scalars travel as one struct in device memory, written once per planned shape:
+# CuPy converts every scalar argument on every launch (about half a microsecond each),
+# a pointer costs next to nothing. The C struct and its NumPy dtype come from one field
+# list, 8-byte fields first, so both lay it out without padding.
+_FIELD_TYPES = {"i64": ("long long", "<i8"), "i32": ("int", "<i4"), "f32": ("float", "<f4")}
+
+
+@dataclass(frozen=True)
+class ParamStruct:
+    """A kernel parameter block: ``fields`` are ``(name, "i64" | "i32" | "f32")``."""
+
+    name: str
+    fields: tuple[tuple[str, str], ...]
+
+    @property
+    def source(self) -> str:
+        body = " ".join(f"{_FIELD_TYPES[t][0]} {n};" for n, t in self.fields)
+        return f"struct {self.name} {{ {body} }};\n"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype([(n, _FIELD_TYPES[t][1]) for n, t in self.fields], align=True)
+
+    def to_device(self, xp: Any, **values: Any) -> Any:
+        """The block as a device byte array (every field must be given)."""
+        if set(values) != {n for n, _ in self.fields}:
+            missing = {n for n, _ in self.fields} ^ set(values)
+            raise TypeError(f"{self.name}: fields {sorted(missing)} missing or unknown")
+        rec = np.zeros((), dtype=self.dtype)
+        for k, v in values.items():
+            rec[k] = v
+        return xp.asarray(np.frombuffer(rec.tobytes(), dtype=np.uint8))
+
+
+def params(name: str, i64: str = "", i32: str = "", f32: str = "") -> ParamStruct:
+    """A :class:`ParamStruct` from space-separated field names per type."""
+    fields = [(n, t) for t, names in (("i64", i64), ("i32", i32), ("f32", f32))
+              for n in names.split()]  # fmt: skip
+    return ParamStruct(name, tuple(fields))

@@ -24,10 +24,26 @@ cache is not the past buffer itself.
 
 from __future__ import annotations
 
-from ._attention_cuda import COMMON_SOURCE, instantiations
+from ._attention_cuda import COMMON_SOURCE, instantiations, params
+
+PREPARE = params(
+    "GqaPrepare",
+    i64="n k_off v_off q_row k_row v_row",
+    i32="S nh nkv D C rot interleaved pos_mode cache_rows",
+)
+FILL = params("GqaFill", i64="n", i32="C PL D")
+ATTN = params(
+    "GqaAttn",
+    i64="bsb bsh bss bsj",
+    i32="B S nh nkv D C kv_limit chunk nchunks rows nrg ktile BQ BK smooth window causal",
+    f32="scale softcap",
+)
 
 GQA_SOURCE = (
     COMMON_SOURCE
+    + PREPARE.source
+    + FILL.source
+    + ATTN.source
     + r"""
 // Scaled, soft-capped, biased score of one (query row, key) pair.
 template <typename T>
@@ -69,12 +85,15 @@ __device__ __forceinline__ void batch_lengths(const int* seqlens_k, const int* q
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_prepare(
     const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
-    long long k_off, long long v_off, long long q_row, long long k_row, long long v_row,
     T* __restrict__ qbuf, T* __restrict__ kc, T* __restrict__ vc,
     const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
     const T* __restrict__ cosc, const T* __restrict__ sinc,
-    const long long* __restrict__ pos_ids, long long n, int S, int nh, int nkv, int D, int C,
-    int rot, int interleaved, int pos_mode, int cache_rows) {
+    const long long* __restrict__ pos_ids, const GqaPrepare* __restrict__ prm) {
+  const long long n = prm->n, k_off = prm->k_off, v_off = prm->v_off;
+  const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
+  const int S = prm->S, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
+  const int rot = prm->rot, interleaved = prm->interleaved, pos_mode = prm->pos_mode;
+  const int cache_rows = prm->cache_rows;
   const int H3 = nh + 2 * nkv;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
@@ -134,7 +153,9 @@ __global__ void __launch_bounds__(256) gqa_prepare(
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_kv_fill(
     const T* __restrict__ pk, const T* __restrict__ pv, T* __restrict__ kc,
-    T* __restrict__ vc, long long n, int C, int PL, int D) {
+    T* __restrict__ vc, const GqaFill* __restrict__ prm) {
+  const long long n = prm->n;
+  const int C = prm->C, PL = prm->PL, D = prm->D;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
        idx += stride) {
@@ -160,11 +181,15 @@ template <typename T>
 __global__ void __launch_bounds__(128) gqa_decode(
     const T* __restrict__ qbuf, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
-    const T* __restrict__ bias, long long bsb, long long bsh, long long bss, long long bsj,
-    const T* __restrict__ sink, int smooth, float* __restrict__ part, T* __restrict__ y,
-    int B, int S, int nh, int nkv, int D, int C, int kv_limit, int chunk, int nchunks,
-    int rows, int nrg, int ktile, float scale, float softcap, int window, int causal) {
+    const T* __restrict__ bias, const T* __restrict__ sink, float* __restrict__ part,
+    T* __restrict__ y, const GqaAttn* __restrict__ prm) {
   extern __shared__ float smem[];
+  const long long bsb = prm->bsb, bsh = prm->bsh, bss = prm->bss, bsj = prm->bsj;
+  const int B = prm->B, S = prm->S, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
+  const int kv_limit = prm->kv_limit, chunk = prm->chunk, nchunks = prm->nchunks;
+  const int rows = prm->rows, nrg = prm->nrg, ktile = prm->ktile, smooth = prm->smooth;
+  const int window = prm->window, causal = prm->causal;
+  const float scale = prm->scale, softcap = prm->softcap;
   const int G = nh / nkv;
   const int b = blockIdx.z;
   const int hk = blockIdx.y / nrg;
@@ -294,8 +319,9 @@ __global__ void __launch_bounds__(128) gqa_decode(
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_reduce(
     const float* __restrict__ part, T* __restrict__ y, const int* __restrict__ seqlens_k,
-    const T* __restrict__ sink, int smooth, int B, int S, int nh, int D, int kv_limit,
-    int chunk, int nchunks) {
+    const T* __restrict__ sink, const GqaAttn* __restrict__ prm) {
+  const int B = prm->B, S = prm->S, nh = prm->nh, D = prm->D, kv_limit = prm->kv_limit;
+  const int chunk = prm->chunk, nchunks = prm->nchunks, smooth = prm->smooth;
   const long long orow = blockIdx.x;
   const int s = (int)(orow % S);
   const int h = (int)((orow / S) % nh);
@@ -336,10 +362,14 @@ template <typename T>
 __global__ void __launch_bounds__(128) gqa_prefill(
     const T* __restrict__ qbuf, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
-    const T* __restrict__ bias, long long bsb, long long bsh, long long bss, long long bsj,
-    const T* __restrict__ sink, int smooth, T* __restrict__ y, int S, int nh, int nkv, int D,
-    int C, int kv_limit, int BQ, int BK, float scale, float softcap, int window, int causal) {
+    const T* __restrict__ bias, const T* __restrict__ sink, T* __restrict__ y,
+    const GqaAttn* __restrict__ prm) {
   extern __shared__ float smem[];
+  const long long bsb = prm->bsb, bsh = prm->bsh, bss = prm->bss, bsj = prm->bsj;
+  const int S = prm->S, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
+  const int kv_limit = prm->kv_limit, BQ = prm->BQ, BK = prm->BK, smooth = prm->smooth;
+  const int window = prm->window, causal = prm->causal;
+  const float scale = prm->scale, softcap = prm->softcap;
   const int b = blockIdx.z, h = blockIdx.y, s0 = blockIdx.x * BQ;
   const int hk = h / (nh / nkv);
   const int Dp = D + 1;

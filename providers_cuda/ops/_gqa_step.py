@@ -1,10 +1,13 @@
 """One GroupQueryAttention step planned for one input signature.
 
 :func:`plan_step` checks the inputs' shapes and dtypes, picks the kernels and
-their geometry and builds every scalar argument once; the callable it returns
-does only what must happen per call: allocate the outputs and launch. A
-signature is the inputs' shapes and dtypes plus ``total_sequence_length``, so
-a fixed-capacity decode loop plans once and then runs the lean path.
+their geometry and writes every scalar argument once, into small parameter
+blocks in device memory; the callable it returns does only what must happen
+per call: allocate the outputs and launch with array pointers. A signature is
+the inputs' shapes and dtypes plus ``total_sequence_length``, so a
+fixed-capacity decode loop plans once and then runs the lean path. Planning
+copies the blocks to the device, so a signature's first call belongs outside
+stream capture (capture follows warm-up runs).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from onnxep.errors import InvalidArgument
 
 from ._attention_cuda import FLAT_BLOCK, flat_grid
+from ._gqa_cuda import ATTN, FILL, PREPARE
 from ._gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
 
 _OP = "GroupQueryAttention"
@@ -106,7 +110,6 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
         raise InvalidArgument(f"{_OP}: query of dtype {dt} is not float32 or float16")
     nh, nkv = cfg.num_heads, cfg.kv_num_heads
     b, s, d, pl, packed = _check_inputs(cfg, ins)
-    i32, i64, f32 = np.int32, np.int64, np.float32
     has_past = ins[PAST_K] is not None
     cap = max(total, pl) if has_past else total  # present's length, as on the CPU
     kv_limit = total  # keys at or past total_sequence_length are never attended
@@ -135,9 +138,9 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
             used.append(POS)
             # onnxruntime reads only the first id on a first prompt
             pos_mode = 1 if (s > 1 and s == total and ins[QSEQ] is None) else 2
-    bias_strides = (i64(0),) * 4
+    bias_strides = (0, 0, 0, 0)
     if ins[BIAS] is not None:
-        bias_strides = tuple(i64(v) for v in _bias_strides(ins[BIAS], b, nh, s, kv_limit))
+        bias_strides = _bias_strides(ins[BIAS], b, nh, s, kv_limit)
         used.append(BIAS)
     if ins[SINK] is not None:
         used.append(SINK)
@@ -148,45 +151,44 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
     cache_shape = (b, nkv, cap, d)
     fill = fns["gqa_kv_fill"]
     fill_n = b * nkv * cap * d
-    fill_tail = (i64(fill_n), i32(cap), i32(pl), i32(d))
     fill_grid = (flat_grid(fill_n, sms),)
+    fill_prm = FILL.to_device(xp, n=fill_n, C=cap, PL=pl, D=d) if fill_n and not share else None
     prep = fns["gqa_prepare"]
     prep_n = b * s * (nh + 2 * nkv) * d
     width = ins[QUERY].shape[2]
-    if packed:
-        prep_mid = (i64(nh * d), i64((nh + nkv) * d), i64(width), i64(width), i64(width))
-    else:
-        prep_mid = (i64(0), i64(0), i64(width), i64(nkv * d), i64(nkv * d))
-    prep_tail = (i64(prep_n), i32(s), i32(nh), i32(nkv), i32(d), i32(cap), i32(rot),
-                 i32(cfg.interleaved), i32(pos_mode), i32(cache_rows))  # fmt: skip
+    offsets = (nh * d, (nh + nkv) * d) if packed else (0, 0)
+    rows = (width, width, width) if packed else (width, nkv * d, nkv * d)
+    prep_prm = PREPARE.to_device(
+        xp, n=prep_n, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
+        v_row=rows[2], S=s, nh=nh, nkv=nkv, D=d, C=cap, rot=rot, interleaved=cfg.interleaved,
+        pos_mode=pos_mode, cache_rows=cache_rows,
+    )  # fmt: skip
     prep_grid = (flat_grid(prep_n, sms),)
-    scale = f32(cfg.scale if cfg.scale else 1.0 / math.sqrt(d))
-    smooth = i32(cfg.smooth)
-    attn_tail = (scale, f32(cfg.softcap), i32(cfg.window), i32(cfg.causal))
     decode = uses_decode(s)
+    geo = plan_decode(b, s, nh, nkv, d, cap, sms) if decode else plan_prefill(d)
+    attn_prm = ATTN.to_device(
+        xp, bsb=bias_strides[0], bsh=bias_strides[1], bss=bias_strides[2], bsj=bias_strides[3],
+        B=b, S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit,
+        chunk=geo.chunk if decode else 0, nchunks=geo.nchunks if decode else 0,
+        rows=geo.rows if decode else 0, nrg=geo.nrg if decode else 0,
+        ktile=geo.ktile if decode else 0, BQ=0 if decode else geo.bq,
+        BK=0 if decode else geo.bk, smooth=cfg.smooth, window=cfg.window, causal=cfg.causal,
+        scale=cfg.scale if cfg.scale else 1.0 / math.sqrt(d), softcap=cfg.softcap,
+    )  # fmt: skip
     if decode:
-        geo = plan_decode(b, s, nh, nkv, d, cap, sms)
         attn = fns["gqa_decode"]
         attn_grid = (geo.nchunks, nkv * geo.nrg, b)
-        attn_mid = (i32(b), i32(s), i32(nh), i32(nkv), i32(d), i32(cap), i32(kv_limit),
-                    i32(geo.chunk), i32(geo.nchunks), i32(geo.rows), i32(geo.nrg),
-                    i32(geo.ktile))  # fmt: skip
         part_n = b * nh * s * geo.nchunks * (d + 2) if geo.nchunks > 1 else 0
         reduce_ = fns["gqa_reduce"]
         red_grid, red_block = (b * nh * s,), (min(256, (d + 31) // 32 * 32),)
-        red_tail = (smooth, i32(b), i32(s), i32(nh), i32(d), i32(kv_limit), i32(geo.chunk),
-                    i32(geo.nchunks))  # fmt: skip
     else:
-        geo = plan_prefill(d)
         attn = fns["gqa_prefill"]
         attn_grid = ((s + geo.bq - 1) // geo.bq, nh, b)
-        attn_mid = (i32(s), i32(nh), i32(nkv), i32(d), i32(cap), i32(kv_limit), i32(geo.bq),
-                    i32(geo.bk))  # fmt: skip
         part_n = 0
     smem = geo.smem
     qbuf_shape, y_shape = (b, nh, s, d), (b, s, nh * d)
     block, flat_block = (BLOCK,), (FLAT_BLOCK,)
-    empty, ascontig, f32_t = xp.empty, xp.ascontiguousarray, np.float32
+    empty, ascontig, f32 = xp.empty, xp.ascontiguousarray, np.float32
 
     def step(ins: list) -> tuple:
         for i, to in convert:
@@ -200,21 +202,21 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
         else:
             kc, vc = empty(cache_shape, dtype=dt), empty(cache_shape, dtype=dt)
             if fill_n:
-                fill(fill_grid, flat_block, (past_k, past_v, kc, vc, *fill_tail))
+                fill(fill_grid, flat_block, (past_k, past_v, kc, vc, fill_prm))
         qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
         if not prep_n:
             return (y, kc, vc)
         src = (query, query, query) if packed else (query, key, value)
-        prep(prep_grid, flat_block,
-             (*src, *prep_mid, qbuf, kc, vc, seqlens, qseq, cos, sin, pos, *prep_tail))  # fmt: skip
-        head = (qbuf, kc, vc, seqlens, qseq, bias, *bias_strides, sink, smooth)
+        prep(prep_grid, flat_block, (*src, qbuf, kc, vc, seqlens, qseq, cos, sin, pos, prep_prm))
         if decode:
-            part = empty(part_n, dtype=f32_t) if part_n else None
-            attn(attn_grid, block, (*head, part, y, *attn_mid, *attn_tail), shared_mem=smem)
+            part = empty(part_n, dtype=f32) if part_n else None
+            attn(attn_grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, part, y, attn_prm),
+                 shared_mem=smem)  # fmt: skip
             if part_n:
-                reduce_(red_grid, red_block, (part, y, seqlens, sink, *red_tail))
+                reduce_(red_grid, red_block, (part, y, seqlens, sink, attn_prm))
         else:
-            attn(attn_grid, block, (*head, y, *attn_mid, *attn_tail), shared_mem=smem)
+            attn(attn_grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, y, attn_prm),
+                 shared_mem=smem)  # fmt: skip
         return (y, kc, vc)
 
     return step

@@ -16,10 +16,19 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument
 
-from ._attention_cuda import COMMON_SOURCE, ctype_of, flat_grid, instantiations, sm_count
+from ._attention_cuda import COMMON_SOURCE, ctype_of, flat_grid, instantiations, params, sm_count
+
+ROPE = params(
+    "RopeParams",
+    i64="n",
+    i32="B S N D rot interleaved half layout_bnsd pos_mode cache_rows bcast_b sec0 sec1 sec2 "
+    "mrope_layout",
+    f32="cs_scale",
+)
 
 ROPE_SOURCE = (
     COMMON_SOURCE
+    + ROPE.source
     + r"""
 // The position stream (0 = temporal, 1 = height, 2 = width) that cos/sin column i
 // reads under multimodal RoPE: contiguous sections (layout 0) or interleaved
@@ -47,10 +56,15 @@ __device__ __forceinline__ int mrope_stream(int i, int layout, int s0, int s1, i
 template <typename T>
 __global__ void __launch_bounds__(256) rope_apply(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ cosc,
-    const T* __restrict__ sinc, const long long* __restrict__ pos, long long n, int B, int S,
-    int N, int D, int rot, int interleaved, int half, int layout_bnsd, int pos_mode,
-    int cache_rows, int bcast_b, int sec0, int sec1, int sec2, int mrope_layout,
-    float cs_scale) {
+    const T* __restrict__ sinc, const long long* __restrict__ pos,
+    const RopeParams* __restrict__ prm) {
+  const long long n = prm->n;
+  const int B = prm->B, S = prm->S, N = prm->N, D = prm->D, rot = prm->rot;
+  const int interleaved = prm->interleaved, half = prm->half, layout_bnsd = prm->layout_bnsd;
+  const int pos_mode = prm->pos_mode, cache_rows = prm->cache_rows, bcast_b = prm->bcast_b;
+  const int sec0 = prm->sec0, sec1 = prm->sec1, sec2 = prm->sec2;
+  const int mrope_layout = prm->mrope_layout;
+  const float cs_scale = prm->cs_scale;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
        idx += stride) {
@@ -116,6 +130,9 @@ class RopeKernel:
             for dt in ((np.float32, np.float16) if dtype is None else (dtype,))
         }
         self._sms = sm_count()
+        # parameter blocks in device memory, one per distinct shape (written on first use,
+        # so a shape's first call is not capturable -- warm-up runs make them)
+        self._params: dict[tuple, Any] = {}
 
     def __call__(
         self,
@@ -161,33 +178,17 @@ class RopeKernel:
         if total == 0:
             return y
         rows = cos.shape[0] if mode != PosMode.TABLE else cos.shape[0] * s
-        i32 = np.int32
-        fn(
-            (flat_grid(total, self._sms),),
-            (256,),
-            (
-                x,
-                y,
-                cos,
-                sin,
-                pos,
-                np.int64(total),
-                i32(b),
-                i32(s),
-                i32(n),
-                i32(d),
-                i32(rot),
-                i32(1 if interleaved else 0),
-                i32(half),
-                i32(1 if bnsd else 0),
-                i32(int(mode)),
-                i32(rows),
-                i32(1 if bcast_b else 0),
-                i32(section[0]),
-                i32(section[1]),
-                i32(section[2]),
-                i32(mrope_layout),
-                np.float32(cs_scale),
-            ),
-        )
+        key = (total, b, s, n, d, rot, interleaved, half, bnsd, int(mode), rows, bcast_b,
+               section, mrope_layout, cs_scale)  # fmt: skip
+        prm = self._params.get(key)
+        if prm is None:
+            if len(self._params) >= 64:
+                self._params.clear()
+            prm = self._params[key] = ROPE.to_device(
+                xp, n=total, B=b, S=s, N=n, D=d, rot=rot, interleaved=interleaved, half=half,
+                layout_bnsd=bnsd, pos_mode=int(mode), cache_rows=rows, bcast_b=bcast_b,
+                sec0=section[0], sec1=section[1], sec2=section[2], mrope_layout=mrope_layout,
+                cs_scale=cs_scale,
+            )  # fmt: skip
+        fn((flat_grid(total, self._sms),), (256,), (x, y, cos, sin, pos, prm))
         return y
