@@ -178,3 +178,29 @@ def test_cuda_source_compiles(which, tmp_path):
     assert res.returncode == 0, res.stderr[-4000:]
     built = set(re.findall(r"Compiling entry function '(\w+)'", res.stderr))
     assert len(built) == len(names) + 1, res.stderr[-4000:]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
+def test_parameter_blocks_match_the_c_layout(tmp_path):
+    """Each kernel parameter struct: NumPy's field offsets and size are the C compiler's
+    (nvcc lays out these plain structs as the host compiler does)."""
+    from onnxep.providers_cuda.ops._gqa_cuda import ATTN, FILL, PREPARE
+    from onnxep.providers_cuda.ops._rotary_cuda import ROPE
+
+    structs = (PREPARE, FILL, ATTN, ROPE)
+    lines = ["#include <stdio.h>", "#include <stddef.h>", *(p.source for p in structs)]
+    lines.append("int main() {")
+    for p in structs:
+        lines.append(f'  printf("{p.name} size %zu\\n", sizeof({p.name}));')
+        for name, _ in p.fields:
+            lines.append(f'  printf("{p.name} {name} %zu\\n", offsetof({p.name}, {name}));')
+    lines.append("  return 0;\n}")
+    src, exe = tmp_path / "layout.cpp", tmp_path / "layout"
+    src.write_text("\n".join(lines))
+    subprocess.run(["g++", "-o", str(exe), str(src)], check=True, timeout=120)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    c_layout = {tuple(line.split()[:2]): int(line.split()[2]) for line in out.splitlines()}
+    for p in structs:
+        assert c_layout[(p.name, "size")] == p.dtype.itemsize, p.name
+        for name, _ in p.fields:
+            assert c_layout[(p.name, name)] == p.dtype.fields[name][1], (p.name, name)
