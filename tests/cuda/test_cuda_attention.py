@@ -272,6 +272,7 @@ def test_gqa_step_captures_and_replays_with_new_lengths(s):
     for lens in ([1200, 700], [1990, 3]):
         new = np.array(lens, np.int32) + s - 1
         args[i_lens].set(new, stream=stream)
+        stream.synchronize()  # the snapshot below reads on another stream
         host = [a if a is None or isinstance(a, np.ndarray) else cupy.asnumpy(a) for a in args]
         want = cpu_gqa(node, np)(*host)  # from the cache as the replay will find it
         graph.launch(stream)
