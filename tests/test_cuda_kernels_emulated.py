@@ -16,6 +16,9 @@ directly below.
 from __future__ import annotations
 
 import importlib
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -253,7 +256,7 @@ def test_plans_stay_inside_launch_limits():
     for shape, axes in [((1, 10**6), (1,)), ((10**6, 3), (0,)), ((5, 7, 9), (1,)), ((9, 3), (1,))]:
         for dt in (np.float32, np.float16):
             p = K.plan_reduce(shape, np.dtype(dt), axes, True, 132)
-            assert 1 <= p.grid <= K.MAX_GRID and p.block in (32, 64, 128, 256, 512, 1024)
+            assert 1 <= p.grid[0] <= K.MAX_GRID and p.block[0] in (32, 64, 128, 256, 512, 1024)
             assert p.out_shape == tuple(1 if k in axes else d for k, d in enumerate(shape))
 
 
@@ -327,3 +330,31 @@ def test_builders_import_and_decline_without_touching_the_device(monkeypatch):
     ints = NodeInfo("ReduceSum", "", "r", 13, {}, (ValueInfo("x", "tensor", np.dtype(np.int64)),),
                     (ValueInfo("y"),))  # fmt: skip
     assert cuda_sum.reduce_sum(ints, np)(np.arange(4).reshape(2, 2))[0].tolist() == [[6]]
+
+
+@pytest.mark.slow  # nvcc takes about a minute for all instantiations
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
+@pytest.mark.parametrize("which", ["reduce", "softmax", "norm"])
+def test_cuda_source_compiles_with_nvcc(which, tmp_path):
+    """The emulator compiles the kernels with g++; nvcc (NVRTC's front end) checks the CUDA
+    itself, every template instantiation, for sm_90."""
+    from onnxep.providers_cuda.ops import _reduce_source as S
+    from onnxep.providers_cuda.ops import op_softmax
+    from onnxep.providers_cuda.ops._norm_cuda import NORM_BODY, NORM_NAMES
+
+    body, names = {
+        "reduce": (S.REDUCE_BODY, S.ALL_REDUCE_NAMES),
+        "softmax": (op_softmax.SOFTMAX_BODY, op_softmax.SOFTMAX_NAMES),
+        "norm": (NORM_BODY, NORM_NAMES),
+    }[which]
+    refs = "".join(f"  p[{i}] = (void*)&{n};\n" for i, n in enumerate(names))
+    cu = tmp_path / f"{which}.cu"
+    cu.write_text(f"{S.PRIMITIVES}{body}\n__global__ void take_all(void** p) {{\n{refs}}}\n")
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
+           str(tmp_path / f"{which}.cubin"), str(cu)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    built = re.findall(r"Compiling entry function '(\w+)'", res.stderr)
+    assert len(built) == len(names) + 1, res.stderr[-4000:]
+    spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
+    assert spills and not any(int(b) for b in spills), "a kernel spills registers"

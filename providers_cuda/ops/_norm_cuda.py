@@ -204,40 +204,42 @@ LAYER = NormKind(centered=True, round_c=False)
 ONNX_LAYER = NormKind(centered=True, round_c=True)
 
 
-class NormKernel:
-    """The compiled ``norm_rows`` kernels for some dtypes, and one launch of them."""
+@dataclass(frozen=True)
+class NormLaunch:
+    """One ``norm_rows`` launch for one input shape, its scalar arguments built once."""
 
-    def __init__(self, dtypes: list[np.dtype], kind: NormKind) -> None:
+    fn: Any
+    grid: tuple[int]
+    block: tuple[int]
+    tails: tuple[tuple, tuple]  # the arguments after the pointers: (scalar path, vector path)
+    vec: bool  # n is a whole number of vectors (alignment is checked per call)
+    rows: int
+
+    def __call__(self, x: Any, w: Any, y: Any, beta: Any = None, skip: Any = None,
+                 bias: Any = None, sum_out: Any = None, mean_out: Any = None,
+                 inv_out: Any = None) -> None:  # fmt: skip
+        """Queue the kernel on C-contiguous arrays (nothing when there are no rows)."""
+        if not self.rows:
+            return
+        vec = self.vec and K.all_aligned((x, skip, bias, w, beta, y, sum_out))
+        args = (x, skip, bias, w, beta, y, sum_out, mean_out, inv_out, *self.tails[vec])
+        self.fn(self.grid, self.block, args)
+
+
+class NormKernel:
+    """The compiled ``norm_rows`` kernels of one norm for some dtypes."""
+
+    def __init__(self, dtypes: list[np.dtype], kind: NormKind, eps: float) -> None:
         names = [f"norm_rows<{CTYPE[dt]}>" for dt in dtypes]
         compiled = K.compile_kernels(NORM_BODY, names)
         self.fns = {dt: compiled[n] for dt, n in zip(dtypes, names, strict=True)}
-        self.flags = (np.int32(kind.centered), np.int32(kind.round_c))
+        self.flags = (np.float32(eps), np.int32(kind.centered), np.int32(kind.round_c))
 
-    def launch(
-        self,
-        plan: RowsPlan,
-        eps: np.float32,
-        x: Any,
-        w: Any,
-        y: Any,
-        *,
-        beta: Any = None,
-        skip: Any = None,
-        skip_rows: int = 1,
-        bias: Any = None,
-        sum_out: Any = None,
-        mean_out: Any = None,
-        inv_out: Any = None,
-    ) -> None:
-        """Queue the kernel (nothing when there are no rows); arrays are C-contiguous."""
-        if plan.rows == 0:
-            return
-        operands = (x, skip, bias, w, beta, y, sum_out)
-        vec = plan.vec and all(a is None or K.address(a) % 16 == 0 for a in operands)
-        self.fns[x.dtype](
-            (plan.grid,),
-            (plan.block,),
-            (x, skip, bias, w, beta, y, sum_out, mean_out, inv_out, np.int64(plan.rows),
-             np.int64(plan.n), np.int64(skip_rows), eps, *self.flags, np.int32(plan.tpr),
-             np.int32(vec)),
-        )  # fmt: skip
+    def prepare(self, rows: int, n: int, dtype: np.dtype, skip_rows: int = 1) -> NormLaunch | None:
+        """The launch for ``rows`` rows of ``n``; None if the grid would not fit."""
+        plan = plan_rows(rows, n, dtype)
+        if plan is None:
+            return None
+        head = (np.int64(rows), np.int64(n), np.int64(skip_rows), *self.flags, np.int32(plan.tpr))
+        tails = (head + (K.VEC_FLAGS[0],), head + (K.VEC_FLAGS[1],))
+        return NormLaunch(self.fns[dtype], (plan.grid,), (plan.block,), tails, plan.vec, rows)

@@ -18,7 +18,7 @@ import numpy as np
 from onnxep.providers.node import NodeInfo
 
 from . import _reduce_cuda as K
-from ._norm_cuda import RMS, NormKernel, NormKind, RowsPlan, plan_rows
+from ._norm_cuda import RMS, NormKernel, NormKind, NormLaunch
 
 Runner = Callable[..., tuple]
 F32 = np.dtype(np.float32)
@@ -53,10 +53,6 @@ def trailing_rows(shape: tuple[int, ...], target: tuple[int, ...]) -> int | None
     return math.prod(padded[:-1])
 
 
-def _contiguous(xp: Any, a: Any) -> Any:
-    return a if a is None or a.flags.c_contiguous else xp.ascontiguousarray(a)
-
-
 def _meta(a: Any) -> tuple | None:
     return None if a is None else (a.shape, a.dtype)
 
@@ -80,9 +76,10 @@ def axis_norm_runner(node: NodeInfo, xp: Any, general: Runner, kind: NormKind) -
         want = (False, node.has_output(1))
         stat_dtypes = (F32, declared_dtype(node, 1, F32))
         width = max(node.num_outputs, 1)
-    kern = NormKernel(dtypes, kind)
+    kern = NormKernel(dtypes, kind, eps)
+    contiguous = K.contiguity_test(xp)
 
-    def plan_for(xm: tuple, wm: tuple, bm: tuple | None) -> RowsPlan | None:
+    def plan_for(xm: tuple, wm: tuple, bm: tuple | None) -> NormLaunch | None:
         (xs, xdt), (ws, wdt) = xm, wm
         r = len(xs)
         a = axis + r if axis < 0 else axis
@@ -92,22 +89,27 @@ def axis_norm_runner(node: NodeInfo, xp: Any, general: Runner, kind: NormKind) -
             return None
         if not 0 <= a < r or not fits_axes(ws, xs, a):
             return None  # the generic kernel raises, or broadcasts the scale
-        return plan_rows(math.prod(xs[:a]), math.prod(xs[a:]), xdt)
+        return kern.prepare(math.prod(xs[:a]), math.prod(xs[a:]), xdt)
 
     plans = K.PlanCache(plan_for)
 
     def run(x: Any, scale: Any, bias: Any = None) -> tuple:
-        plan = plans((x.shape, x.dtype), (scale.shape, scale.dtype), _meta(bias))
-        if plan is None:
+        launch = plans((x.shape, x.dtype), (scale.shape, scale.dtype), _meta(bias))
+        if launch is None:
             return general(x, scale) if bias is None else general(x, scale, bias)
-        x, scale, bias = (_contiguous(xp, a) for a in (x, scale, bias))
+        if not (contiguous(x) and contiguous(scale) and (bias is None or contiguous(bias))):
+            x, scale, bias = (_dense(xp, a) for a in (x, scale, bias))
         y = xp.empty(x.shape, x.dtype)
-        a = axis + x.ndim if axis < 0 else axis
-        stat_shape = x.shape[:a] + (1,) * (x.ndim - a)
-        stats = [xp.empty(stat_shape, F32) if w else None for w in want]
-        kern.launch(plan, eps, x, scale, y, beta=bias, mean_out=stats[0], inv_out=stats[1])
-        outs = [y] + [_as(s, dt) for s, dt in zip(stats, stat_dtypes, strict=True)]
-        return tuple(outs[:width]) if layer else (y, outs[2], *(None,) * (width - 2))[:width]
+        mean = inv = None
+        if want[0] or want[1]:
+            a = axis + x.ndim if axis < 0 else axis
+            stat_shape = x.shape[:a] + (1,) * (x.ndim - a)
+            mean = xp.empty(stat_shape, F32) if want[0] else None
+            inv = xp.empty(stat_shape, F32) if want[1] else None
+        launch(x, scale, y, beta=bias, mean_out=mean, inv_out=inv)
+        if layer:
+            return (y, _as(mean, stat_dtypes[0]), _as(inv, stat_dtypes[1]))[:width]
+        return (y, _as(inv, stat_dtypes[1]), *(None,) * (width - 2))[:width]
 
     return run
 
@@ -123,9 +125,10 @@ def skip_norm_runner(node: NodeInfo, xp: Any, general: Runner, kind: NormKind) -
     want = [node.has_output(j) for j in range(4)]
     stat_dtypes = [declared_dtype(node, j, F32) for j in (1, 2)]
     width = max(node.num_outputs, 1)
-    kern = NormKernel(dtypes, kind)
+    kern = NormKernel(dtypes, kind, eps)
+    contiguous = K.contiguity_test(xp)
 
-    def plan_for(xm: tuple, sm: tuple, *row_vectors: tuple | None) -> tuple[RowsPlan, int] | None:
+    def plan_for(xm: tuple, sm: tuple, *row_vectors: tuple | None) -> NormLaunch | None:
         (xs, xdt), (ss, sdt) = xm, sm
         given = [m for m in row_vectors if m is not None]
         if xdt not in kern.fns or not xs or any(d != xdt for d in (sdt, *(m[1] for m in given))):
@@ -133,29 +136,34 @@ def skip_norm_runner(node: NodeInfo, xp: Any, general: Runner, kind: NormKind) -
         skip_rows = trailing_rows(ss, xs)
         if skip_rows is None or not all(fits_axes(m[0], xs, len(xs) - 1) for m in given):
             return None  # the generic kernel broadcasts (or refuses) these
-        plan = plan_rows(math.prod(xs[:-1]), xs[-1], xdt)
-        return None if plan is None else (plan, max(skip_rows, 1))
+        return kern.prepare(math.prod(xs[:-1]), xs[-1], xdt, max(skip_rows, 1))
 
     plans = K.PlanCache(plan_for)
 
     def run(x: Any, skip: Any, gamma: Any, *rest: Any) -> tuple:
         beta, bias = (None, rest[0] if rest else None) if kind is RMS else (*rest, None, None)[:2]
-        found = plans(_meta(x), _meta(skip), _meta(gamma), _meta(beta), _meta(bias))
-        if found is None:
+        launch = plans(_meta(x), _meta(skip), _meta(gamma), _meta(beta), _meta(bias))
+        if launch is None:
             return general(x, skip, gamma, *rest)
-        plan, skip_rows = found
-        x, skip, gamma, beta, bias = (_contiguous(xp, a) for a in (x, skip, gamma, beta, bias))
+        arrays = (x, skip, gamma, beta, bias)
+        if not all(a is None or contiguous(a) for a in arrays):
+            x, skip, gamma, beta, bias = (_dense(xp, a) for a in arrays)
         y = xp.empty(x.shape, x.dtype)
-        stat_shape = x.shape[:-1] + (1,)
-        mean = xp.empty(stat_shape, F32) if want[1] else None
-        inv = xp.empty(stat_shape, F32) if want[2] else None
-        total = xp.empty(x.shape, x.dtype) if want[3] else None
-        kern.launch(plan, eps, x, gamma, y, beta=beta, skip=skip, skip_rows=skip_rows, bias=bias,
-                    sum_out=total, mean_out=mean, inv_out=inv)  # fmt: skip
-        outs = (y, _as(mean, stat_dtypes[0]), _as(inv, stat_dtypes[1]), total)
-        return outs[:width]
+        mean = inv = total = None
+        if want[1] or want[2]:
+            stat_shape = x.shape[:-1] + (1,)
+            mean = xp.empty(stat_shape, F32) if want[1] else None
+            inv = xp.empty(stat_shape, F32) if want[2] else None
+        if want[3]:
+            total = xp.empty(x.shape, x.dtype)
+        launch(x, gamma, y, beta, skip, bias, total, mean, inv)
+        return (y, _as(mean, stat_dtypes[0]), _as(inv, stat_dtypes[1]), total)[:width]
 
     return run
+
+
+def _dense(xp: Any, a: Any) -> Any:
+    return None if a is None else xp.ascontiguousarray(a)
 
 
 def _as(a: Any, dtype: np.dtype) -> Any:

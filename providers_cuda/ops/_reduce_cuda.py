@@ -24,6 +24,7 @@ attributes, so the tests' kernel emulator can stand in for both.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,27 @@ def address(a: Any) -> int:
     """Where an array's first element lives (a host address for the emulator's NumPy arrays)."""
     ptr = getattr(a.data, "ptr", None)
     return ptr if ptr is not None else a.ctypes.data
+
+
+def all_aligned(arrays: Sequence[Any]) -> bool:
+    """Whether every array given (None skipped) starts on a 16-byte boundary."""
+    for a in arrays:
+        if a is not None and address(a) & 15:
+            return False
+    return True
+
+
+#: A kernel's ``vec`` argument, indexed by whether vector loads may be used.
+VEC_FLAGS = (np.int32(0), np.int32(1))
+
+
+def contiguity_test(xp: Any) -> Callable[[Any], bool]:
+    """The cheapest C-contiguity test ``xp``'s arrays offer (CuPy's ``flags`` builds an object
+    per call; its arrays also carry a plain ``_c_contiguous`` attribute)."""
+    probe = xp.empty(1)
+    if isinstance(getattr(probe, "_c_contiguous", None), bool):
+        return operator.attrgetter("_c_contiguous")
+    return lambda a: a.flags.c_contiguous
 
 
 def vector_width(dtype: np.dtype) -> int:
@@ -151,17 +173,18 @@ def reduce_view(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, int, in
 
 @dataclass(frozen=True)
 class ReducePlan:
-    """One launch (two when split) of a reduction, for one input shape and dtype."""
+    """One launch (two when split) of a reduction, for one input shape and dtype, with its
+    scalar arguments built once."""
 
     out_shape: tuple[int, ...]
     kernel: str  # "reduce_rows", "reduce_cols", or "" when there are no outputs
-    grid: int
-    block: int
-    args: tuple  # kernel arguments after (x, y, part), vec excluded
+    grid: tuple[int]
+    block: tuple[int]
+    args: tuple  # kernel arguments after (x, y, part); the rows kernel's vec flag follows
     vec: bool  # the rows kernel may use vector loads if x is aligned
-    outputs: int
-    splits: int
-    n: int
+    part_size: int  # float32 partials of a split reduction (0: not split)
+    finish_grid: tuple[int] = (0,)
+    finish_args: tuple = ()  # reduce_finish's arguments after (part, y)
 
 
 def plan_reduce(
@@ -183,7 +206,7 @@ def plan_reduce(
     outer, n, inner = view
     outputs = outer * inner
     if outputs == 0:
-        return ReducePlan(out_shape, "", 0, 0, (), False, 0, 1, n)
+        return ReducePlan(out_shape, "", (0,), (0,), (), False, 0)
     i64, i32 = np.int64, np.int32
     if inner == 1:
         v = vector_width(dtype)
@@ -207,26 +230,26 @@ def plan_reduce(
         kernel = "reduce_cols"
     if grid > MAX_GRID:
         return None
-    return ReducePlan(out_shape, kernel, grid, block, args, vec, outputs, splits, n)
+    if splits == 1:
+        return ReducePlan(out_shape, kernel, (grid,), (block,), args, vec, 0)
+    finish = (i64(outputs), i32(splits), i64(n))
+    return ReducePlan(out_shape, kernel, (grid,), (block,), args, vec, outputs * splits,
+                      (warp_rows_grid(outputs),), finish)  # fmt: skip
 
 
-def run_reduce(plan: ReducePlan, fns: dict[str, Any], x: Any, xp: Any, dtype: np.dtype) -> Any:
+def run_reduce(plan: ReducePlan, fns: dict[str, Any], x: Any, xp: Any) -> Any:
     """Launch ``plan`` on the C-contiguous ``x``; returns the output array (no host wait)."""
-    y = xp.empty(plan.out_shape, dtype)
+    y = xp.empty(plan.out_shape, x.dtype)
     if not plan.kernel:
         return y
-    part = xp.empty(plan.outputs * plan.splits, np.float32) if plan.splits > 1 else None
+    part = xp.empty(plan.part_size, np.float32) if plan.part_size else None
     if plan.kernel == "reduce_rows":
-        vec = np.int32(plan.vec and address(x) % 16 == 0)
-        fns["reduce_rows"]((plan.grid,), (plan.block,), (x, y, part, *plan.args, vec))
+        vec = VEC_FLAGS[plan.vec and address(x) & 15 == 0]
+        fns["reduce_rows"](plan.grid, plan.block, (x, y, part, *plan.args, vec))
     else:
-        fns["reduce_cols"]((plan.grid,), (plan.block,), (x, y, part, *plan.args))
+        fns["reduce_cols"](plan.grid, plan.block, (x, y, part, *plan.args))
     if part is not None:
-        fns["reduce_finish"](
-            (warp_rows_grid(plan.outputs),),
-            (BLOCK,),
-            (part, y, np.int64(plan.outputs), np.int32(plan.splits), np.int64(plan.n)),
-        )
+        fns["reduce_finish"](plan.finish_grid, (BLOCK,), (part, y, *plan.finish_args))
     return y
 
 
@@ -289,13 +312,14 @@ def build_reduce(
         return plan_reduce(shape, dtype, ax, keep, sms)
 
     plans = PlanCache(plan_for)
+    contiguous = contiguity_test(xp)
 
     def run(x: Any, axes_in: Any = None) -> tuple:
         plan = plans(x.shape, x.dtype)
         if plan is None:
             return fallback(x, axes_in)
-        if not x.flags.c_contiguous:
+        if not contiguous(x):
             x = xp.ascontiguousarray(x)
-        return (run_reduce(plan, fns_by_dtype[x.dtype], x, xp, x.dtype),)
+        return (run_reduce(plan, fns_by_dtype[x.dtype], x, xp),)
 
     return run

@@ -131,16 +131,18 @@ SOFTMAX_NAMES = tuple(f"{k}<{t}>" for t in CTYPE.values() for k in SOFTMAX_KERNE
 
 @dataclass(frozen=True)
 class SoftmaxPlan:
+    """One launch for one input shape, with its scalar arguments built once."""
+
     kernel: str  # "softmax_rows", "softmax_cols", or "" for an empty tensor
-    grid: int
-    block: int
-    args: tuple  # after (x, y); the rows kernel's vec flag is added per call
+    grid: tuple[int]
+    block: tuple[int]
+    args: tuple  # after (x, y); the rows kernel's vec flag follows
     vec: bool
 
 
 def plan_softmax(outer: int, n: int, inner: int, dtype: np.dtype) -> SoftmaxPlan | None:
     if outer * n * inner == 0:
-        return SoftmaxPlan("", 0, 0, (), False)
+        return SoftmaxPlan("", (0,), (0,), (), False)
     i64, i32 = np.int64, np.int32
     if inner == 1:
         tpr = K.row_threads(n)
@@ -149,13 +151,14 @@ def plan_softmax(outer: int, n: int, inner: int, dtype: np.dtype) -> SoftmaxPlan
         else:
             grid, block = outer, tpr
         args = (i64(outer), i64(n), i32(tpr))
-        plan = SoftmaxPlan("softmax_rows", grid, block, args, n % K.vector_width(dtype) == 0)
+        vec = n % K.vector_width(dtype) == 0
+        plan = SoftmaxPlan("softmax_rows", (grid,), (block,), args, vec)
     else:
         tx = min(K.WARP, K.pow2_at_least(inner))
         grid = outer * -(-inner // tx)
         args = (i64(outer), i64(n), i64(inner), i32(tx.bit_length() - 1))
-        plan = SoftmaxPlan("softmax_cols", grid, K.BLOCK, args, False)
-    return plan if plan.grid <= K.MAX_GRID else None
+        plan = SoftmaxPlan("softmax_cols", (grid,), (K.BLOCK,), args, False)
+    return plan if plan.grid[0] <= K.MAX_GRID else None
 
 
 @kernel("Softmax", since=(1, 11, 13))
@@ -181,21 +184,20 @@ def softmax(node: NodeInfo, xp: Any):
         return plan_softmax(math.prod(shape[:a]), math.prod(shape[a:]), 1, dtype)
 
     plans = K.PlanCache(plan_for)
+    contiguous = K.contiguity_test(xp)
 
     def run(x: Any) -> tuple:
         plan = plans(x.shape, x.dtype)
         if plan is None:
             return fallback(x)
-        if not x.flags.c_contiguous:
+        if not contiguous(x):
             x = xp.ascontiguousarray(x)
         y = xp.empty(x.shape, x.dtype)
         if plan.kernel == "softmax_rows":
-            vec = plan.vec and K.address(x) % 16 == 0 and K.address(y) % 16 == 0
-            fns[x.dtype]["softmax_rows"](
-                (plan.grid,), (plan.block,), (x, y, *plan.args, np.int32(vec))
-            )
+            vec = K.VEC_FLAGS[plan.vec and K.all_aligned((x, y))]
+            fns[x.dtype]["softmax_rows"](plan.grid, plan.block, (x, y, *plan.args, vec))
         elif plan.kernel:
-            fns[x.dtype]["softmax_cols"]((plan.grid,), (plan.block,), (x, y, *plan.args))
+            fns[x.dtype]["softmax_cols"](plan.grid, plan.block, (x, y, *plan.args))
         return (y,)
 
     return run
