@@ -16,7 +16,10 @@ Each is timed with CUDA events, median of ``--repeats`` after warm-up:
 ``device_us`` with a spin kernel queued first, so every launch of the step is
 already waiting when the start event fires (device time alone), and
 ``eager_us`` as the executor would call it (host launch gaps included);
-``host_us`` is one call's Python and launch cost. ``bytes`` is what the step
+``host_us`` is one call's Python and launch cost. With ``--sweep`` (the
+default) the int4 cases are also timed with every other GEMV geometry (columns
+per task ``r``, lanes per task ``G``), so one run shows whether the builder's
+choice is the fastest. ``bytes`` is what the step
 must move (packed weights, scales, zero points, activations, outputs),
 ``tbs`` that over ``device_us``, ``of_copy`` that against the 4.26 TB/s the
 H200 reaches in a device-to-device copy (GPU.md); ``copy_tbs`` is this run's
@@ -122,7 +125,30 @@ def _int4_step(cupy, n: int, k: int, with_zp: bool, x):
     fn = matmul_nbits(node, cuda_namespace())
     dev = [cupy.asarray(arr) for _, arr in consts]  # the session's device copies
     nbytes = b.nbytes + scales.nbytes + (zp.nbytes if with_zp else 0) + x.nbytes + n * 2
-    return (lambda: fn(x, *dev)), nbytes
+
+    def step():
+        return fn(x, *dev)
+
+    step.runner = fn
+    return step, nbytes
+
+
+def _geometries(cupy, n: int, k: int, with_zp: bool, x) -> dict:
+    """The int4 step with each (r, G) geometry forced, for comparison with the builder's pick."""
+    from onnxep.providers_cuda.ops import _nbits_cuda as K_
+    from onnxep.providers_cuda.ops._quant_cuda import sm_count
+
+    out = {}
+    for r in (1, 2, 4):
+        for g in (4, 8, 16, 32):
+            step, nbytes = _int4_step(cupy, n, k, with_zp, x)
+            runner = step.runner
+            w = runner.w
+            name = K_.gemv_name("__half", "__half", "__half", 4, 32, w.zp_kind, r, 1)
+            runner.geoms[1] = K_.gemv_geometry(n, w.chunks, 4, 1, sm_count(), force=(r, g))
+            runner.gemv[1] = K_.module((name,)).get_function(name)
+            out[f"int4{'_zp' if with_zp else ''}_r{r}_g{g}"] = (step, nbytes)
+    return out
 
 
 def _fp16_steps(cupy, n: int, k: int, x):
@@ -153,6 +179,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--shapes", default="lm_head,mlp")
+    ap.add_argument("--no-sweep", dest="sweep", action="store_false")
     args = ap.parse_args()
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     median_us = _timer(cupy, args.repeats)
@@ -163,6 +190,8 @@ def main() -> None:
         steps = {}
         for zp in (False, True):
             steps[f"int4{'_zp' if zp else ''}"] = _int4_step(cupy, n, k, zp, x)
+            if args.sweep:
+                steps.update(_geometries(cupy, n, k, zp, x))
         fp16, fp16_bytes = _fp16_steps(cupy, n, k, x)
         steps.update({name: (fn, fp16_bytes) for name, fn in fp16.items()})
         for case, (fn, nbytes) in steps.items():

@@ -25,6 +25,7 @@ the ``G`` partial sums of a task meet by warp shuffles.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,10 @@ GEMV_MAX_M = 8
 BLOCK_THREADS = 256
 #: Shared memory the GEMV may use for A (bytes): small enough for several blocks per SM.
 SMEM_BUDGET = 32 * 1024
+#: Threads of the GEMV resident per SM: its launch bounds ask for two blocks of 256.
+RESIDENT_THREADS_PER_SM = 2 * BLOCK_THREADS
+#: Relative instructions per weight byte by columns per task (A re-read per column).
+_R_COST = {4: 1.0, 2: 1.07, 1: 1.2}
 #: Zero-point kinds (template parameter ZP).
 ZP_NONE, ZP_PACKED, ZP_FLOAT = 0, 1, 2
 
@@ -165,7 +170,7 @@ __device__ __forceinline__ void compute_chunk(
 
 // y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k / BLOCK]) * scale[n, k / BLOCK] (+ bias[n])
 template <typename TA, typename TS, typename TO, int BITS, int BLOCK, int ZP, int R, int MT>
-__global__ void __launch_bounds__(256) nbits_gemv(
+__global__ void __launch_bounds__(256, 2) nbits_gemv(
     const TA* __restrict__ a, const unsigned char* __restrict__ b, const TS* __restrict__ scales,
     const unsigned char* __restrict__ zp8, const float* __restrict__ zpf,
     const TO* __restrict__ bias, TO* __restrict__ y, int M, int N, int K, int KB, int RS, int ZS,
@@ -231,8 +236,8 @@ __global__ void __launch_bounds__(256) nbits_gemv(
 #pragma unroll
           for (int jb = 0; jb < BPC; ++jb) {
             s[r][jb] = s2[r][jb];
-            z[r][jb] = z2[r][jb];
-            zf[r][jb] = zf2[r][jb];
+            if constexpr (ZP == 1) z[r][jb] = z2[r][jb];
+            if constexpr (ZP == 2) zf[r][jb] = zf2[r][jb];
           }
         }
       }
@@ -353,31 +358,51 @@ class GemvGeometry:
     smem: int  # dynamic shared memory, bytes
 
 
-def gemv_geometry(n: int, chunks: int, bits: int, mt: int, sms: int) -> GemvGeometry:
+def gemv_geometry(
+    n: int, chunks: int, bits: int, mt: int, sms: int, force: tuple[int, int] | None = None
+) -> GemvGeometry:
     """Launch geometry from the product's shape and the device's SM count.
 
-    ``r`` (columns per task) is as large as keeps enough lanes busy to cover
-    the device (reusing A's registers across columns); ``G`` (lanes per task)
-    starts at 4, so a task's lanes read at least 64 contiguous bytes, and grows
-    while there are too few lanes, but never past the chunks a row has.
+    Candidates: ``r`` (columns per task) in 4, 2, 1, and ``G`` (lanes per task)
+    from 4 (so a task's lanes read at least 64 contiguous bytes) up to the
+    chunks a row has. Each is scored by the share of the device its lanes keep
+    busy: ``waves`` is its lanes over those resident at once; the last wave
+    runs part-full (``waves / ceil(waves)``); lanes idle in a task's last round
+    of chunks waste issue slots; fewer columns per task re-read A from shared
+    memory per column (about 7% more instructions at r = 2, 20% at r = 1); and
+    a task's closing shuffles cost about (2 log2 G + 8) / 126 of a chunk's
+    work. The estimates are instruction counts, not measurements:
+    ``bench/gpu_gemv_bench.py`` times the alternatives.
     """
     vpw = 32 // bits
-    target = sms * 1024  # lanes that keep the memory system busy
+    resident = sms * RESIDENT_THREADS_PER_SM
     r_cap = max(1, min(4, GEMV_MAX_M // mt, 32 // vpw))
-    r = 1
-    for cand in (4, 2, 1):
-        if cand <= r_cap and -(-n // cand) * 32 >= target:
-            r = cand
-            break
-    tasks = -(-n // r)
     g_cap = min(32, pow2_ceil(chunks))
-    g = min(4, g_cap)
-    while g < g_cap and tasks * g < target:
-        g *= 2
+    best: tuple[float, int, int] | None = None
+    for r in (4, 2, 1):
+        if r > r_cap:
+            continue
+        tasks = -(-n // r)
+        g = min(4, g_cap)
+        while g <= g_cap:
+            waves = tasks * g / resident
+            tail = waves / math.ceil(waves) if waves >= 1 else waves
+            rounds = math.ceil(chunks / g)
+            busy = chunks / (rounds * g)
+            closing = rounds / (rounds + (2 * (g.bit_length() - 1) + 8) / 126)
+            score = tail * busy * closing / _R_COST[r]
+            if best is None or score > best[0] + 1e-9:
+                best = (score, r, g)
+            g *= 2
+    assert best is not None
+    _, r, g = best
+    if force is not None:  # (r, G), for benchmarks comparing geometries
+        r, g = force
+    tasks = -(-n // r)
     per_chunk = mt * vpw * 16  # shared bytes per chunk of A (float4 slots)
     seg = min(-(-chunks // 8) * 8, max(8, SMEM_BUDGET // per_chunk // 8 * 8))
     groups = BLOCK_THREADS // g
-    blocks = max(1, min(-(-tasks // groups), sms * 8))
+    blocks = max(1, min(-(-tasks // groups), sms * 64))
     return GemvGeometry(mt, r, g.bit_length() - 1, seg, blocks, per_chunk * seg)
 
 
