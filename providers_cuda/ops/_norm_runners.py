@@ -92,6 +92,8 @@ def axis_norm_runner(node: NodeInfo, xp: Any, general: Runner, kind: NormKind) -
         return kern.prepare(math.prod(xs[:a]), math.prod(xs[a:]), xdt)
 
     plans = K.PlanCache(plan_for)
+    if (metas := K.static_metas(node, (0, 1, 2))) is not None and None not in metas[:2]:
+        plans.prewarm(*metas)
 
     def run(x: Any, scale: Any, bias: Any = None) -> tuple:
         launch = plans((x.shape, x.dtype), (scale.shape, scale.dtype), _meta(bias))
@@ -139,6 +141,9 @@ def skip_norm_runner(node: NodeInfo, xp: Any, general: Runner, kind: NormKind) -
         return kern.prepare(math.prod(xs[:-1]), xs[-1], xdt, max(skip_rows, 1))
 
     plans = K.PlanCache(plan_for)
+    slots = (0, 1, 2, None, 3) if kind is RMS else (0, 1, 2, 3, 4)  # x skip gamma beta bias
+    if (metas := K.static_metas(node, slots)) is not None and None not in metas[:3]:
+        plans.prewarm(*metas)
 
     def run(x: Any, skip: Any, gamma: Any, *rest: Any) -> tuple:
         beta, bias = (None, rest[0] if rest else None) if kind is RMS else (*rest, None, None)[:2]

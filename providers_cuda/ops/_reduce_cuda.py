@@ -65,6 +65,37 @@ class PlanCache:
         plan = plans[key] = self._make(*key)
         return plan
 
+    def prewarm(self, *key: Any) -> None:
+        """Make the plan for ``key`` now, at build time, for statically known shapes; a shape
+        the node cannot run is left for the run to report."""
+        try:
+            self(*key)
+        except ValueError:
+            self._plans.pop(key, None)
+
+
+def static_meta(node: Any, i: int) -> tuple | None:
+    """``(shape, dtype)`` of input ``i`` when both are known before the first run, else None."""
+    v = node.inputs[i] if i < len(node.inputs) else None
+    if v is None or v.dtype is None or v.static_shape is None:
+        return None
+    return (v.static_shape, np.dtype(v.dtype))
+
+
+def static_metas(node: Any, slots: Sequence[int | None]) -> list[tuple | None] | None:
+    """``static_meta`` of each input slot (None for a slot given as None or an omitted
+    input); None when a given input's shape or dtype is not known statically."""
+    out: list[tuple | None] = []
+    for i in slots:
+        if i is None or not node.has_input(i):
+            out.append(None)
+            continue
+        meta = static_meta(node, i)
+        if meta is None:
+            return None
+        out.append(meta)
+    return out
+
 
 def compile_kernels(body: str, names: Sequence[str]) -> dict[str, Any]:
     """``{name: kernel}`` for ``PRIMITIVES + body``, compiled once per process and device."""
@@ -312,6 +343,8 @@ def build_reduce(
         return plan_reduce(shape, dtype, ax, keep, sms)
 
     plans = PlanCache(plan_for)
+    if (meta := static_meta(node, 0)) is not None:
+        plans.prewarm(*meta)
     contiguous = contiguity_test(xp)
 
     def run(x: Any, axes_in: Any = None) -> tuple:

@@ -184,6 +184,8 @@ def softmax(node: NodeInfo, xp: Any):
         return plan_softmax(math.prod(shape[:a]), math.prod(shape[a:]), 1, dtype)
 
     plans = K.PlanCache(plan_for)
+    if (meta := K.static_meta(node, 0)) is not None:
+        plans.prewarm(*meta)
     contiguous = K.contiguity_test(xp)
 
     def run(x: Any) -> tuple:
