@@ -16,7 +16,8 @@ import onnx
 from onnx import AttributeProto
 
 from .errors import InvalidModel
-from .schema_checks import canonical_domain, node_label, op_schema
+from .proto_checks import node_label
+from .schema_checks import canonical_domain, op_schema
 
 #: Opset-1..6 binary ops with legacy broadcasting: their ``axis`` places the
 #: second input inside the first and is ignored without ``broadcast=1``.

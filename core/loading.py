@@ -18,9 +18,10 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from .errors import InvalidGraph, InvalidModel
-from .proto_checks import check_text, check_value_types
-from .schema_checks import check_node_schemas, check_versions
+from .proto_checks import check_attribute_fields, check_text, check_value_types
+from .schema_checks import check_node_schemas
 from .tensor_checks import check_external_range, check_tensor_data, external_ref
+from .version_checks import check_versions
 
 ModelLike = str | os.PathLike | bytes | onnx.ModelProto
 
@@ -236,6 +237,7 @@ def check_model(proto: onnx.ModelProto) -> None:
     check_text(proto)
     check_versions(proto)
     check_value_types(proto.graph)
+    check_attribute_fields(proto)
     if not proto.opset_import:
         raise InvalidGraph("the model imports no opset; add opset_import for the default domain")
     domains = {op.domain for op in proto.opset_import} | {"ai.onnx"}

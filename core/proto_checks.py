@@ -3,15 +3,19 @@
 protobuf does not validate UTF-8 when it parses ``string`` fields of a proto2
 message such as ONNX's: a name with invalid UTF-8 reads back as ``bytes``,
 which then fails far away (concatenating it to a ``str``). Element types are
-plain ``int32`` fields, so any number parses. Such models are refused here,
-naming the field or value.
+plain ``int32`` fields, so any number parses. An attribute's value is read by
+its declared type, so a type that disagrees with the field set is read as
+nothing. Such models are refused here, naming the field, value or node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from onnx import AttributeProto
 
 from .errors import InvalidModel
 
@@ -123,3 +127,91 @@ def check_value_types(graph: onnx.GraphProto, where: str = "") -> None:
             subs = [attr.g] if attr.HasField("g") else list(attr.graphs)
             for sub in subs:
                 check_value_types(sub, f"{where} > {node.op_type} {node.name!r} {attr.name!r}")
+
+
+def node_label(node: onnx.NodeProto, index: int, where: str = "") -> str:
+    """``Add node 'add'``, or ``Add node 'Add_3'`` for an unnamed node (as placement names it)."""
+    name = f"{node.op_type} node {node.name or f'{node.op_type}_{index}'!r}"
+    return f"{name} in {where}" if where else name
+
+
+#: Attribute types whose value lives in a message field that must be present.
+_MESSAGE_FIELD = {
+    AttributeProto.TENSOR: "t",
+    AttributeProto.GRAPH: "g",
+    AttributeProto.SPARSE_TENSOR: "sparse_tensor",
+    AttributeProto.TYPE_PROTO: "tp",
+}
+#: Each attribute value field and the type it belongs to (onnx's checker pairs them so).
+_SINGULAR_FIELDS = {
+    "f": AttributeProto.FLOAT,
+    "i": AttributeProto.INT,
+    "s": AttributeProto.STRING,
+    **{field: kind for kind, field in _MESSAGE_FIELD.items()},
+}
+_REPEATED_FIELDS = {
+    "floats": AttributeProto.FLOATS,
+    "ints": AttributeProto.INTS,
+    "strings": AttributeProto.STRINGS,
+    "tensors": AttributeProto.TENSORS,
+    "graphs": AttributeProto.GRAPHS,
+    "sparse_tensors": AttributeProto.SPARSE_TENSORS,
+    "type_protos": AttributeProto.TYPE_PROTOS,
+}
+_ATTRIBUTE_TYPES = frozenset(AttributeProto.AttributeType.values())
+
+
+def attribute_type_name(attr_type: int) -> str:
+    try:
+        return AttributeProto.AttributeType.Name(attr_type)
+    except ValueError:
+        return f"type {attr_type}"
+
+
+def _check_attribute_fields(node: onnx.NodeProto, index: int, where: str) -> None:
+    """Each attribute's type names a known kind and matches the one value field it sets.
+
+    This holds for every node, with or without a schema: onnx-ir reads the
+    value by the type, so a TENSOR attribute without a tensor would surface
+    much later as a tensor that cannot be read.
+    """
+    for attr in node.attribute:
+        label = f"{node_label(node, index, where)}: attribute {attr.name!r}"
+        if attr.ref_attr_name:
+            continue  # a function body's reference to the caller's attribute
+        if attr.type == AttributeProto.UNDEFINED or attr.type not in _ATTRIBUTE_TYPES:
+            raise InvalidModel(f"{label} has no valid type ({attribute_type_name(attr.type)})")
+        used = [f for f in _SINGULAR_FIELDS if attr.HasField(f)]
+        used += [f for f in _REPEATED_FIELDS if len(getattr(attr, f))]
+        if len(used) > 1:
+            raise InvalidModel(f"{label} sets several value fields ({', '.join(used)})")
+        for field in used:
+            kind = _SINGULAR_FIELDS.get(field, _REPEATED_FIELDS.get(field))
+            if kind != attr.type:
+                raise InvalidModel(
+                    f"{label} is {attribute_type_name(attr.type)} but sets the "
+                    f"{attribute_type_name(kind)} field {field!r}"
+                )
+        field = _MESSAGE_FIELD.get(attr.type)
+        if field is not None and not attr.HasField(field):
+            raise InvalidModel(f"{label} is {attribute_type_name(attr.type)} but has no value")
+
+
+def check_attribute_fields(proto: onnx.ModelProto) -> None:
+    """Every node's attributes (subgraphs and functions too), as ``_check_attribute_fields``."""
+    bodies = [(proto.graph.node, f"graph {proto.graph.name!r}")]
+    bodies += [(f.node, f"function {f.domain}:{f.name}") for f in proto.functions]
+    for nodes, where in bodies:
+        for node, index, scope in walk_nodes(nodes, where):
+            _check_attribute_fields(node, index, scope)
+
+
+def walk_nodes(nodes, where: str) -> Iterator[tuple[onnx.NodeProto, int, str]]:
+    """Each node with its index and where it sits, then the nodes of its subgraphs."""
+    for index, node in enumerate(nodes):
+        yield node, index, where
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                inner = f"{where} > {node.op_type} {node.name!r} attribute {attr.name!r}"
+                yield from walk_nodes(sub.node, inner)
