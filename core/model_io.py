@@ -26,7 +26,11 @@ def tensor_dtype(type_str: str) -> np.dtype:
     from onnxep.providers.dtypes import name_to_elem
 
     inner = type_str[len("tensor(") : -1] if type_str.startswith("tensor(") else type_str
-    return np_dtype(name_to_elem(inner))
+    try:
+        return np_dtype(name_to_elem(inner))
+    except (KeyError, ValueError):
+        # e.g. tensor(undefined): a model that declares no element type for a value
+        raise InvalidArgument(f"{type_str} names no element type a NumPy array can hold") from None
 
 
 def type_string(t: Any) -> str:

@@ -469,6 +469,16 @@ def test_python_list_that_cannot_convert_is_named(elem, feed, pattern):
     assert sess.run(None, {"x": [[0, 1, 0]]})[0].shape == (1, 3)  # the session is still usable
 
 
+def test_random_inputs_for_an_input_without_element_type_is_an_onnxep_error():
+    from onnxep.testing import random_inputs
+
+    m = relu_model()
+    m.graph.input[0].type.tensor_type.elem_type = TensorProto.UNDEFINED
+    sess = session(m)  # feeds are then checked by the kernels, as before
+    with pytest.raises(InvalidArgument, match=r"tensor\(undefined\) names no element type"):
+        random_inputs(sess)
+
+
 def test_numpy_array_of_another_dtype_is_still_refused():
     sess = identity_session([1, 3], TensorProto.FLOAT)
     with pytest.raises(InvalidArgument, match="has dtype float64 but the model declares"):
