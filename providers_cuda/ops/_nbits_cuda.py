@@ -12,7 +12,8 @@ points ``(N, ZS)`` as the node gives them, or float zero points as float32
 GEMV (M <= 8 rows of A). A task is ``R`` consecutive output columns; ``G``
 lanes (a power of two) share a task and walk its chunks ``c = lane, lane + G,
 ...``, so the lanes of a task read consecutive 16-byte chunks (coalesced),
-each lane loading the next chunk while it computes the current one. Each
+each lane keeping four row-chunks in flight (the next ``4 / r`` chunks)
+while it computes the current one. Each
 thread block first copies A's rows (as float32, zero past K) into shared
 memory, swizzled so the lanes reading neighbouring chunks hit different
 banks; one copy serves every task the block walks (a grid-stride loop), or,
@@ -179,6 +180,7 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
   constexpr int VPW = 32 / BITS;
   constexpr int VPC = 4 * VPW;
   constexpr int BPC = BLOCK >= VPC ? 1 : VPC / BLOCK;
+  constexpr int P = R >= 4 ? 1 : 4 / R;  // chunks each lane has in flight ahead
   extern __shared__ float4 oq_smem_a[];
 
   const int G = 1 << log2g;
@@ -210,34 +212,29 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
       }
       if (!active) continue;
       const int end = min(C, seg + seg_chunks);
-      int c = seg + lane_g;
-      uint4 w[R];
-      TS s[R][BPC];
-      unsigned z[R][BPC];
-      float zf[R][BPC];
-      if (c < end)
-        load_chunk<TS, BITS, BLOCK, ZP, R, BPC, VPC>(c, n0, N, KB, RS, ZS, b, scales, zp8, zpf,
-                                                     w, s, z, zf);
-      while (c < end) {
-        const int cn = c + G;
-        uint4 w2[R];
-        TS s2[R][BPC];
-        unsigned z2[R][BPC];
-        float zf2[R][BPC];
-        if (cn < end)
-          load_chunk<TS, BITS, BLOCK, ZP, R, BPC, VPC>(cn, n0, N, KB, RS, ZS, b, scales, zp8,
-                                                       zpf, w2, s2, z2, zf2);
-        compute_chunk<TS, BITS, BLOCK, ZP, R, MT, BPC, VPC>(c, c - seg, oq_smem_a, slots, w, s,
-                                                            z, zf, acc);
-        c = cn;
+      // A ring of P + 1 chunks per lane: while one is computed, the next P are in flight
+      // (4 row-chunks of 16 bytes whatever R is). Unrolled, so every index is static.
+      uint4 w[P + 1][R];
+      TS s[P + 1][R][BPC];
+      unsigned z[P + 1][R][BPC];
+      float zf[P + 1][R][BPC];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          w[r] = w2[r];
+      for (int p = 0; p <= P; ++p) {
+        const int cp = seg + lane_g + p * G;
+        if (cp < end)
+          load_chunk<TS, BITS, BLOCK, ZP, R, BPC, VPC>(cp, n0, N, KB, RS, ZS, b, scales, zp8,
+                                                       zpf, w[p], s[p], z[p], zf[p]);
+      }
+      for (int c = seg + lane_g; c < end;) {
 #pragma unroll
-          for (int jb = 0; jb < BPC; ++jb) {
-            s[r][jb] = s2[r][jb];
-            if constexpr (ZP == 1) z[r][jb] = z2[r][jb];
-            if constexpr (ZP == 2) zf[r][jb] = zf2[r][jb];
+        for (int p = 0; p <= P; ++p, c += G) {
+          if (c < end) {
+            compute_chunk<TS, BITS, BLOCK, ZP, R, MT, BPC, VPC>(c, c - seg, oq_smem_a, slots,
+                                                                w[p], s[p], z[p], zf[p], acc);
+            const int cn = c + (P + 1) * G;
+            if (cn < end)
+              load_chunk<TS, BITS, BLOCK, ZP, R, BPC, VPC>(cn, n0, N, KB, RS, ZS, b, scales,
+                                                           zp8, zpf, w[p], s[p], z[p], zf[p]);
           }
         }
       }
@@ -375,7 +372,7 @@ def gemv_geometry(
     ``bench/gpu_gemv_bench.py`` times the alternatives.
     """
     vpw = 32 // bits
-    resident = sms * RESIDENT_THREADS_PER_SM
+    resident = max(1, sms * RESIDENT_THREADS_PER_SM)
     r_cap = max(1, min(4, GEMV_MAX_M // mt, 32 // vpw))
     g_cap = min(32, pow2_ceil(chunks))
     best: tuple[float, int, int] | None = None
