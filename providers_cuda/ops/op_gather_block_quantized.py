@@ -114,15 +114,9 @@ def gather_block_quantized(node: NodeInfo, xp: Any):
     mod = nvrtc.raw_module(SOURCE, tuple(names.values()))
     fns = {key: mod.get_function(nm) for key, nm in names.items()}
     sms = sm_count()
-    # Constant tables are uploaded once (contiguous); the others arrive on the device per run.
-    consts = [node.const_input(i) for i in (0, 2, 3)]
-    uploaded = [None if c is None else xp.asarray(np.ascontiguousarray(c)) for c in consts]
 
     def run(data, indices, scales, zero_points=None):
-        data = uploaded[0] if uploaded[0] is not None else data
-        scales = uploaded[1] if uploaded[1] is not None else scales
-        if uploaded[2] is not None:
-            zero_points = uploaded[2]
+        # Constant tables arrive as the session's device copies, read where they are.
         r = data.ndim
         why = _axes_refusal(gaxis, qaxis, r, bits)
         if why is not None:
