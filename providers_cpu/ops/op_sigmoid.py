@@ -22,7 +22,8 @@ def sigmoid(node, xp):
     def run(x):
         if x.dtype not in _FAST:
             return general(x)
-        t = np.negative(x)
+        # out= keeps a 0-d input an array: a plain ufunc call returns a NumPy scalar there.
+        t = np.negative(x, out=np.empty(x.shape, x.dtype))
         with np.errstate(over="ignore"):
             np.exp(t, out=t)
         t += 1
