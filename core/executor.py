@@ -27,6 +27,15 @@ def _step_error(step: Step, exc: BaseException) -> RunError:
     )
 
 
+def _check_result(step: Step, res: Any, names: Sequence[str]) -> None:
+    """Raise if a kernel's result is not a tuple, or has other element types than the model's."""
+    if res.__class__ is not tuple and res.__class__ is not list:
+        raise TypeError(f"kernel returned {type(res).__name__}, expected a tuple")
+    wrong = _wrong_dtype(step, res, names)
+    if wrong is not None:
+        raise wrong
+
+
 def _wrong_dtype(step: Step, res: Sequence[Any], names: Sequence[str]) -> RunError | None:
     """An error if a kernel's output has another element type than the model says."""
     for j, (want, x) in enumerate(zip(step.out_dtypes, res)):
@@ -93,6 +102,7 @@ class Executor:
         self._protect_feeds = protect_feeds
         self._host = _Variant(plan, protect_feeds)
         self._device: _Variant | None = None  # built on the first run_on_device
+        self._device_shared: _Variant | None = None  # run_on_device(protect_feeds=False)
         self.shape_cache = self._host.shape_cache
 
     def run(self, feeds: Sequence[Any]) -> list[Any]:
@@ -102,11 +112,21 @@ class Executor:
                 return self._run(self._host, feeds)
         return self._run(self._host, feeds)
 
-    def run_on_device(self, feeds: Sequence[Any]) -> list[Any]:
-        """Run the plan, leaving each output in the memory of the provider that made it."""
-        variant = self._device
-        if variant is None:
-            variant = self._device = _Variant(self.plan.on_device(), self._protect_feeds)
+    def run_on_device(self, feeds: Sequence[Any], protect_feeds: bool = True) -> list[Any]:
+        """Run the plan, leaving each output in the memory of the provider that made it.
+
+        ``protect_feeds=False`` hands back an output that shares a feed's memory as it is:
+        IO binding asks for it when one buffer is bound as both an input and an output
+        (a KV cache whose present is its past), and guards the other outputs itself.
+        """
+        if protect_feeds or not self._protect_feeds:
+            variant = self._device
+            if variant is None:
+                variant = self._device = _Variant(self.plan.on_device(), self._protect_feeds)
+        else:
+            variant = self._device_shared
+            if variant is None:
+                variant = self._device_shared = _Variant(self.plan.on_device(), False)
         if self._contexts:
             with self._enter_contexts():
                 return self._run(variant, feeds)
@@ -164,12 +184,8 @@ class Executor:
         try:
             for index, (fn, ins, outs, frees) in enumerate(v.steps):  # noqa: B007
                 res = fn(*[slots[i] for i in ins])
-                if res.__class__ is not tuple and res.__class__ is not list:
-                    raise TypeError(f"kernel returned {type(res).__name__}, expected a tuple")
                 step = v.plan.steps[index]
-                wrong = _wrong_dtype(step, res, names)
-                if wrong is not None:
-                    raise wrong
+                _check_result(step, res, names)
                 if keeps_output(step):
                     kept.update(root_ids(res))
                 for s, x in zip(outs, res):
@@ -196,6 +212,9 @@ class Executor:
                 res = step.fn(*[slots[i] for i in step.inputs])
                 if sync is not None:
                     sync()
+                _check_result(step, res, v.plan.slot_names)
+            except RunError:
+                raise
             except Exception as exc:
                 raise _step_error(step, exc) from exc
             prof.record(

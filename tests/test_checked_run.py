@@ -103,3 +103,12 @@ def test_the_right_dtype_passes_and_the_session_stays_usable(widening):
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [1, 0, 3])
     ref = onnxep.InferenceSession(_model(), providers=["cpu"])
     np.testing.assert_array_equal(ref.run(None, {"x": x.astype(np.float32)})[0], [0, 2, 0])
+
+
+def test_profiled_runs_are_checked_too(widening, tmp_path):
+    so = onnxep.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = onnxep.InferenceSession(_model(), so, providers=["widening", "cpu"])
+    with pytest.raises(RunError, match="'relu' on provider 'widening' returned float64"):
+        sess.run(None, {"x": np.ones(3, np.float32)})
