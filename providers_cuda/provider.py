@@ -6,7 +6,9 @@ CuPy keeps the current device, stream and allocator per thread; the
 executor enters :meth:`CUDAProvider.run_context` around every run, which
 makes this provider's three current on the calling thread, and kernel
 builders and uploads enter it too. Values cross to the host only through
-:meth:`to_host`, which counts every read.
+:meth:`to_host`, which counts every read. Index kernels report bad indices
+in the provider's :class:`~.error_flag.ErrorFlag`, which :meth:`to_host` and
+:meth:`synchronize` check where they synchronize anyway.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from onnxep.errors import ConfigError, RunError
 from onnxep.providers import Claim, Decline, NodeInfo, Provider
 from onnxep.providers.kernel import normalize_domain
 
+from . import error_flag
 from .declines import CONTROL_FLOW, DECLINED_OPS, dtype_refusal
 from .errors import DeviceOutOfMemory
 from .options import CUDAOptions, parse_options, stream_handle
@@ -72,6 +75,8 @@ class CUDAProvider(Provider):
                 self.stream = self._external_stream(opts.stream)
             else:
                 self.stream = cupy.cuda.Stream(non_blocking=True)
+            with cupy.cuda.using_allocator(self.pool.malloc):
+                self.error_flag = error_flag.ErrorFlag.on_device(cupy, self.stream)
         self._malloc = self.pool.malloc
         self._nesting = threading.local()
         self.transfers = PinnedTransfers(cupy, self.stream, self.device_id)
@@ -138,15 +143,20 @@ class CUDAProvider(Provider):
         )
 
     def synchronize(self) -> None:
-        self.stream.synchronize()
+        """Wait for the stream; raises RunError if an index kernel met a bad index since the
+        last check (the record is cleared, so the session stays usable)."""
+        with self._cupy.cuda.Device(self.device_id):
+            self.error_flag.before_sync()
+            self.stream.synchronize()
         self.transfers.release_all()
+        self.error_flag.after_sync()
 
     # -- claiming ---------------------------------------------------------------------------
     def claim(self, node: NodeInfo) -> Claim | Decline:
         why = self.decline_reason(node)
         if why is not None:
             return Decline(why)
-        with self.run_context():
+        with self.run_context(), error_flag.building(self.error_flag):
             return super().claim(node)
 
     @staticmethod
@@ -170,12 +180,19 @@ class CUDAProvider(Provider):
 
     # -- data movement --------------------------------------------------------------------
     def to_host(self, value: Any) -> Any:
+        """A host copy of a device array; raises RunError (after the copy's own wait) if an
+        index kernel met a bad index since the last check."""
         cp = self._cupy
         if isinstance(value, cp.ndarray):
             with cp.cuda.Device(self.device_id), self.stream:
                 if not value.flags.c_contiguous:
                     value = cp.ascontiguousarray(value)  # a view: gathered on our stream
-                return self.transfers.download(value)
+                if not value.size:
+                    return self.transfers.download(value)  # no wait: the next read checks
+                self.error_flag.before_sync()
+                host = self.transfers.download(value)
+            self.error_flag.after_sync()
+            return host
         return value
 
     def from_host(self, value: Any) -> Any:

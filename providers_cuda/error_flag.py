@@ -1,0 +1,236 @@
+"""A device-side error flag: index kernels report an out-of-range index without a host read.
+
+An index op must refuse an index outside ``[-d, d-1]`` (design: bad input
+gets a clear error). Deciding that on the host costs a device-to-host read
+per op, which a decode step cannot afford and a CUDA graph cannot contain.
+So the CUDA index kernels check every index where they read it, write zeros
+for a bad one, and record the first bad one in a small int32 buffer owned by
+the provider (:data:`RECORD_WORDS` words, layout below). The provider looks
+at the record where it synchronizes anyway -- :meth:`ErrorFlag.before_sync`
+queues a copy of the record into a pinned host mirror on the provider's
+stream, the caller's own synchronization delivers it, and
+:meth:`ErrorFlag.after_sync` raises :class:`~onnxep.errors.RunError` naming
+the node, the index, where it sits and the valid range, after clearing the
+record so the session stays usable. A session without index kernels never
+copies the record.
+
+Record layout (int32 words, little-endian; 64-bit fields are word pairs,
+low word first), written by ``ix_report`` in ``ops/_index_cuda.py``:
+
+====  ========================================================================
+0     state: 0 clear, 1 set (the kernel thread that sets it writes the rest)
+1     node id: the entry of this flag's node table (:meth:`ErrorFlag.register`)
+2     axis the bad index addresses (of the node's data input)
+4-5   the index value as the model gave it
+6-7   its flat (row-major) position in the indices input
+8-9   the length of the axis it addresses
+10-11 the number of entries of the indices input
+====  ========================================================================
+
+Kernels are built while a provider's flag is made current on the building
+thread (:func:`building`, entered by ``CUDAProvider.claim``); a builder that
+finds none (a kernel built outside a session) uses the generic kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxep.errors import RunError
+
+__all__ = [
+    "RECORD_WORDS",
+    "ErrorFlag",
+    "IndexFault",
+    "building",
+    "current",
+    "decode",
+    "encode",
+    "fault_message",
+]
+
+RECORD_WORDS = 16
+_STATE, _NODE, _AXIS = 0, 1, 2
+#: int64 slots (word pairs) of the record: value, position, axis length, index count.
+_VALUE, _POSITION, _DIM, _COUNT = 2, 3, 4, 5
+#: cudaMemcpyKind device-to-host.
+_D2H = 2
+
+
+@dataclass(frozen=True)
+class IndexFault:
+    """One recorded out-of-range index (see the module's record layout)."""
+
+    node: int
+    axis: int
+    value: int
+    position: int
+    dim: int
+    count: int
+
+
+def decode(words: Any) -> IndexFault | None:
+    """The fault a record holds, or None when it is clear."""
+    w = np.ascontiguousarray(words, dtype="<i4")
+    if w.shape != (RECORD_WORDS,):
+        raise ValueError(f"an error record has {RECORD_WORDS} int32 words, got shape {w.shape}")
+    if w[_STATE] == 0:
+        return None
+    wide = w.view("<i8")
+    return IndexFault(
+        node=int(w[_NODE]),
+        axis=int(w[_AXIS]),
+        value=int(wide[_VALUE]),
+        position=int(wide[_POSITION]),
+        dim=int(wide[_DIM]),
+        count=int(wide[_COUNT]),
+    )
+
+
+def encode(fault: IndexFault) -> np.ndarray:
+    """The record a kernel writes for ``fault`` (the inverse of :func:`decode`)."""
+    w = np.zeros(RECORD_WORDS, dtype="<i4")
+    w[_STATE], w[_NODE], w[_AXIS] = 1, fault.node, fault.axis
+    wide = w.view("<i8")
+    wide[_VALUE], wide[_POSITION] = fault.value, fault.position
+    wide[_DIM], wide[_COUNT] = fault.dim, fault.count
+    return w
+
+
+def _where(fault: IndexFault, shape: tuple[int, ...] | None) -> str:
+    """``indices[i, j]`` when the indices' shape is known to match the record, else the flat
+    position (a node run with several shapes between two checks)."""
+    if shape is not None and math.prod(shape) == fault.count and 0 <= fault.position < fault.count:
+        pos = np.unravel_index(fault.position, shape) if shape else ()
+        return "indices" + ("[" + ", ".join(str(int(p)) for p in pos) + "]" if pos else "")
+    return f"entry {fault.position} of the {fault.count} indices (flattened, row-major)"
+
+
+def fault_message(fault: IndexFault, label: str, shape: tuple[int, ...] | None = None) -> str:
+    """What the user reads: the node, the index, where it sits, the valid range, what next."""
+    d = fault.dim
+    valid = f"valid values are {-d} to {d - 1}" if d > 0 else "no value is valid there"
+    return (
+        f"{label}: indices value {fault.value} at {_where(fault, shape)} is out of range for "
+        f"axis {fault.axis} of size {d}: {valid}. The GPU kernel found it without stopping "
+        "the stream (the rows it gathered there are zeros), so the error surfaces here, at "
+        "the next read of the run's results; the session stays usable: fix the indices and "
+        "run again"
+    )
+
+
+class ErrorFlag:
+    """One provider's error record, its host mirror and its table of index nodes.
+
+    ``words`` is what kernels write (a device array; a NumPy array when the
+    kernels are emulated on the host, where ``mirror`` is ``words`` itself).
+    ``read`` queues the copy of ``words`` into ``mirror``; ``clear`` queues
+    zeroing ``words``. Both run on the provider's stream, so they are ordered
+    after every kernel queued before them.
+    """
+
+    def __init__(
+        self,
+        words: Any,
+        mirror: np.ndarray,
+        read: Callable[[], None],
+        clear: Callable[[], None],
+    ) -> None:
+        self.words = words
+        self.mirror = mirror
+        self._read = read
+        self._clear = clear
+        self._lock = threading.Lock()
+        #: ``Gather node 'name'`` for each registered node id.
+        self.labels: list[str] = []
+        #: The indices' shape of each node's latest call (kernels' runners keep it current).
+        self.shapes: list[tuple[int, ...] | None] = []
+        #: Whether any kernel that writes the record was built: until then syncs skip the read.
+        self.used = False
+        #: Errors raised so far (for reports and tests).
+        self.raised = 0
+
+    @classmethod
+    def on_device(cls, cupy: Any, stream: Any) -> ErrorFlag:
+        """A record in device memory (from the current allocator), cleared on ``stream``."""
+        import cupyx
+
+        nbytes = RECORD_WORDS * 4
+        words = cupy.empty(RECORD_WORDS, dtype=np.int32)
+        mirror = cupyx.empty_pinned((RECORD_WORDS,), dtype=np.int32)
+        mirror[:] = 0
+        rt = cupy.cuda.runtime
+        dptr, hptr = words.data.ptr, mirror.ctypes.data
+
+        def read() -> None:
+            rt.memcpyAsync(hptr, dptr, nbytes, _D2H, stream.ptr)
+
+        def clear() -> None:
+            rt.memsetAsync(dptr, 0, nbytes, stream.ptr)
+
+        clear()
+        return cls(words, mirror, read, clear)
+
+    @classmethod
+    def on_host(cls) -> ErrorFlag:
+        """A record in host memory, for kernels emulated on the CPU (and for tests)."""
+        words = np.zeros(RECORD_WORDS, dtype=np.int32)
+        return cls(words, words, lambda: None, lambda: words.fill(0))
+
+    def register(self, op_type: str, node_name: str) -> int:
+        """A node id for a kernel about to be built; the record names the node by it."""
+        with self._lock:
+            self.labels.append(f"{op_type} node {node_name!r}")
+            self.shapes.append(None)
+            self.used = True
+            return len(self.labels) - 1
+
+    def before_sync(self) -> None:
+        """Queue the record's copy into the mirror; call just before synchronizing the stream."""
+        if self.used:
+            self._read()
+
+    def after_sync(self) -> None:
+        """Raise :class:`RunError` if the mirror (read by :meth:`before_sync` and delivered by
+        the synchronization since) holds a fault; the record is cleared first."""
+        if not self.used or not self.mirror[_STATE]:
+            return
+        fault = decode(self.mirror)
+        self.mirror[:] = 0
+        self._clear()
+        self.raised += 1
+        assert fault is not None
+        raise RunError(self.describe(fault))
+
+    def describe(self, fault: IndexFault) -> str:
+        if 0 <= fault.node < len(self.labels):
+            label, shape = self.labels[fault.node], self.shapes[fault.node]
+        else:
+            label, shape = f"an index node (id {fault.node}, not one of this session's)", None
+        return fault_message(fault, label, shape)
+
+
+_building = threading.local()
+
+
+@contextlib.contextmanager
+def building(flag: ErrorFlag | None) -> Iterator[None]:
+    """Make ``flag`` the one kernels built on this thread report to."""
+    previous = getattr(_building, "flag", None)
+    _building.flag = flag
+    try:
+        yield
+    finally:
+        _building.flag = previous
+
+
+def current() -> ErrorFlag | None:
+    """The flag made current by :func:`building` on this thread, or None."""
+    return getattr(_building, "flag", None)
