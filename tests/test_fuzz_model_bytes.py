@@ -2,8 +2,11 @@
 
 Each model in tests/data (and tests/data/genai) is mutated with a seeded RNG:
 bit flips (half of them aimed at the protobuf structure rather than at weight
-bytes), truncation, a byte range spliced in from another model, or a range of
-the model duplicated elsewhere. Each mutated model is loaded with
+bytes), truncation, a byte range spliced in from another model, a range of
+the model duplicated elsewhere, or one protobuf field set to an edge value,
+dropped or duplicated (the field name picked uniformly, so opsets, attribute
+values, dims and names are hit as often as the many value_info entries).
+Each mutated model is loaded with
 ``onnxep.InferenceSession(bytes, providers=["cpu"])`` (genai models, whose
 weights are external, from a folder holding their data) and, when it loads,
 run once with random feeds. Success and ``OnnxepError`` subclasses are the only
@@ -13,7 +16,11 @@ the recipe that rebuilds the case (``mutate(recipe)``).
 Cases run in worker processes forked from a clean server, so a crash or a
 hang costs one worker, not the test run; a per-case timer and an address-space
 limit guard against hangs and runaway allocations. The tally is printed
-(``pytest -s``) and recorded as the test's ``fuzz_tally`` property.
+(``pytest -s``) and recorded as the test's ``fuzz_tally`` property. The
+default run makes 250 cases per model (2000) and leaves out running inputs
+over 4096 elements (the CNN, whose first run times GEMM variants for
+seconds); ``-m slow`` makes 600 per model and runs everything.
+``ONNXEP_FUZZ_CASES`` / ``ONNXEP_FUZZ_SLOW_CASES`` change the counts.
 """
 
 from __future__ import annotations
@@ -513,7 +520,12 @@ def _check(per_model: int, max_elements: int, tmp_path: Path, record_property) -
         if outcomes[i].startswith("FAIL")
     ]
     assert len(outcomes) == len(recipes)
-    assert not failures, f"{len(failures)} case(s) failed:\n" + "\n".join(failures[:40])
+    assert not failures, (
+        f"{len(failures)} case(s) failed; rebuild one with tests/ on sys.path: "
+        "test_fuzz_model_bytes.mutate(recipe) gives the model bytes (a genai model's "
+        "bytes go beside a copy of its .data file), run_case(recipe, folder) replays it\n"
+        + "\n".join(failures[:40])
+    )
 
 
 def test_mutated_models_fail_only_with_onnxep_errors(tmp_path, record_property):
