@@ -163,6 +163,21 @@ def test_onnx_node_cases_match_their_recorded_outputs(name, emulated, launches):
     assert len(launches) == 1 and set(launches) <= ALL_KERNELS, dict(launches)
 
 
+@pytest.mark.parametrize("case", _ORDER_CASES[:1] + [gpu.LaCase((2, 4, 2, 128, 128), 9, batch=1,
+                                                                decay="key")],
+                         ids=lambda c: c.id)  # fmt: skip
+def test_linear_attention_with_an_h200s_sm_count(case, launches, monkeypatch):
+    """132 SMs: a decode step's few heads get 64-thread blocks of 8 columns (8 lanes each),
+    the geometry the GPU runs and the 4-SM emulated device never picks."""
+    from onnxep.providers_cuda.ops import _reduce_cuda
+
+    monkeypatch.setattr(_reduce_cuda, "sm_count", lambda: 132)
+    hq, hkv, _, dk, dv = case.heads
+    geo = LA.la_geometry(case.batch, hkv, dk, dv, 1, dk, True, True, 132)
+    assert (geo.lanes, geo.columns, geo.block) == (8, 8, 64)
+    gpu.check_linear_attention(case, emu.NAME, launches)
+
+
 # ----------------------------------------------------------------------------- declines, errors
 
 
@@ -247,7 +262,8 @@ def test_gate_without_b_for_its_beta_output_is_an_error(emulated):
     "dk,dv,heads,sms,lanes,cols",
     [
         (128, 128, 32, 132, 8, 16),  # enough heads: full 128-thread blocks
-        (128, 128, 4, 132, 8, 4),  # a few heads: narrower tiles until the SMs fill
+        (128, 128, 4, 132, 8, 8),  # a few heads: narrower tiles, down to 8 columns
+        (32, 64, 1, 132, 2, 16),  # a tile is at least a warp
         (16, 8, 2, 1, 1, 32),  # one lane per column; a block is at least a warp
         (512, 64, 2, 1, 32, 4),
         (4, 1000, 64, 132, 1, 128),

@@ -34,8 +34,9 @@ from ._hybrid_cuda import HYBRID_COMMON
 #: State rows one thread keeps in registers; d_k up to 32 * LA_ROWS fits a warp's lanes.
 LA_ROWS = 16
 MAX_DK = 32 * LA_ROWS
-#: Most threads of a block.
+#: Most threads of a block, and fewest state columns a block's tile has (where it can).
 LA_THREADS = 128
+MIN_COLUMNS = 8
 #: Floats of the shared state tile: d_k rows of CB + 1 (padded) columns, d_k <= P * LA_ROWS.
 LA_TILE = LA_ROWS * LA_THREADS + 32 * LA_ROWS
 #: Floats of the shared token stage, and the most tokens staged at once.
@@ -249,7 +250,9 @@ def la_geometry(
     if dk > MAX_DK:
         return f"head size d_k {dk} is above the CUDA kernel's {MAX_DK}"
     lanes = _pow2_at_least(-(-dk // LA_ROWS))
-    min_cols = max(1, 32 // lanes)  # a block is at least one whole warp
+    # A block is at least one whole warp, and a tile row at least MIN_COLUMNS state values
+    # (a whole 32-byte sector of float32) where the block size allows.
+    min_cols = min(max(32 // lanes, MIN_COLUMNS), LA_THREADS // lanes)
     cols = max(min_cols, min(LA_THREADS // lanes, _pow2_at_least(max(dv, 1))))
 
     def blocks(c: int) -> int:
