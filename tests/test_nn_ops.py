@@ -335,3 +335,17 @@ def test_cpu_conv_wide_and_standard_im2col_agree(rng, xs, ws, pads, dil):
         np.testing.assert_allclose(wide, std, rtol=1e-5, atol=1e-5)
     want = run_both("Conv", [x, w, b], dict(pads=pads, dilations=dil))[0][0]
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_empty_batch_matches_onnxruntime():
+    """A batch of 0 gives the empty result (the im2col sizing used to divide by zero)."""
+    import onnxruntime as ort
+
+    path = "tests/data/resnet_cnn.onnx"
+    sess = onnxep.InferenceSession(path, providers=["cpu"])
+    name = sess.get_inputs()[0].name
+    shape = [0 if not isinstance(d, int) else d for d in sess.get_inputs()[0].shape]
+    x = np.zeros(shape, np.float32)
+    got = sess.run(None, {name: x})[0]
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {name: x})[0]
+    assert got.shape == ref.shape and got.dtype == ref.dtype

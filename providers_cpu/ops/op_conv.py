@@ -100,6 +100,10 @@ def build_conv(node, post=None):
         lsz = 1
         for o in out:
             lsz *= o
+        if n == 0 or lsz == 0:
+            # Nothing to compute (the im2col sizing divides by these); onnxruntime returns the
+            # empty result too.
+            return finish(np.zeros((n, m, *out), cdt), dt, z)
         if pointwise:
             cols = xc.reshape(n, group, c // group, lsz)
         else:
