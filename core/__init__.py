@@ -2,6 +2,7 @@
 
 from . import errors
 from .benchmark import BenchResult, bench
+from .generate import GenerateResult, generate
 from .iobinding import IOBinding
 from .model_io import NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BenchResult",
+    "GenerateResult",
     "GraphOptimizationLevel",
     "IOBinding",
     "InferenceSession",
@@ -32,6 +34,7 @@ __all__ = [
     "__version__",
     "bench",
     "errors",
+    "generate",
     "get_all_providers",
     "get_available_providers",
     "plugin_failures",

@@ -8,6 +8,12 @@ too. Outputs are bound by name to a device (``"cpu"`` or ``"cuda"``), where
 the run leaves them, or to a pre-allocated buffer (an array, or
 onnxruntime's ``buffer_ptr`` form) that every run writes in place. Bound
 inputs and buffers stay bound across ``run_with_iobinding`` calls.
+
+One buffer may be bound as both an input and an output, as onnxruntime's
+past/present KV cache sharing does: a kernel that writes the output into
+that input's memory (GroupQueryAttention with a fixed-capacity past) hands
+the buffer back and nothing is copied; ``copied_outputs`` names the outputs
+the last run had to copy into their buffers.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .aliasing import guard, root_ids
 from .errors import InvalidArgument
 
 _DEVICE_TYPES = ("cpu", "cuda", "gpu")
@@ -33,6 +40,25 @@ def _is_device_array(x: Any) -> bool:
         return int(probe()[0]) != 1  # kDLCPU
     except Exception:
         return False
+
+
+def _address(x: Any) -> int | None:
+    """Where an array's data starts (NumPy or CuPy); None when it holds no elements."""
+    if not getattr(x, "size", 0):
+        return None
+    if isinstance(x, np.ndarray):
+        return x.ctypes.data
+    ptr = getattr(getattr(x, "data", None), "ptr", None)
+    return None if ptr is None else int(ptr)
+
+
+def _same_memory(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same elements of the same memory: no copy from one to the other."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return a.strides == b.strides and _address(a) is not None and _address(a) == _address(b)
 
 
 def _host_array(x: Any) -> np.ndarray:
@@ -104,6 +130,8 @@ class IOBinding:
         self._outputs: dict[str, _OutputBinding] = {}
         self._results: list[BoundValue] = []
         self._host_read: set[str] | None = None
+        #: outputs the last run copied into their bound buffers (a shared one needs none)
+        self.copied_outputs: list[str] = []
 
     # -- the device provider --------------------------------------------------------------
     def _device_provider(self, why: str) -> Any:
@@ -295,8 +323,38 @@ class IOBinding:
             # A host kernel (shape math, control flow) reads these inputs: it gets a copy.
             provider = self._device_provider("a bound input is on the device")
             feeds = {**feeds, **{n: provider.to_host(feeds[n]) for n in host_read}}
-        outs = sess._run_on_device(feeds, names)  # noqa: SLF001 - same package
+        if self._shared_outputs():
+            outs = self._run_sharing(feeds, names)
+        else:
+            outs = sess._run_on_device(feeds, names)  # noqa: SLF001 - same package
+        self.copied_outputs = []
         self._results = [self._deliver(n, v) for n, v in zip(names, outs)]
+
+    def _shared_outputs(self) -> set[str]:
+        """Outputs bound to a buffer that is also bound as an input."""
+        buffers = {n: _address(b.array) for n, b in self._outputs.items() if b.array is not None}
+        if not buffers:
+            return set()
+        bound = {_address(a) for a in self._inputs.values()}
+        return {n for n, a in buffers.items() if a is not None and a in bound}
+
+    def _run_sharing(self, feeds: dict[str, Any], names: list[str]) -> list[Any]:
+        """A run that may hand a bound input back as an output (see the module's note).
+
+        The executor leaves outputs that share a feed's memory as they are; an
+        output not written into a bound buffer is copied here when it does, as
+        a plain run would copy it.
+        """
+        sess = self._session
+        inputs = sess._feeds(feeds)  # noqa: SLF001 - same package
+        pick = sess._pick(names)  # noqa: SLF001
+        outs = sess._main.executor.run_on_device(inputs, protect_feeds=False)  # noqa: SLF001
+        roots = root_ids(inputs)
+        result = []
+        for n, i in zip(names, pick):
+            bound = self._outputs.get(n)
+            result.append(outs[i] if bound and bound.array is not None else guard(outs[i], roots))
+        return result
 
     def _host_read_inputs(self) -> set[str]:
         """Graph inputs that some host-side step of the plan reads directly."""
@@ -319,7 +377,9 @@ class IOBinding:
         if not on_host or bound.device != "cpu":
             provider = self._device_provider(f"output {name!r} is on the device")
         if bound.array is not None:
-            self._write(name, bound, value, provider)
+            if not _same_memory(bound.array, value):
+                self._write(name, bound, value, provider)
+                self.copied_outputs.append(name)
             return BoundValue(bound.buffer, bound.array, provider and provider.to_host)
         if bound.device == "cpu":
             return BoundValue(value if on_host else provider.to_host(value))

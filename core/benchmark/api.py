@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..progress import progress_bar
 from .decode import DecodeState, decode_spec, model_dims
-from .sides import OnnxepSide, Side, make_peer, to_numpy
+from .loops import OnnxepLoop
+from .sides import OnnxepSide, Side, make_peer
 from .stats import summarize
 
 
@@ -27,6 +29,9 @@ class BenchResult:
     summary: dict[str, dict[str, float]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     tokens: dict[str, list[int]] = field(default_factory=dict)
+    #: decode mode, per side: per-step records besides the timed ms (onnxep: host ms of the
+    #: run call, device-to-host reads, host-to-device copies, outputs copied into buffers)
+    per_step: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     profile_top: list[tuple[str, str, int, float]] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
@@ -57,13 +62,43 @@ class BenchResult:
                 f" {ours.get('device_to_host_reads_per_run')}),"
                 f" fallbacks {ours.get('fallbacks')}"
             )
-        if self.tokens and len({tuple(t) for t in self.tokens.values()}) > 1:
-            lines.append("note: sides decoded different tokens: " + json.dumps(self.tokens))
+        if ours and self.mode == "decode" and "state_path" in ours:
+            lines.append(
+                f"onnxep decode: state {ours['state_path']} ({ours['state_note']}), capacity "
+                f"{ours['capacity']}; per step: device-to-host reads "
+                f"{ours['device_to_host_reads_per_step']}, host-to-device copies "
+                f"{ours['host_to_device_copies_per_step']}, outputs copied "
+                f"{ours['copied_outputs_per_step']}; host {ours['host_us_per_op']:.1f} us/op "
+                f"over {ours['compute_nodes']} compute nodes (run call, executor included)"
+                + (
+                    f", profiled {ours['profiled_us_per_op']:.1f} us/op"
+                    if "profiled_us_per_op" in ours
+                    else ""
+                )
+            )
+        lines += self._token_lines()
         if self.profile_top:
             lines.append("top ops by time (onnxep profile):")
             for op, prov, count, total in self.profile_top:
                 lines.append(f"  {op:28s} {prov:6s} {count:6d} calls {total / 1000.0:10.3f} ms")
         return "\n".join(lines)
+
+    def _token_lines(self) -> list[str]:
+        """Each side's greedy tokens against onnxep's."""
+        ref = self.tokens.get("onnxep")
+        if not ref:
+            return []
+        lines = []
+        for name, toks in self.tokens.items():
+            if name == "onnxep":
+                continue
+            same = sum(1 for a, b in zip(ref, toks) if a == b)
+            first = next((i for i, (a, b) in enumerate(zip(ref, toks)) if a != b), None)
+            where = "" if first is None else f", first difference at token {first}"
+            lines.append(f"tokens: {name} equals onnxep at {same}/{len(ref)}{where}")
+        if any(t != ref for t in self.tokens.values()):
+            lines.append("note: sides decoded different tokens: " + json.dumps(self.tokens))
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +112,7 @@ class BenchResult:
             "samples_ms": self.samples,
             "skipped": self.skipped,
             "tokens": self.tokens,
+            "per_step": self.per_step,
             "profile_top": self.profile_top,
         }
 
@@ -111,25 +147,6 @@ def machine_info() -> dict[str, Any]:
     except Exception:
         pass
     return info
-
-
-class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled and sys.stderr.isatty()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.enabled:
-            width = 30
-            filled = int(width * self.done / max(self.total, 1))
-            sys.stderr.write(
-                f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label:12s}"
-            )
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 def _timed(side: Side, feeds: Mapping[str, Any]) -> tuple[float, list[Any]]:
@@ -193,10 +210,16 @@ def bench(
     if profile and profile_feeds is not None:
         # A separate profiled session, so per-step timing never distorts the figures above.
         prof = OnnxepSide(model, providers, profile=True)
-        for _ in range(max(3, min(runs, 20))):
+        repeats = max(3, min(runs, 20))
+        for _ in range(repeats):
             prof.run(profile_feeds)
         assert prof.session.profiler is not None
         result.profile_top = prof.session.profiler.top_ops()
+        every = prof.session.profiler.top_ops(n=1 << 30)
+        calls = sum(r[2] for r in every)
+        if calls and result.sides and result.sides[0]["name"] == "onnxep":
+            # each node timed after a synchronize: host and device time of a node, copies included
+            result.sides[0]["profiled_us_per_op"] = sum(r[3] for r in every) / calls
     if json_path:
         Path(json_path).write_text(json.dumps(result.to_json(), indent=1, default=str))
     if plot:
@@ -220,45 +243,91 @@ def _latency(result, sides, runs, warmup, feeds, dims, progress, seed) -> None:
             result.samples[side.name] = []
         except Exception as exc:
             result.skipped[side.name] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    bar = _Progress(runs * len(live), progress)
+    bar = _bar(runs * len(live), progress, "bench")
     for _ in range(runs):
         for side in live:
             dt, _ = _timed(side, feeds)
             result.samples[side.name].append(dt)
-            bar.step(side.name)
+            bar.set_postfix_str(side.name, refresh=False)
+            bar.update(1)
     bar.close()
     return feeds
 
 
-def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> None:
+def _bar(total: int, progress: bool, desc: str) -> Any:
+    """The bench's bar: shown on a terminal unless ``progress`` is off."""
+    return progress_bar(total, None if progress else False, desc, min_total=0)
+
+
+def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
+    """``steps`` timed decode steps after the prefill, each side with its own greedy loop.
+
+    Every side starts from the same prompt and decodes ``steps + 1`` tokens;
+    a warm-up decode of its own comes first. Steps are interleaved across
+    sides, and each is timed up to its token being on the host.
+    """
     sess = sides[0].session
     spec = decode_spec(sess.get_inputs(), sess.get_outputs())
     dims = {**model_dims(result.model), **dict(dims or {})}
     names = [o.name for o in sess.get_outputs()]
-    states: dict[str, DecodeState] = {}
+    prompt = DecodeState(spec, context, seed=seed, dims=dims).ids
+    loops: dict[str, Any] = {}
     live = []
     for side in sides:
         try:
-            # warm-up: a short decode of its own, then the measured one from scratch
-            warm = DecodeState(spec, context, seed=seed, dims=dims)
-            for _ in range(max(warmup, 1)):
-                warm.advance(dict(zip(names, to_numpy(side.run(warm.feeds())))))
-            st = DecodeState(spec, context, seed=seed, dims=dims)
-            st.advance(dict(zip(names, to_numpy(side.run(st.feeds())))))  # prefill
+            warm = side.decode_loop(spec, prompt, max(warmup, 1) + 1, dims, names)
+            while not warm.done:
+                warm.step()
+            loop = side.decode_loop(spec, prompt, steps + 1, dims, names)
+            loop.step()  # the prefill, untimed
             side.sync()
-            states[side.name] = st
+            loops[side.name] = loop
             live.append(side)
             result.samples[side.name] = []
         except Exception as exc:
             result.skipped[side.name] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    bar = _Progress(steps * len(live), progress)
+    bar = _bar(steps * len(live), progress, "decode")
     for _ in range(steps):
         for side in live:
-            st = states[side.name]
-            dt, out = _timed(side, st.feeds())
-            st.advance(dict(zip(names, to_numpy(out))))
-            result.samples[side.name].append(dt)
-            bar.step(side.name)
+            loop = loops[side.name]
+            t0 = time.perf_counter()
+            loop.step()
+            side.sync()
+            result.samples[side.name].append((time.perf_counter() - t0) * 1000.0)
+            bar.set_postfix_str(side.name, refresh=False)
+            bar.update(1)
     bar.close()
-    result.tokens = {name: st.tokens for name, st in states.items()}
-    return states["onnxep"].feeds() if "onnxep" in states else None
+    result.tokens = {name: list(loop.tokens) for name, loop in loops.items()}
+    ours = loops.get("onnxep")
+    if not isinstance(ours, OnnxepLoop):
+        return None
+    sides[0].decode_info = _record_onnxep_steps(result, ours)
+    return ours.decoder.host_feeds()
+
+
+def _record_onnxep_steps(result: BenchResult, loop: OnnxepLoop) -> dict[str, Any]:
+    """onnxep's per-step counters (the prefill left out) and how it kept the state."""
+    r = loop.decoder.finish()
+    steps = {
+        "host_ms": r.host_ms[1:],
+        "copied_outputs": r.copied_outputs[1:],
+    }
+    if r.device_to_host_reads is not None and r.host_to_device_copies is not None:
+        steps["device_to_host_reads"] = r.device_to_host_reads[1:]
+        steps["host_to_device_copies"] = r.host_to_device_copies[1:]
+    result.per_step["onnxep"] = steps
+
+    def most(key: str) -> int | None:
+        values = steps.get(key)
+        return max(values) if values else None
+
+    return {
+        "state_path": r.state_path,
+        "state_note": r.state_note,
+        "capacity": r.capacity,
+        "compute_nodes": r.compute_nodes,
+        "host_us_per_op": r.host_us_per_op,
+        "device_to_host_reads_per_step": most("device_to_host_reads"),
+        "host_to_device_copies_per_step": most("host_to_device_copies"),
+        "copied_outputs_per_step": most("copied_outputs"),
+    }

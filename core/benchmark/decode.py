@@ -83,6 +83,29 @@ def decode_spec(inputs: Sequence[Any], outputs: Sequence[Any]) -> DecodeSpec:
     return spec
 
 
+def state_shape(
+    s: StateInput, batch: int, rows: int, dims: dict[str, int] | None = None
+) -> tuple[int, ...]:
+    """The shape of state ``s`` for ``batch`` rows holding ``rows`` tokens along its grow axis."""
+    shape = []
+    for axis, d in enumerate(s.shape):
+        if axis == 0:
+            shape.append(batch)
+        elif axis == s.grow_axis:
+            shape.append(rows)
+        elif isinstance(d, int):
+            shape.append(d)
+        elif dims and d in dims:
+            shape.append(int(dims[d]))
+        else:
+            raise InvalidArgument(
+                f"state input {s.name!r} has symbolic dim {d!r} at axis {axis} that the model "
+                f"does not settle; give its value (--dim {d}=N, or dims={{{d!r}: N}}; a "
+                "genai_config.json beside the model gives its head_size)"
+            )
+    return tuple(shape)
+
+
 class DecodeState:
     """One side's tokens and cache during a decode."""
 
@@ -108,22 +131,7 @@ class DecodeState:
         self.tokens: list[int] = []
         self.states: dict[str, Any] = {}
         for s in spec.states:
-            shape = []
-            for axis, d in enumerate(s.shape):
-                if axis == 0:
-                    shape.append(batch)
-                elif axis == s.grow_axis:
-                    shape.append(0)
-                elif isinstance(d, int):
-                    shape.append(d)
-                elif dims and d in dims:
-                    shape.append(int(dims[d]))
-                else:
-                    raise InvalidArgument(
-                        f"state input {s.name!r} has symbolic dim {d!r} at axis {axis}; "
-                        f"give its value (--dim {d}=N)"
-                    )
-            self.states[s.name] = np.zeros(shape, s.dtype)
+            self.states[s.name] = np.zeros(state_shape(s, batch, 0, dims), s.dtype)
 
     def feeds(self) -> dict[str, Any]:
         spec = self.spec

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .decode import DecodeSpec
+    from .loops import DecodeLoop
 
 
 class Side:
@@ -22,6 +26,19 @@ class Side:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
 
+    def decode_loop(
+        self,
+        spec: DecodeSpec,
+        prompt: np.ndarray,
+        tokens: int,
+        dims: Mapping[str, int],
+        output_names: list[str],
+    ) -> DecodeLoop:
+        """A greedy decode of ``tokens`` new tokens; by default through host feeds."""
+        from .loops import HostLoop
+
+        return HostLoop(self, spec, prompt, tokens, dims, output_names)
+
 
 class OnnxepSide(Side):
     def __init__(self, model: str, providers: Sequence[str] | None, profile: bool = False) -> None:
@@ -32,10 +49,18 @@ class OnnxepSide(Side):
         self.name = "onnxep"
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._last_feeds: Any = None
+        #: what a decode run learned (state path, per-step counters), shown with the placement
+        self.decode_info: dict[str, Any] = {}
 
     def run(self, feeds):
         self._last_feeds = feeds
         return self.session.run(None, feeds)
+
+    def decode_loop(self, spec, prompt, tokens, dims, output_names):
+        """onnxep's own loop (``onnxep.generate``'s): on a device the state never leaves it."""
+        from .loops import OnnxepLoop
+
+        return OnnxepLoop(self.session, prompt, tokens, dims)
 
     def measured_reads(self) -> int | None:
         """Device-to-host reads of one more run with the last feeds, from the providers'
@@ -64,6 +89,7 @@ class OnnxepSide(Side):
             "device_to_host_reads_per_run": self.measured_reads(),
             "fallbacks": len(rep.fallbacks),
             "rewrites": rep.rewrites,
+            **self.decode_info,
         }
 
 
@@ -131,6 +157,12 @@ class TorchSide(Side):
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             self.torch.cuda.synchronize()
+
+    def decode_loop(self, spec, prompt, tokens, dims, output_names):
+        """The peer's own greedy loop, its cache kept in torch tensors on its device."""
+        from .loops import TorchLoop
+
+        return TorchLoop(self, spec, prompt, tokens, dims)
 
     def describe(self):
         return {"name": self.name, "version": self.version, "device": self.device}

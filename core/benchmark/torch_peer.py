@@ -120,6 +120,8 @@ class _DecoderBase:
         import torch
 
         self.torch, self.cfg, self.device = torch, cfg, device
+        #: outputs in the compute dtype, for a loop that feeds the cache straight back
+        self.native_outputs = False
         self.w = _Weights(model_path, cfg, device)
         self.eps = float(cfg["eps"])
         self.lm_head = self.w.matmul("lm_head.MatMul")
@@ -188,6 +190,8 @@ class _DecoderBase:
     def finish(self, x: Any, outputs: dict[str, Any]) -> list[Any]:
         logits = self.rms(x, self.final_norm) @ self.lm_head
         outputs["logits"] = logits
+        if self.native_outputs:
+            return [outputs[n] for n in self.w.output_names]
         out_dtype = self.w.io_dtype
         return [outputs[n].to(out_dtype) for n in self.w.output_names]
 
