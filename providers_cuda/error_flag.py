@@ -154,7 +154,9 @@ class ErrorFlag:
         self.shapes: list[tuple[int, ...] | None] = []
         #: Whether any kernel that writes the record was built: until then syncs skip the read.
         self.used = False
-        #: Errors raised so far (for reports and tests).
+        #: Copies of the record queued so far (each rides on a synchronization the caller
+        #: makes anyway, so none is a device-to-host read of its own) and errors raised.
+        self.reads = 0
         self.raised = 0
 
     @classmethod
@@ -196,6 +198,7 @@ class ErrorFlag:
         """Queue the record's copy into the mirror; call just before synchronizing the stream."""
         if self.used:
             self._read()
+            self.reads += 1
 
     def after_sync(self) -> None:
         """Raise :class:`RunError` if the mirror (read by :meth:`before_sync` and delivered by

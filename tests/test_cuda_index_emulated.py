@@ -206,6 +206,80 @@ def test_without_a_flag_the_generic_kernel_runs(device):
     assert not device.counts
 
 
+REDUCIBLE = (np.float32, np.float16, np.float64, np.int32, np.int64)
+DTYPES = (*REDUCIBLE, np.uint8, bool)
+
+
+def _random_case(rng, i):
+    """A random in-range case of any of the ops: rank 1-4, dims 1-5, any dtype, either index
+    type, negative indices, duplicates only where a reduction makes them well defined."""
+    op = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND")[i % 5]
+    dt = DTYPES[rng.integers(len(DTYPES))]
+    it = (np.int32, np.int64)[rng.integers(2)]
+    r = int(rng.integers(1, 5))
+    ds = tuple(int(v) for v in rng.integers(1, 6, r))
+    red = ("none", "add", "mul", "max", "min")[rng.integers(5)] if dt in REDUCIBLE else "none"
+    exact = dt == np.float16 and red in ("add", "mul")  # sums and products exact in any order
+    data = gpu_index._quarters(ds, dt, i) if exact else gpu_index._data(ds, dt, i)
+
+    def idx(dim, shape):
+        return rng.integers(-dim, dim, shape).astype(it)
+
+    def upd(shape):
+        u = (
+            gpu_index._quarters(shape, dt, i + 1) / 2
+            if exact
+            else gpu_index._data(shape, dt, i + 1)
+        )
+        return (u % 3 if red == "mul" and np.dtype(dt).kind == "i" else u).astype(dt)
+
+    a = int(rng.integers(-r, r))
+    if op == "Gather":
+        ishape = tuple(int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3))))
+        return gpu_index._gather(f"r{i}", data, idx(ds[a], ishape), axis=a)
+    if op == "GatherND":
+        b = int(rng.integers(0, r))
+        k = int(rng.integers(1, r - b + 1))
+        lead = ds[:b] + tuple(int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3))))
+        tuples = np.stack([idx(ds[b + c], lead) for c in range(k)], -1)
+        return gpu_index._nd(f"r{i}", data, tuples, b=b)
+    if op == "GatherElements":
+        ishape = tuple(
+            int(rng.integers(1, 6)) if d == a % r else int(rng.integers(1, m + 1))
+            for d, m in enumerate(ds)
+        )
+        return gpu_index._elements(f"r{i}", data, idx(ds[a], ishape), axis=a)
+    if op == "ScatterElements":
+        ishape = tuple(int(rng.integers(1, m + 1)) for m in ds)
+        if red == "none":  # distinct targets along the axis: a prefix of a permutation
+            order = np.argsort(rng.random(ishape[: a % r] + (ds[a],) + ishape[a % r + 1 :]), a)
+            ix = np.take(order, np.arange(ishape[a]), axis=a)
+            ix = np.where(rng.random(ix.shape) < 0.5, ix - ds[a], ix).astype(it)
+        else:
+            ix = idx(ds[a], ishape)
+        return gpu_index._scatter(f"r{i}", data, ix, upd(ishape), axis=a, reduction=red)
+    k = int(rng.integers(1, r + 1))
+    n = int(rng.integers(1, 5))
+    if red == "none":  # distinct tuples
+        flat = rng.permutation(int(np.prod(ds[:k])))[:n]
+        n = len(flat)
+        ix = np.stack(np.unravel_index(flat, ds[:k]), -1)
+        ix = np.where(rng.random(ix.shape) < 0.5, ix - np.array(ds[:k]), ix).astype(it)
+    else:
+        ix = np.stack([idx(ds[c], n) for c in range(k)], -1)
+    return gpu_index._scatter_nd(f"r{i}", data, ix, upd((n, *ds[k:])), reduction=red)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_cases_match_cpu(seed, emulated):
+    """Four hundred random shapes, axes, dtypes and reductions, each through its kernel."""
+    rng = np.random.default_rng(seed)
+    for i in range(100):
+        case = _random_case(rng, 100 * seed + i)
+        emulated[5].clear()
+        gpu_index.check_good(case, *emulated)
+
+
 def test_a_second_bad_index_does_not_overwrite_the_first(emulated):
     """The first launch to meet a bad index owns the record until the next check."""
     xp, upload, download, flag, sync, _ = emulated

@@ -417,11 +417,5 @@ def collapse_elements(
     return padded(dims, 1), padded(steps, 0), ax + pad
 
 
-def as_index(node: NodeInfo, i: int) -> bool:
-    """Whether input ``i`` is declared (or may be) an int32/int64 index tensor."""
-    dt = node.input_dtype(i)
-    return dt is None or np.dtype(dt) in INDEX_TYPES
-
-
 def size(shape: Sequence[int]) -> int:
     return math.prod(shape)

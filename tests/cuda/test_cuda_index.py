@@ -590,10 +590,11 @@ def test_a_run_reads_back_only_its_outputs():
     cuda = sess.providers[0]
     f = {"ids": _i([[1, -1, 5], [63, 0, 2]]), "pick": _i([[0, 2], [1, -1]])}
     sess.run(None, f)
-    before = cuda.transfer_counts()
+    before, flag_reads = cuda.transfer_counts(), cuda.error_flag.reads
     (got,) = sess.run(None, f)
     after = cuda.transfer_counts()
     assert after["device_to_host"] - before["device_to_host"] == 1
+    assert cuda.error_flag.reads - flag_reads == 1  # rides on the output's own wait
     assert counting["dev"].counts == Counter({"ix_gather": 2, "ix_gather_nd": 2})
     rows = table[f["ids"]]
     np.testing.assert_array_equal(got, rows[[0, 1], [2, -1]])
