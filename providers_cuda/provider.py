@@ -148,8 +148,8 @@ class CUDAProvider(Provider):
         with self._cupy.cuda.Device(self.device_id):
             self.error_flag.before_sync()
             self.stream.synchronize()
-        self.transfers.release_all()
-        self.error_flag.after_sync()
+            self.transfers.release_all()
+            self.error_flag.after_sync()
 
     # -- claiming ---------------------------------------------------------------------------
     def claim(self, node: NodeInfo) -> Claim | Decline:
@@ -191,7 +191,7 @@ class CUDAProvider(Provider):
                     return self.transfers.download(value)  # no wait: the next read checks
                 self.error_flag.before_sync()
                 host = self.transfers.download(value)
-            self.error_flag.after_sync()
+                self.error_flag.after_sync()  # clearing a set record queues on our device
             return host
         return value
 

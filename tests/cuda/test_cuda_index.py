@@ -252,13 +252,14 @@ CASES = [
     _scatter_nd(
         "scatternd-f32-bad",
         _data((3, 2), F32, 47),
-        _i([[0], [-4]]),
+        _i([[2], [-4]]),  # clamped to [[2], [0]]: still distinct rows
         _data((2, 2), F32, 48),
         bad=(-4, (1, 0), 0, 3),
     ),
 ]
 GOOD = [c for c in CASES if c.bad is None]
 BAD = [c for c in CASES if c.bad is not None]
+BAD_GATHERS = [c for c in BAD if c.op.startswith("Gather")]
 
 
 def node_for(case: IndexCase) -> NodeInfo:
@@ -323,7 +324,8 @@ def assert_matches(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 def clamped(case: IndexCase) -> IndexCase:
-    """The case with its bad index replaced by 0 (what the other entries must equal)."""
+    """The case with its bad index replaced by 0 (what the other entries must equal); cases
+    pick indices so that a plain scatter still writes distinct places."""
     value, pos, _, _ = case.bad
     idx = case.inputs[1].copy()
     assert idx[pos] == value
@@ -405,13 +407,29 @@ def check_bad(case, xp, upload, download, flag, sync, counts) -> None:
         assert_matches(g, w, case.id)
 
 
-def zeroed_rows(case, xp, upload, download, flag) -> np.ndarray:
-    """A gather's output for a bad case, read without the sync that would raise."""
+def check_zero_rows(case, xp, upload, download, flag, sync, counts) -> None:
+    """A gather writes zeros where its index is bad, and the right values elsewhere."""
     cuda, _ = builders(case.op)
     with error_flag.building(flag):
         fn = cuda(node_for(case), xp)
     (out,) = fn(*[upload(a) for a in case.inputs])
-    return download(out)
+    with pytest.raises(RunError):
+        sync()
+    got = download(out)
+    (want,) = expected(clamped(case))
+    _, pos, axis, _ = case.bad
+    bad = np.zeros(case.inputs[1].shape, bool)
+    bad[pos] = True
+    if case.op == "GatherND":
+        bad = bad.any(axis=-1)
+    if case.op == "Gather":  # the bad entry's slice along the axis of the output
+        sel = (slice(None),) * (axis % case.inputs[0].ndim) + (bad,)
+    else:
+        sel = (bad,)
+    assert not got[sel].any()
+    keep = np.ones(got.shape, bool)
+    keep[sel] = False
+    np.testing.assert_array_equal(got[keep], want[keep])
 
 
 # ----------------------------------------------------------------------------- on the GPU
@@ -453,6 +471,11 @@ def test_builder_matches_cpu(case, gpu):
 @pytest.mark.parametrize("case", BAD, ids=lambda c: c.id)
 def test_builder_reports_bad_index(case, gpu):
     check_bad(case, *gpu)
+
+
+@pytest.mark.parametrize("case", BAD_GATHERS, ids=lambda c: c.id)
+def test_gathers_write_zeros_for_a_bad_index(case, gpu):
+    check_zero_rows(case, *gpu)
 
 
 def check_row_units(xp, upload, download, flag, sync, device, address) -> None:
