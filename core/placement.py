@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,70 @@ class CopyPlacement:
     consumer: str
 
 
+@dataclass(frozen=True)
+class FusionReport:
+    """One provider's fusion pass: fires per rule, refused matches by reason, and its state.
+
+    ``refused`` maps each reason to the anchor nodes of the matches refused for
+    it; ``state`` is ``"on"``, ``"off"`` (switched off) or ``"rolled back"``
+    (it broke the rewrite contract); ``exact`` is whether the pass claims
+    byte-identical results (None when it does not say).
+    """
+
+    name: str
+    provider: str
+    fired: int = 0
+    by_rule: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    state: str = "on"
+    exact: bool | None = None
+
+    @classmethod
+    def of(
+        cls, p: Any, provider: str, off: Collection[str] = (), rolled_back: bool = False
+    ) -> FusionReport:
+        """The report of pass ``p`` after the session ran it (read through duck typing, so a
+        third party's pass without refusals or per-rule counts reports its count alone)."""
+        name = getattr(p, "name", "") or type(p).__name__
+        state = "off" if name in off else "rolled back" if rolled_back else "on"
+        refusals = getattr(p, "refusals", None) or {}
+        return cls(
+            name=name,
+            provider=provider,
+            fired=int(getattr(p, "count", 0)),
+            by_rule=dict(getattr(p, "fired", None) or {}),
+            refused={r: tuple(nodes) for r, nodes in refusals.items()},
+            state=state,
+            exact=getattr(p, "exact", None),
+        )
+
+    @property
+    def refused_count(self) -> int:
+        return sum(len(v) for v in self.refused.values())
+
+    def format(self, examples: int = 3) -> list[str]:
+        head = f"{self.provider}/{self.name}:"
+        if self.state != "on":
+            return [f"{head} {self.state}"]
+        rules = ", ".join(f"{k} {v}" for k, v in sorted(self.by_rule.items()) if v)
+        lines = [f"{head} fired {self.fired}" + (f" ({rules})" if rules else "")]
+        for reason, nodes in sorted(self.refused.items(), key=lambda kv: -len(kv[1])):
+            shown = ", ".join(nodes[:examples]) + (", ..." if len(nodes) > examples else "")
+            lines.append(f"    refused {len(nodes)} x {reason}: {shown}")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "state": self.state,
+            "exact": self.exact,
+            "fired": self.fired,
+            "by_rule": dict(self.by_rule),
+            "refused": {r: list(n) for r, n in self.refused.items()},
+        }
+
+
 @dataclass
 class PlacementReport:
     """What ``InferenceSession.placement()`` returns; iterating yields the node entries."""
@@ -39,6 +105,7 @@ class PlacementReport:
     copies: list[CopyPlacement] = field(default_factory=list)
     rewrites: dict[str, int] = field(default_factory=dict)
     skipped_rewrites: list[str] = field(default_factory=list)
+    fusions: list[FusionReport] = field(default_factory=list)
 
     def __iter__(self):
         return iter(self.nodes)
@@ -90,6 +157,7 @@ class PlacementReport:
             "device_to_host_reads": self.device_to_host_reads,
             "rewrites": self.rewrites,
             "skipped_rewrites": self.skipped_rewrites,
+            "fusions": [f.to_dict() for f in self.fusions],
         }
 
     def format(self, max_nodes: int | None = None) -> str:
@@ -111,6 +179,9 @@ class PlacementReport:
             )
         if self.skipped_rewrites:
             lines.append("rewrites switched off: " + ", ".join(self.skipped_rewrites))
+        if self.fusions:
+            lines.append("fusions (provider/pass):")
+            lines += ["  " + line for f in self.fusions for line in f.format()]
         lines.append("")
         shown = self.nodes if max_nodes is None else self.nodes[:max_nodes]
         for n in shown:

@@ -40,5 +40,34 @@ class CUDAPlugin:
 
         return cuda_library()
 
+    @hookimpl
+    def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
+        if level != "extended" or provider is None or provider.name != "cuda":
+            return None
+        # Every fusion in onnxep.providers.fusions: each replaces several launches by one
+        # (kernels in .ops: _fused_cuda, the norm kernels, cuBLAS for the GEMMs).
+        from onnxep.providers.fusions import standard_fusions
+
+        return standard_fusions()
+
+    @hookimpl
+    def onnxep_capture_policy(self, provider: Any, options: dict) -> Any:
+        """CUDA graphs for this provider's steps, as its ``capture`` options say."""
+        if provider.name != "cuda":
+            return None
+        from onnxep.captured import CaptureConfig
+
+        from .capture import CudaGraphBackend
+
+        opts = provider.cuda_options
+        return CaptureConfig(
+            mode=opts.capture,
+            backend=lambda: CudaGraphBackend(provider),
+            capturing=frozenset({provider.name, provider.device}),
+            warmup=opts.capture_warmup,
+            cache_size=opts.capture_cache,
+            source=opts.capture_source,
+        )
+
 
 plugin = CUDAPlugin()

@@ -1,10 +1,60 @@
-"""Fusion passes any provider can contribute (``extended`` level), one pattern per module.
+"""Fusion passes any provider can contribute (``extended`` level), one fusion per module.
 
-Each matches structure and dtypes only, refuses when an intermediate value
-escapes to another consumer, and emits an op only where the bound provider
-has a kernel for it.
+Each matches structure and dtypes only (never a model family or size), refuses
+when an intermediate value escapes to another consumer or is a graph output,
+emits an op only where the bound provider has a kernel for it, and reports how
+often it fired and which matches it refused and why. Most are onnxscript
+rewrite rules run by :class:`PatternFusionPass`; each pass's docstring says
+whether the fused node is byte-identical to what it replaces (``exact``) or
+equal within the dtype's tolerance.
 """
 
+from .bias_gelu import FuseBiasGelu
+from .gelu import FuseGelu
+from .matmul_bias import FuseMatMulBias
+from .pattern_pass import PatternFusionPass
+from .reporting import ReportingFusionPass
 from .rms_norm import FuseRMSNorm
+from .rsqrt import FuseRsqrt
+from .shared_input_matmuls import FuseSharedInputMatMuls
+from .silu import FuseSiLU
+from .skip_rms_norm import FuseSkipRMSNorm
+from .swiglu import FuseSwiGLU
 
-__all__ = ["FuseRMSNorm"]
+
+def standard_fusions() -> list[ReportingFusionPass]:
+    """Fresh instances of every fusion here, in the order they must run.
+
+    Larger patterns go first so a smaller one cannot take part of them: the
+    RMS norm before its skip variant and before Rsqrt (which would take its
+    Sqrt -> Reciprocal), SiLU before SwiGLU, GELU before its bias, a bias
+    GELU before MatMul + bias, and the shared-input MatMuls last, since they
+    read what SwiGLU and MatMulBias became.
+    """
+    return [
+        FuseRMSNorm(),
+        FuseSkipRMSNorm(),
+        FuseRsqrt(),
+        FuseSiLU(),
+        FuseSwiGLU(),
+        FuseGelu(),
+        FuseBiasGelu(),
+        FuseMatMulBias(),
+        FuseSharedInputMatMuls(),
+    ]
+
+
+__all__ = [
+    "FuseBiasGelu",
+    "FuseGelu",
+    "FuseMatMulBias",
+    "FuseRMSNorm",
+    "FuseRsqrt",
+    "FuseSharedInputMatMuls",
+    "FuseSiLU",
+    "FuseSkipRMSNorm",
+    "FuseSwiGLU",
+    "PatternFusionPass",
+    "ReportingFusionPass",
+    "standard_fusions",
+]

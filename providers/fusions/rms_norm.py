@@ -1,128 +1,99 @@
-"""x * rsqrt(mean(x^2, -1) + eps) * w  ->  SimplifiedLayerNormalization(x, w).
+"""RMS normalisation from primitives -> SimplifiedLayerNormalization(x, scale).
 
-The pattern PyTorch exports for RMSNorm written by hand (LLaMA, Qwen, Mistral):
-Pow(x, 2) -> ReduceMean(last axis, keepdims) -> Add(eps) -> Sqrt -> Reciprocal
-(or Div(1, .)) -> Mul(x, .) -> Mul(., w). Seven nodes become one.
+``x * 1/sqrt(mean(x^2, -1) + eps) * scale``, as PyTorch exports a hand-written
+RMSNorm (LLaMA, Qwen, Mistral): Pow(x, 2) -> ReduceMean(last axis, keepdims)
+-> Add(eps) -> Sqrt -> Reciprocal (or Div(1, .)) -> Mul(x, .) -> Mul(., scale).
+
+Rules, in order: onnxscript's ``RmsNormFusion`` (its two multiplication
+orders; it also takes the mixed-precision form that casts x to float32 first
+and the result back, but only when the statistics are float32 or float64),
+then ours for what it does not take: the ``Div(1, .)`` form, ReduceMean with
+its axes as an attribute (opsets before 18) or as ``[rank - 1]``, size-1
+constants, and float16/bfloat16 computed in their own type.
+
+Tolerance-level: the fused kernel accumulates in float32 and rounds once,
+where the primitives round after every op (a float16 graph after each of
+seven ops; even float32 sums in another order). Tested with the dtype's
+tolerance, not for equality.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
+
 import onnx_ir as ir
+from onnxscript.rewriter import pattern
+from onnxscript.rewriter.ort_fusions import rms_normalization
 
-from ..rewrite import FusionPass, const_array, only_consumer, single_use
-
-_FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
-
-
-def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
-    a, b = node.inputs[0], node.inputs[1]
-    return b if a is v else a if b is v else None
+from . import rule_checks as C
+from .pattern_pass import PatternFusionPass
 
 
-def _scalar(arr, value: float | None = None) -> float | None:
-    if arr is None or np.asarray(arr).size != 1:
-        return None
-    x = float(np.asarray(arr).reshape(()))
-    return x if value is None or x == value else None
+class _RMSNormPrimitives(pattern.RewriteRuleClassBase):
+    """The primitive chain in x's own float type, with the variants exporters emit."""
+
+    def __init__(self, name: str, div: bool) -> None:
+        super().__init__(name)
+        self._div = div
+
+    def pattern(self, op, x, two, epsilon, one, scale):
+        mean = op.ReduceMean(
+            op.Pow(x, two),
+            _allow_other_inputs=True,
+            _allow_other_attributes=True,
+            _outputs=["mean"],
+        )
+        rms = op.Sqrt(op.Add(mean, epsilon))
+        inv = op.Div(one, rms) if self._div else op.Reciprocal(rms)
+        return op.Mul(op.Mul(x, inv), scale)
+
+    def check(self, context, x, two, epsilon, one, scale, mean, **_) -> pattern.MatchResult:
+        return C.verdict(
+            C.floats(x, scale),
+            None if C.scalar(two) == 2.0 else "the exponent is not the constant 2",
+            None if C.scalar(epsilon) is not None else "epsilon is not a constant scalar",
+            None if not self._div or C.scalar(one) == 1.0 else "the numerator is not 1",
+            _mean_over_last_axis(mean.producer(), x),
+            C.vector_over_last_axis(scale, x, "scale"),
+        )
+
+    def rewrite(self, op, x, epsilon, scale, **_):
+        return op.SimplifiedLayerNormalization(
+            x, scale, axis=-1, epsilon=C.scalar(epsilon), stash_type=1
+        )
 
 
-class FuseRMSNorm(FusionPass):
+def _mean_over_last_axis(mean: ir.Node, x: ir.Value) -> str | None:
+    keep = mean.attributes.get("keepdims")
+    if keep is not None and keep.value == 0:
+        return "the mean drops its axis (keepdims=0)"
+    if "axes" in mean.attributes:
+        axes = list(mean.attributes["axes"].value)
+    elif len(mean.inputs) > 1 and (arr := C.const(mean.inputs[1])) is not None:
+        axes = [int(a) for a in arr.reshape(-1)]
+    else:
+        return "the mean's axes are not constant"
+    r = C.rank(x)
+    if len(axes) != 1 or not (axes[0] == -1 or (r is not None and axes[0] == r - 1)):
+        return f"the mean is over axes {axes}, not the last axis alone"
+    return None
+
+
+class FuseRMSNorm(PatternFusionPass):
+    """RMSNorm from primitives -> SimplifiedLayerNormalization. Tolerance-level (see module)."""
+
     name = "fuse_rms_norm"
+    exact = False
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        if not self.can_emit("", "SimplifiedLayerNormalization"):
-            return ir.passes.PassResult(model, False)
-        graph = model.graph
-        outs = {id(v) for v in graph.outputs}
-        changed = False
-        for node in list(graph):
-            if node.op_type != "Pow" or node.domain not in ("", "ai.onnx") or node.graph is None:
-                continue
-            match = self._match(node, outs)
-            if match is None:
-                continue
-            x, w, eps, nodes, last = match
-            if not all(self.owns(n) for n in nodes):
-                continue
-            fused = ir.node(
-                "SimplifiedLayerNormalization",
-                [x, w],
-                attributes={"axis": -1, "epsilon": eps, "stash_type": 1},
-                name=f"{last.name or 'rms'}_fused",
-            )
-            graph.insert_before(nodes[0], fused)
-            out, old = fused.outputs[0], last.outputs[0]
-            out.type, out.shape = old.type, old.shape
-            name = old.name
-            old.replace_all_uses_with(out, replace_graph_outputs=True)
-            old.name, out.name = f"{name}_unfused", name
-            for n in reversed(nodes):
-                graph.remove(n, safe=True)
-            self.count += 1
-            changed = True
-        return ir.passes.PassResult(model, changed)
-
-    def _match(self, pow_: ir.Node, outs: set[int]):
-        x = pow_.inputs[0]
-        if x is None or x.dtype not in _FLOATS or _scalar(const_array(pow_.inputs[1]), 2.0) is None:
-            return None
-        p = pow_.outputs[0]
-        mean = only_consumer(p) if single_use(p, outs) else None
-        if mean is None or mean.op_type != "ReduceMean" or not self._last_axis(mean, x):
-            return None
-        m = mean.outputs[0]
-        add = only_consumer(m) if single_use(m, outs) else None
-        if add is None or add.op_type != "Add":
-            return None
-        eps = _scalar(const_array(_other(add, m)))
-        if eps is None:
-            return None
-        a = add.outputs[0]
-        nxt = only_consumer(a) if single_use(a, outs) else None
-        if nxt is None or nxt.op_type != "Sqrt":
-            return None
-        sq = nxt.outputs[0]
-        inv = only_consumer(sq) if single_use(sq, outs) else None
-        if inv is None:
-            return None
-        if inv.op_type == "Div":
-            if inv.inputs[1] is not sq or _scalar(const_array(inv.inputs[0]), 1.0) is None:
-                return None
-        elif inv.op_type != "Reciprocal":
-            return None
-        q = inv.outputs[0]
-        mul = only_consumer(q) if single_use(q, outs) else None
-        if mul is None or mul.op_type != "Mul" or _other(mul, q) is not x:
-            return None
-        y = mul.outputs[0]
-        scale = only_consumer(y) if single_use(y, outs) else None
-        if scale is None or scale.op_type != "Mul":
-            return None
-        w = _other(scale, y)
-        warr = const_array(w)
-        if warr is None or warr.ndim != 1 or w.dtype != x.dtype:
-            return None
-        if x.shape is not None and isinstance(x.shape[-1], int) and x.shape[-1] != warr.shape[0]:
-            return None
-        return x, w, eps, [pow_, mean, add, nxt, inv, mul, scale], scale
-
-    @staticmethod
-    def _last_axis(mean: ir.Node, x: ir.Value) -> bool:
-        keep = mean.attributes.get("keepdims")
-        if keep is not None and keep.value == 0:
-            return False
-        axes_attr = mean.attributes.get("axes")
-        if axes_attr is not None:
-            axes = list(axes_attr.value)
-        elif len(mean.inputs) > 1 and mean.inputs[1] is not None:
-            arr = const_array(mean.inputs[1])
-            if arr is None:
-                return False
-            axes = [int(a) for a in np.asarray(arr).reshape(-1)]
-        else:
-            return False
-        if len(axes) != 1:
-            return False
-        rank = len(x.shape) if x.shape is not None else None
-        return axes[0] == -1 or (rank is not None and axes[0] == rank - 1)
+    def make_rules(self) -> Sequence[pattern.RewriteRule]:
+        # Fresh rule objects per pass: onnxscript's rules keep state between check and
+        # rewrite, and sessions may be created on several threads at once.
+        library = [
+            rms_normalization.RmsNormFusion.rule("RmsNormFusion1", _mul_order=False),
+            rms_normalization.RmsNormFusion.rule("RmsNormFusion2", _mul_order=True),
+        ]
+        ours = [
+            _RMSNormPrimitives.rule("rms_norm_reciprocal", div=False),
+            _RMSNormPrimitives.rule("rms_norm_div", div=True),
+        ]
+        return [*library, *pattern.RewriteRuleSet(ours, commute=True).rules]

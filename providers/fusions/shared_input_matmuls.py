@@ -1,0 +1,221 @@
+"""MatMuls reading the same input with constant weights -> one MatMul over the joined weights.
+
+Q, K and V projections of one normalised input, or an MLP's gate and up
+projections, become one GEMM over ``[W1 | W2 | ...]`` (concatenated here, at
+session creation, into the row-major ``[K, N1 + N2 + ...]`` the GEMM reads;
+the originals are dropped when nothing else reads them). The consumer splits
+the result: a gate/up pair feeding one ``onnxep::SwiGLU`` becomes that
+SwiGLU's packed input; any other group gets a Split along the last axis. The
+same holds for ``onnxep::MatMulBias`` siblings, their biases joined too.
+
+Written by hand, not as an onnxscript pattern: the rule groups however many
+consumers one value has, found from the value. A pattern can only say "N
+MatMuls", one output node each, which onnxscript matches by trying every
+combination of the graph's MatMuls (cubic in their number for three, and each
+group once per order).
+
+Tolerance-level: a GEMM over a wider N may take another algorithm (cuBLAS,
+or the CPU BLAS's blocking), so an output column need not sum its products in
+the same order as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from ..ops._fused import DOMAIN
+from . import rule_checks as C
+from .naming import Names, graphs
+from .reporting import SPANS_PROVIDERS, ReportingFusionPass, no_kernel
+
+_KINDS = {("", "MatMul"): "MatMul", (DOMAIN, "MatMulBias"): "MatMulBias"}
+NOT_CONSTANT = "a weight is not a constant matrix"
+MIXED_DTYPES = "weights of different dtypes"
+
+
+def _kind(node: ir.Node) -> str | None:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    return _KINDS.get((domain, node.op_type))
+
+
+class FuseSharedInputMatMuls(ReportingFusionPass):
+    """Sibling MatMuls -> one MatMul and a split by the consumer. Tolerance-level (see module)."""
+
+    name = "fuse_shared_input_matmuls"
+    exact = False
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        names = Names(model.graph)
+        changed = False
+        for graph in list(graphs(model.graph)):
+            seen: set[int] = set()
+            for node in list(graph):
+                if node.graph is not graph or _kind(node) is None or node.inputs[0] is None:
+                    continue
+                x = node.inputs[0]
+                if id(x) in seen:
+                    continue
+                seen.add(id(x))
+                for group in self._groups(x, graph, node):
+                    self._merge(graph, x, group, names, node)
+                    changed = True
+        return ir.passes.PassResult(model, changed)
+
+    def _groups(self, x: ir.Value, graph: ir.Graph, anchor: ir.Node) -> list[list[ir.Node]]:
+        """The groups of ``x``'s MatMul consumers that can be joined (one per kind)."""
+        siblings: list[ir.Node] = []
+        for use in x.uses():
+            n = use.node
+            if use.idx == 0 and n.graph is graph and _kind(n) and n not in siblings:
+                siblings.append(n)
+        if len(siblings) < 2:
+            return []
+        owned = [n for n in siblings if self.owns(n)]
+        if not owned:
+            return []  # another provider's
+        if len(owned) < len(siblings):
+            self.refuse(anchor, SPANS_PROVIDERS)
+        by_kind: dict[tuple[str, Any], list[ir.Node]] = {}
+        for n in owned:
+            why = _unfit(n, x)
+            if why:
+                self.refuse(anchor, why)
+                continue
+            by_kind.setdefault((_kind(n), n.inputs[1].dtype), []).append(n)
+        if len({dt for _, dt in by_kind}) > 1:
+            self.refuse(anchor, MIXED_DTYPES)
+        groups = []
+        for (kind, _), members in by_kind.items():
+            if len(members) < 2:
+                continue
+            emit = [(DOMAIN if kind == "MatMulBias" else "", kind), ("", "Split")]
+            if not _packs_swiglu(members, self.owns):
+                missing = [op for op in emit if not self.can_emit(*op)]
+                if missing:
+                    self.refuse(anchor, no_kernel(*missing[0]))
+                    continue
+            elif not self.can_emit(*emit[0]):
+                self.refuse(anchor, no_kernel(*emit[0]))
+                continue
+            groups.append(members)
+        return groups
+
+    def _merge(
+        self, graph: ir.Graph, x: ir.Value, group: list[ir.Node], names: Names, anchor: ir.Node
+    ) -> None:
+        order = {id(n): i for i, n in enumerate(graph)}
+        first = min(group, key=lambda n: order[id(n)])  # the new nodes go before it
+        packed = _packs_swiglu(group, self.owns)
+        if packed is not None:
+            group = packed[1]  # gate first: the packed input holds gate, then up
+        else:
+            group = sorted(group, key=lambda n: order[id(n)])
+        stem = first.name or first.op_type
+        weights = [C.const(n.inputs[1]) for n in group]
+        sizes = [int(w.shape[1]) for w in weights]
+        inputs = [x, _initializer(graph, names, f"{stem}/joined_weight", weights)]
+        if _kind(first) == "MatMulBias":
+            biases = [C.const(n.inputs[2]) for n in group]
+            inputs.append(_initializer(graph, names, f"{stem}/joined_bias", biases, axis=0))
+        merged = ir.node(
+            first.op_type, inputs, domain=first.domain, name=names.fresh(f"{stem}/joined")
+        )
+        out = merged.outputs[0]
+        out.name = names.fresh(f"{stem}/joined_out")
+        out.type = first.outputs[0].type
+        if x.shape is not None:
+            out.shape = ir.Shape([*x.shape.dims[:-1], sum(sizes)])
+        if packed is not None:
+            consumer = packed[0]
+            new = ir.node("SwiGLU", [out], domain=DOMAIN, name=consumer.name)
+            _take_over(consumer.outputs[0], new.outputs[0])
+            graph.insert_before(first, [merged, new])
+            graph.remove([*group, consumer], safe=True)
+            rule = "joined_into_swiglu"
+        else:
+            split = self._split(graph, names, stem, out, sizes)
+            for old, new_out in zip([n.outputs[0] for n in group], split.outputs):
+                _take_over(old, new_out)
+            graph.insert_before(first, [merged, split])
+            graph.remove(group, safe=True)
+            rule = "joined_and_split"
+        for n in group:
+            _drop_unused_initializers(graph, n.inputs)
+        self.fire(anchor, rule)
+
+    def _split(
+        self, graph: ir.Graph, names: Names, stem: str, out: ir.Value, sizes: list[int]
+    ) -> ir.Node:
+        name = names.fresh(f"{stem}/split")
+        if self.opsets.get("", 1) >= 13:
+            sz = _initializer(graph, names, f"{stem}/split_sizes", [np.array(sizes, np.int64)])
+            return ir.node("Split", [out, sz], {"axis": -1}, num_outputs=len(sizes), name=name)
+        return ir.node(
+            "Split", [out], {"axis": -1, "split": sizes}, num_outputs=len(sizes), name=name
+        )
+
+
+def _unfit(n: ir.Node, x: ir.Value) -> str | None:
+    """Why a MatMul consumer of ``x`` cannot join its siblings, or None."""
+    w = C.const(n.inputs[1]) if len(n.inputs) > 1 else None
+    if w is None or w.ndim != 2:
+        return NOT_CONSTANT
+    if n.inputs[1].dtype != x.dtype:
+        return MIXED_DTYPES
+    if _kind(n) == "MatMulBias":
+        b = C.const(n.inputs[2]) if len(n.inputs) > 2 else None
+        if b is None or b.ndim != 1 or b.shape[0] != w.shape[1]:
+            return "a bias is not a constant vector"
+    return None
+
+
+def _packs_swiglu(group: list[ir.Node], owns: Any) -> tuple[ir.Node, list[ir.Node]] | None:
+    """The one onnxep::SwiGLU (of this provider) that alone reads the pair's outputs as (gate,
+    up), and the pair in that order; None for any other group."""
+    if len(group) != 2:
+        return None
+    outs = [n.outputs[0] for n in group]
+    if any(o.is_graph_output() or len(o.uses()) != 1 for o in outs):
+        return None
+    consumer = outs[0].uses()[0].node
+    if consumer.op_type != "SwiGLU" or consumer.domain != DOMAIN or len(consumer.outputs) != 1:
+        return None
+    if not owns(consumer):
+        return None
+    if list(consumer.inputs) == outs:
+        return consumer, list(group)
+    if list(consumer.inputs) == outs[::-1]:
+        return consumer, [group[1], group[0]]
+    return None
+
+
+def _initializer(
+    graph: ir.Graph, names: Names, stem: str, parts: list[np.ndarray], axis: int = 1
+) -> ir.Value:
+    arr = np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis))
+    name = names.fresh(stem)
+    v = ir.Value(name=name, const_value=ir.tensor(arr, name=name))
+    v.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
+    v.shape = ir.Shape(arr.shape)
+    graph.register_initializer(v)
+    return v
+
+
+def _take_over(old: ir.Value, new: ir.Value) -> None:
+    """``new`` replaces ``old`` everywhere, graph outputs included, under its name."""
+    new.type, new.shape = old.type, old.shape
+    name = old.name
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    old.name = None
+    new.name = name
+
+
+def _drop_unused_initializers(graph: ir.Graph, values: Any) -> None:
+    for v in values:
+        if v is None or v.uses() or v.is_graph_input() or v.is_graph_output():
+            continue
+        if v.name in graph.initializers and graph.initializers[v.name] is v:
+            del graph.initializers[v.name]

@@ -1,0 +1,42 @@
+"""onnxep::MatMulBias on CUDA: one cuBLAS GEMM that adds the bias in its float32 accumulator.
+
+The bias is broadcast into the output first and the GEMM runs with beta = 1 (as the CUDA
+Gemm kernel does with C), so the product is rounded once with the bias in it. Operands
+the GEMM does not take (mixed or other dtypes, a batched right operand, a bias that is
+not a vector over the last axis) run the CUDA MatMul and Add kernels one after the other,
+which is what the two nodes would have run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxep.providers.kernel import kernel
+from onnxep.providers.node import NodeInfo
+from onnxep.providers.ops._fused import DOMAIN, FLOATS
+
+from .. import blas
+from . import op_add, op_mat_mul
+
+
+@kernel("MatMulBias", domain=DOMAIN, dtypes=FLOATS)
+def matmul_bias(node: NodeInfo, xp: Any):
+    matmul, add = op_mat_mul.mat_mul(node, xp), op_add.add(node, xp)
+    supported = blas.SUPPORTED_DTYPES
+
+    def run(a, b, bias):
+        if not (
+            a.dtype == b.dtype == bias.dtype
+            and a.dtype.name in supported
+            and a.ndim >= 2
+            and b.ndim == 2
+            and bias.ndim == 1
+            and bias.shape[0] == b.shape[1]
+        ):
+            return add(matmul(a, b)[0], bias)
+        out = xp.empty((*a.shape[:-1], b.shape[1]), a.dtype)
+        out[...] = bias
+        blas.gemm(a, b, beta=1.0, out=out)
+        return (out,)
+
+    return run
