@@ -24,7 +24,7 @@ from .loading import ModelLike, check_model, load_external_data, read_model
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .partition import ownership
-from .placement import CopyPlacement, NodePlacement, PlacementReport
+from .placement import CopyPlacement, FusionReport, NodePlacement, PlacementReport
 from .profiling import Profiler
 from .providers_select import create_providers, select_providers
 from .rewrites import RewriteManager
@@ -112,6 +112,7 @@ class InferenceSession:
         disabled += list(self._options.disabled_rewrites)
         self._rewrites: dict[str, int] = {}
         self._skipped: list[str] = []
+        self._fusions: list[FusionReport] = []
         if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_BASIC:
             manager = RewriteManager(self._host.rewrites(host, "basic"), disabled)
             report = manager.run(self._model)
@@ -184,6 +185,10 @@ class InferenceSession:
             for name, count in report.counts.items():
                 self._rewrites[name] = self._rewrites.get(name, 0) + count
             self._skipped += [s for s in report.skipped if s not in self._skipped]
+            rolled_back = {id(r.rewrite) for r in report.rejected}
+            self._fusions += [
+                FusionReport.of(p, provider.name, disabled, id(p) in rolled_back) for p in passes
+            ]
             for rejected in report.rejected:
                 plugin = plugin_of.get(id(rejected.rewrite), "?")
                 self._host.pass_rolled_back(plugin, provider.name, str(rejected))
@@ -285,6 +290,7 @@ class InferenceSession:
             ]
         report.rewrites = dict(self._rewrites)
         report.skipped_rewrites = list(self._skipped)
+        report.fusions = list(self._fusions)
         return report
 
     @property
