@@ -46,7 +46,19 @@ class SessionOptions:
 
 @dataclass
 class RunOptions:
+    """Options for one run. ``add_run_config_entry("gpu_graph_id", "N")`` (onnxruntime's
+    spelling) picks the captured graph a run replays; ``-1`` runs it without capture."""
+
     log_severity_level: int = 2
     log_verbosity_level: int = 0
     logid: str = ""
     terminate: bool = False
+
+    def __post_init__(self) -> None:
+        self.config_entries: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self.config_entries[key] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        return self.config_entries[key]

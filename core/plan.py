@@ -43,6 +43,9 @@ class Step:
     out_dtypes: tuple[np.dtype | None, ...] = ()
     #: the kernel behind the step, named for errors ("" for copies)
     kernel: str = ""
+    #: whether the kernel may be recorded in a CUDA graph, and if not why (capture_plan)
+    capture_safe: bool = True
+    capture_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,8 @@ class PlanBuilder:
                 views_of=_views_of(p, spec, len(ins)),
                 out_dtypes=tuple(_tensor_dtype(o) for o in p.node.outputs),
                 kernel=kernel_label(spec),
+                capture_safe=spec.capture_safe,
+                capture_note=spec.capture_note,
             )
         )
 

@@ -16,6 +16,7 @@ from onnxep.providers.provider import Provider
 from onnxep.providers.rewrite import FusionPass
 
 from .axis_checks import check_axes
+from .captured import CaptureConfig, CapturedRunner, graph_id_of
 from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
 from .errors import InvalidArgument, InvalidGraph
@@ -145,7 +146,29 @@ class InferenceSession:
         self._output_index = {n: i for i, n in enumerate(self._output_names)}
         self._output_args = [NodeArg.of(v) for v in graph.outputs]
         self._input_args = [NodeArg.of(v) for v in self._inputs]
+        self._capture = self._capture_runner()
         self._log_summary()
+
+    def _capture_runner(self) -> CapturedRunner | None:
+        """The first device provider's capture policy (``onnxep_capture_policy``), if any."""
+        for p in self._providers:
+            if p.device == "cpu":
+                continue
+            opts = self._provider_options.get(p.name, {})
+            for _, cfg in self._host.call_each("onnxep_capture_policy", provider=p, options=opts):
+                if isinstance(cfg, CaptureConfig):
+                    ex = self._main.executor
+                    return CapturedRunner(
+                        self._main.plan,
+                        cfg,
+                        self._eager_run,
+                        ex._enter_contexts,  # noqa: SLF001 - the runner enters what a run enters
+                    )
+        return None
+
+    def _eager_run(self, feeds: list[Any], on_device: bool, protect: bool) -> list[Any]:
+        ex = self._main.executor
+        return ex.run_on_device(feeds, protect_feeds=protect) if on_device else ex.run(feeds)
 
     def _log_summary(self) -> None:
         level = _SEVERITY.get(self._options.log_severity_level, logging.WARNING)
@@ -233,7 +256,9 @@ class InferenceSession:
         """Run the model; ``output_names=None`` returns every output, in model order."""
         feeds = self._feeds(input_feed)
         pick = self._pick(output_names)
-        if self._profiler is None:
+        if self._capture is not None and self._profiler is None:
+            outs = self._capture.run(feeds, graph_id_of(run_options))
+        elif self._profiler is None:
             outs = self._main.run(feeds)
         else:
             t0 = self._profiler.now_us()
@@ -242,13 +267,25 @@ class InferenceSession:
         return [outs[i] for i in pick]
 
     def _run_on_device(
-        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
+        self,
+        feeds: Mapping[str, Any],
+        output_names: Sequence[str] | None = None,
+        run_options: RunOptions | None = None,
     ) -> list[Any]:
         """Run, leaving each output in its producing provider's memory (for IOBinding)."""
         inputs = self._feeds(feeds)
         pick = self._pick(output_names)
-        outs = self._main.run_on_device(inputs)
+        outs = self._device_run(inputs, run_options)
         return [outs[i] for i in pick]
+
+    def _device_run(
+        self, inputs: list[Any], run_options: RunOptions | None = None, protect: bool = True
+    ) -> list[Any]:
+        """The plan run on the device, through captured graphs when a policy applies;
+        ``protect=False`` is IO binding's sharing path (see ``Executor.run_on_device``)."""
+        if self._capture is not None and self._profiler is None:
+            return self._capture.run(inputs, graph_id_of(run_options), True, protect)
+        return self._main.executor.run_on_device(inputs, protect_feeds=protect)
 
     def io_binding(self) -> IOBinding:
         """An onnxruntime-style binding: bind inputs and outputs, then ``run_with_iobinding``."""
@@ -292,6 +329,27 @@ class InferenceSession:
         report.skipped_rewrites = list(self._skipped)
         report.fusions = list(self._fusions)
         return report
+
+    def capture_stats(self) -> dict[str, Any]:
+        """Capture counters (captures, replays, fallbacks, invalidations, segments) and the
+        policy chosen with its reason; the reasons of failed captures under ``failures``."""
+        if self._capture is None:
+            return {
+                "captures": 0,
+                "replays": 0,
+                "fallbacks": 0,
+                "invalidations": 0,
+                "segments": 0,
+                "policy": "off",
+                "reason": "no provider of this session offers graph capture",
+                "failures": [],
+            }
+        return self._capture.stats.as_dict()
+
+    def capture_plan(self) -> Any:
+        """The segmentation (a ``CapturePlan``: each step's role, seams with reasons), or
+        None when no provider offers capture."""
+        return None if self._capture is None else self._capture.capture_plan
 
     @property
     def providers(self) -> list[Provider]:

@@ -1,0 +1,332 @@
+"""Capture planning and the captured runner, on the CPU: a fake device whose "graphs" re-run
+the recorded steps into the buffers they were captured with, as a CUDA graph replays."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import pytest
+from conftest import make_model, tensor
+from onnx import helper
+
+import onnxep
+from onnxep.capture_plan import CaptureRefused, check_mode
+from onnxep.captured import CaptureConfig, graph_id_of
+from onnxep.errors import ConfigError
+from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
+from onnxep.providers.discovery import unregister_plugin
+
+
+class Dev(np.ndarray):
+    """An array on the fake device."""
+
+
+def _dev(x):
+    return np.array(x, copy=True).view(Dev)
+
+
+STATE = {"capturing": False, "fail_op": None}
+
+
+@kernel("Relu", since=14)
+def relu(node, xp):
+    return lambda x: (_dev(np.maximum(x, 0)),)
+
+
+@kernel("Add", since=14)
+def add(node, xp):
+    return lambda a, b: (_dev(np.add(a, b)),)
+
+
+@kernel("Mul", since=14)
+def mul(node, xp):
+    def run(a, b):
+        if STATE["capturing"] and STATE["fail_op"] == "Mul":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return (_dev(np.multiply(a, b)),)
+
+    return run
+
+
+@kernel("Neg", since=13, capture_safe=False, capture_note="synchronizes with the host")
+def neg(node, xp):
+    return lambda x: (_dev(np.negative(x)),)
+
+
+@kernel("Reshape", since=14, host_inputs=(1,))
+def reshape(node, xp):
+    return lambda x, shape: (_dev(np.reshape(x, tuple(int(d) for d in shape))),)
+
+
+class FakeGraph:
+    def __init__(self, run, state, outputs):
+        self.run, self.state, self.outputs, self.fresh = run, state, outputs, True
+
+
+class FakeBackend:
+    def memory(self):
+        return type("Mem", (), {"allocating": staticmethod(nullcontext)})()
+
+    def capture(self, run, state, outputs):
+        STATE["capturing"] = True
+        try:
+            run()  # the fake records by running; its first launch then does nothing
+        finally:
+            STATE["capturing"] = False
+        return FakeGraph(run, state, list(outputs))
+
+    def launch(self, g):
+        if g.fresh:
+            g.fresh = False
+            return
+        kept = {s: g.state[s] for s in g.outputs if g.state[s] is not None}
+        g.run()
+        for s, buf in kept.items():
+            np.copyto(buf, g.state[s])  # a replay writes into the captured buffers
+            g.state[s] = buf
+
+    def fixed(self, value):
+        return _dev(value)
+
+    def copy_into(self, dst, src):
+        np.copyto(dst, src)
+
+    def duplicate(self, value):
+        return _dev(value)
+
+    def is_device(self, value):
+        return isinstance(value, Dev)
+
+
+class FakeDevice(Provider):
+    def __init__(self, options):
+        super().__init__("fakegpu", options, device="fakegpu")
+
+    def from_host(self, value):
+        return value if isinstance(value, Dev) else _dev(value)
+
+    def to_host(self, value):
+        return np.array(value, copy=True) if isinstance(value, Dev) else value
+
+
+class FakePlugin:
+    def __init__(self):
+        self.options = {}
+
+    @hookimpl
+    def onnxep_provider_info(self):
+        return ProviderInfo(name="fakegpu", device="fakegpu")
+
+    @hookimpl
+    def onnxep_create_provider(self, options):
+        return FakeDevice(options)
+
+    @hookimpl
+    def onnxep_kernels(self, provider):
+        if provider.name != "fakegpu":
+            return None
+        return [
+            *relu.__onnxep_kernels__,
+            *add.__onnxep_kernels__,
+            *mul.__onnxep_kernels__,
+            *neg.__onnxep_kernels__,
+            *reshape.__onnxep_kernels__,
+        ]
+
+    @hookimpl
+    def onnxep_capture_policy(self, provider, options):
+        if provider.name != "fakegpu":
+            return None
+        return CaptureConfig(
+            mode=options.get("capture", "auto"),
+            backend=FakeBackend,
+            capturing=frozenset({"fakegpu"}),
+            warmup=int(options.get("warmup", 2)),
+            cache_size=int(options.get("cache", 8)),
+        )
+
+
+@pytest.fixture
+def fake():
+    plugin = FakePlugin()
+    onnxep.register_provider(plugin, name="fake-capture-plugin")
+    STATE.update(capturing=False, fail_op=None)
+    yield plugin
+    unregister_plugin(plugin)
+
+
+def _session(model, **options):
+    return onnxep.InferenceSession(model, providers=[("fakegpu", options), "cpu"])
+
+
+def _chain(middle="Relu"):
+    """x, y -> Add -> <middle> -> Mul(y) -> Relu: a device chain with one node to vary."""
+    return make_model(
+        [
+            helper.make_node("Add", ["x", "y"], ["a"], name="add"),
+            helper.make_node(middle, ["a"], ["m"], name="middle"),
+            helper.make_node("Mul", ["m", "y"], ["p"], name="mul"),
+            helper.make_node("Relu", ["p"], ["z"], name="relu"),
+        ],
+        [tensor("x", [2, 3]), tensor("y", [2, 3])],
+        [tensor("z", [2, 3])],
+    )
+
+
+def _expected(x, y, middle):
+    a = x + y
+    m = np.maximum(a, 0) if middle == "Relu" else -a
+    return np.maximum(m * y, 0)
+
+
+def _feeds(seed):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal((2, 3)).astype(np.float32) for k in ("x", "y")}
+
+
+def test_modes_are_checked():
+    assert check_mode(" Segmented ") == "segmented"
+    with pytest.raises(ConfigError, match="one of off, whole, segmented, auto"):
+        check_mode("always")
+
+
+def test_all_safe_chain_plans_one_whole_graph(fake):
+    sess = _session(_chain())
+    cp = sess.capture_plan()
+    assert cp.mode == "whole" and cp.seams == [] and len(cp.segments) == 1
+    roles = {r.name: r.role for r in cp.roles}
+    assert roles["add"] == roles["relu"] == "capture"
+    assert [r.role for r in cp.roles].count("stage") == 2  # x and y uploaded before the graph
+    assert cp.roles[-1].role == "output"
+    assert sess.capture_stats()["policy"] == "whole"
+
+
+def test_unsafe_kernel_is_a_seam_with_its_note(fake):
+    sess = _session(_chain("Neg"))
+    cp = sess.capture_plan()
+    assert cp.mode == "segmented"
+    assert [(r.name, r.reason) for r in cp.seams] == [("middle", "synchronizes with the host")]
+    assert len(cp.segments) == 2
+    text = cp.format()
+    assert "seam 'middle' (Neg): synchronizes with the host" in text
+    assert "graph 0" in text and "graph 1" in text
+
+
+def test_whole_names_every_seam(fake):
+    with pytest.raises(CaptureRefused, match=r"'middle' \(Neg\): synchronizes with the host"):
+        _session(_chain("Neg"), capture="whole")
+
+
+def test_off_and_cpu_only_sessions_do_not_capture(fake):
+    assert _session(_chain(), capture="off").capture_plan().mode == "off"
+    sess = onnxep.InferenceSession(_chain(), providers=["cpu"])
+    assert sess.capture_plan() is None
+    assert sess.capture_stats()["policy"] == "off"
+
+
+def test_host_compute_and_reads_back_are_seams(fake):
+    # Softmax has no fake kernel: it runs on the CPU between two device runs.
+    model = make_model(
+        [
+            helper.make_node("Add", ["x", "y"], ["a"], name="add"),
+            helper.make_node("Softmax", ["a"], ["s"], name="softmax"),
+            helper.make_node("Relu", ["s"], ["z"], name="relu"),
+        ],
+        [tensor("x", [2, 3]), tensor("y", [2, 3])],
+        [tensor("z", [2, 3])],
+    )
+    cp = _session(model).capture_plan()
+    seams = {r.name: r.reason for r in cp.seams}
+    assert seams["softmax"] == "runs on the host (provider 'cpu')"
+    assert any("reads a device value back" in r for r in seams.values())
+    assert any("uploads a value the host computes" in r for r in seams.values())
+    assert cp.mode == "segmented" and len(cp.segments) == 2
+
+
+def test_shape_math_on_the_host_is_frozen_not_a_seam(fake):
+    model = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Shape", ["y"], ["shp"], name="shape"),
+            helper.make_node("Reshape", ["r", "shp"], ["z"], name="reshape"),
+        ],
+        [tensor("x", [6]), tensor("y", ["a", "b"])],
+        [tensor("z", ["a", "b"])],
+    )
+    sess = _session(model)
+    cp = sess.capture_plan()
+    assert cp.mode == "whole", cp.format()
+    assert {r.name: r.role for r in cp.roles}["shape"] == "frozen"
+    for seed in range(5):
+        x = np.arange(6, dtype=np.float32) - seed
+        y = np.zeros((2, 3), np.float32)
+        (z,) = sess.run(None, {"x": x, "y": y})
+        np.testing.assert_array_equal(z, np.maximum(x, 0).reshape(2, 3))
+    assert sess.capture_stats()["replays"] == 2
+
+
+@pytest.mark.parametrize("middle", ["Relu", "Neg"])
+def test_replays_give_the_eager_results(fake, middle):
+    sess = _session(_chain(middle))
+    for seed in range(8):
+        f = _feeds(seed)
+        (z,) = sess.run(None, f)
+        assert type(z) is np.ndarray
+        np.testing.assert_allclose(z, _expected(f["x"], f["y"], middle), rtol=1e-6)
+    stats = sess.capture_stats()
+    assert stats["captures"] == 1 and stats["replays"] == 5  # 2 warm-up runs, 1 capture
+    assert stats["segments"] == (1 if middle == "Relu" else 2)
+
+
+def test_outputs_are_not_the_graphs_buffers(fake):
+    sess = _session(_chain(), warmup=0)
+    f = _feeds(0)
+    (z1,) = sess.run(None, f)
+    (z2,) = sess.run(None, _feeds(1))
+    np.testing.assert_allclose(z1, _expected(f["x"], f["y"], "Relu"), rtol=1e-6)
+    outs = sess._run_on_device(_feeds(2))  # noqa: SLF001
+    outs2 = sess._run_on_device(_feeds(3))  # noqa: SLF001
+    assert outs[0] is not outs2[0]
+    f2 = _feeds(2)
+    np.testing.assert_allclose(outs[0], _expected(f2["x"], f2["y"], "Relu"), rtol=1e-6)
+
+
+def test_graph_ids_and_shapes_key_the_cache(fake):
+    sess = _session(_chain(), warmup=1, cache=2)
+    opts = {g: onnxep.RunOptions() for g in (-1, 1, 2)}
+    for g, o in opts.items():
+        o.add_run_config_entry("gpu_graph_id", str(g))
+    assert graph_id_of(opts[1]) == 1
+    for _ in range(3):
+        sess.run(None, _feeds(0), opts[-1])
+    assert sess.capture_stats()["captures"] == 0  # -1 runs eagerly
+    for _ in range(3):
+        sess.run(None, _feeds(0), opts[1])
+        sess.run(None, _feeds(0), opts[2])
+    s = sess.capture_stats()
+    assert (s["captures"], s["replays"], s["invalidations"]) == (2, 2, 0)
+    for _ in range(2):
+        sess.run(None, _feeds(0))  # graph id 0: a third key, the oldest is dropped
+    assert sess.capture_stats()["invalidations"] == 1
+    bad = onnxep.RunOptions()
+    bad.add_run_config_entry("gpu_graph_id", "first")
+    with pytest.raises(ConfigError, match="gpu_graph_id"):
+        sess.run(None, _feeds(0), bad)
+
+
+def test_a_failing_capture_falls_back_and_makes_a_seam(fake):
+    STATE["fail_op"] = "Mul"
+    sess = _session(_chain(), warmup=0)
+    results = []
+    for seed in range(4):
+        f = _feeds(seed)
+        (z,) = sess.run(None, f)
+        results.append(np.allclose(z, _expected(f["x"], f["y"], "Relu"), rtol=1e-6))
+    assert all(results)
+    s = sess.capture_stats()
+    assert s["fallbacks"] == 1 and s["policy"] == "segmented"
+    assert "capture failed at 'mul' (Mul)" in s["failures"][0]
+    assert "not permitted" in s["reason"] or "capture failed" in s["reason"]
+    assert s["captures"] == 1 and s["replays"] == 2
+    assert "mul" in {r.name for r in sess.capture_plan().seams}
