@@ -2,6 +2,7 @@
 # The GPU machine's checks, one stage per call (each fits the device tool's 10 minutes).
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
+#                                                  | decode
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -56,8 +57,69 @@ for STAGE in "$@"; do
       rc=$?
       SUMMARY+=("micro: $(tr '\n' ';' <"$OUT/micro.log")" "overhead: $(tr '\n' ';' <"$OUT/overhead_cuda.log") (rc $rc)")
       ;;
+    decode)
+      # The factory's qwen2.5-0.5b decoders (fp16, int4) are built here (too big to carry),
+      # then onnxep's eager decode (IO binding, cache on the device) against torch eager on
+      # the same weights, at 16 and ~2000 tokens of context. DECODE_STEPS (64) and
+      # DECODE_BUDGET (s, 540) trim it; fp16 goes first so a short budget still reports it.
+      deadline=$(( $(date +%s) + ${DECODE_BUDGET:-540} ))
+      rc=0
+      for dtype in fp16 int4; do
+        left=$(( deadline - $(date +%s) ))
+        if (( left < 60 )); then SUMMARY+=("decode $dtype: skipped, budget spent"); continue; fi
+        g0=$(date +%s)
+        timeout $(( left < 240 ? left : 240 )) python3 bench/make_models.py --size qwen2.5-0.5b \
+          --dtype "$dtype" --kind genai --out /tmp/m >>"$OUT/decode.log" 2>&1 || rc=$?
+        SUMMARY+=("decode: made qwen2.5-0.5b $dtype in $(( $(date +%s) - g0 )) s")
+        for ctx in 16 2000; do
+          left=$(( deadline - $(date +%s) ))
+          if (( left < 30 )); then SUMMARY+=("decode $dtype ctx $ctx: skipped, budget spent"); continue; fi
+          extra=()
+          if [ "$ctx" = 16 ]; then extra=(--profile); fi
+          b0=$(date +%s)
+          echo "== $dtype context $ctx" >>"$OUT/decode.log"
+          timeout $(( left < 200 ? left : 200 )) python3 -m onnxep.cli bench \
+            "/tmp/m/genai-qwen2.5-0.5b-$dtype/model.onnx" --providers cuda,cpu --vs torch \
+            --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
+            --json "$OUT/decode_${dtype}_ctx${ctx}.json" >>"$OUT/decode.log" 2>&1 || rc=$?
+          echo "decode $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/decode.log"
+        done
+      done
+      SUMMARY+=("decode (rc $rc):" "$(python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+def key(path):
+    dtype, ctx = os.path.basename(path)[len("decode_"):-len(".json")].split("_ctx")
+    return dtype, int(ctx)
+def us(v):
+    return "n/a" if v is None else f"{v:.1f}"
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "decode_*_ctx*.json")), key=key):
+    r = json.load(open(path))
+    tag = "%s context %d" % key(path)
+    sides = "; ".join(
+        f"{k} {1000 / s['median_ms']:.1f} tok/s {s['median_ms']:.3f} ms/step"
+        for k, s in r["summary"].items()
+    )
+    ours = next((s for s in r["sides"] if s["name"] == "onnxep"), {})
+    ref = r["tokens"].get("onnxep", [])
+    agree = ", ".join(
+        f"{k} {sum(a == b for a, b in zip(ref, t))}/{len(ref)}"
+        for k, t in r["tokens"].items() if k != "onnxep"
+    )
+    print(f"{tag}: {sides}")
+    print(
+        f"  onnxep: state {ours.get('state_path')}, d2h reads/step "
+        f"{ours.get('device_to_host_reads_per_step')}, copied/step "
+        f"{ours.get('copied_outputs_per_step')}, host {us(ours.get('host_us_per_op'))} us/op "
+        f"of {ours.get('compute_nodes')} nodes, profiled {us(ours.get('profiled_us_per_op'))}"
+        f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}"
+    )
+    for name, why in r.get("skipped", {}).items():
+        print(f"  {name} skipped: {why}")
+PY
+)")
+      ;;
     *)
-      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench)"
+      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode)"
       exit 2
       ;;
   esac
