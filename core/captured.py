@@ -36,7 +36,7 @@ import numpy as np
 
 from .capture_plan import CapturePlan, Segment, plan_capture
 from .errors import ConfigError
-from .plan import Plan
+from .plan import HOST, Plan
 
 #: ``RunOptions`` config key onnxruntime uses for the graph id; -1 skips capture.
 GRAPH_ID_KEY = "gpu_graph_id"
@@ -53,6 +53,9 @@ class CaptureBackend(Protocol):
         """Record ``run`` as a graph; end the capture even when ``run`` raises."""
 
     def launch(self, graph: Any) -> None: ...
+
+    def constant(self, value: Any, memory: Any) -> Any:
+        """Upload, inside a capture, a host value that is the same on every replay."""
 
     def fixed(self, value: Any) -> Any:
         """A new buffer holding a copy of ``value`` (a device array, or host data to upload)."""
@@ -165,6 +168,14 @@ class _Schedule:
                     s for s in plan.steps[i].inputs if produced_in.get(s, k) != k
                 )
         self.output_steps = {r.index for r in roles if r.role == "output"}
+        #: uploads of shape-only values: done by the backend from memory it keeps
+        self.constants = {
+            r.index
+            for r in roles
+            if r.role == "frozen"
+            and plan.steps[r.index].kind == "copy"
+            and plan.steps[r.index].provider != HOST
+        }
 
     def _indices(self, kind: str, what: Any) -> list[int]:
         if kind == "eager":
@@ -319,6 +330,11 @@ class CapturedRunner:
             def run(steps=steps, inside=inside, at=at) -> None:
                 for i in steps:
                     at[0] = i
+                    if i in sched.constants:
+                        step = plan.steps[i]
+                        value = be.constant(state[step.inputs[0]], entry.memory)
+                        state[step.outputs[0]] = value
+                        continue
                     self._step(state, i, plan, inside)
 
             try:

@@ -18,15 +18,27 @@ import numpy as np
 
 
 class _GraphMemory:
-    def __init__(self, cupy: Any, device_id: int) -> None:
+    def __init__(self, cupy: Any, provider: Any) -> None:
         self._cupy = cupy
-        with cupy.cuda.Device(device_id):
+        self._provider = provider
+        with cupy.cuda.Device(provider.device_id):
             self.pool = cupy.cuda.MemoryPool()
+        #: pinned host copies of the constants a graph uploads: each replay reads them again
+        self.pinned: list[Any] = []
 
     @contextmanager
     def allocating(self) -> Iterator[None]:
-        with self._cupy.cuda.using_allocator(self.pool.malloc):
-            yield
+        # The provider's run context (entered by uploads inside a kernel) installs the
+        # provider's allocator: point it here too, so nothing a graph uses comes from the
+        # session pool, which would hand it out again once its Python object is gone.
+        p = self._provider
+        saved = p._malloc  # noqa: SLF001 - the provider's allocator, swapped for the capture
+        p._malloc = self.pool.malloc  # noqa: SLF001
+        try:
+            with self._cupy.cuda.using_allocator(self.pool.malloc):
+                yield
+        finally:
+            p._malloc = saved  # noqa: SLF001
 
 
 class CudaGraphBackend:
@@ -37,7 +49,7 @@ class CudaGraphBackend:
         self._cupy = provider._cupy  # noqa: SLF001 - the provider's own CuPy module
 
     def memory(self) -> _GraphMemory:
-        return _GraphMemory(self._cupy, self.provider.device_id)
+        return _GraphMemory(self._cupy, self.provider)
 
     def capture(self, run: Callable[[], None], state: list, outputs: Sequence[int]) -> Any:
         stream = self.provider.stream
@@ -51,6 +63,24 @@ class CudaGraphBackend:
                 pass
             raise
         return stream.end_capture()
+
+    def constant(self, value: Any, memory: _GraphMemory) -> Any:
+        """Upload a value that is the same on every replay (shape math), inside a capture:
+        from a pinned host copy kept with the graph, which each replay copies again."""
+        cp = self._cupy
+        if isinstance(value, cp.ndarray):
+            return value
+        host = np.ascontiguousarray(value)
+        if host.dtype.kind not in "biufc":
+            return host
+        import cupyx
+
+        pinned = cupyx.empty_pinned(host.shape, host.dtype)
+        pinned[...] = host
+        memory.pinned.append(pinned)
+        dev = cp.empty(host.shape, host.dtype)
+        dev.set(pinned, stream=self.provider.stream)
+        return dev
 
     def launch(self, graph: Any) -> None:
         graph.launch(self.provider.stream)

@@ -76,6 +76,9 @@ class FakeBackend:
             STATE["capturing"] = False
         return FakeGraph(run, state, list(outputs))
 
+    def constant(self, value, memory):
+        return _dev(value)
+
     def launch(self, g):
         if g.fresh:
             g.fresh = False
@@ -330,3 +333,26 @@ def test_a_failing_capture_falls_back_and_makes_a_seam(fake):
     assert "not permitted" in s["reason"] or "capture failed" in s["reason"]
     assert s["captures"] == 1 and s["replays"] == 2
     assert "mul" in {r.name for r in sess.capture_plan().seams}
+
+
+def test_an_upload_of_shape_math_is_baked_in(fake):
+    model = make_model(
+        [
+            helper.make_node("Shape", ["y"], ["shp"], name="shape"),
+            helper.make_node("Cast", ["shp"], ["c"], name="cast", to=1),
+            helper.make_node("Add", ["x", "c"], ["z"], name="add"),
+        ],
+        [tensor("x", [2]), tensor("y", ["a", "b"])],
+        [tensor("z", [2])],
+    )
+    sess = _session(model, warmup=0)
+    cp = sess.capture_plan()
+    assert cp.mode == "whole", cp.format()
+    assert any(r.role == "frozen" and r.op_type == "Copy" for r in cp.roles)
+    for n in range(2, 6):
+        x = np.array([n, -n], np.float32)
+        (z,) = sess.run(None, {"x": x, "y": np.zeros((3, 4), np.float32)})
+        np.testing.assert_array_equal(z, x + np.array([3, 4], np.float32))
+    (z,) = sess.run(None, {"x": x, "y": np.zeros((5, 1), np.float32)})  # another shape key
+    np.testing.assert_array_equal(z, x + np.array([5, 1], np.float32))
+    assert sess.capture_stats()["captures"] == 2
