@@ -72,12 +72,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     sess = InferenceSession(args.model, providers=args.providers)
     rep = sess.placement()
+    capture = sess.capture_plan()
     if args.json:
         import json
 
-        print(json.dumps(rep.to_dict(), indent=2))
+        out = rep.to_dict()
+        if capture is not None:
+            out["capture"] = capture.to_dict()
+        print(json.dumps(out, indent=2))
         return 0
     print(rep.format(max_nodes=args.max_nodes))
+    if capture is not None:
+        print()
+        print(capture.format())
     fallbacks = Counter((n.op_type, p, r) for n in rep.fallbacks for p, r in n.declined)
     if fallbacks:
         print("\nfallback reasons:")

@@ -356,3 +356,51 @@ def test_an_upload_of_shape_math_is_baked_in(fake):
     (z,) = sess.run(None, {"x": x, "y": np.zeros((5, 1), np.float32)})  # another shape key
     np.testing.assert_array_equal(z, x + np.array([5, 1], np.float32))
     assert sess.capture_stats()["captures"] == 2
+
+
+def test_explain_shows_the_segmentation(fake, tmp_path, capsys):
+    import onnx
+
+    from onnxep.cli import main
+
+    path = tmp_path / "chain.onnx"
+    onnx.save(_chain("Neg"), path)
+    assert main(["explain", str(path), "--providers", "fakegpu,cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "capture: segmented (asked: auto)" in out
+    assert "seam 'middle' (Neg): synchronizes with the host" in out
+
+
+def test_cuda_capture_options(monkeypatch):
+    # The options module imports no CuPy: checked here, without a GPU.
+    from onnxep.providers_cuda.options import DEFAULT_CAPTURE, parse_options
+
+    monkeypatch.delenv("ONNXEP_CUDA_CAPTURE", raising=False)
+    o = parse_options({})
+    assert (o.capture, o.capture_source, o.capture_warmup, o.capture_cache) == (
+        DEFAULT_CAPTURE,
+        "default",
+        2,
+        8,
+    )
+    o = parse_options({"capture": "Segmented", "capture_warmup": 0, "capture_cache": "3"})
+    assert (o.capture, o.capture_source, o.capture_warmup, o.capture_cache) == (
+        "segmented",
+        "option",
+        0,
+        3,
+    )
+    assert parse_options({"enable_cuda_graph": "1"}).capture == "whole"
+    monkeypatch.setenv("ONNXEP_CUDA_CAPTURE", "off")
+    o = parse_options({"capture": "whole"})
+    assert (o.capture, o.capture_source) == ("off", "environment")
+    with pytest.raises(ConfigError, match=r"\$ONNXEP_CUDA_CAPTURE must be one of"):
+        monkeypatch.setenv("ONNXEP_CUDA_CAPTURE", "sometimes")
+        parse_options({})
+    monkeypatch.delenv("ONNXEP_CUDA_CAPTURE")
+    with pytest.raises(ConfigError, match="the capture option must be one of"):
+        parse_options({"capture": True})
+    with pytest.raises(ConfigError, match="capture_warmup must be an integer of at least 0"):
+        parse_options({"capture_warmup": -1})
+    with pytest.raises(ConfigError, match="capture_cache must be an integer of at least 1"):
+        parse_options({"capture_cache": 0})
