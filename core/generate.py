@@ -42,10 +42,11 @@ class GenerateResult:
     """The new tokens, how the state was kept, and what every run cost.
 
     Per-run lists hold one entry per model run: the prefill first, then one
-    per decode step. ``step_ms`` is wall time up to the token being on the
-    host; ``host_ms`` ends when the run call returned (the host's share when
-    device work is queued asynchronously). Transfer counts come from the
-    providers' own counters (None when no provider counts its copies).
+    per decode step. ``step_ms`` is wall time from binding the step's inputs
+    to the token being on the host; ``host_ms`` ends when the run call
+    returned (the host's share when device work is queued asynchronously).
+    Transfer counts come from the providers' own counters (None when no
+    provider counts its copies).
     """
 
     token_ids: np.ndarray  # int64 [batch, new tokens]
@@ -238,6 +239,8 @@ class GreedyDecoder:
                 + (f" and {len(unshared) - 3} more" if len(unshared) > 3 else "")
             )
         caches = len(self.spec.states) - fixed
+        if not caches:
+            return FEED_BACK, "device outputs fed back as inputs: no state grows"
         return SHARED, f"{caches} past/present buffer(s) shared in place{fed}"
 
     def _zeros(self, shape: tuple, dtype: np.dtype) -> Any:
@@ -311,14 +314,10 @@ class GreedyDecoder:
                 f"all {self.max_new_tokens} tokens were generated; make a new GreedyDecoder"
             )
         n = self.ids.shape[1]
-        if self.capacity is not None and self.past + n > self.capacity:
-            raise InvalidArgument(  # unreachable through __init__'s check; kept as a guard
-                f"the cache's {self.capacity} rows are full ({self.past} + {n} tokens)"
-            )
-        for name, value in self._step_feeds().items():
-            self.io.bind_cpu_input(name, value)
         before = self._counts()
         t0 = time.perf_counter()
+        for name, value in self._step_feeds().items():
+            self.io.bind_cpu_input(name, value)
         self.session.run_with_iobinding(self.io)
         t1 = time.perf_counter()
         outs = self.io.get_outputs()

@@ -132,6 +132,9 @@ class IOBinding:
         self._host_read: set[str] | None = None
         #: outputs the last run copied into their bound buffers (a shared one needs none)
         self.copied_outputs: list[str] = []
+        # where each bound output buffer starts, and the inputs bound to one of those buffers
+        self._buffer_at: dict[int, str] = {}
+        self._shared_inputs: set[str] = set()
 
     # -- the device provider --------------------------------------------------------------
     def _device_provider(self, why: str) -> Any:
@@ -197,6 +200,7 @@ class IOBinding:
             arr = _host_array(arr)
         self._check_feed(arg, arr)
         self._inputs[name] = arr
+        self._note_input(name, arr)
 
     def bind_ortvalue_input(self, name: str, value: Any) -> None:
         self.bind_input_array(name, value.array if isinstance(value, BoundValue) else value)
@@ -229,11 +233,11 @@ class IOBinding:
                     f"bind_output({name!r}, ..., buffer_ptr=...) needs element_type and shape"
                 )
             arr = self._from_pointer(device, element_type, shape, buffer_ptr, f"output {name!r}")
-            self._outputs[name] = _OutputBinding(device, arr, arr)
+            self._set_output(name, _OutputBinding(device, arr, arr))
             return
         if device != "cpu":
             self._device_provider(f"output {name!r} is bound to {device_type!r}")
-        self._outputs[name] = _OutputBinding(device)
+        self._set_output(name, _OutputBinding(device))
 
     def bind_ortvalue_output(self, name: str, value: Any) -> None:
         self._check_output(name)
@@ -249,13 +253,34 @@ class IOBinding:
             device = "cpu"
         if not view.flags.c_contiguous:
             raise InvalidArgument(f"the buffer bound to output {name!r} must be C-contiguous")
-        self._outputs[name] = _OutputBinding(device, buf, view)
+        self._set_output(name, _OutputBinding(device, buf, view))
+
+    # -- buffers bound as both an input and an output -----------------------------------
+    def _note_input(self, name: str, arr: Any) -> None:
+        if self._buffer_at and _address(arr) in self._buffer_at:
+            self._shared_inputs.add(name)
+        else:
+            self._shared_inputs.discard(name)
+
+    def _set_output(self, name: str, binding: _OutputBinding) -> None:
+        self._outputs[name] = binding
+        self._buffer_at = {}
+        for n, b in self._outputs.items():
+            addr = _address(b.array) if b.array is not None else None
+            if addr is not None:
+                self._buffer_at[addr] = n
+        self._shared_inputs = set()
+        for n, arr in self._inputs.items():
+            self._note_input(n, arr)
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()
+        self._shared_inputs.clear()
 
     def clear_binding_outputs(self) -> None:
         self._outputs.clear()
+        self._buffer_at.clear()
+        self._shared_inputs.clear()
         self._results = []
 
     def get_outputs(self) -> list[BoundValue]:
@@ -323,20 +348,12 @@ class IOBinding:
             # A host kernel (shape math, control flow) reads these inputs: it gets a copy.
             provider = self._device_provider("a bound input is on the device")
             feeds = {**feeds, **{n: provider.to_host(feeds[n]) for n in host_read}}
-        if self._shared_outputs():
+        if self._shared_inputs:
             outs = self._run_sharing(feeds, names)
         else:
             outs = sess._run_on_device(feeds, names)  # noqa: SLF001 - same package
         self.copied_outputs = []
         self._results = [self._deliver(n, v) for n, v in zip(names, outs)]
-
-    def _shared_outputs(self) -> set[str]:
-        """Outputs bound to a buffer that is also bound as an input."""
-        buffers = {n: _address(b.array) for n, b in self._outputs.items() if b.array is not None}
-        if not buffers:
-            return set()
-        bound = {_address(a) for a in self._inputs.values()}
-        return {n for n, a in buffers.items() if a is not None and a in bound}
 
     def _run_sharing(self, feeds: dict[str, Any], names: list[str]) -> list[Any]:
         """A run that may hand a bound input back as an output (see the module's note).
