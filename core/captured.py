@@ -214,7 +214,8 @@ class CapturedRunner:
         self._schedules: dict[bool, _Schedule] = {}
         self._backend: CaptureBackend | None = None
         self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
-        self._warm: dict[tuple, int] = {}
+        #: warm-up runs per key not captured yet (bounded: feeds of ever-new shapes)
+        self._warm: OrderedDict[tuple, int] = OrderedDict()
         self._lock = threading.Lock()
         self.stats = CaptureStats()
         host = self._schedule(False).cplan
@@ -255,6 +256,8 @@ class CapturedRunner:
                 warming = seen < self.config.warmup
                 if warming:
                     self._warm[key] = seen + 1
+                    while len(self._warm) > 4 * self.config.cache_size + 16:
+                        self._warm.popitem(last=False)
                 else:
                     return self._capture(key, sched, feeds, on_device, protect)
             if not warming:
