@@ -188,7 +188,8 @@ class GreedyDecoder:
         spec = decode_spec(session.get_inputs(), session.get_outputs())
         if not spec.states:
             raise InvalidArgument(
-                "generate drives a model with a KV cache (past*/present* input/output pairs); "
+                "greedy decoding needs a model with a KV cache (past*/present* input/output "
+                "pairs); "
                 f"this model's inputs are {[a.name for a in session.get_inputs()]}"
             )
         self.session, self.spec = session, spec

@@ -210,12 +210,13 @@ def test_bench_decode_on_a_model_that_is_not_a_decoder(capsys, small_model):
 
 
 def test_bench_where_onnxep_cannot_run_the_model(capsys):
-    # One float input: decode mode feeds it token ids, which the model refuses.
+    # One float input and no KV cache: decode mode has nothing to drive.
     err = user_error(
         capsys,
         ["bench", str(DATA / "resnet_cnn.onnx"), "--decode", "1", "--vs", "", "--warmup", "1"],
     )
-    assert "onnxep could not run the model: InvalidArgument: input 'image'" in err
+    assert "onnxep could not run the model: InvalidArgument: greedy decoding needs" in err
+    assert "inputs are ['image']" in err
 
 
 @pytest.mark.parametrize(
