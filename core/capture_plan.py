@@ -150,6 +150,8 @@ def _role(step, i, capturing, dynamic_host, device_slots, inputs, out_start) -> 
         if not on_device:
             if src in device_slots:
                 return "seam", "reads a device value back to the host (a host-memory input)"
+            if src in dynamic_host:
+                return "seam", f"a copy on a provider that does not capture ({step.provider!r})"
             return "frozen", ""
         if src in inputs:
             return "stage", ""

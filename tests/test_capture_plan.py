@@ -404,3 +404,41 @@ def test_cuda_capture_options(monkeypatch):
         parse_options({"capture_warmup": -1})
     with pytest.raises(ConfigError, match="capture_cache must be an integer of at least 1"):
         parse_options({"capture_cache": 0})
+
+
+def test_hand_built_plan_roles():
+    from onnxep.capture_plan import plan_capture, segments_of
+    from onnxep.plan import Plan, Step
+
+    def step(name, op, ins, outs, provider="gpu", kind="kernel", **kw):
+        return Step(lambda *a: a, ins, outs, name, op, provider, kind, **kw)
+
+    # slots: 2 = x (feed), 3 = n (feed, a host scalar), 4.. = values
+    steps = [
+        step("up x", "Copy", (2,), (4,), kind="copy"),
+        step("relu", "Relu", (4,), (5,)),
+        step("if", "If", (5,), (6,)),
+        step("topk", "TopK", (6, 3), (7,)),  # reads the fed host scalar as a parameter
+        step("tanh", "Tanh", (7,), (8,)),
+        step("sigmoid", "Sigmoid", (8,), (9,)),
+        step("down", "Copy", (9,), (10,), provider="cpu", kind="copy"),
+    ]
+    plan = Plan(steps, [None] * 11, (2, 3), (10,), [str(i) for i in range(11)], output_copies=1)
+    cp = plan_capture(plan, {"gpu"}, "auto")
+    assert [r.role for r in cp.roles] == [
+        "stage",
+        "capture",
+        "seam",
+        "seam",
+        "capture",
+        "capture",
+        "output",
+    ]
+    assert cp.roles[2].reason == "control flow runs through the host"
+    assert "host value that can change" in cp.roles[3].reason
+    assert [(s.start, s.stop) for s in cp.segments] == [(1, 2), (4, 6)]
+    assert segments_of(cp.roles) == cp.segments
+    forced = plan_capture(plan, {"gpu"}, "segmented", forced={4: "capture failed"})
+    assert [(s.start, s.stop) for s in forced.segments] == [(1, 2), (5, 6)]
+    other = plan_capture(plan, {"other"}, "auto")
+    assert other.mode == "off" and other.roles[0].role == "seam"
