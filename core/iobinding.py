@@ -349,13 +349,15 @@ class IOBinding:
             provider = self._device_provider("a bound input is on the device")
             feeds = {**feeds, **{n: provider.to_host(feeds[n]) for n in host_read}}
         if self._shared_inputs:
-            outs = self._run_sharing(feeds, names)
+            outs = self._run_sharing(feeds, names, run_options)
         else:
-            outs = sess._run_on_device(feeds, names)  # noqa: SLF001 - same package
+            outs = sess._run_on_device(feeds, names, run_options)  # noqa: SLF001 - same package
         self.copied_outputs = []
         self._results = [self._deliver(n, v) for n, v in zip(names, outs)]
 
-    def _run_sharing(self, feeds: dict[str, Any], names: list[str]) -> list[Any]:
+    def _run_sharing(
+        self, feeds: dict[str, Any], names: list[str], run_options: Any = None
+    ) -> list[Any]:
         """A run that may hand a bound input back as an output (see the module's note).
 
         The executor leaves outputs that share a feed's memory as they are; an
@@ -365,7 +367,7 @@ class IOBinding:
         sess = self._session
         inputs = sess._feeds(feeds)  # noqa: SLF001 - same package
         pick = sess._pick(names)  # noqa: SLF001
-        outs = sess._main.executor.run_on_device(inputs, protect_feeds=False)  # noqa: SLF001
+        outs = sess._device_run(inputs, run_options, protect=False)  # noqa: SLF001
         roots = root_ids(inputs)
         result = []
         for n, i in zip(names, pick):

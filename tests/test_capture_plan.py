@@ -442,3 +442,20 @@ def test_hand_built_plan_roles():
     assert [(s.start, s.stop) for s in forced.segments] == [(1, 2), (5, 6)]
     other = plan_capture(plan, {"other"}, "auto")
     assert other.mode == "off" and other.roles[0].role == "seam"
+
+
+def test_io_binding_runs_replay_too(fake):
+    sess = _session(_chain(), warmup=1)
+    io = sess.io_binding()
+    opts = onnxep.RunOptions()
+    opts.add_run_config_entry("gpu_graph_id", "3")
+    for seed in range(4):
+        f = _feeds(seed)
+        for k, v in f.items():
+            io.bind_cpu_input(k, v)
+        io.bind_output("z", "cpu")
+        sess.run_with_iobinding(io, opts)
+        (z,) = io.copy_outputs_to_cpu()
+        np.testing.assert_allclose(z, _expected(f["x"], f["y"], "Relu"), rtol=1e-6)
+    s = sess.capture_stats()
+    assert (s["captures"], s["replays"]) == (1, 2)
