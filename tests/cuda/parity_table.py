@@ -132,7 +132,6 @@ TABLE = {
     "::Div": [
         ("test_div", "float32"),
         ("test_celu_float16_expanded", "float16"),
-        ("test_flexattention_causal_mask_expanded_ver26", "float32"),
         ("test_div_int32_trunc", "float32"),
     ],
     "::Dropout": [("test_dropout_default", "float32"), ("test_dropout_default", "float16")],
