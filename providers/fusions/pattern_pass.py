@@ -28,6 +28,7 @@ unnamed output as omitted); used ones get a fresh name.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,23 +67,48 @@ def _domain(d: str) -> str:
     return "" if d in ("", "ai.onnx") else d
 
 
-def _root_op(rule: pattern.RewriteRule) -> tuple[str, str] | None:
-    """The (domain, op) a rule's anchor node must have, to skip hopeless nodes cheaply.
-
-    Read from the compiled pattern, which onnxscript does not document (and whose
-    commuted copies carry the op as a constant pattern, not an identifier); when
-    it is not there, every node is tried (slower, same result).
-    """
-    try:
-        root = rule._target_pattern.output_nodes[0]
-        ident = root.op_identifier()
-        if ident is None:
-            ident = (root.domain.value(), root.op.value())
-    except (AttributeError, IndexError, TypeError):
-        return None
+def _op_of(node_pattern: Any) -> tuple[str, str] | None:
+    ident = node_pattern.op_identifier()
+    if ident is None:  # commuted copies carry the op as a constant pattern instead
+        ident = (node_pattern.domain.value(), node_pattern.op.value())
     if not isinstance(ident[0], str) or not isinstance(ident[1], str):
         return None
     return _domain(ident[0]), ident[1]
+
+
+class _Signature:
+    """The anchor's (domain, op) and the ops producing its inputs, as a rule's pattern has them.
+
+    A cheap test that skips nodes the rule cannot match before onnxscript's
+    matcher is asked (most candidate nodes fail here). Read from the compiled
+    pattern, which onnxscript does not document; when it is not there the test
+    passes everything (slower, same result).
+    """
+
+    def __init__(self, rule: pattern.RewriteRule) -> None:
+        self.op: tuple[str, str] | None = None
+        self.producers: list[tuple[int, tuple[str, str]]] = []
+        try:
+            root = rule._target_pattern.output_nodes[0]
+            self.op = _op_of(root)
+            for i, v in enumerate(root.inputs):
+                producer = getattr(v, "producer", None)
+                node_pattern = producer() if callable(producer) else None
+                if node_pattern is not None and (op := _op_of(node_pattern)) is not None:
+                    self.producers.append((i, op))
+        except (AttributeError, IndexError, TypeError):
+            self.op, self.producers = None, []
+
+    def admits(self, node: ir.Node, key: tuple[str, str]) -> bool:
+        if self.op is not None and self.op != key:
+            return False
+        inputs = node.inputs
+        for i, op in self.producers:
+            v = inputs[i] if i < len(inputs) else None
+            p = None if v is None else v.producer()
+            if p is None or (_domain(p.domain), p.op_type) != op:
+                return False
+        return True
 
 
 def escape(nodes: Sequence[ir.Node], outputs: Sequence[ir.Value]) -> str | None:
@@ -100,6 +126,26 @@ def escape(nodes: Sequence[ir.Node], outputs: Sequence[ir.Value]) -> str | None:
     return None
 
 
+_local = threading.local()
+
+
+def _thread_rules(p: PatternFusionPass) -> list[tuple[pattern.RewriteRule, _Signature]]:
+    """A pass class's rules, compiled once per thread.
+
+    Compiling a rule set (every commuted variant) costs more than matching it
+    on a small model, so sessions reuse it; per thread, because onnxscript's
+    matchers and some rules (``RmsNormFusion``) keep state from match to rewrite,
+    and sessions may be created on several threads at once.
+    """
+    cache = getattr(_local, "rules", None)
+    if cache is None:
+        cache = _local.rules = {}
+    key = type(p)
+    if key not in cache:
+        cache[key] = [(r, _Signature(r)) for r in p.make_rules()]
+    return cache[key]
+
+
 class PatternFusionPass(ReportingFusionPass):
     """Apply onnxscript rewrite rules, restricted to the bound provider's nodes and kernels.
 
@@ -109,8 +155,16 @@ class PatternFusionPass(ReportingFusionPass):
 
     def __init__(self, rules: Sequence[pattern.RewriteRule] | None = None) -> None:
         super().__init__()
-        given = list(rules) if rules is not None else list(self.make_rules())
-        self.rules = [(r, _root_op(r)) for r in given]
+        if rules is not None:
+            self.rules = [(r, _Signature(r)) for r in rules]
+        else:
+            self.rules = _thread_rules(self)
+        anywhere = [rs for rs in self.rules if rs[1].op is None]
+        self._by_op: dict[tuple[str, str], list] = {}
+        for rs in self.rules:
+            if rs[1].op is not None:
+                self._by_op.setdefault(rs[1].op, list(anywhere)).append(rs)
+        self._anywhere = anywhere
         self._tracer = _LastStatus()
         self._names: Names | None = None
 
@@ -118,7 +172,7 @@ class PatternFusionPass(ReportingFusionPass):
         raise NotImplementedError(f"{type(self).__name__} gives no rules")
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self._names = Names(model.graph)
+        self._names = None  # gathered at the first fire
         changed = False
         for graph in list(graphs(model.graph)):
             changed |= self._graph(model, graph)
@@ -131,8 +185,8 @@ class PatternFusionPass(ReportingFusionPass):
             if node.graph is not graph:
                 continue  # removed by an earlier match in this sweep
             key = (_domain(node.domain), node.op_type)
-            for rule, root in self.rules:
-                if root is not None and root != key:
+            for rule, signature in self._by_op.get(key, self._anywhere):
+                if not signature.admits(node, key):
                     continue
                 if order is None:
                     order = {id(n): i for i, n in enumerate(graph)}
@@ -196,6 +250,8 @@ class PatternFusionPass(ReportingFusionPass):
         ir.convenience.replace_nodes_and_values(
             graph, last, delta.match.nodes, delta.new_nodes, delta.match.outputs, delta.new_outputs
         )
+        if self._names is None:
+            self._names = Names(model.graph)
         self._names.name_new_nodes(list(delta.new_nodes), last.name or last.op_type)
         self.fire(node, rule.name or type(rule).__name__)
         return True

@@ -101,3 +101,15 @@ def last_axis(node: ir.Node, x: ir.Value, attr: str = "axis", default: int = -1)
     axis = default if a is None else a.value
     r = rank(x)
     return axis == -1 or (r is not None and axis == r - 1)
+
+
+def near(v: ir.Value | None, target: float, like: ir.Value) -> str | None:
+    """``v`` is a constant scalar of ``like``'s dtype equal to ``target`` at that dtype's
+    precision (exporters write constants rounded: 0.7978846, or 1.4140625 in float16)."""
+    value = scalar(v)
+    if value is None or v.dtype != like.dtype:
+        return f"a constant is not a {dtype_name(like)} scalar near {target:g}"
+    eps = float(np.finfo(like.dtype.numpy()).eps) if like.dtype in FLOATS else 0.0
+    if abs(value - target) > max(1e-5, 4 * eps) * abs(target):
+        return f"a constant is {value:g}, not {target:g}"
+    return None

@@ -82,7 +82,7 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
         for n in owned:
             why = _unfit(n, x)
             if why:
-                self.refuse(anchor, why)
+                self.refuse(n, why)  # the MatMul that stays out is the refused match
                 continue
             by_kind.setdefault((_kind(n), n.inputs[1].dtype), []).append(n)
         if len({dt for _, dt in by_kind}) > 1:
@@ -128,6 +128,7 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
         out.type = first.outputs[0].type
         if x.shape is not None:
             out.shape = ir.Shape([*x.shape.dims[:-1], sum(sizes)])
+        weight_values = [v for n in group for v in n.inputs[1:]]
         if packed is not None:
             consumer = packed[0]
             new = ir.node("SwiGLU", [out], domain=DOMAIN, name=consumer.name)
@@ -142,8 +143,7 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
             graph.insert_before(first, [merged, split])
             graph.remove(group, safe=True)
             rule = "joined_and_split"
-        for n in group:
-            _drop_unused_initializers(graph, n.inputs)
+        _drop_unused_initializers(graph, weight_values)
         self.fire(anchor, rule)
 
     def _split(
