@@ -60,7 +60,8 @@ for STAGE in "$@"; do
     decode)
       # The factory's qwen2.5-0.5b decoders (fp16, int4) are built here (too big to carry),
       # then onnxep's eager decode (IO binding, cache on the device) against torch eager on
-      # the same weights, at 16 and ~2000 tokens of context. DECODE_STEPS (64) and
+      # the same weights, at 16 and ~2000 tokens of context, capture off (the eager figure;
+      # the JSON states the capture counters). DECODE_STEPS (64) and
       # DECODE_BUDGET (s, 540) trim it; fp16 goes first so a short budget still reports it.
       deadline=$(( $(date +%s) + ${DECODE_BUDGET:-540} ))
       rc=0
@@ -78,7 +79,7 @@ for STAGE in "$@"; do
           if [ "$ctx" = 16 ]; then extra=(--profile); fi
           b0=$(date +%s)
           echo "== $dtype context $ctx" >>"$OUT/decode.log"
-          timeout $(( left < 200 ? left : 200 )) python3 -m onnxep.cli bench \
+          ONNXEP_CUDA_CAPTURE=off timeout $(( left < 200 ? left : 200 )) python3 -m onnxep.cli bench \
             "/tmp/m/genai-qwen2.5-0.5b-$dtype/model.onnx" --providers cuda,cpu --vs torch \
             --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
             --json "$OUT/decode_${dtype}_ctx${ctx}.json" >>"$OUT/decode.log" 2>&1 || rc=$?
@@ -111,7 +112,8 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "decode_*_ctx*.json")), k
         f"{ours.get('device_to_host_reads_per_step')}, copied/step "
         f"{ours.get('copied_outputs_per_step')}, host {us(ours.get('host_us_per_op'))} us/op "
         f"of {ours.get('compute_nodes')} nodes, profiled {us(ours.get('profiled_us_per_op'))}"
-        f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}"
+        f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}; capture "
+        f"{ours.get('capture', {}).get('policy')} (replays {ours.get('capture', {}).get('replays')})"
     )
     for name, why in r.get("skipped", {}).items():
         print(f"  {name} skipped: {why}")

@@ -89,6 +89,8 @@ class OnnxepSide(Side):
             "device_to_host_reads_per_run": self.measured_reads(),
             "fallbacks": len(rep.fallbacks),
             "rewrites": rep.rewrites,
+            # every figure states its captures, replays and fallbacks
+            "capture": self.session.capture_stats(),
             **self.decode_info,
         }
 
