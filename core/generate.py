@@ -12,10 +12,16 @@ Logits stay on the device and the argmax runs there, so a step reads back
 one token id per sequence. On the CPU provider the same loop runs on NumPy
 and feeds the state back, which is the NumPy kernels' fast path.
 
-Each step feeds ``input_ids``, an all-ones ``attention_mask`` of length
-past + new (eager decoding: the builder's graph takes
-``total_sequence_length`` from the mask's shape on the host) and
-``position_ids`` when the model has them.
+Each step feeds ``input_ids``, an ``attention_mask`` and ``position_ids``
+when the model has them. The builder's graph takes ``total_sequence_length``
+from the mask's shape on the host and ``seqlens_k`` from its sum on the
+device. The prefill's mask is all ones, of the prompt's length. On the
+shared-buffer path every decode step's mask has the buffers' full capacity,
+ones for the rows filled so far and the new token, zeros after: the step's
+input shapes never change, so GroupQueryAttention plans once and a session
+with CUDA-graph capture on replays one graph per step (GroupQueryAttention
+attends only ``seqlens_k + 1`` keys, so the tokens are the same). Where the
+cache grows instead, the mask grows with it (past + new, all ones).
 """
 
 from __future__ import annotations
@@ -62,6 +68,11 @@ class GenerateResult:
     host_to_device_copies: list[int] | None = None
     #: outputs each run copied into their bound buffers (0 when every state is shared in place)
     copied_outputs: list[int] = field(default_factory=list)
+    #: the session's capture counters over this decode (captures, replays, fallbacks,
+    #: invalidations made by its runs) and the policy with its reason
+    capture_stats: dict[str, Any] = field(default_factory=dict)
+    #: True when decode steps fed a full-capacity mask (fixed input shapes)
+    full_mask: bool = False
 
     @property
     def tokens(self) -> list[int]:
@@ -172,7 +183,11 @@ class GreedyDecoder:
         *,
         capacity: int | None = None,
         dims: Mapping[str, int] | None = None,
+        share_on_host: bool = False,
     ) -> None:
+        """``share_on_host`` takes the shared-buffer path on the CPU provider too (host
+        buffers bound as past and present, full-capacity masks): the device's path,
+        checked on the CPU; an error when no GroupQueryAttention shares the cache."""
         ids = _prompt(input_ids)
         steps = _positive_int("max_new_tokens", max_new_tokens)
         # the last token is never fed back, so the cache holds one fewer
@@ -203,10 +218,14 @@ class GreedyDecoder:
         self._dims = {**(model_dims(session.model_path) if session.model_path else {})}
         self._dims.update(dims or {})
         self._counted = [p for p in session.providers if hasattr(p, "transfer_counts")]
+        self._share_on_host = bool(share_on_host)
         self.state_path, self.state_note = self._choose_path()
         self.capacity = None
         if self.state_path == SHARED:
             self.capacity = capacity if capacity is not None else ids.shape[1] + steps
+        #: decode steps feed the mask at full capacity (fixed shapes; see the module's note)
+        self.full_mask = self.state_path == SHARED and spec.mask is not None
+        self._capture_start = self._capture_counters()
         self._tokens: list[np.ndarray] = []
         self.result = GenerateResult(
             token_ids=np.zeros((self.batch, 0), np.int64),
@@ -217,6 +236,7 @@ class GreedyDecoder:
             capacity=self.capacity,
             device_to_host_reads=[] if self._counted else None,
             host_to_device_copies=[] if self._counted else None,
+            full_mask=self.full_mask,
         )
         self._bind()
 
@@ -225,6 +245,19 @@ class GreedyDecoder:
         p = self.provider
         fixed = sum(1 for s in self.spec.states if s.grow_axis is None)
         fed = f"; {fixed} fixed-size state(s) fed back" if fixed else ""
+        if self._share_on_host and not self._state_on_device:
+            unshared = _unshared_caches(self.session, self.spec)
+            if unshared or fixed == len(self.spec.states):
+                raise InvalidArgument(
+                    "share_on_host needs every growing cache to be GroupQueryAttention's "
+                    "shared past buffer; not shared: "
+                    + (", ".join(unshared[:3]) if unshared else "no state grows")
+                    + "; leave share_on_host off"
+                )
+            return SHARED, (
+                f"{len(self.spec.states) - fixed} past/present host buffer(s) bound in place "
+                f"(share_on_host){fed}"
+            )
         if not self.on_device:
             return FEED_BACK, f"{p.name} provider: outputs fed back as inputs in host memory"
         if not hasattr(p, "adopt"):
@@ -287,7 +320,12 @@ class GreedyDecoder:
         spec = self.spec
         n = self.ids.shape[1]
         f = {spec.ids: self.ids}
-        if spec.mask:
+        if spec.mask and self.full_mask and self.past:
+            # capacity was checked to hold past + n rows
+            mask = np.zeros((self.batch, self.capacity), spec.mask_dtype)
+            mask[:, : self.past + n] = 1
+            f[spec.mask] = mask
+        elif spec.mask:
             f[spec.mask] = np.ones((self.batch, self.past + n), spec.mask_dtype)
         if spec.positions:
             pos = np.arange(self.past, self.past + n, dtype=np.int64)[None].repeat(self.batch, 0)
@@ -341,6 +379,24 @@ class GreedyDecoder:
         return token
 
     # -- reporting ----------------------------------------------------------------------
+    _COUNTERS = ("captures", "replays", "fallbacks", "invalidations")
+
+    def _capture_counters(self) -> dict[str, Any]:
+        stats = getattr(self.session, "capture_stats", None)
+        return dict(stats()) if stats is not None else {}
+
+    def capture_delta(self) -> dict[str, Any]:
+        """The session's capture counters over this decode, with the policy and its reason.
+
+        The counters are the session's: runs of other decodes on the same
+        session in between are counted too."""
+        now = self._capture_counters()
+        out = {k: now.get(k, 0) - self._capture_start.get(k, 0) for k in self._COUNTERS}
+        out.update(policy=now.get("policy", "off"), reason=now.get("reason", ""))
+        seen = len(self._capture_start.get("failures", []))
+        out["failures"] = list(now.get("failures", []))[seen:]
+        return out
+
     @property
     def tokens(self) -> list[int]:
         """The first row's tokens so far."""
@@ -352,6 +408,7 @@ class GreedyDecoder:
         if self._tokens:
             r.token_ids = np.stack(self._tokens, axis=1)
         r.compute_nodes = sum(1 for n in self.session.placement() if n.role == "compute")
+        r.capture_stats = self.capture_delta()
         return r
 
     def host_feeds(self) -> dict[str, np.ndarray]:

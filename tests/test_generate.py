@@ -260,6 +260,43 @@ def test_device_path_binds_fixed_buffers_and_reads_one_token_per_step(fakedev, n
     assert res.copied_outputs == [want_copies] * steps
 
 
+@pytest.mark.parametrize("name", ["qwen2_fp32", "qwen2_int4", "qwen3_5_hybrid", "factory_tiny"])
+def test_full_capacity_mask_on_shared_host_buffers_gives_the_growing_decode(name, request):
+    """The CPU GroupQueryAttention with the device's path: the past buffer bound as the
+    present, a mask of the buffers' capacity (zeros after the filled rows)."""
+    path = model_path(name, request)
+    sess = onnxep.InferenceSession(path, providers=["cpu"])
+    grown = onnxep.generate(sess, PROMPT, 9, progress=False)
+    assert grown.state_path == FEED_BACK and not grown.full_mask
+    dec = GreedyDecoder(sess, PROMPT, 9, capacity=40, dims=model_dims(path), share_on_host=True)
+    assert dec.state_path == SHARED and dec.full_mask, dec.state_note
+    masks = []
+    while not dec.done:
+        feeds = dec._step_feeds()  # noqa: SLF001 - the mask this step binds
+        masks.append(feeds[dec.spec.mask])
+        dec.step()
+    assert dec.finish().tokens == grown.tokens
+    assert masks[0].shape == (1, len(PROMPT)) and masks[0].all()
+    for k, m in enumerate(masks[1:], start=1):
+        assert m.shape == (1, 40) and int(m.sum()) == len(PROMPT) + k and m[0, : int(m.sum())].all()
+
+
+def test_share_on_host_refuses_a_cache_no_kernel_shares():
+    sess = onnxep.InferenceSession(MODELS["torch_export"], providers=["cpu"])
+    with pytest.raises(InvalidArgument, match="share_on_host.*Concat"):
+        GreedyDecoder(sess, PROMPT, 4, share_on_host=True)
+    assert len(onnxep.generate(sess, PROMPT, 2, progress=False).tokens) == 2
+
+
+def test_device_path_feeds_full_capacity_masks_after_the_prefill(fakedev):
+    path = MODELS["qwen2_fp32"]
+    sess = onnxep.InferenceSession(path, providers=["fakedev"])
+    res = onnxep.generate(sess, PROMPT, 6, capacity=64, progress=False)
+    assert res.state_path == SHARED and res.full_mask and res.capacity == 64
+    assert res.tokens == step_by_step(path, PROMPT, 6)
+    assert res.capture_stats["policy"] == "off" and res.capture_stats["replays"] == 0
+
+
 def test_device_path_feeds_back_a_cache_no_kernel_shares(fakedev):
     path = MODELS["torch_export"]  # present = Concat(past, new)
     sess = onnxep.InferenceSession(path, providers=["fakedev"])
