@@ -8,39 +8,33 @@ over the generic kernels (the CPU reference of every fused op).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-from conftest import make_model, tensor
-from onnx import TensorProto, helper, numpy_helper
-from test_fusions_pattern import ALL, const, fusion, fusions_provider, ops, session
+from test_fusions_graphs import (
+    F16,
+    F32,
+    feeds,
+    gelu_model,
+    matmul_bias_model,
+    positive,
+    rms_model,
+    rsqrt_model,
+    shared_model,
+    silu_model,
+    skip_model,
+    swiglu_model,
+)
+from test_fusions_pattern import ALL, fusion, fusions_provider, ops, session
 
 from onnxep.providers.fusions.reporting import ANOTHER_CONSUMER, GRAPH_OUTPUT
 from onnxep.providers.fusions.shared_input_matmuls import NOT_CONSTANT
 from onnxep.testing import TOLERANCES
-
-F32, F16 = np.float32, np.float16
-ELEM = {F32: TensorProto.FLOAT, F16: TensorProto.FLOAT16}
-MSFT = ("com.microsoft", 1)
-node = helper.make_node
 
 
 @pytest.fixture
 def fusions():
     with fusions_provider() as register:
         yield register
-
-
-def _feeds(model, seed=0):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for v in model.graph.input:
-        t = v.type.tensor_type
-        shape = [d.dim_value for d in t.shape.dim]
-        dt = F16 if t.elem_type == TensorProto.FLOAT16 else F32
-        out[v.name] = rng.standard_normal(shape).astype(dt)
-    return out
 
 
 def check(make, model, pass_name, fused_ops, exact, fired=1, off=()):
@@ -52,9 +46,9 @@ def check(make, model, pass_name, fused_ops, exact, fired=1, off=()):
         assert op in placed, placed
     plain = session(model, make, off=ALL)
     assert fusion(plain, pass_name).state == "off"
-    feeds = _feeds(model)
+    inputs = feeds(model)
     names = [o.name for o in model.graph.output]
-    for name, got, want in zip(names, fused.run(None, feeds), plain.run(None, feeds)):
+    for name, got, want in zip(names, fused.run(None, inputs), plain.run(None, inputs)):
         assert got.dtype == want.dtype and got.shape == want.shape, name
         if exact:
             np.testing.assert_array_equal(got, want, err_msg=name)
@@ -73,49 +67,6 @@ def refused(make, model, pass_name, reason):
 
 
 # -- RMS norm --------------------------------------------------------------------------
-
-
-def rms_model(dt=F32, div=False, axes_attr=False, escape=None, cast=False, d=16):
-    e = ELEM[dt]
-    cdt = F32 if cast else dt
-    inits = [
-        const("two", 2.0, cdt),
-        const("eps", 1e-6, cdt),
-        const("one", 1.0, cdt),
-        const("w", np.linspace(0.5, 1.5, d), dt),
-    ]
-    nodes = []
-    x = "x"
-    if cast:
-        nodes.append(node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT))
-        x = "x32"
-    if axes_attr:
-        mean = node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1)
-    else:
-        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
-        # as torch writes it, both attributes out (onnxscript's rule matches only then)
-        mean = node("ReduceMean", ["p", "axes"], ["m"], keepdims=1, noop_with_empty_axes=0)
-    nodes += [
-        node("Pow", [x, "two"], ["p"]),
-        mean,
-        node("Add", ["m", "eps"], ["a"]),
-        node("Sqrt", ["a"], ["s"]),
-        node("Div", ["one", "s"], ["r"]) if div else node("Reciprocal", ["s"], ["r"]),
-        node("Mul", [x, "r"], ["n"]),
-    ]
-    if cast:
-        nodes.append(node("Cast", ["n"], ["n16"], to=e))
-        nodes.append(node("Mul", ["w", "n16"], ["y"], name="scale"))
-    else:
-        nodes.append(node("Mul", ["n", "w"], ["y"], name="scale"))
-    outputs = [tensor("y", [2, 3, d], e)]
-    if escape == "output":
-        outputs.append(tensor("m", [2, 3, 1], ELEM[cdt]))
-    elif escape == "consumer":
-        nodes.append(node("Neg", ["s"], ["ns"]))
-        outputs.append(tensor("ns", [2, 3, 1], ELEM[cdt]))
-    opset = 17 if axes_attr else 18
-    return make_model(nodes, [tensor("x", [2, 3, d], e)], outputs, inits, opset=opset)
 
 
 @pytest.mark.parametrize(
@@ -152,30 +103,6 @@ def test_rms_norm_refuses_a_mean_over_other_axes(fusions):
 # -- skip RMS norm ------------------------------------------------------------------------
 
 
-def skip_model(dt=F32, opset23=False, bias=False, escape=False, d=16):
-    e = ELEM[dt]
-    inits = [const("w", np.linspace(0.5, 1.5, d), dt), const("bias", np.linspace(-1, 1, d), dt)]
-    nodes = [node("Add", ["h", "res"], ["t"], name="residual")]
-    s = "t"
-    if bias:
-        nodes.append(node("Add", ["t", "bias"], ["tb"], name="bias_add"))
-        s = "tb"
-    if opset23:
-        nodes.append(node("RMSNormalization", [s, "w"], ["y"], axis=-1, epsilon=1e-6))
-    else:
-        rms = rms_model(dt, d=d)
-        inits += [i for i in rms.graph.initializer if i.name != "w"]
-        for n in rms.graph.node:
-            n.input[:] = [s if i == "x" else i for i in n.input]
-            nodes.append(n)
-    nodes.append(node("Add", [s, "c"], ["z"], name="next_residual"))
-    inputs = [tensor(n, [2, 3, d], e) for n in ("h", "res", "c")]
-    outputs = [tensor("y", [2, 3, d], e), tensor("z", [2, 3, d], e)]
-    if escape:
-        outputs.append(tensor("t", [2, 3, d], e))
-    return make_model(nodes, inputs, outputs, inits, opset=23 if opset23 else 18)
-
-
 @pytest.mark.parametrize("opset23", [False, True], ids=["simplified", "rms-normalization-23"])
 @pytest.mark.parametrize("dt", [F32, F16])
 def test_skip_rms_norm_keeps_the_sum_exact(fusions, dt, opset23):
@@ -185,8 +112,8 @@ def test_skip_rms_norm_keeps_the_sum_exact(fusions, dt, opset23):
     )
     assert "Add" in ops(sess)  # the next residual Add reads the fused node's sum output
     plain = session(model, fusions(), off=ALL)
-    feeds = _feeds(model)
-    np.testing.assert_array_equal(sess.run(["z"], feeds)[0], plain.run(["z"], feeds)[0])
+    inputs = feeds(model)
+    np.testing.assert_array_equal(sess.run(["z"], inputs)[0], plain.run(["z"], inputs)[0])
 
 
 def test_skip_rms_norm_with_bias(fusions):
@@ -200,26 +127,6 @@ def test_skip_rms_norm_refuses_an_escaping_inner_sum(fusions):
 # -- Rsqrt --------------------------------------------------------------------------------
 
 
-def rsqrt_model(dt=F32, div=False, escape=False, one_shape=()):
-    e = ELEM[dt]
-    nodes = [node("Sqrt", ["x"], ["s"])]
-    if div:
-        nodes.append(node("Div", ["one", "s"], ["y"], name="inv"))
-    else:
-        nodes.append(node("Reciprocal", ["s"], ["y"], name="inv"))
-    shape_y = [4, 8] if len(one_shape) <= 2 else [1] * (len(one_shape) - 2) + [4, 8]
-    outputs = [tensor("y", shape_y, e)]
-    if escape:
-        nodes.append(node("Neg", ["s"], ["ns"]))
-        outputs.append(tensor("ns", [4, 8], e))
-    inits = [const("one", np.ones(one_shape), dt)]
-    return make_model(nodes, [tensor("x", [4, 8], e)], outputs, inits)
-
-
-def _positive(model):
-    return {k: np.abs(v) + 1e-3 for k, v in _feeds(model).items()}
-
-
 @pytest.mark.parametrize("div", [False, True], ids=["reciprocal", "div"])
 @pytest.mark.parametrize("dt", [F32, F16])
 def test_rsqrt_is_exact(fusions, dt, div):
@@ -227,7 +134,7 @@ def test_rsqrt_is_exact(fusions, dt, div):
     make = fusions()
     fused, plain = session(model, make), session(model, make, off=ALL)
     assert ops(fused) == ["Rsqrt"] and fusion(fused, "fuse_rsqrt").exact
-    feeds = _positive(model)
+    feeds = positive(model)
     np.testing.assert_array_equal(fused.run(None, feeds)[0], plain.run(None, feeds)[0])
 
 
@@ -240,31 +147,11 @@ def test_rsqrt_refuses_an_escape_and_a_broadcasting_one(fusions):
 # -- SiLU and SwiGLU ------------------------------------------------------------------------
 
 
-def silu_model(dt=F32, swapped=False):
-    e = ELEM[dt]
-    mul = ["s", "x"] if swapped else ["x", "s"]
-    nodes = [node("Sigmoid", ["x"], ["s"]), node("Mul", mul, ["y"])]
-    return make_model(nodes, [tensor("x", [4, 8], e)], [tensor("y", [4, 8], e)])
-
-
 @pytest.mark.parametrize("swapped", [False, True])
 @pytest.mark.parametrize("dt", [F32, F16])
 def test_silu_is_exact(fusions, dt, swapped):
     sess = check(fusions(), silu_model(dt, swapped), "fuse_silu", ["SiLU"], True)
     assert fusion(sess, "fuse_silu").exact
-
-
-def swiglu_model(dt=F32, escape=False):
-    e = ELEM[dt]
-    nodes = [
-        node("Sigmoid", ["g"], ["s"]),
-        node("Mul", ["g", "s"], ["act"]),
-        node("Mul", ["act", "u"], ["y"], name="gated"),
-    ]
-    outputs = [tensor("y", [4, 8], e)]
-    if escape:
-        outputs.append(tensor("act", [4, 8], e))
-    return make_model(nodes, [tensor("g", [4, 8], e), tensor("u", [4, 8], e)], outputs)
 
 
 @pytest.mark.parametrize("dt", [F32, F16])
@@ -284,48 +171,6 @@ def test_swiglu_refuses_an_escaping_silu(fusions):
 
 
 # -- GELU and bias GELU --------------------------------------------------------------------
-
-
-def gelu_model(dt=F32, form="erf", bias=None, opset=18, escape=False, bias_shape=(8,)):
-    """GELU as torch exports it at opset 18 (primitives) or 20 (ONNX Gelu), after x (+ bias)."""
-    e = ELEM[dt]
-    inits = [const("b", np.linspace(-1, 1, math.prod(bias_shape)).reshape(bias_shape), dt)]
-    nodes = []
-    x = "x"
-    if bias:
-        nodes.append(node("Add", ["x", "b"], ["xb"], name="bias_add"))
-        x = "xb"
-    if opset >= 20:
-        approx = "tanh" if form == "tanh" else "none"
-        nodes.append(node("Gelu", [x], ["y"], approximate=approx))
-    elif form == "erf":
-        inits += [const(n, v, dt) for n, v in (("sqrt2", 1.4142135), ("one", 1.0), ("half", 0.5))]
-        nodes += [
-            node("Div", [x, "sqrt2"], ["d"]),
-            node("Erf", ["d"], ["erf"]),
-            node("Add", ["erf", "one"], ["e1"]),
-            node("Mul", ["half", "e1"], ["h"]),
-            node("Mul", [x, "h"], ["y"], name="gelu_out"),
-        ]
-    else:
-        consts = (("three", 3.0), ("k", 0.044715), ("c", 0.7978846), ("one", 1.0), ("half", 0.5))
-        inits += [const(n, v, dt) for n, v in consts]
-        nodes += [
-            node("Pow", [x, "three"], ["p3"]),
-            node("Mul", ["k", "p3"], ["kp"]),
-            node("Add", [x, "kp"], ["inner"]),
-            node("Mul", ["c", "inner"], ["ci"]),
-            node("Tanh", ["ci"], ["erf"]),
-            node("Add", ["erf", "one"], ["e1"]),
-            node("Mul", ["half", "e1"], ["h"]),
-            node("Mul", [x, "h"], ["y"], name="gelu_out"),
-        ]
-    outputs = [tensor("y", [4, 8], e)]
-    if escape:
-        name = "xb" if bias else "erf"
-        nodes.append(node("Neg", [name], ["n"]))
-        outputs.append(tensor("n", [4, 8], e))
-    return make_model(nodes, [tensor("x", [4, 8], e)], outputs, inits, opset=opset)
 
 
 @pytest.mark.parametrize(
@@ -373,21 +218,6 @@ def test_bias_gelu_refuses_an_escape_and_a_matrix_bias(fusions):
 # -- MatMul + bias -----------------------------------------------------------------------
 
 
-def matmul_bias_model(dt=F32, residual=False, escape=False, swapped=False):
-    e = ELEM[dt]
-    rng = np.random.default_rng(1)
-    inits = [
-        const("w", rng.standard_normal((8, 16)) / 3, dt),
-        const("b", np.linspace(-1, 1, 16), dt),
-    ]
-    addend = "r" if residual else "b"
-    pair = [addend, "mm"] if swapped else ["mm", addend]
-    nodes = [node("MatMul", ["x", "w"], ["mm"]), node("Add", pair, ["y"], name="bias_add")]
-    inputs = [tensor("x", [2, 3, 8], e)] + ([tensor("r", [2, 3, 16], e)] if residual else [])
-    outputs = [tensor("y", [2, 3, 16], e)] + ([tensor("mm", [2, 3, 16], e)] if escape else [])
-    return make_model(nodes, inputs, outputs, inits)
-
-
 @pytest.mark.parametrize("swapped", [False, True])
 @pytest.mark.parametrize("dt", [F32, F16])
 def test_matmul_bias(fusions, dt, swapped):
@@ -404,35 +234,6 @@ def test_matmul_bias_refuses_a_residual_and_an_escape(fusions):
 
 
 # -- MatMuls sharing an input ---------------------------------------------------------------
-
-
-def shared_model(widths=(16, 8, 8), dt=F32, swiglu=False, dynamic=None, opset=17, bias=False):
-    e = ELEM[dt]
-    rng = np.random.default_rng(2)
-    inits, nodes, outputs = [], [], []
-    inputs = [tensor("x", [2, 3, 8], e)]
-    for k, n in enumerate(widths):
-        inits.append(const(f"w{k}", rng.standard_normal((8, n)) / 3, dt))
-        w = f"w{k}"
-        if dynamic == k:
-            inputs.append(tensor("wd", [8, n], e))
-            w = "wd"
-        nodes.append(node("MatMul", ["x", w], [f"m{k}"], name=f"proj{k}"))
-        out = f"m{k}"
-        if bias:
-            inits.append(const(f"b{k}", np.linspace(-1, 1, n), dt))
-            nodes.append(node("Add", [f"m{k}", f"b{k}"], [f"y{k}"]))
-            out = f"y{k}"
-        if not swiglu:
-            outputs.append(tensor(out, [2, 3, n], e))
-    if swiglu:
-        nodes += [
-            node("Sigmoid", ["m0"], ["s"]),
-            node("Mul", ["m0", "s"], ["act"]),
-            node("Mul", ["act", "m1"], ["y"]),
-        ]
-        outputs.append(tensor("y", [2, 3, widths[0]], e))
-    return make_model(nodes, inputs, outputs, inits, opset=opset)
 
 
 @pytest.mark.parametrize("opset", [11, 17])

@@ -8,7 +8,9 @@ gives exactly what the nodes it replaced gave; a provider's specialised kernel
 
 from __future__ import annotations
 
-#: The custom-op domain of the fused ops.
+#: The custom-op domain of the fused ops. Kernel modules write it out as a literal in
+#: ``@kernel(..., domain="onnxep")``: the CUDA provider's claimed-op list is read from
+#: those decorators statically (``providers_cuda.declines.claimed_ops``).
 DOMAIN = "onnxep"
 
 #: Input 0 dtypes every fused op takes.

@@ -8,10 +8,10 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_add, op_mat_mul
-from ._fused import DOMAIN, FLOATS
+from ._fused import FLOATS
 
 
-@kernel("MatMulBias", domain=DOMAIN, dtypes=FLOATS)
+@kernel("MatMulBias", domain="onnxep", dtypes=FLOATS)
 def matmul_bias(node: NodeInfo, xp: Any):
     matmul = op_mat_mul.mat_mul(node, xp)
     add = op_add.add(node, xp)

@@ -14,7 +14,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_mul
-from ._fused import DOMAIN, FLOATS
+from ._fused import FLOATS
 from .op_silu import silu
 
 
@@ -29,7 +29,7 @@ def split_packed(gu: Any) -> tuple[Any, Any]:
     return gu[..., : n // 2], gu[..., n // 2 :]
 
 
-@kernel("SwiGLU", domain=DOMAIN, dtypes=FLOATS)
+@kernel("SwiGLU", domain="onnxep", dtypes=FLOATS)
 def swiglu(node: NodeInfo, xp: Any):
     act = silu(node, xp)
     mul = op_mul.mul(node, xp)

@@ -8,10 +8,10 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_reciprocal, op_sqrt
-from ._fused import DOMAIN, FLOATS
+from ._fused import FLOATS
 
 
-@kernel("Rsqrt", domain=DOMAIN, dtypes=FLOATS)
+@kernel("Rsqrt", domain="onnxep", dtypes=FLOATS)
 def rsqrt(node: NodeInfo, xp: Any):
     root = op_sqrt.sqrt(node, xp)
     inverse = op_reciprocal.reciprocal(node, xp)

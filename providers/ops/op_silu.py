@@ -8,10 +8,10 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_mul, op_sigmoid
-from ._fused import DOMAIN, FLOATS
+from ._fused import FLOATS
 
 
-@kernel("SiLU", domain=DOMAIN, dtypes=FLOATS)
+@kernel("SiLU", domain="onnxep", dtypes=FLOATS)
 def silu(node: NodeInfo, xp: Any):
     sigmoid = op_sigmoid.sigmoid(node, xp)
     mul = op_mul.mul(node, xp)

@@ -13,13 +13,13 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import DOMAIN, FLOATS
+from onnxep.providers.ops._fused import FLOATS
 
 from .. import blas
 from . import op_add, op_mat_mul
 
 
-@kernel("MatMulBias", domain=DOMAIN, dtypes=FLOATS)
+@kernel("MatMulBias", domain="onnxep", dtypes=FLOATS)
 def matmul_bias(node: NodeInfo, xp: Any):
     matmul, add = op_mat_mul.mat_mul(node, xp), op_add.add(node, xp)
     supported = blas.SUPPORTED_DTYPES

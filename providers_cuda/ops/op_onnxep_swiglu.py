@@ -10,14 +10,14 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import DOMAIN, FLOATS
+from onnxep.providers.ops._fused import FLOATS
 from onnxep.providers.ops.op_onnxep_swiglu import split_packed
 
 from . import op_mul, op_sigmoid
 from ._fused_cuda import swiglu_runner
 
 
-@kernel("SwiGLU", domain=DOMAIN, dtypes=FLOATS)
+@kernel("SwiGLU", domain="onnxep", dtypes=FLOATS)
 def swiglu(node: NodeInfo, xp: Any):
     sigmoid, mul = op_sigmoid.sigmoid(node, xp), op_mul.mul(node, xp)
 

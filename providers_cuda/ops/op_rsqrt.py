@@ -10,13 +10,13 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import DOMAIN, FLOATS
+from onnxep.providers.ops._fused import FLOATS
 
 from . import op_reciprocal, op_sqrt
 from ._fused_cuda import unary_runner
 
 
-@kernel("Rsqrt", domain=DOMAIN, dtypes=FLOATS)
+@kernel("Rsqrt", domain="onnxep", dtypes=FLOATS)
 def rsqrt(node: NodeInfo, xp: Any):
     root, inverse = op_sqrt.sqrt(node, xp), op_reciprocal.reciprocal(node, xp)
     return unary_runner("rsqrt_k", node, xp, lambda x: inverse(root(x)[0]))

@@ -10,13 +10,13 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import DOMAIN, FLOATS
+from onnxep.providers.ops._fused import FLOATS
 
 from . import op_mul, op_sigmoid
 from ._fused_cuda import unary_runner
 
 
-@kernel("SiLU", domain=DOMAIN, dtypes=FLOATS)
+@kernel("SiLU", domain="onnxep", dtypes=FLOATS)
 def silu(node: NodeInfo, xp: Any):
     sigmoid, mul = op_sigmoid.sigmoid(node, xp), op_mul.mul(node, xp)
     return unary_runner("silu_k", node, xp, lambda x: mul(x, sigmoid(x)[0]))

@@ -245,6 +245,20 @@ def global_lp_pool(dtype, rng):
     return _model("GlobalLpPool", f, ["X"], ["Y"], {"p": 2}, domain="")
 
 
+def fused(op: str, inputs: dict[str, tuple[int, ...]], consts: tuple[str, ...] = ()) -> Callable:
+    """A case for an op onnxep's fusion passes emit (domain "onnxep", imported at version 1)."""
+
+    def make(dtype, rng):
+        f = {n: _r(rng, shape, dtype) for n, shape in inputs.items()}
+        if op == "Rsqrt":
+            f["X"] = np.abs(f["X"]) + dtype(0.5)
+        m, feeds = _model(op, f, list(inputs), ["Y"], domain="onnxep", consts=consts)
+        m.opset_import.append(helper.make_opsetid("onnxep", 1))
+        return m, feeds
+
+    return make
+
+
 CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     "::GlobalLpPool": global_lp_pool,
     "::SimplifiedLayerNormalization": simplified_ln(""),
@@ -267,4 +281,10 @@ CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     f"{MS}::Attention": attention_contrib,
     f"{MS}::MatMulNBits": matmul_nbits,
     f"{MS}::GatherBlockQuantized": gather_block_quantized,
+    "onnxep::Rsqrt": fused("Rsqrt", {"X": (2, 3, 16)}),
+    "onnxep::SiLU": fused("SiLU", {"X": (2, 3, 16)}),
+    "onnxep::SwiGLU": fused("SwiGLU", {"G": (2, 3, 16), "U": (2, 3, 16)}),
+    "onnxep::MatMulBias": fused(
+        "MatMulBias", {"A": (2, 3, 16), "B": (16, 8), "C": (8,)}, ("B", "C")
+    ),
 }

@@ -566,4 +566,20 @@ TABLE = {
         ("custom:com.microsoft::SkipSimplifiedLayerNormalization", "float32"),
         ("custom:com.microsoft::SkipSimplifiedLayerNormalization", "float16"),
     ],
+    "onnxep::MatMulBias": [
+        ("custom:onnxep::MatMulBias", "float32"),
+        ("custom:onnxep::MatMulBias", "float16"),
+    ],
+    "onnxep::Rsqrt": [
+        ("custom:onnxep::Rsqrt", "float32"),
+        ("custom:onnxep::Rsqrt", "float16"),
+    ],
+    "onnxep::SiLU": [
+        ("custom:onnxep::SiLU", "float32"),
+        ("custom:onnxep::SiLU", "float16"),
+    ],
+    "onnxep::SwiGLU": [
+        ("custom:onnxep::SwiGLU", "float32"),
+        ("custom:onnxep::SwiGLU", "float16"),
+    ],
 }
