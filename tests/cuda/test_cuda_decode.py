@@ -90,6 +90,7 @@ def test_a_step_shares_the_cache_and_reads_only_the_token(name, sessions):
     res = onnxep.generate(sess, PROMPT, STEPS, progress=False)
     print(f"{name}: {res.summary()}")
     assert res.state_path == SHARED, f"{name}: {res.state_note}"
+    assert res.full_mask, f"{name}: decode steps should feed the mask at full capacity"
     reads = res.device_to_host_reads
     host_reads = [c for c in sess.placement().copies if c.dst == "cpu"]
     assert reads == [1] * STEPS, (
