@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -16,7 +17,7 @@ import numpy as np
 from ..progress import progress_bar
 from .decode import DecodeState, decode_spec, model_dims
 from .loops import OnnxepLoop
-from .sides import OnnxepSide, Side, make_peer
+from .sides import GRAPH_SIDE, OnnxepSide, Side, make_peer, with_capture
 from .stats import summarize
 
 
@@ -76,6 +77,14 @@ class BenchResult:
                     else ""
                 )
             )
+        for side in self.sides:
+            c = side.get("capture_timed")
+            if self.mode == "decode" and c is not None:
+                lines.append(
+                    f"{side['name']} capture: {c['policy']}, timed decode: captures "
+                    f"{c['captures']}, replays {c['replays']}, fallbacks {c['fallbacks']}"
+                    + (f" ({'; '.join(c['failures'])[:300]})" if c["failures"] else "")
+                )
         lines += self._token_lines()
         if self.profile_top:
             lines.append("top ops by time (onnxep profile):")
@@ -178,13 +187,29 @@ def bench(
     (random from the declared inputs unless given). Decode mode (``decode``
     steps after a ``context``-token prefill) drives the model greedily with
     its KV cache and times each decode step.
+
+    ``"onnxep-graph"`` in ``vs`` adds a second onnxep side whose CUDA
+    provider captures CUDA graphs (``capture="auto"``); onnxep's own side
+    then runs with capture off, so one run gives the eager and the captured
+    figure (``$ONNXEP_CUDA_CAPTURE``, when set, overrides both; the settings
+    record it).
     """
     model = str(model)
     want_cuda = bool(providers) and any("cuda" in p.lower() for p in providers)
-    ours = OnnxepSide(model, providers)
+    graph = GRAPH_SIDE in vs
+    ours = OnnxepSide(model, with_capture(providers, "off") if graph and want_cuda else providers)
     sides: list[Side] = [ours]
     result = BenchResult(model=model, mode="decode" if decode else "latency")
     for kind in vs:
+        if kind == GRAPH_SIDE:
+            if not want_cuda:
+                result.skipped[kind] = "needs a CUDA provider in --providers (CUDA graphs)"
+                continue
+            try:
+                sides.append(OnnxepSide(model, with_capture(providers, "auto"), name=GRAPH_SIDE))
+            except Exception as exc:
+                result.skipped[kind] = f"{type(exc).__name__}: {exc}"
+            continue
         try:
             sides.append(make_peer(kind, model, want_cuda))
         except Exception as exc:
@@ -198,6 +223,7 @@ def bench(
         "decode": decode,
         "context": context,
         "dims": dict(dims or {}),
+        "capture_env": os.environ.get("ONNXEP_CUDA_CAPTURE", ""),
     }
     if decode:
         profile_feeds = _decode(result, sides, decode, context, warmup, progress, seed, dims)
@@ -273,7 +299,12 @@ def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
     prompt = DecodeState(spec, context, seed=seed, dims=dims).ids
     loops: dict[str, Any] = {}
     live = []
+    # one capacity for the warm-up and the timed decode: the same step shapes, so a
+    # capturing side captures while warming up and only replays while timed
+    capacity = prompt.shape[1] + max(steps + 1, max(warmup, 1) + 1)
     for side in sides:
+        if isinstance(side, OnnxepSide):
+            side.decode_capacity = capacity
         try:
             warm = side.decode_loop(spec, prompt, max(warmup, 1) + 1, dims, names)
             while not warm.done:
@@ -298,15 +329,16 @@ def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
             bar.update(1)
     bar.close()
     result.tokens = {name: list(loop.tokens) for name, loop in loops.items()}
+    for side in sides:
+        loop = loops.get(side.name)
+        if isinstance(side, OnnxepSide) and isinstance(loop, OnnxepLoop):
+            side.decode_info = _record_onnxep_steps(result, side.name, loop)
     ours = loops.get("onnxep")
-    if not isinstance(ours, OnnxepLoop):
-        return None
-    sides[0].decode_info = _record_onnxep_steps(result, ours)
-    return ours.decoder.host_feeds()
+    return ours.decoder.host_feeds() if isinstance(ours, OnnxepLoop) else None
 
 
-def _record_onnxep_steps(result: BenchResult, loop: OnnxepLoop) -> dict[str, Any]:
-    """onnxep's per-step counters (the prefill left out) and how it kept the state."""
+def _record_onnxep_steps(result: BenchResult, name: str, loop: OnnxepLoop) -> dict[str, Any]:
+    """An onnxep side's per-step counters (the prefill left out) and how it kept the state."""
     r = loop.decoder.finish()
     steps = {
         "host_ms": r.host_ms[1:],
@@ -315,7 +347,7 @@ def _record_onnxep_steps(result: BenchResult, loop: OnnxepLoop) -> dict[str, Any
     if r.device_to_host_reads is not None and r.host_to_device_copies is not None:
         steps["device_to_host_reads"] = r.device_to_host_reads[1:]
         steps["host_to_device_copies"] = r.host_to_device_copies[1:]
-    result.per_step["onnxep"] = steps
+    result.per_step[name] = steps
 
     def most(key: str) -> int | None:
         values = steps.get(key)
@@ -330,4 +362,7 @@ def _record_onnxep_steps(result: BenchResult, loop: OnnxepLoop) -> dict[str, Any
         "device_to_host_reads_per_step": most("device_to_host_reads"),
         "host_to_device_copies_per_step": most("host_to_device_copies"),
         "copied_outputs_per_step": most("copied_outputs"),
+        "full_mask": r.full_mask,
+        #: the session's capture counters over the timed decode (prefill included)
+        "capture_timed": r.capture_stats,
     }

@@ -73,11 +73,12 @@ class OnnxepLoop(DecodeLoop):
         prompt: np.ndarray,
         tokens: int,
         dims: Mapping[str, int],
+        capacity: int | None = None,
     ) -> None:
         super().__init__(tokens)
         from ..generate import GreedyDecoder
 
-        self.decoder = GreedyDecoder(session, prompt, tokens, dims=dims)
+        self.decoder = GreedyDecoder(session, prompt, tokens, capacity=capacity, dims=dims)
 
     @property
     def tokens(self) -> list[int]:

@@ -40,17 +40,37 @@ class Side:
         return HostLoop(self, spec, prompt, tokens, dims, output_names)
 
 
+def with_capture(providers: Sequence[str] | None, mode: str) -> list[Any] | None:
+    """``providers`` with the CUDA-graph ``capture`` option set on each CUDA entry."""
+    if not providers:
+        return None
+    return [(p, {"capture": mode}) if "cuda" in p.lower() else p for p in providers]
+
+
+#: the second onnxep side of a CUDA bench: the same session options with capture on
+GRAPH_SIDE = "onnxep-graph"
+
+
 class OnnxepSide(Side):
-    def __init__(self, model: str, providers: Sequence[str] | None, profile: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        providers: Sequence[Any] | None,
+        profile: bool = False,
+        name: str = "onnxep",
+    ) -> None:
         import onnxep
 
         opts = onnxep.SessionOptions(enable_profiling=profile)
         self.session = onnxep.InferenceSession(model, opts, providers=providers)
-        self.name = "onnxep"
+        self.name = name
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._last_feeds: Any = None
         #: what a decode run learned (state path, per-step counters), shown with the placement
         self.decode_info: dict[str, Any] = {}
+        #: the KV buffers' rows in a decode (set by the bench: one capacity for the warm-up
+        #: and the timed decode, so a capturing session replays the graph it warmed up)
+        self.decode_capacity: int | None = None
 
     def run(self, feeds):
         self._last_feeds = feeds
@@ -60,7 +80,7 @@ class OnnxepSide(Side):
         """onnxep's own loop (``onnxep.generate``'s): on a device the state never leaves it."""
         from .loops import OnnxepLoop
 
-        return OnnxepLoop(self.session, prompt, tokens, dims)
+        return OnnxepLoop(self.session, prompt, tokens, dims, self.decode_capacity)
 
     def measured_reads(self) -> int | None:
         """Device-to-host reads of one more run with the last feeds, from the providers'
@@ -170,7 +190,7 @@ class TorchSide(Side):
         return {"name": self.name, "version": self.version, "device": self.device}
 
 
-SIDES = ("onnxruntime", "reference", "torch")
+SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE)
 
 
 def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
@@ -185,6 +205,8 @@ def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
 
             dev = "cuda" if torch.cuda.is_available() else "cpu"
         return TorchSide(model, dev)
+    if kind == GRAPH_SIDE:
+        raise ValueError(f"{GRAPH_SIDE} is made by bench() from onnxep's own providers")
     raise ValueError(f"unknown peer {kind!r}; choose from {', '.join(SIDES)}")
 
 
