@@ -59,9 +59,12 @@ for STAGE in "$@"; do
       ;;
     decode)
       # The factory's qwen2.5-0.5b decoders (fp16, int4) are built here (too big to carry),
-      # then onnxep's eager decode (IO binding, cache on the device) against torch eager on
-      # the same weights, at 16 and ~2000 tokens of context, capture off (the eager figure;
-      # the JSON states the capture counters). DECODE_STEPS (64) and
+      # then, in one bench run each, onnxep eager (capture off), onnxep-graph (the same
+      # decode with CUDA-graph capture auto: full-capacity masks, one graph replayed per
+      # step) and torch eager on the same weights, at 16 and ~2000 tokens of context; the
+      # JSON and the summary state each side's captures, replays and fallbacks. The
+      # environment's ONNXEP_CUDA_CAPTURE is unset (it overrides both sides' option).
+      # DECODE_STEPS (64) and
       # DECODE_BUDGET (s, 540) trim it; fp16 goes first so a short budget still reports it.
       deadline=$(( $(date +%s) + ${DECODE_BUDGET:-540} ))
       rc=0
@@ -79,8 +82,8 @@ for STAGE in "$@"; do
           if [ "$ctx" = 16 ]; then extra=(--profile); fi
           b0=$(date +%s)
           echo "== $dtype context $ctx" >>"$OUT/decode.log"
-          ONNXEP_CUDA_CAPTURE=off timeout $(( left < 200 ? left : 200 )) python3 -m onnxep.cli bench \
-            "/tmp/m/genai-qwen2.5-0.5b-$dtype/model.onnx" --providers cuda,cpu --vs torch \
+          env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 200 ? left : 200 )) python3 -m onnxep.cli bench \
+            "/tmp/m/genai-qwen2.5-0.5b-$dtype/model.onnx" --providers cuda,cpu --vs torch,onnxep-graph \
             --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
             --json "$OUT/decode_${dtype}_ctx${ctx}.json" >>"$OUT/decode.log" 2>&1 || rc=$?
           echo "decode $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/decode.log"
@@ -101,6 +104,7 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "decode_*_ctx*.json")), k
         for k, s in r["summary"].items()
     )
     ours = next((s for s in r["sides"] if s["name"] == "onnxep"), {})
+    graph = next((s for s in r["sides"] if s["name"] == "onnxep-graph"), {})
     ref = r["tokens"].get("onnxep", [])
     agree = ", ".join(
         f"{k} {sum(a == b for a, b in zip(ref, t))}/{len(ref)}"
@@ -112,9 +116,17 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "decode_*_ctx*.json")), k
         f"{ours.get('device_to_host_reads_per_step')}, copied/step "
         f"{ours.get('copied_outputs_per_step')}, host {us(ours.get('host_us_per_op'))} us/op "
         f"of {ours.get('compute_nodes')} nodes, profiled {us(ours.get('profiled_us_per_op'))}"
-        f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}; capture "
-        f"{ours.get('capture', {}).get('policy')} (replays {ours.get('capture', {}).get('replays')})"
+        f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}"
     )
+    for side in (ours, graph):
+        c = side.get("capture_timed")
+        if c:
+            print(
+                f"  {side['name']} capture {c['policy']}: timed decode captures {c['captures']},"
+                f" replays {c['replays']}, fallbacks {c['fallbacks']}, copied/step "
+                f"{side.get('copied_outputs_per_step')}, full-capacity mask {side.get('full_mask')}"
+                + (f"; failures: {'; '.join(c['failures'])[:300]}" if c["failures"] else "")
+            )
     for name, why in r.get("skipped", {}).items():
         print(f"  {name} skipped: {why}")
 PY
