@@ -12,6 +12,7 @@ real device keeps its outputs off the host is for tests/cuda/test_cuda_decode.py
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
 from onnxep.benchmark.decode import DecodeState, decode_spec, model_dims
+from onnxep.captured import CaptureConfig
 from onnxep.errors import InvalidArgument
 from onnxep.generate import FEED_BACK, SHARED, GreedyDecoder
 from onnxep.progress import progress_bar, wants_bar
@@ -305,6 +307,92 @@ def test_device_path_feeds_back_a_cache_no_kernel_shares(fakedev):
     assert "Concat" in res.state_note
     assert res.tokens == step_by_step(path, PROMPT, 8)
     assert res.device_to_host_reads == [1] * 8 and res.copied_outputs == [0] * 8
+
+
+# -- captured decode, on a fake device that "captures" by recording the run ----------------
+
+
+class _FakeGraph:
+    def __init__(self, run, state, outputs):
+        self.run, self.state, self.outputs, self.fresh = run, state, list(outputs), True
+
+
+class _FakeGraphBackend:
+    """A replay re-runs the recorded steps on the buffers they were recorded with, as a
+    CUDA graph does; the runner's staging copies feeds into those buffers first."""
+
+    def memory(self):
+        return type("Mem", (), {"allocating": staticmethod(contextlib.nullcontext)})()
+
+    def capture(self, run, state, outputs):
+        run()
+        return _FakeGraph(run, state, outputs)
+
+    def constant(self, value, memory):
+        return value
+
+    def launch(self, g):
+        if g.fresh:  # the capture ran the steps already
+            g.fresh = False
+            return
+        kept = {s: g.state[s] for s in g.outputs if g.state[s] is not None}
+        g.run()
+        for s, buf in kept.items():
+            np.copyto(buf, g.state[s])
+            g.state[s] = buf
+
+    def fixed(self, value):
+        return np.array(value, copy=True)
+
+    def copy_into(self, dst, src):
+        np.copyto(dst, src)
+
+    def duplicate(self, value):
+        return np.array(value, copy=True)
+
+    def is_device(self, value):
+        return isinstance(value, np.ndarray)
+
+
+class CapturingPlugin(FakePlugin):
+    @hookimpl
+    def onnxep_capture_policy(self, provider, options):
+        if provider.name != "fakedev":
+            return None
+        return CaptureConfig(
+            mode=options.get("capture", "auto"),
+            backend=_FakeGraphBackend,
+            capturing=frozenset({"fakedev"}),
+        )
+
+
+@pytest.fixture
+def capturing():
+    plugin = CapturingPlugin(share=True)
+    onnxep.register_provider(plugin, name="fakedev-capture-plugin")
+    yield
+    unregister_plugin(plugin)
+
+
+@pytest.mark.parametrize("name", ["qwen2_fp32", "factory_tiny"])
+def test_decode_steps_replay_one_captured_graph(capturing, name, request):
+    path = model_path(name, request)
+    sess = onnxep.InferenceSession(path, providers=["fakedev"])
+    assert sess.capture_plan().mode == "whole", sess.capture_plan().format()
+    want = step_by_step(path, PROMPT, 12)
+    first = onnxep.generate(sess, PROMPT, 12, capacity=30, progress=False)
+    again = onnxep.generate(sess, PROMPT, 12, capacity=30, progress=False)
+    assert first.tokens == want and again.tokens == want
+    # 11 decode steps of one shape: 2 warm-up runs, a capture, then replays
+    c = first.capture_stats
+    assert (c["captures"], c["replays"], c["fallbacks"]) == (1, 12 - 1 - 3, 0), c
+    # the same capacity again: no new capture, every decode step replays
+    c = again.capture_stats
+    assert (c["captures"], c["replays"], c["fallbacks"]) == (0, 12 - 1, 0), c
+    # the graph's own KV buffers are copied into the bound ones (2 caches per layer)
+    states = decode_spec(sess.get_inputs(), sess.get_outputs()).states
+    caches = sum(1 for s in states if s.grow_axis is not None)
+    assert again.copied_outputs[1:] == [caches] * 11
 
 
 # -- the progress bar ---------------------------------------------------------------------
