@@ -329,3 +329,27 @@ def test_every_fusion_has_a_switch_in_plugins_toml():
 
     cfg = tomllib.loads((Path(__file__).parents[1] / "plugins.toml").read_text())
     assert set(ALL) <= set(cfg["rewrites"])
+
+
+def test_a_rule_that_breaks_mid_rewrite_rolls_the_pass_back(fusions):
+    from onnxscript.rewriter import pattern
+
+    def target(op, x):
+        return op.Mul(x, op.Sigmoid(x))
+
+    def replacement(op, x):
+        raise RuntimeError("replacement table exploded")
+
+    class FuseBroken(PatternFusionPass):
+        name = "fuse_broken"
+
+        def make_rules(self):
+            return [pattern.RewriteRule(target, replacement, name="broken")]
+
+    sess = session(_silu_model(), fusions(passes=lambda: [FuseBroken(), FuseSiLU()]))
+    rep = fusion(sess, "fuse_broken")
+    assert (rep.state, rep.fired) == ("rolled back", 0)
+    assert f"{NAME}/fuse_broken: rolled back" in sess.placement().format()
+    assert ops(sess) == ["SiLU"]  # the passes after it still ran
+    (rec,) = [f for f in onnxep.plugin_failures() if f.name == f"{NAME}-plugin"]
+    assert "replacement table exploded" in rec.error

@@ -204,47 +204,68 @@ class PatternFusionPass(ReportingFusionPass):
         rule: pattern.RewriteRule,
         order: dict[int, int],
     ) -> bool:
+        """Match ``rule`` at ``node`` and rewrite it, or record why not; whether it fired."""
+        match = self._match(model, graph, node, rule)
+        if match is None:
+            return False
+        nodes = list(match.nodes)
+        last = max(nodes, key=lambda n: order.get(id(n), -1))
+        why = escape(nodes, match.outputs)
+        if why is None and _read_before(match.outputs, nodes, order, order.get(id(last), -1)):
+            why = READ_TOO_EARLY
+        if why is not None:
+            self.refuse(node, why)
+            return False
+        return self._rewrite(model, graph, node, rule, last)
+
+    def _match(
+        self, model: ir.Model, graph: ir.Graph, node: ir.Node, rule: pattern.RewriteRule
+    ) -> Any:
+        """The structural match of ``rule`` at ``node`` (its check passed, every node owned),
+        else None, with a refusal recorded where the structure matched."""
         tracer = self._tracer
         tracer.reset()
         try:
             match = rule.match(model, graph, node, check_nodes_are_removable=False, tracer=tracer)
         except Exception as exc:  # a rule's check that crashes refuses this match, not the pass
             self.refuse(node, f"rule {rule.name} raised {type(exc).__name__}: {exc}")
-            return False
+            return None
         if not match:
             if tracer.status == _CONDITION_FAILED and tracer.result is not None:
                 if self._owned(tracer.result.nodes, node):
                     self.refuse(node, tracer.result.reason or f"{rule.name}: check failed")
-            return False
-        nodes = list(match.nodes)
-        if not self._owned(nodes, node):
-            return False
-        why = escape(nodes, match.outputs)
-        if why is not None:
-            self.refuse(node, why)
-            return False
-        last = max(nodes, key=lambda n: order.get(id(n), -1))
-        if _read_before(match.outputs, nodes, order, order.get(id(last), -1)):
-            self.refuse(node, READ_TOO_EARLY)
-            return False
+            return None
+        return match if self._owned(match.nodes, node) else None
+
+    def _rewrite(
+        self,
+        model: ir.Model,
+        graph: ir.Graph,
+        node: ir.Node,
+        rule: pattern.RewriteRule,
+        last: ir.Node,
+    ) -> bool:
+        """Build the replacement and put it in after ``last``, unless the provider cannot run it."""
         imports = (dict(graph.opset_imports), dict(model.graph.opset_imports))
+        why = None
         try:
             delta = rule.try_rewrite(model, graph, node)
         except ValueError as exc:  # the replacement's opset clashes with the model's imports
-            delta = None
-            self.refuse(node, f"{rule.name}: {exc}")
-        if delta is None:
+            delta, why = None, f"{rule.name}: {exc}"
+        if delta is not None:
+            missing = [
+                n for n in delta.new_nodes if not self.can_emit(_domain(n.domain), n.op_type)
+            ]
+            taken = [v.name for v in delta.new_initializers if v.name in graph.initializers]
+            if missing:
+                why = no_kernel(missing[0].domain, missing[0].op_type)
+            elif taken:
+                why = f"{rule.name}: a new constant's name {taken[0]!r} is taken"
+        if delta is None or why is not None:
             _restore_imports(graph, model, imports)
+            if why is not None:
+                self.refuse(node, why)
             return False
-        for new in delta.new_nodes:
-            if not self.can_emit(_domain(new.domain), new.op_type):
-                _restore_imports(graph, model, imports)
-                self.refuse(node, no_kernel(new.domain, new.op_type))
-                return False
-        for init in delta.new_initializers:
-            if init.name in graph.initializers:
-                _restore_imports(graph, model, imports)
-                return False
         for init in delta.new_initializers:
             graph.register_initializer(init)
         ir.convenience.replace_nodes_and_values(
