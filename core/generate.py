@@ -442,8 +442,14 @@ def generate(
     64 tokens or more). ``dims`` settles symbolic state dims (head size)
     that no genai_config.json beside the model gives.
 
-    The result holds the token ids, which state path was taken and why, and
-    per-run timings and transfer counts (see :class:`GenerateResult`).
+    The result holds the token ids, which state path was taken and why,
+    per-run timings and transfer counts, and the session's capture counters
+    over the decode (see :class:`GenerateResult`). On a session whose CUDA
+    provider captures graphs (option ``capture``, ``$ONNXEP_CUDA_CAPTURE``),
+    decode steps after the first few replay one graph; a later decode with
+    the same ``capacity`` and batch replays it from its first decode step.
+    The graph keeps the KV cache in buffers of its own, so each replayed
+    step copies every cache into them and back out into the bound buffers.
     """
     decoder = GreedyDecoder(session, input_ids, max_new_tokens, capacity=capacity, dims=dims)
     bar = progress_bar(decoder.max_new_tokens, progress, desc="generate", unit="tok")
