@@ -1,26 +1,10 @@
-"""Loop on the CUDA provider: host orchestration, its body's nodes on the GPU.
+"""Loop on the CUDA provider: the generic host orchestration, its body's nodes on the GPU.
 
-As in onnxruntime's CUDA provider, the control-flow node belongs to the
-device provider while its values cross the subgraph boundary in host memory
-(every input and output is declared host-side); the body is placed with the
-session's providers, so its nodes run on the GPU like any other. The generic
-kernel is built with NumPy, since everything it touches is on the host.
+Why the node stays on the host while its body runs on the device: ``_host_flow``.
 """
 
-import numpy as np
-
-from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_loop as generic
-from onnxep.providers.ops._flow import CONTROL_NOTE, HOST_ALL
 
+from ._host_flow import on_host
 
-@kernel(
-    "Loop",
-    since=(1, 11, 13, 16),
-    host_inputs=HOST_ALL,
-    host_outputs=HOST_ALL,
-    capture_safe=False,
-    capture_note=CONTROL_NOTE,
-)
-def loop(node, xp):
-    return generic.loop(node, np)
+loop = on_host(generic.loop, __name__)
