@@ -11,6 +11,8 @@ def graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
     """``graph`` and every subgraph nested in its nodes' attributes, outermost first."""
     yield graph
     for node in graph:
+        if not node.attributes:
+            continue
         for attr in node.attributes.values():
             if attr.type == ir.AttributeType.GRAPH:
                 yield from graphs(attr.value)

@@ -180,7 +180,7 @@ class PatternFusionPass(ReportingFusionPass):
 
     def _graph(self, model: ir.Model, graph: ir.Graph) -> bool:
         changed = False
-        order: dict[int, int] | None = None
+        positions: dict[int, int] = {}  # each node's position in graph, counted when needed
         for node in list(graph):
             if node.graph is not graph:
                 continue  # removed by an earlier match in this sweep
@@ -188,11 +188,9 @@ class PatternFusionPass(ReportingFusionPass):
             for rule, signature in self._by_op.get(key, self._anywhere):
                 if not signature.admits(node, key):
                     continue
-                if order is None:
-                    order = {id(n): i for i, n in enumerate(graph)}
-                if self._try(model, graph, node, rule, order):
+                if self._try(model, graph, node, rule, positions):
                     changed = True
-                    order = None  # positions moved
+                    positions.clear()  # nodes moved: recount when next needed
                     break
         return changed
 
@@ -202,16 +200,16 @@ class PatternFusionPass(ReportingFusionPass):
         graph: ir.Graph,
         node: ir.Node,
         rule: pattern.RewriteRule,
-        order: dict[int, int],
+        positions: dict[int, int],
     ) -> bool:
         """Match ``rule`` at ``node`` and rewrite it, or record why not; whether it fired."""
         match = self._match(model, graph, node, rule)
         if match is None:
             return False
         nodes = list(match.nodes)
-        last = max(nodes, key=lambda n: order.get(id(n), -1))
         why = escape(nodes, match.outputs)
-        if why is None and _read_before(match.outputs, nodes, order, order.get(id(last), -1)):
+        last = _last(nodes, match.outputs, graph, positions) if why is None else None
+        if why is None and last is None:
             why = READ_TOO_EARLY
         if why is not None:
             self.refuse(node, why)
@@ -287,16 +285,29 @@ class PatternFusionPass(ReportingFusionPass):
         return False
 
 
-def _read_before(
-    outputs: Sequence[ir.Value], nodes: Sequence[ir.Node], order: dict[int, int], last: int
-) -> bool:
-    """Whether a node outside the match reads one of its outputs before position ``last``."""
+def _last(
+    nodes: Sequence[ir.Node], outputs: Sequence[ir.Value], graph: ir.Graph, positions: dict
+) -> ir.Node | None:
+    """The matched node after which the replacement can go, or None when there is none: a
+    replaced output is read, outside the match, before the match's last node.
+
+    In a graph in order, a match with one sink (a node whose outputs no other matched node
+    reads) ends at that sink, and whatever reads the sink's outputs comes after it; node
+    positions are counted only for the other cases (a skip norm's sum comes from its Add).
+    """
     inside = {id(n) for n in nodes}
+    sinks = [n for n in nodes if not any(id(u.node) in inside for v in n.outputs for u in v.uses())]
+    if len(sinks) == 1 and all(v.producer() is sinks[0] for v in outputs):
+        return sinks[0]
+    if not positions:
+        positions.update((id(n), i) for i, n in enumerate(graph))
+    last = max(nodes, key=lambda n: positions.get(id(n), -1))
+    end = positions.get(id(last), -1)
     for v in outputs:
         for use in v.uses():
-            if id(use.node) not in inside and order.get(id(use.node), last + 1) <= last:
-                return True
-    return False
+            if id(use.node) not in inside and positions.get(id(use.node), end + 1) <= end:
+                return None
+    return last
 
 
 def _restore_imports(graph: ir.Graph, model: ir.Model, imports: tuple[dict, dict]) -> None:

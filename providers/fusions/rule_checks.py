@@ -52,6 +52,14 @@ def const(v: ir.Value | None) -> np.ndarray | None:
     return None if tensor is None else tensor.numpy()
 
 
+def const_shape(v: ir.Value | None) -> tuple[int, ...] | None:
+    """The shape of a constant, read without converting its data (weights can be large)."""
+    if v is None or v.is_graph_input():
+        return None
+    tensor = ir.convenience.get_const_tensor(v)
+    return None if tensor is None else tuple(int(d) for d in tensor.shape)
+
+
 def scalar(v: ir.Value | None) -> float | None:
     """The single number a constant holds (any shape of size 1), else None."""
     arr = const(v)

@@ -160,14 +160,14 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
 
 def _unfit(n: ir.Node, x: ir.Value) -> str | None:
     """Why a MatMul consumer of ``x`` cannot join its siblings, or None."""
-    w = C.const(n.inputs[1]) if len(n.inputs) > 1 else None
-    if w is None or w.ndim != 2:
+    w = C.const_shape(n.inputs[1]) if len(n.inputs) > 1 else None
+    if w is None or len(w) != 2:
         return NOT_CONSTANT
     if n.inputs[1].dtype != x.dtype:
         return MIXED_DTYPES
     if _kind(n) == "MatMulBias":
-        b = C.const(n.inputs[2]) if len(n.inputs) > 2 else None
-        if b is None or b.ndim != 1 or b.shape[0] != w.shape[1]:
+        b = C.const_shape(n.inputs[2]) if len(n.inputs) > 2 else None
+        if b != (w[1],):
             return "a bias is not a constant vector"
     return None
 
