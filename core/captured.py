@@ -10,24 +10,32 @@ Per key (the graph id from ``RunOptions`` and every feed's shape and dtype):
 the first ``warmup`` runs are eager (kernels' lazy per-signature setup
 happens outside capture), the next one captures each segment and launches
 it, and later runs replay. Feeds are copied into the fixed buffers the
-graphs read; seams run eagerly and their results read by a later graph are
-copied into the buffers that graph was captured with. A capture that raises
+graphs read, except the device feeds the caller names ``in_place`` (IO
+binding's buffers bound as both an input and an output: a KV cache): the
+graphs read and write those arrays where they are, so a replay copies no
+cache. Such an entry holds a reference to each of those arrays (its graphs
+never touch memory it does not keep alive) and its key adds their data
+pointers and strides, so other buffers never replay it: they capture anew
+(``rebinds``), without a new warm-up, within the LRU cache. Seams run
+eagerly and their results read by a later graph are copied into the buffers
+that graph was captured with. A capture that raises
 is ended cleanly and discarded: the run is redone eagerly, the step that
 failed becomes a seam with the reason, and the next capture uses the new
 segmentation. A seam whose result changes shape invalidates the entry.
 Captured runs of one session are serialized (they share fixed buffers).
 Outputs of ``run`` are fresh host arrays; ``run_on_device`` hands back copies
 of the graph's output buffers, except on IO binding's sharing path, which
-copies bound outputs into their buffers itself and hands unbound ones over
-as the graph's buffers: those are overwritten by the next replay, as
-onnxruntime's graph outputs are.
+copies bound outputs into their buffers itself (none when the graph wrote
+the bound buffer in place: GroupQueryAttention's present IS the past read in
+place) and hands unbound ones over as the graph's buffers: those are
+overwritten by the next replay, as onnxruntime's graph outputs are.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -68,6 +76,10 @@ class CaptureBackend(Protocol):
 
     def is_device(self, value: Any) -> bool: ...
 
+    def address(self, value: Any) -> int:
+        """Where a device array's data starts (what a graph recorded reading it bakes in).
+        Optional: without it, every feed is copied into a fixed buffer."""
+
 
 @dataclass(frozen=True)
 class CaptureConfig:
@@ -89,6 +101,10 @@ class CaptureStats:
     replays: int = 0
     fallbacks: int = 0
     invalidations: int = 0
+    #: captures for shapes already captured, because other buffers were bound in place
+    rebinds: int = 0
+    #: copies replays made: feeds into fixed buffers, seam results, device outputs duplicated
+    copies: int = 0
     segments: int = 0
     policy: str = "off"
     reason: str = ""
@@ -193,6 +209,9 @@ class _Entry:
     state: list
     graphs: dict[int, Any] = field(default_factory=dict)  # part index -> graph
     pinned: dict[int, Any] = field(default_factory=dict)  # slot -> buffer a graph reads
+    #: input slot -> the caller's device array the graphs read and write in place; the
+    #: reference keeps its memory alive as long as the graphs that bake its address in
+    bound: dict[int, Any] = field(default_factory=dict)
 
 
 class CapturedRunner:
@@ -242,27 +261,58 @@ class CapturedRunner:
         return self._schedule(False).cplan
 
     def run(
-        self, feeds: Sequence[Any], graph_id: int = 0, on_device: bool = False, protect: bool = True
+        self,
+        feeds: Sequence[Any],
+        graph_id: int = 0,
+        on_device: bool = False,
+        protect: bool = True,
+        in_place: Collection[int] = (),
     ) -> list[Any]:
+        """Run ``feeds`` (in the plan's input order). ``in_place``: positions of feeds the
+        graphs may read and write where they are (only device arrays are taken so)."""
         sched = self._schedule(on_device)
         if graph_id == -1 or sched.cplan.mode == "off":
             return self._eager(feeds, on_device, protect)
-        key = (graph_id, on_device, protect, tuple(_signature(f) for f in feeds))
+        shapes = (graph_id, on_device, protect, tuple(_signature(f) for f in feeds))
         with self._lock:
+            places = self._places(feeds, in_place) if in_place else ()
+            key = (*shapes, places)
             entry = self._cache.get(key)
             warming = False
             if entry is None:
-                seen = self._warm.get(key, 0)
+                # Warm-up is per shapes: kernels' setup does not depend on which buffers.
+                seen = self._warm.get(shapes, 0)
                 warming = seen < self.config.warmup
                 if warming:
-                    self._warm[key] = seen + 1
+                    self._warm[shapes] = seen + 1
                     while len(self._warm) > 4 * self.config.cache_size + 16:
                         self._warm.popitem(last=False)
                 else:
+                    if places and any(k[:4] == shapes for k in self._cache):
+                        self.stats.rebinds += 1
                     return self._capture(key, sched, feeds, on_device, protect)
             if not warming:
                 return self._replay_or_eager(key, entry, feeds, on_device, protect)
         return self._eager(feeds, on_device, protect)
+
+    def _places(self, feeds: Sequence[Any], in_place: Collection[int]) -> tuple:
+        """(position, data pointer, strides) of each device feed read in place: part of the
+        key, so a graph is replayed only on the very buffers it was captured on."""
+        be = self._device()
+        address = getattr(be, "address", None)
+        if address is None:  # a backend that cannot say where an array is: copy every feed
+            return ()
+        out = []
+        for i in sorted(set(in_place)):
+            x = feeds[i]
+            if be.is_device(x) and getattr(x, "size", 0):
+                out.append((i, int(address(x)), tuple(x.strides)))
+        return tuple(out)
+
+    def _device(self) -> CaptureBackend:
+        if self._backend is None:
+            self._backend = self.config.backend()
+        return self._backend
 
     def _replay_or_eager(
         self, key: tuple, entry: _Entry, feeds: Sequence[Any], on_device: bool, protect: bool
@@ -275,7 +325,7 @@ class CapturedRunner:
             self.stats.invalidations += 1
             self.stats.failures.append(f"invalidated: {exc}")
             del self._cache[key]
-            self._warm.pop(key, None)
+            self._warm.pop(key[:4], None)
             return self._eager(feeds, on_device, protect)
         self.stats.replays += 1
         return outs
@@ -284,11 +334,11 @@ class CapturedRunner:
     def _capture(
         self, key: tuple, sched: _Schedule, feeds: Sequence[Any], on_device: bool, protect: bool
     ) -> list[Any]:
-        if self._backend is None:
-            self._backend = self.config.backend()
-        be = self._backend
+        be = self._device()
         plan = sched.plan
         entry = _Entry(sched, be.memory(), plan.template.copy())
+        slots = plan.input_slots
+        entry.bound = {slots[p[0]]: feeds[p[0]] for p in key[4]}
         try:
             with self._contexts():
                 outs = self._first_run(entry, be, feeds, protect)
@@ -297,7 +347,7 @@ class CapturedRunner:
             why = f"capture failed at {step.name!r} ({step.op_type}): {exc.reason}"
             self._forced[on_device][exc.index] = why
             self._schedules.pop(on_device, None)
-            self._warm.pop(key, None)
+            self._warm.pop(key[:4], None)
             self.stats.fallbacks += 1
             self.stats.failures.append(why)
             if not on_device:
@@ -320,7 +370,11 @@ class CapturedRunner:
         with entry.memory.allocating():
             for i in sched.stages:
                 step = plan.steps[i]
-                (val,) = step.fn(state[step.inputs[0]])
+                src = step.inputs[0]
+                if src in entry.bound:
+                    state[step.outputs[0]] = entry.bound[src]  # read where the caller has it
+                    continue
+                (val,) = step.fn(state[src])
                 state[step.outputs[0]] = be.fixed(val)
         for k, (kind, what) in enumerate(sched.parts):
             if kind == "eager":
@@ -372,6 +426,8 @@ class CapturedRunner:
             state[s] = x
         for i in sched.stages:
             step = plan.steps[i]
+            if step.inputs[0] in entry.bound:
+                continue  # the key holds its pointer: the graph reads this very buffer
             dst, src = state[step.outputs[0]], feeds[plan.input_slots.index(step.inputs[0])]
             if src is not dst:
                 self._copy(be, dst, src, step.name)
@@ -385,10 +441,9 @@ class CapturedRunner:
                 if buf is not None and state[s] is not buf:
                     self._copy(be, buf, state[s], plan.steps[what].name)
                     state[s] = buf
-        return self._outputs(entry, be, protect)
+        return self._outputs(entry, be, protect, replay=True)
 
-    @staticmethod
-    def _copy(be: CaptureBackend, dst: Any, src: Any, name: str) -> None:
+    def _copy(self, be: CaptureBackend, dst: Any, src: Any, name: str) -> None:
         got = tuple(getattr(src, "shape", ()))
         if tuple(dst.shape) != got or np.dtype(dst.dtype) != np.dtype(src.dtype):
             raise Invalidated(
@@ -396,8 +451,11 @@ class CapturedRunner:
                 f"with {np.dtype(dst.dtype)} {list(dst.shape)}"
             )
         be.copy_into(dst, src)
+        self.stats.copies += 1
 
-    def _outputs(self, entry: _Entry, be: CaptureBackend, protect: bool) -> list[Any]:
+    def _outputs(
+        self, entry: _Entry, be: CaptureBackend, protect: bool, replay: bool = False
+    ) -> list[Any]:
         sched, state = entry.schedule, entry.state
         plan = sched.plan
         fresh = {s for i in sched.output_steps for s in plan.steps[i].outputs}
@@ -407,7 +465,10 @@ class CapturedRunner:
             if s in fresh:
                 outs.append(x)
             elif be.is_device(x):
-                outs.append(be.duplicate(x) if protect else x)
+                if protect:
+                    x = be.duplicate(x)
+                    self.stats.copies += replay
+                outs.append(x)
             elif isinstance(x, np.ndarray):
                 outs.append(x.copy())
             else:

@@ -69,7 +69,7 @@ class GenerateResult:
     #: outputs each run copied into their bound buffers (0 when every state is shared in place)
     copied_outputs: list[int] = field(default_factory=list)
     #: the session's capture counters over this decode (captures, replays, fallbacks,
-    #: invalidations made by its runs) and the policy with its reason
+    #: invalidations, rebinds, the copies replays made) and the policy with its reason
     capture_stats: dict[str, Any] = field(default_factory=dict)
     #: True when decode steps fed a full-capacity mask (fixed input shapes)
     full_mask: bool = False
@@ -379,7 +379,7 @@ class GreedyDecoder:
         return token
 
     # -- reporting ----------------------------------------------------------------------
-    _COUNTERS = ("captures", "replays", "fallbacks", "invalidations")
+    _COUNTERS = ("captures", "replays", "fallbacks", "invalidations", "rebinds", "copies")
 
     def _capture_counters(self) -> dict[str, Any]:
         stats = getattr(self.session, "capture_stats", None)
@@ -446,10 +446,10 @@ def generate(
     per-run timings and transfer counts, and the session's capture counters
     over the decode (see :class:`GenerateResult`). On a session whose CUDA
     provider captures graphs (option ``capture``, ``$ONNXEP_CUDA_CAPTURE``),
-    decode steps after the first few replay one graph; a later decode with
-    the same ``capacity`` and batch replays it from its first decode step.
-    The graph keeps the KV cache in buffers of its own, so each replayed
-    step copies every cache into them and back out into the bound buffers.
+    decode steps after the first few replay one graph. The graph reads and
+    writes this decode's KV buffers in place (no cache copy per step), so it
+    is captured on them: a later decode, with buffers of its own, captures
+    once more at its first decode step (no warm-up), then replays.
     """
     decoder = GreedyDecoder(session, input_ids, max_new_tokens, capacity=capacity, dims=dims)
     bar = progress_bar(decoder.max_new_tokens, progress, desc="generate", unit="tok")

@@ -13,7 +13,9 @@ One buffer may be bound as both an input and an output, as onnxruntime's
 past/present KV cache sharing does: a kernel that writes the output into
 that input's memory (GroupQueryAttention with a fixed-capacity past) hands
 the buffer back and nothing is copied; ``copied_outputs`` names the outputs
-the last run had to copy into their buffers.
+the last run had to copy into their buffers. With CUDA-graph capture on, such
+a shared device buffer is read and written by the graph in place (the graph
+is keyed by its address), so a replayed step copies no cache either.
 """
 
 from __future__ import annotations
@@ -367,7 +369,10 @@ class IOBinding:
         sess = self._session
         inputs = sess._feeds(feeds)  # noqa: SLF001 - same package
         pick = sess._pick(names)  # noqa: SLF001
-        outs = sess._device_run(inputs, run_options, protect=False)  # noqa: SLF001
+        # Shared device buffers are read in place by a captured graph too: no cache copy.
+        order = sess._input_order  # noqa: SLF001
+        shared = [i for i, n in enumerate(order) if n in self._shared_inputs]
+        outs = sess._device_run(inputs, run_options, protect=False, in_place=shared)  # noqa: SLF001
         roots = root_ids(inputs)
         result = []
         for n, i in zip(names, pick):

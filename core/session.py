@@ -279,12 +279,18 @@ class InferenceSession:
         return [outs[i] for i in pick]
 
     def _device_run(
-        self, inputs: list[Any], run_options: RunOptions | None = None, protect: bool = True
+        self,
+        inputs: list[Any],
+        run_options: RunOptions | None = None,
+        protect: bool = True,
+        in_place: Sequence[int] = (),
     ) -> list[Any]:
         """The plan run on the device, through captured graphs when a policy applies;
-        ``protect=False`` is IO binding's sharing path (see ``Executor.run_on_device``)."""
+        ``protect=False`` is IO binding's sharing path (see ``Executor.run_on_device``),
+        ``in_place`` its shared buffers, which graphs read where they are."""
         if self._capture is not None and self._profiler is None:
-            return self._capture.run(inputs, graph_id_of(run_options), True, protect)
+            gid = graph_id_of(run_options)
+            return self._capture.run(inputs, gid, True, protect, in_place)
         return self._main.executor.run_on_device(inputs, protect_feeds=protect)
 
     def io_binding(self) -> IOBinding:
@@ -339,6 +345,8 @@ class InferenceSession:
                 "replays": 0,
                 "fallbacks": 0,
                 "invalidations": 0,
+                "rebinds": 0,
+                "copies": 0,
                 "segments": 0,
                 "policy": "off",
                 "reason": "no provider of this session offers graph capture",

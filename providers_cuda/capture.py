@@ -102,3 +102,6 @@ class CudaGraphBackend:
 
     def is_device(self, value: Any) -> bool:
         return isinstance(value, self._cupy.ndarray)
+
+    def address(self, value: Any) -> int:
+        return int(value.data.ptr)

@@ -101,6 +101,9 @@ class FakeBackend:
     def is_device(self, value):
         return isinstance(value, Dev)
 
+    def address(self, value):
+        return value.ctypes.data
+
 
 class FakeDevice(Provider):
     def __init__(self, options):
@@ -459,3 +462,56 @@ def test_io_binding_runs_replay_too(fake):
         np.testing.assert_allclose(z, _expected(f["x"], f["y"], "Relu"), rtol=1e-6)
     s = sess.capture_stats()
     assert (s["captures"], s["replays"]) == (1, 2)
+
+
+def test_a_buffer_bound_as_input_and_output_is_read_in_place_and_keys_the_graph(fake):
+    """x is a state: bound as input and as output z, each run reads it and writes the next.
+    The graph reads that buffer where it is, so another buffer bound there is a new key:
+    it never replays a graph baked on the first one (whose result would then be wrong)."""
+    sess = _session(_chain(), warmup=1)
+    y = _feeds(0)["y"]
+    io = sess.io_binding()
+    io.bind_cpu_input("y", y)
+
+    def bind(buf):
+        io.bind_input("x", buf)
+        io.bind_output("z", buf)
+
+    def step(buf):
+        want = _expected(np.asarray(buf).copy(), y, "Relu")
+        sess.run_with_iobinding(io)
+        np.testing.assert_allclose(np.asarray(buf), want, rtol=1e-6)
+
+    a, b = _dev(_feeds(1)["x"]), _dev(_feeds(2)["x"] + 1)
+    bind(a)
+    for _ in range(4):  # a warm-up run, a capture, replays
+        step(a)
+    s = sess.capture_stats()
+    assert (s["captures"], s["replays"], s["rebinds"]) == (1, 2, 0), s
+    # the replays staged y alone: x is read in place (z, a fresh result, is copied into it)
+    assert s["copies"] == 2 and io.copied_outputs == ["z"]
+    bind(b)
+    for _ in range(2):
+        step(b)
+    s = sess.capture_stats()
+    assert (s["captures"], s["replays"], s["rebinds"]) == (2, 3, 1), s
+    bind(a)  # the first buffer again: its graph, still cached, replays
+    step(a)
+    s = sess.capture_stats()
+    assert (s["captures"], s["replays"]) == (2, 4), s
+
+
+def test_bound_in_place_graphs_stay_within_the_cache(fake):
+    sess = _session(_chain(), warmup=0, cache=2)
+    y = _feeds(0)["y"]
+    io = sess.io_binding()
+    io.bind_cpu_input("y", y)
+    bufs = [_dev(_feeds(seed)["x"]) for seed in range(3)]
+    for buf in bufs:
+        want = _expected(np.asarray(buf).copy(), y, "Relu")
+        io.bind_input("x", buf)
+        io.bind_output("z", buf)
+        sess.run_with_iobinding(io)
+        np.testing.assert_allclose(np.asarray(buf), want, rtol=1e-6)
+    s = sess.capture_stats()
+    assert (s["captures"], s["rebinds"], s["invalidations"]) == (3, 2, 1), s

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import onnxep
+from onnxep.benchmark.decode import decode_spec
 from onnxep.generate import SHARED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,4 +102,13 @@ def test_a_step_shares_the_cache_and_reads_only_the_token(name, sessions):
     assert res.copied_outputs == [0] * STEPS, (
         f"{name}: outputs copied into their bound buffers per run {res.copied_outputs}: the "
         "present cache should be the past buffer, written in place"
+    )
+    # with capture on, the graph reads and writes the bound caches in place too: its
+    # replays copy only the host feeds, never a cache
+    spec = decode_spec(sess.get_inputs(), sess.get_outputs())
+    host_feeds = len(sess.get_inputs()) - sum(1 for s in spec.states if s.grow_axis is not None)
+    c = res.capture_stats
+    assert c["copies"] <= c["replays"] * host_feeds, (
+        f"{name}: captured replays made {c['copies']} copies over {c['replays']} replays; "
+        f"at most {host_feeds} per replay (the host feeds) when no cache is copied"
     )
