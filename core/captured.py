@@ -101,7 +101,7 @@ class CaptureStats:
     replays: int = 0
     fallbacks: int = 0
     invalidations: int = 0
-    #: captures for shapes already captured, because other buffers were bound in place
+    #: captures for shapes whose graph on other in-place buffers is still cached
     rebinds: int = 0
     #: copies replays made: feeds into fixed buffers, seam results, device outputs duplicated
     copies: int = 0

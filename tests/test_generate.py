@@ -319,7 +319,8 @@ class _FakeGraph:
 
 class _FakeGraphBackend:
     """A replay re-runs the recorded steps on the buffers they were recorded with, as a
-    CUDA graph does; the runner's staging copies feeds into those buffers first."""
+    CUDA graph does; the runner's staging copies host feeds into those buffers first, and
+    IO binding's shared KV buffers are among the recorded ones, read in place."""
 
     def memory(self):
         return type("Mem", (), {"allocating": staticmethod(contextlib.nullcontext)})()
