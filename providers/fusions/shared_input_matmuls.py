@@ -48,7 +48,7 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
     exact = False
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        names = Names(model.graph)
+        names: Names | None = None  # gathered at the first merge
         changed = False
         for graph in list(graphs(model.graph)):
             seen: set[int] = set()
@@ -60,6 +60,7 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
                     continue
                 seen.add(id(x))
                 for group in self._groups(x, graph, node):
+                    names = names or Names(model.graph)
                     self._merge(graph, x, group, names, node)
                     changed = True
         return ir.passes.PassResult(model, changed)
