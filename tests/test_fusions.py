@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import make_model, tensor
 from onnx import helper, numpy_helper
+from test_fusions_graphs import make_model, tensor
 
 import onnxep
 

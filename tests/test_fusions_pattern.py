@@ -18,8 +18,8 @@ import threading
 import numpy as np
 import onnx_ir as ir
 import pytest
-from conftest import make_model, tensor
 from onnx import TensorProto, helper, numpy_helper
+from test_fusions_graphs import make_model, tensor
 
 import onnxep
 from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
