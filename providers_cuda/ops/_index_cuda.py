@@ -375,6 +375,11 @@ def padded(values: Sequence[int], fill: int) -> tuple[int, ...]:
     return (fill,) * (MAX_DIMS - len(values)) + tuple(values)
 
 
+def trailing_padded(values: Sequence[int], fill: int) -> tuple[int, ...]:
+    """``values`` with ``fill`` after them, MAX_DIMS long (GatherND/ScatterND's indexed dims)."""
+    return tuple(values) + (fill,) * (MAX_DIMS - len(values))
+
+
 def collapse_elements(
     index_shape: Sequence[int], data_shape: Sequence[int], axis: int
 ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
@@ -419,3 +424,130 @@ def collapse_elements(
 
 def size(shape: Sequence[int]) -> int:
     return math.prod(shape)
+
+
+def element_type(reduction: str, dtype: np.dtype) -> str | None:
+    """A scatter kernel's element type for ``dtype`` under ``reduction``, or None (generic
+    kernel): plain stores copy bits of the element's width, reductions compute in its type."""
+    if reduction == "none":
+        return UNITS.get(dtype.itemsize)
+    return REDUCE_TYPES.get(dtype)
+
+
+def reduction_names(kernel: str, reduction: str) -> tuple[str, ...]:
+    """The instantiations of scatter ``kernel`` a node with ``reduction`` may launch."""
+    code = REDUCTION_CODES[reduction]
+    types = UNITS.values() if reduction == "none" else REDUCE_TYPES.values()
+    return tuple(template_name(kernel, t, i, code) for t in types for i in INDEX_TYPES.values())
+
+
+def all_reduction_names(kernel: str) -> tuple[str, ...]:
+    """Every instantiation of scatter ``kernel``, over all reductions."""
+    return tuple(n for r in REDUCTION_CODES for n in reduction_names(kernel, r))
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One input signature's launches: ``wide`` moves units of ``width`` bytes and runs when
+    the array it reads rows of is aligned to them, ``narrow`` moves single elements (the same
+    launch where there is one choice); both None: nothing to launch."""
+
+    out_shape: tuple[int, ...]
+    width: int
+    wide: Variant | None
+    narrow: Variant | None
+
+    @staticmethod
+    def single(out_shape: tuple[int, ...], launch: Variant | None) -> Plan:
+        """A plan with one launch whatever the alignment (or none)."""
+        return Plan(tuple(out_shape), 1, launch, launch)
+
+    def pick(self, device: Device, rows: Any) -> Variant:
+        """The launch for an input whose rows are read from ``rows``."""
+        if self.wide is self.narrow:
+            return self.wide
+        return self.wide if device.aligned(rows, self.width) else self.narrow
+
+
+def unit_plan(
+    k: IndexKernels,
+    kernels: dict[str, Launch],
+    out_shape: tuple[int, ...],
+    widths: tuple[int, int],
+    row_bytes: int,
+    rows: int,
+    launch_for: Callable[[int, int, int], tuple[str, tuple[int, ...]]],
+) -> Plan:
+    """A :class:`Plan` copying ``rows`` rows of ``row_bytes`` in units of ``widths`` (wide,
+    then narrow); ``launch_for(width, units_per_row, total_units)`` names the instantiation
+    and gives its scalar arguments."""
+    variants = []
+    for width in widths:
+        units = row_bytes // width
+        total = rows * units
+        name, tail = launch_for(width, units, total)
+        variants.append(Variant(kernels[name], grid_for(total, k.device.sms), tail))
+    return Plan(tuple(out_shape), widths[0], *variants)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _contiguous(dev: Device, a: Any) -> Any:
+    return a if dev.contiguous(a) else dev.ascontiguous(a)
+
+
+def gather_runner(
+    k: IndexKernels, plans: Callable[..., Plan | None], fallback: Callable[..., tuple]
+) -> Callable[[Any, Any], tuple]:
+    """``run(data, indices)`` for a gather: a fresh output, then the plan's launch over
+    ``(data, indices, out, flag, *tail)``; no plan runs ``fallback``."""
+    dev = k.device
+    address, empty, stream, flag_arg = dev.address, dev.empty, dev.stream, k.flag_arg
+
+    def run(x: Any, indices: Any) -> tuple:
+        p = plans(x.shape, x.dtype, indices.shape, indices.dtype)
+        if p is None:
+            return fallback(x, indices)
+        out = empty(p.out_shape, x.dtype)
+        if p.wide is None:
+            return (out,)
+        x, indices = _contiguous(dev, x), _contiguous(dev, indices)
+        v = p.pick(dev, x)
+        v.launch(v.grid, BLOCK, (address(x), address(indices), address(out), flag_arg, *v.tail),
+                 stream())  # fmt: skip
+        k.note_shape(indices.shape)
+        return (out,)
+
+    return run
+
+
+def scatter_runner(
+    k: IndexKernels, plans: Callable[..., Plan | None], fallback: Callable[..., tuple]
+) -> Callable[[Any, Any, Any], tuple]:
+    """``run(data, indices, updates)`` for a scatter: the output starts as a device copy of
+    data (inputs may be shared constants, never written), then the plan's launch over
+    ``(out, indices, updates, flag, *tail)``; no plan runs ``fallback``."""
+    dev = k.device
+    address, empty, stream, flag_arg = dev.address, dev.empty, dev.stream, k.flag_arg
+
+    def run(data: Any, indices: Any, updates: Any) -> tuple:
+        p = plans(data.shape, data.dtype, indices.shape, indices.dtype, updates.shape,
+                  updates.dtype)  # fmt: skip
+        if p is None:
+            return fallback(data, indices, updates)
+        out = empty(data.shape, data.dtype)
+        dev.copy(out, _contiguous(dev, data))
+        if p.wide is None:
+            return (out,)
+        indices, updates = _contiguous(dev, indices), _contiguous(dev, updates)
+        v = p.pick(dev, updates)
+        args = (address(out), address(indices), address(updates), flag_arg, *v.tail)
+        v.launch(v.grid, BLOCK, args, stream())
+        k.note_shape(indices.shape)
+        return (out,)
+
+    return run

@@ -13,7 +13,6 @@ data with indices to check) runs the generic kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,17 +57,6 @@ NAMES = tuple(
 SIGNATURE = "pppp" + "q" * 6
 
 
-@dataclass(frozen=True)
-class GatherPlan:
-    """One (data, indices) signature's launches: ``wide`` copies rows in units of ``width``
-    bytes when the data is aligned to it, ``narrow`` element by element; None: no work."""
-
-    out_shape: tuple[int, ...]
-    width: int
-    wide: ix.Variant | None
-    narrow: ix.Variant | None
-
-
 @kernel("Gather", since=1)
 def gather(node: NodeInfo, xp: Any):
     fallback = generic.gather(node, xp)
@@ -90,36 +78,13 @@ def gather(node: NodeInfo, xp: Any):
         out_shape = shape[:a] + tuple(ishape) + shape[a + 1 :]
         if outer * n * inner == 0:
             # nothing to copy; indices left to check go to the generic kernel's host check
-            return None if n else GatherPlan(out_shape, 1, None, None)
-        variants = []
+            return None if n else ix.Plan.single(out_shape, None)
         wide = ix.unit_width(inner * size)
-        for width in (wide, size):
-            units = inner * size // width
-            total = outer * n * units
+
+        def launch(width: int, units: int, total: int):
             name = ix.template_name("ix_gather", ix.UNITS[width], ti)
-            tail = (total, units, n, dim, a, k.node_id)
-            variants.append(ix.Variant(kernels[name], ix.grid_for(total, dev.sms), tail))
-        return GatherPlan(out_shape, wide, *variants)
+            return name, (total, units, n, dim, a, k.node_id)
 
-    plans = PlanCache(plan)
-    contiguous, address, empty, stream = dev.contiguous, dev.address, dev.empty, dev.stream
-    flag_arg, note_shape = k.flag_arg, k.note_shape
+        return ix.unit_plan(k, kernels, out_shape, (wide, size), inner * size, outer * n, launch)
 
-    def run(x: Any, indices: Any) -> tuple:
-        p = plans(x.shape, x.dtype, indices.shape, indices.dtype)
-        if p is None:
-            return fallback(x, indices)
-        out = empty(p.out_shape, x.dtype)
-        if p.wide is None:
-            return (out,)
-        if not contiguous(x):
-            x = dev.ascontiguous(x)
-        if not contiguous(indices):
-            indices = dev.ascontiguous(indices)
-        v = p.wide if dev.aligned(x, p.width) else p.narrow
-        v.launch(v.grid, ix.BLOCK, (address(x), address(indices), address(out), flag_arg, *v.tail),
-                 stream())  # fmt: skip
-        note_shape(indices.shape)
-        return (out,)
-
-    return run
+    return ix.gather_runner(k, PlanCache(plan), fallback)

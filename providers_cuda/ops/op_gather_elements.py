@@ -12,7 +12,6 @@ the generic kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,11 +59,6 @@ NAMES = tuple(
 SIGNATURE = "pppp" + "q" * 17
 
 
-@dataclass(frozen=True)
-class ElementsPlan:
-    launch: ix.Variant | None  # None: no work
-
-
 @kernel("GatherElements", since=11)
 def gather_elements(node: NodeInfo, xp: Any):
     fallback = generic.gather_elements(node, xp)
@@ -83,33 +77,12 @@ def gather_elements(node: NodeInfo, xp: Any):
         check_element_shapes("GatherElements", shape, ishape, a)
         total = ix.size(ishape)
         if total == 0:
-            return ElementsPlan(None)
+            return ix.Plan.single(ishape, None)
         dims, strides, ax = ix.collapse_elements(ishape, shape, a)
         if len(dims) > ix.MAX_DIMS:
             return None
         name = ix.template_name("ix_gather_elements", ix.UNITS[dtype.itemsize], ti)
         tail = (total, *dims, *strides, ax, shape[a], a, k.node_id)
-        return ElementsPlan(ix.Variant(kernels[name], ix.grid_for(total, dev.sms), tail))
+        return ix.Plan.single(ishape, ix.Variant(kernels[name], ix.grid_for(total, dev.sms), tail))
 
-    plans = PlanCache(plan)
-    contiguous, address, empty, stream = dev.contiguous, dev.address, dev.empty, dev.stream
-    flag_arg, note_shape = k.flag_arg, k.note_shape
-
-    def run(x: Any, indices: Any) -> tuple:
-        p = plans(x.shape, x.dtype, indices.shape, indices.dtype)
-        if p is None:
-            return fallback(x, indices)
-        out = empty(indices.shape, x.dtype)
-        v = p.launch
-        if v is None:
-            return (out,)
-        if not contiguous(x):
-            x = dev.ascontiguous(x)
-        if not contiguous(indices):
-            indices = dev.ascontiguous(indices)
-        v.launch(v.grid, ix.BLOCK, (address(x), address(indices), address(out), flag_arg, *v.tail),
-                 stream())  # fmt: skip
-        note_shape(indices.shape)
-        return (out,)
-
-    return run
+    return ix.gather_runner(k, PlanCache(plan), fallback)

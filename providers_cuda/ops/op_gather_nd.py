@@ -13,7 +13,6 @@ nothing to copy run the generic kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,21 +69,6 @@ NAMES = tuple(
 SIGNATURE = "pppp" + "q" * 12
 
 
-@dataclass(frozen=True)
-class NDPlan:
-    """Launches for one (data, indices) signature; see ``op_gather.GatherPlan``."""
-
-    out_shape: tuple[int, ...]
-    width: int
-    wide: ix.Variant | None
-    narrow: ix.Variant | None
-
-
-def nd_tail(dims: tuple[int, ...]) -> tuple[int, ...]:
-    """The indexed dims as the kernels take them: six, padded with 1 at the end."""
-    return tuple(dims) + (1,) * (ix.MAX_DIMS - len(dims))
-
-
 @kernel("GatherND", since=(11, 12))
 def gather_nd(node: NodeInfo, xp: Any):
     fallback = generic.gather_nd(node, xp)
@@ -109,38 +93,15 @@ def gather_nd(node: NodeInfo, xp: Any):
         out_shape = tuple(ishape[:-1]) + tuple(shape[b + nk :])
         if tuples * inner == 0:
             # nothing to copy; indices left to check go to the generic kernel's host check
-            return None if tuples * nk else NDPlan(out_shape, 1, None, None)
+            return None if tuples * nk else ix.Plan.single(out_shape, None)
         m = ix.size(ishape[b:-1])
-        dims = nd_tail(shape[b : b + nk])
-        variants = []
+        dims = ix.trailing_padded(shape[b : b + nk], 1)
         wide = ix.unit_width(inner * size)
-        for width in (wide, size):
-            units = inner * size // width
-            total = tuples * units
+
+        def launch(width: int, units: int, total: int):
             name = ix.template_name("ix_gather_nd", ix.UNITS[width], ti)
-            tail = (total, units, m, nk, *dims, b, k.node_id)
-            variants.append(ix.Variant(kernels[name], ix.grid_for(total, dev.sms), tail))
-        return NDPlan(out_shape, wide, *variants)
+            return name, (total, units, m, nk, *dims, b, k.node_id)
 
-    plans = PlanCache(plan)
-    contiguous, address, empty, stream = dev.contiguous, dev.address, dev.empty, dev.stream
-    flag_arg, note_shape = k.flag_arg, k.note_shape
+        return ix.unit_plan(k, kernels, out_shape, (wide, size), inner * size, tuples, launch)
 
-    def run(x: Any, indices: Any) -> tuple:
-        p = plans(x.shape, x.dtype, indices.shape, indices.dtype)
-        if p is None:
-            return fallback(x, indices)
-        out = empty(p.out_shape, x.dtype)
-        if p.wide is None:
-            return (out,)
-        if not contiguous(x):
-            x = dev.ascontiguous(x)
-        if not contiguous(indices):
-            indices = dev.ascontiguous(indices)
-        v = p.wide if dev.aligned(x, p.width) else p.narrow
-        v.launch(v.grid, ix.BLOCK, (address(x), address(indices), address(out), flag_arg, *v.tail),
-                 stream())  # fmt: skip
-        note_shape(indices.shape)
-        return (out,)
-
-    return run
+    return ix.gather_runner(k, PlanCache(plan), fallback)

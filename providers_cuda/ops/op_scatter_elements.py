@@ -15,7 +15,6 @@ kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,30 +61,7 @@ __global__ void ix_scatter_elements(
 SIGNATURE = "pppp" + "q" * 17
 
 
-def names_for(reduction: str) -> tuple[str, ...]:
-    """The instantiations a node with ``reduction`` may launch."""
-    code = ix.REDUCTION_CODES[reduction]
-    types = ix.UNITS.values() if reduction == "none" else ix.REDUCE_TYPES.values()
-    return tuple(
-        ix.template_name("ix_scatter_elements", t, i, code)
-        for t in types
-        for i in ix.INDEX_TYPES.values()
-    )
-
-
-ALL_NAMES = tuple(n for r in ix.REDUCTION_CODES for n in names_for(r))
-
-
-def element_type(reduction: str, dtype: np.dtype) -> str | None:
-    """The kernel's element type for ``dtype`` under ``reduction``, or None (generic kernel)."""
-    if reduction == "none":
-        return ix.UNITS.get(dtype.itemsize)
-    return ix.REDUCE_TYPES.get(dtype)
-
-
-@dataclass(frozen=True)
-class ScatterPlan:
-    launch: ix.Variant | None  # None: nothing to write, the output is data's copy
+ALL_NAMES = ix.all_reduction_names("ix_scatter_elements")
 
 
 def build_scatter_elements(node: NodeInfo, xp: Any, reduction: str):
@@ -96,13 +72,12 @@ def build_scatter_elements(node: NodeInfo, xp: Any, reduction: str):
         return fallback
     axis = int(node.attr("axis", 0))
     dev = k.device
-    names = names_for(reduction)
-    kernels = dev.kernels(BODY, names, SIGNATURE)
+    kernels = dev.kernels(BODY, ix.reduction_names("ix_scatter_elements", reduction), SIGNATURE)
     code = ix.REDUCTION_CODES[reduction]
 
-    def plan(shape, dtype, ishape, itype, ushape, utype) -> ScatterPlan | None:
+    def plan(shape, dtype, ishape, itype, ushape, utype) -> ix.Plan | None:
         ti = ix.INDEX_TYPES.get(np.dtype(itype))
-        et = element_type(reduction, dtype)
+        et = ix.element_type(reduction, dtype)
         if ti is None or et is None or utype != dtype or not shape:
             return None
         a = norm_axis(axis, len(shape), op)
@@ -113,38 +88,15 @@ def build_scatter_elements(node: NodeInfo, xp: Any, reduction: str):
             )
         total = ix.size(ishape)
         if total == 0:
-            return ScatterPlan(None)
+            return ix.Plan.single(shape, None)
         dims, strides, ax = ix.collapse_elements(ishape, shape, a)
         if len(dims) > ix.MAX_DIMS:
             return None
         name = ix.template_name("ix_scatter_elements", et, ti, code)
         tail = (total, *dims, *strides, ax, shape[a], a, k.node_id)
-        return ScatterPlan(ix.Variant(kernels[name], ix.grid_for(total, dev.sms), tail))
+        return ix.Plan.single(shape, ix.Variant(kernels[name], ix.grid_for(total, dev.sms), tail))
 
-    plans = PlanCache(plan)
-    contiguous, address, empty, stream = dev.contiguous, dev.address, dev.empty, dev.stream
-    flag_arg, note_shape = k.flag_arg, k.note_shape
-
-    def run(data: Any, indices: Any, updates: Any) -> tuple:
-        p = plans(data.shape, data.dtype, indices.shape, indices.dtype, updates.shape,
-                  updates.dtype)  # fmt: skip
-        if p is None:
-            return fallback(data, indices, updates)
-        out = empty(data.shape, data.dtype)
-        dev.copy(out, data if contiguous(data) else dev.ascontiguous(data))
-        v = p.launch
-        if v is None:
-            return (out,)
-        if not contiguous(indices):
-            indices = dev.ascontiguous(indices)
-        if not contiguous(updates):
-            updates = dev.ascontiguous(updates)
-        args = (address(out), address(indices), address(updates), flag_arg, *v.tail)
-        v.launch(v.grid, ix.BLOCK, args, stream())
-        note_shape(indices.shape)
-        return (out,)
-
-    return run
+    return ix.scatter_runner(k, PlanCache(plan), fallback)
 
 
 @kernel("ScatterElements", since=(11, 16))

@@ -15,7 +15,6 @@ types run the generic kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,8 +27,6 @@ from onnxep.providers.ops._shape import check_reduction
 
 from . import _index_cuda as ix
 from ._reduce_cuda import PlanCache
-from .op_gather_nd import nd_tail
-from .op_scatter_elements import element_type
 
 BODY = (
     ix.COMMON
@@ -72,28 +69,7 @@ __global__ void ix_scatter_nd(T* __restrict__ out, const TI* __restrict__ idx,
 SIGNATURE = "pppp" + "q" * 10
 
 
-def names_for(reduction: str) -> tuple[str, ...]:
-    """The instantiations a node with ``reduction`` may launch."""
-    code = ix.REDUCTION_CODES[reduction]
-    types = ix.UNITS.values() if reduction == "none" else ix.REDUCE_TYPES.values()
-    return tuple(
-        ix.template_name("ix_scatter_nd", t, i, code)
-        for t in types
-        for i in ix.INDEX_TYPES.values()
-    )
-
-
-ALL_NAMES = tuple(n for r in ix.REDUCTION_CODES for n in names_for(r))
-
-
-@dataclass(frozen=True)
-class ScatterNDPlan:
-    """Launches for one input signature: ``wide`` when the updates are aligned to ``width``
-    bytes, ``narrow`` otherwise (the same launch for reductions); None: nothing to write."""
-
-    width: int
-    wide: ix.Variant | None
-    narrow: ix.Variant | None
+ALL_NAMES = ix.all_reduction_names("ix_scatter_nd")
 
 
 @kernel("ScatterND", since=(11, 16))
@@ -105,12 +81,12 @@ def scatter_nd(node: NodeInfo, xp: Any):
     if k is None:
         return fallback
     dev = k.device
-    kernels = dev.kernels(BODY, names_for(reduction), SIGNATURE)
+    kernels = dev.kernels(BODY, ix.reduction_names("ix_scatter_nd", reduction), SIGNATURE)
     code = ix.REDUCTION_CODES[reduction]
 
-    def plan(shape, dtype, ishape, itype, ushape, utype) -> ScatterNDPlan | None:
+    def plan(shape, dtype, ishape, itype, ushape, utype) -> ix.Plan | None:
         ti = ix.INDEX_TYPES.get(np.dtype(itype))
-        et = element_type(reduction, dtype)
+        et = ix.element_type(reduction, dtype)
         if ti is None or et is None or utype != dtype:
             return None
         check_nd_shapes("ScatterND", shape, ishape)
@@ -126,39 +102,16 @@ def scatter_nd(node: NodeInfo, xp: Any):
         tuples, inner = ix.size(ishape[:-1]), ix.size(shape[nk:])
         if tuples * inner == 0:
             # nothing to write; indices left to check go to the generic kernel's host check
-            return None if tuples * nk else ScatterNDPlan(1, None, None)
+            return None if tuples * nk else ix.Plan.single(shape, None)
         size = dtype.itemsize
         wide = ix.unit_width(inner * size) if reduction == "none" else size
-        variants = []
-        for width in (wide, size):
-            units = inner * size // width
+        dims = ix.trailing_padded(shape[:nk], 1)
+
+        def launch(width: int, units: int, total: int):
             t = ix.UNITS[width] if reduction == "none" else et
             name = ix.template_name("ix_scatter_nd", t, ti, code)
-            tail = (tuples * units, units, nk, *nd_tail(shape[:nk]), k.node_id)
-            variants.append(ix.Variant(kernels[name], ix.grid_for(tuples * units, dev.sms), tail))
-        return ScatterNDPlan(wide, *variants)
+            return name, (total, units, nk, *dims, k.node_id)
 
-    plans = PlanCache(plan)
-    contiguous, address, empty, stream = dev.contiguous, dev.address, dev.empty, dev.stream
-    flag_arg, note_shape = k.flag_arg, k.note_shape
+        return ix.unit_plan(k, kernels, shape, (wide, size), inner * size, tuples, launch)
 
-    def run(data: Any, indices: Any, updates: Any) -> tuple:
-        p = plans(data.shape, data.dtype, indices.shape, indices.dtype, updates.shape,
-                  updates.dtype)  # fmt: skip
-        if p is None:
-            return fallback(data, indices, updates)
-        out = empty(data.shape, data.dtype)
-        dev.copy(out, data if contiguous(data) else dev.ascontiguous(data))
-        if p.wide is None:
-            return (out,)
-        if not contiguous(indices):
-            indices = dev.ascontiguous(indices)
-        if not contiguous(updates):
-            updates = dev.ascontiguous(updates)
-        v = p.wide if dev.aligned(updates, p.width) else p.narrow
-        args = (address(out), address(indices), address(updates), flag_arg, *v.tail)
-        v.launch(v.grid, ix.BLOCK, args, stream())
-        note_shape(indices.shape)
-        return (out,)
-
-    return run
+    return ix.scatter_runner(k, PlanCache(plan), fallback)
