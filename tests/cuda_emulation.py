@@ -15,7 +15,16 @@ Limits: templates must be ``template <typename T> __global__ void
 __launch_bounds__(N) name(...)`` instantiated for ``float``/``__half``; shuffles
 must be warp-uniform and blocks a multiple of 32 threads; races between blocks
 cannot show. Compiled with ``-ffp-contract=off``, as NVRTC is asked to keep
-the ``__f*_rn`` products separate.
+the ``__f*_rn`` products separate (the build and its cache: ``gxx_build``).
+
+Why this is not ``cuda_emulator`` (the fiber emulator the reduction, index,
+norm and hybrid kernels run on): the attention kernels are fetched through
+NVRTC's ``function(source, name, name_expressions)`` door, not
+``compile_kernels(body, names)``; they launch 3-D grids (``gridDim.y/z``)
+with dynamic ``extern __shared__`` memory sized per launch, and take
+parameter structs whose byte size is checked against g++'s layout. The fiber
+emulator has a 1-D grid, static shared memory and scalar/pointer arguments
+only; porting the attention tests means teaching it those three first.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import tempfile
 from typing import Any
 
 import numpy as np
+from gxx_build import build_shared
 
 _PRELUDE = r"""
 #include <math.h>
@@ -135,7 +145,7 @@ def _signatures(source: str) -> dict[str, list[tuple[str, str]]]:
     return sigs
 
 
-def _library(source: str, build_dir: str):
+def _library(source: str):
     key = hashlib.sha1(source.encode()).hexdigest()[:16]
     if key in _libraries:
         return _libraries[key]
@@ -164,13 +174,9 @@ def _library(source: str, build_dir: str):
         - {"T"}
     )
     wrappers += [f'extern "C" unsigned long SZ_{t}() {{ return sizeof({t}); }}' for t in structs]
-    cpp = os.path.join(build_dir, f"{key}.cpp")
-    so = os.path.join(build_dir, f"{key}.so")
-    with open(cpp, "w") as f:
-        f.write(_PRELUDE + body + _LAUNCH + "\n".join(wrappers))
-    flags = ["-std=c++20", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-pthread", "-w"]
-    subprocess.run(["g++", *flags, "-o", so, cpp], check=True)
-    _libraries[key] = (ctypes.CDLL(so), sigs)
+    flags = ["-std=c++20", "-O1", "-ffp-contract=off", "-pthread"]
+    so = build_shared(_PRELUDE + body + _LAUNCH + "\n".join(wrappers), flags, "cuda-emulation")
+    _libraries[key] = (ctypes.CDLL(str(so)), sigs)
     return _libraries[key]
 
 
@@ -236,12 +242,11 @@ class EmulatedKernel:
 class Emulator:
     """``function(source, name, name_expressions)`` compatible with ``nvrtc.function``."""
 
-    def __init__(self, build_dir: str) -> None:
-        self.build_dir = build_dir
+    def __init__(self) -> None:
         self._kernels: dict[tuple, EmulatedKernel] = {}
 
     def function(self, source: str, name: str, name_expressions=(), options=()) -> EmulatedKernel:
-        lib, sigs = _library(source, self.build_dir)
+        lib, sigs = _library(source)
         base, ctype = re.fullmatch(r"(\w+)<(\w+)>", name).groups()
         key = (id(lib), base, ctype)
         if key not in self._kernels:

@@ -23,6 +23,14 @@ missing barrier shows up in one of the two orders. Float arithmetic is IEEE
 single precision without contraction (``-ffp-contract=off``), half floats
 convert through ``_Float16`` with round-to-nearest-even, as on the GPU.
 
+Why this is not ``cuda_emulation`` (one OS thread per CUDA thread, used by
+the attention kernels): fibers make the thread order a choice (``reverse``),
+so a missing barrier shows deterministically, and a lane stuck at the wrong
+barrier is reported instead of hanging; the kernels here are built through
+``compile_kernels(body, names)`` with 1-D grids. The attention kernels need
+what only ``cuda_emulation`` has (see its docstring). The g++ build and its
+cache are shared: ``gxx_build``.
+
 :func:`install` points ``providers_cuda.ops._reduce_cuda`` at the emulator
 (its ``compile_kernels`` and ``sm_count``), and :func:`make_plugin` offers a
 provider, ``cudaemu``, whose kernels are the CUDA provider's kernel library
@@ -31,18 +39,22 @@ on NumPy arrays, declining what the CUDA provider declines.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import importlib
 import os
 import shutil
-import subprocess
-import tempfile
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
+from gxx_build import build_shared
 
 NAME = "cudaemu"
 #: SM count the emulated device reports: small, so modest shapes reach the split paths.
@@ -257,21 +269,8 @@ def _build(body: str, names: Sequence[str]) -> ctypes.CDLL:
         for i, n in enumerate(names)
     )
     source = RUNTIME + PRIMITIVES + body + "\n" + wrappers
-    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
-    cache = Path(tempfile.gettempdir()) / f"onnxep-cuda-emulator-{os.getuid()}"
-    cache.mkdir(exist_ok=True)
-    so = cache / f"{digest}.so"
-    if not so.exists():
-        cpp = cache / f"{digest}.{os.getpid()}.cpp"
-        cpp.write_text(source)
-        tmp = cache / f"{digest}.{os.getpid()}.so"
-        cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off",
-               "-fno-strict-aliasing", "-w", "-o", str(tmp), str(cpp)]  # fmt: skip
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        cpp.unlink(missing_ok=True)
-        if res.returncode:
-            raise EmulatorError(f"g++ could not build the kernels:\n{res.stderr[-6000:]}")
-        os.replace(tmp, so)
+    flags = ["-std=c++17", "-O1", "-ffp-contract=off", "-fno-strict-aliasing"]
+    so = build_shared(source, flags, "cuda-emulator", EmulatorError)
     lib = ctypes.CDLL(str(so))
     lib.emu_error.restype = ctypes.c_char_p
     return lib
@@ -409,3 +408,32 @@ def make_plugin() -> Any:
             return cuda_library() if provider.name == NAME else None
 
     return _Plugin()
+
+
+@contextlib.contextmanager
+def registered() -> Iterator[str]:
+    """The ``cudaemu`` provider registered for the block (the test skips where g++ cannot
+    build the kernels); yields its name."""
+    import onnxep
+    from onnxep.providers.discovery import unregister_plugin
+
+    why = why_unavailable()
+    if why:
+        pytest.skip(why)
+    plugin = make_plugin()
+    onnxep.register_provider(plugin, name="cuda-emulator")
+    try:
+        yield NAME
+    finally:
+        unregister_plugin(plugin)
+
+
+#: The GPU tests, whose cases and launch counters the emulated tests reuse.
+CUDA_TESTS = Path(__file__).resolve().parent / "cuda"
+
+
+def gpu_test_module(name: str) -> ModuleType:
+    """Module ``name`` of ``tests/cuda`` (importable as its tests import each other)."""
+    if str(CUDA_TESTS) not in sys.path:
+        sys.path.insert(0, str(CUDA_TESTS))
+    return importlib.import_module(name)

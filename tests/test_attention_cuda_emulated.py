@@ -12,6 +12,7 @@ import types
 import numpy as np
 import pytest
 from cuda_emulation import Emulator, available, nan_empty
+from cuda_emulator import gpu_test_module
 
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops.op_group_query_attention import group_query_attention as cpu_gqa
@@ -23,16 +24,14 @@ _WHY_NOT = available()
 if _WHY_NOT:
     pytestmark.append(pytest.mark.skip(reason=f"cannot emulate CUDA kernels: {_WHY_NOT}"))
 
-ORDER = [
-    "query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
-    "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink",
-    "k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens",
-]  # fmt: skip
+# the GPU tests' feeds, so the emulated cases are the GPU cases' inputs
+gpu = gpu_test_module("test_cuda_attention")
+_rope_cache, _gqa_feeds = gpu._rope_cache, gpu._gqa_feeds
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    return Emulator(str(tmp_path_factory.mktemp("cuda_emulation")))
+def emulator():
+    return Emulator()
 
 
 @pytest.fixture(params=[8, 132], ids=["8sm", "132sm"])
@@ -54,54 +53,6 @@ def cuda_ops(request, emulator, monkeypatch):
         xp=xp, gqa=gqa.group_query_attention, rope=rope.rotary_embedding_contrib,
         rope23=rope23.rotary_embedding, emulator=emulator,
     )  # fmt: skip
-
-
-def _rope_cache(max_len, rot, dt):
-    inv = 1.0 / (10000 ** (np.arange(0, rot, 2) / rot))
-    ang = np.arange(max_len)[:, None] * inv[None, :]
-    return np.cos(ang).astype(dt), np.sin(ang).astype(dt)
-
-
-def _gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt):
-    r = rng.standard_normal
-    first = all(p == 0 for p in past_lens) and cap is None
-    if "query_seqlens" in extras:
-        qlens = np.array([int(rng.integers(1, s + 1)) for _ in range(b)], np.int32)
-        tot = np.array([p + q for p, q in zip(past_lens, qlens, strict=True)], np.int32)
-    elif first:
-        qlens = np.array([s] + [int(rng.integers(1, s + 1)) for _ in range(b - 1)], np.int32)
-        tot = qlens.copy()
-    else:
-        tot = np.array([p + s for p in past_lens], np.int32)
-    total = cap if "query_seqlens" in extras else int(tot.max())
-    past_len = cap if cap is not None else (0 if first else max(past_lens))
-    f = {}
-    if "packed" in extras:
-        f["query"] = r((b, s, (nh + 2 * nkv) * hd)).astype(dt)
-    else:
-        f["query"] = r((b, s, nh * hd)).astype(dt)
-        f["key"] = r((b, s, nkv * hd)).astype(dt)
-        f["value"] = r((b, s, nkv * hd)).astype(dt)
-    if "nopast" not in extras:
-        f["past_key"] = r((b, nkv, past_len, hd)).astype(dt)
-        f["past_value"] = r((b, nkv, past_len, hd)).astype(dt)
-    f["seqlens_k"] = (tot - 1).astype(np.int32)
-    f["total_sequence_length"] = np.array(total, np.int32)
-    if attrs.get("do_rotary"):
-        rot = hd // 2 if "half_rot" in extras else hd
-        f["cos_cache"], f["sin_cache"] = _rope_cache(max(64, total + s + 4), rot, dt)
-    if "position_ids" in extras:
-        f["position_ids"] = (tot[:, None] - s + np.arange(s)[None, :] + 2).astype(np.int64)
-    if "attention_bias" in extras:
-        f["attention_bias"] = r((b, 1, s, total)).astype(dt)
-    if "head_sink" in extras:
-        f["head_sink"] = r((nh,)).astype(dt)
-    if "query_seqlens" in extras:
-        f["query_seqlens"] = qlens
-    names = [n if n in f else "" for n in ORDER]
-    while not names[-1]:
-        names.pop()
-    return f, names
 
 
 GQA_CASES = [

@@ -14,8 +14,6 @@ at its copies to the host, checks the error's path through the executor.
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import cuda_emulator as emu
 import numpy as np
@@ -29,10 +27,7 @@ from onnxep.providers_cuda.ops import _index_cuda
 from onnxep.providers_cuda.ops import op_scatter_elements as scatter_elements
 from onnxep.providers_cuda.ops import op_scatter_nd as scatter_nd
 
-CUDA_TESTS = Path(__file__).resolve().parent / "cuda"
-if str(CUDA_TESTS) not in sys.path:
-    sys.path.insert(0, str(CUDA_TESTS))
-gpu_index = importlib.import_module("test_cuda_index")
+gpu_index = emu.gpu_test_module("test_cuda_index")
 
 #: Host stand-ins for ``_index_cuda.PRIMITIVES`` (same names, same results).
 HOST_PRIMITIVES = r"""

@@ -15,12 +15,9 @@ directly below.
 
 from __future__ import annotations
 
-import importlib
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import cuda_emulator as emu
 import numpy as np
@@ -32,32 +29,16 @@ from onnxep.providers_cuda.ops import _norm_runners as N
 from onnxep.providers_cuda.ops import _reduce_cuda as K
 from onnxep.providers_cuda.ops import op_reduce_sum as cuda_sum
 
-CUDA_TESTS = Path(__file__).resolve().parent / "cuda"
 F32, F16 = np.float32, np.float16
 
-
-def _gpu_module(name):
-    if str(CUDA_TESTS) not in sys.path:
-        sys.path.insert(0, str(CUDA_TESTS))
-    return importlib.import_module(name)
-
-
-gpu_reduce = _gpu_module("test_cuda_reduce")
-gpu_norms = _gpu_module("test_cuda_norms")
+gpu_reduce = emu.gpu_test_module("test_cuda_reduce")
+gpu_norms = emu.gpu_test_module("test_cuda_norms")
 
 
 @pytest.fixture(scope="module")
 def provider():
-    import onnxep
-    from onnxep.providers.discovery import unregister_plugin
-
-    why = emu.why_unavailable()
-    if why:
-        pytest.skip(why)
-    plugin = emu.make_plugin()
-    onnxep.register_provider(plugin, name="cuda-emulator")
-    yield emu.NAME
-    unregister_plugin(plugin)
+    with emu.registered() as name:
+        yield name
 
 
 @pytest.fixture
