@@ -142,3 +142,32 @@ def toy_dist(tmp_path, monkeypatch):
 def save(model: onnx.ModelProto, path: Path) -> Path:
     onnx.save(model, str(path))
     return path
+
+
+def _why_no_gpu() -> str | None:
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CuPy built for another CUDA
+        return f"CuPy is not importable here ({type(exc).__name__}: {exc})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            return "no CUDA device is visible"
+    except Exception as exc:
+        return f"no usable CUDA device or driver ({type(exc).__name__}: {exc})"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests under tests/cuda need a GPU: marked ``cuda``, and skipped with the reason elsewhere.
+
+    This lives here rather than in a tests/cuda/conftest.py: a second module named
+    ``conftest`` would shadow this one for the tests that import its helpers.
+    """
+    gpu = [i for i in items if "tests/cuda/" in str(i.fspath).replace("\\", "/")]
+    if not gpu:
+        return
+    why = _why_no_gpu()
+    for item in gpu:
+        item.add_marker(pytest.mark.cuda)
+        if why is not None:
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {why}"))
