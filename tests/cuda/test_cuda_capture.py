@@ -173,11 +173,6 @@ def decoders(tmp_path_factory) -> dict[str, str]:
     return paths
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="first GPU run of decode in one graph (full-capacity mask, the IO-bound KV "
-    "buffers read and written in place by the graph): not yet seen passing on the GPU",
-)
 @pytest.mark.parametrize("dtype", ["fp16", "int4"])
 def test_captured_decode_equals_eager_and_cpu(dtype, decoders):
     prompt = np.random.default_rng(7).integers(0, 512, 8)
