@@ -3,9 +3,11 @@
 protobuf does not validate UTF-8 when it parses ``string`` fields of a proto2
 message such as ONNX's: a name with invalid UTF-8 reads back as ``bytes``,
 which then fails far away (concatenating it to a ``str``). Element types are
-plain ``int32`` fields, so any number parses. An attribute's value is read by
-its declared type, so a type that disagrees with the field set is read as
-nothing. Such models are refused here, naming the field, value or node.
+plain ``int32`` fields, so any number parses, and a negative dim in a
+declared shape makes onnx's own shape inference abort the process. An
+attribute's value is read by its declared type, so a type that disagrees
+with the field set is read as nothing. Such models are refused here, naming
+the field, value or node.
 """
 
 from __future__ import annotations
@@ -96,32 +98,39 @@ def check_text(msg: Message, what: str = "model") -> None:
 _DATA_TYPES = frozenset(onnx.TensorProto.DataType.values())
 
 
-def _bad_type(t: onnx.TypeProto) -> int | None:
-    """The first element type in ``t`` (nested) that is not an ONNX data type, or None."""
+def _type_fault(t: onnx.TypeProto) -> str | None:
+    """What is wrong in ``t`` (nested): an element type outside ONNX's, a negative dim."""
     kind = t.WhichOneof("value")
     if kind in ("tensor_type", "sparse_tensor_type"):
-        elem = getattr(t, kind).elem_type
-        return elem if elem not in _DATA_TYPES else None
+        tensor = getattr(t, kind)
+        if tensor.elem_type not in _DATA_TYPES:
+            return (
+                f"element type {tensor.elem_type}, which is not an ONNX data type "
+                "(TensorProto.DataType)"
+            )
+        for axis, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                # onnx's shape inference aborts the process on some of these (Slice).
+                return f"dim {dim.dim_value} at axis {axis}; a dim is a size, never negative"
+        return None
     if kind in ("sequence_type", "optional_type"):
         inner = getattr(t, kind)
-        return _bad_type(inner.elem_type) if inner.HasField("elem_type") else None
+        return _type_fault(inner.elem_type) if inner.HasField("elem_type") else None
     if kind == "map_type":
         if t.map_type.key_type not in _DATA_TYPES:
-            return t.map_type.key_type
-        return _bad_type(t.map_type.value_type) if t.map_type.HasField("value_type") else None
+            return f"map key type {t.map_type.key_type}, which is not an ONNX data type"
+        value = t.map_type
+        return _type_fault(value.value_type) if value.HasField("value_type") else None
     return None
 
 
 def check_value_types(graph: onnx.GraphProto, where: str = "") -> None:
-    """Every declared input, output and value_info type uses ONNX data types (subgraphs too)."""
+    """Every declared input, output and value_info type is well formed (subgraphs too)."""
     where = where or f"graph {graph.name!r}"
     for vi in [*graph.input, *graph.output, *graph.value_info]:
-        bad = _bad_type(vi.type) if vi.HasField("type") else None
-        if bad is not None:
-            raise InvalidModel(
-                f"{where}: value {vi.name!r} declares element type {bad}, which is not an "
-                "ONNX data type (TensorProto.DataType)"
-            )
+        fault = _type_fault(vi.type) if vi.HasField("type") else None
+        if fault is not None:
+            raise InvalidModel(f"{where}: value {vi.name!r} declares {fault}")
     for node in graph.node:
         for attr in node.attribute:
             subs = [attr.g] if attr.HasField("g") else list(attr.graphs)

@@ -411,6 +411,20 @@ def test_element_type_outside_onnx_data_types_is_refused():
         session(m)
 
 
+def test_negative_declared_dim_is_refused_before_shape_inference():
+    # onnx's Slice shape inference aborts the whole process on such a dim.
+    starts = numpy_helper.from_array(np.array([0], np.int64), "starts")
+    ends = numpy_helper.from_array(np.array([1], np.int64), "ends")
+    m = make_model(
+        [helper.make_node("Slice", ["x", "starts", "ends"], ["y"])],
+        [tensor("x", [2, -5])],
+        [tensor("y", None)],
+        inits=[starts, ends],
+    )
+    with pytest.raises(InvalidModel, match="'x' declares dim -5 at axis 1"):
+        session(m)
+
+
 def test_custom_domain_with_a_huge_version_is_left_to_the_providers():
     node = helper.make_node("Relu", ["x"], ["y"], name="r", domain="my.ops")
     m = make_model([node], [tensor("x", [2])], [tensor("y", [2])], extra_opsets=[("my.ops", 2**40)])
