@@ -251,7 +251,7 @@ def fused(op: str, inputs: dict[str, tuple[int, ...]], consts: tuple[str, ...] =
     def make(dtype, rng):
         f = {n: _r(rng, shape, dtype) for n, shape in inputs.items()}
         if op == "Rsqrt":
-            f["X"] = np.abs(f["X"]) + dtype(0.5)
+            f["X"] = (np.abs(f["X"]) + 0.5).astype(f["X"].dtype)  # real roots, no infinities
         m, feeds = _model(op, f, list(inputs), ["Y"], domain="onnxep", consts=consts)
         m.opset_import.append(helper.make_opsetid("onnxep", 1))
         return m, feeds
