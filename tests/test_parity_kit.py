@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from conftest import make_model, tensor
@@ -283,8 +285,23 @@ def _pytest(tmp_path, *args):
     )
 
 
+def _fresh_statuses() -> list[tuple[str, bool, str]]:
+    """``(name, available, reason)`` per provider as a fresh process discovers them: this
+    process may hold providers other tests registered at run time, the subprocess never does."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, onnxep; print(json.dumps([[s.name, s.available, s.reason or '']"
+        " for s in onnxep.get_all_providers()]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return [tuple(row) for row in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
 def test_pytest_plugin_parametrizes_and_skips_unavailable(tmp_path):
-    statuses = onnxep.get_all_providers()
+    statuses = [SimpleNamespace(name=n, available=a, reason=r) for n, a, r in _fresh_statuses()]
     unavailable = [s for s in statuses if not s.available]
     if not unavailable:
         pytest.skip("every discovered provider is available here: none to skip")
