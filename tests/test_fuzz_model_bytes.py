@@ -458,7 +458,13 @@ def fuzz(
             except EOFError:
                 proc, index, _, slot, batch = state
                 proc.join(5)
-                if index is not None and index not in outcomes:
+                if index is None:
+                    # Died before its first case: the harness is broken, not a model.
+                    raise RuntimeError(
+                        f"a fuzz worker exited (code {proc.exitcode}) before its first case; "
+                        "is this module importable by name in a fresh process?"
+                    ) from None
+                if index not in outcomes:
                     outcomes[index] = f"FAIL crash (exit code {proc.exitcode})"
                 pending.extendleft(reversed([c for c in batch if c[0] not in outcomes]))
                 del running[conn]
@@ -476,6 +482,8 @@ def fuzz(
             if now - heard > 2 * case_seconds:
                 proc.kill()
                 proc.join(5)
+                if index is None:
+                    raise RuntimeError("a fuzz worker stalled before its first case")
                 outcomes[index] = f"FAIL hang (worker killed after {2 * case_seconds}s)"
                 pending.extendleft(reversed([c for c in batch if c[0] not in outcomes]))
                 del running[conn]
