@@ -49,6 +49,9 @@ def read_model(model: ModelLike) -> LoadedModel:
             raise InvalidModel(f"model file {str(path)!r} does not exist")
         if path.is_dir():
             raise InvalidModel(f"{str(path)!r} is a folder; pass the .onnx file inside it")
+        if not path.is_file():
+            # A device or pipe (/dev/zero) would be read forever.
+            raise InvalidModel(f"{str(path)!r} is not a regular file; pass an .onnx file")
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:

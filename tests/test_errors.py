@@ -208,3 +208,9 @@ def test_kernel_returning_a_bare_array_is_caught():
             sess.run(None, {"x": np.ones(2, np.float32)})
     finally:
         unregister_plugin(plugin)
+
+
+def test_a_model_path_that_is_not_a_regular_file_is_refused_at_once():
+    """/dev/zero used to be read until memory ran out."""
+    with pytest.raises(onnxep.errors.InvalidModel, match="not a regular file"):
+        onnxep.InferenceSession("/dev/zero", providers=["cpu"])
