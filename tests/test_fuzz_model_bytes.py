@@ -134,7 +134,8 @@ def _position(rng: random.Random, seed: Seed) -> int:
 
 #: Repeated numeric fields that hold tensor data: a few entries stand for all.
 _BULK = {"float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"}
-Path_ = tuple[tuple[str, int | None], ...]
+#: Where a field sits: (field name, index in a repeated field or None) from the model down.
+FieldPath = tuple[tuple[str, int | None], ...]
 
 
 @functools.cache
@@ -146,15 +147,17 @@ def _parsed(name: str) -> onnx.ModelProto:
 
 
 @functools.cache
-def _fields(name: str) -> dict[str, list[tuple[Path_, str]]]:
+def _fields(name: str) -> dict[str, list[tuple[FieldPath, str]]]:
     """The model's set fields, by field name: (path, kind) with kind scalar or repeated item."""
-    out: dict[str, list[tuple[Path_, str]]] = collections.defaultdict(list)
+    out: dict[str, list[tuple[FieldPath, str]]] = collections.defaultdict(list)
 
-    def walk(msg, path: Path_) -> None:
+    def walk(msg, path: FieldPath) -> None:
         for fd, value in msg.ListFields():
             if fd.name == "raw_data":
                 continue
-            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == 3
+            repeated = (
+                fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+            )
             if fd.type == fd.TYPE_MESSAGE:
                 if repeated:
                     for i, sub in enumerate(value):
@@ -172,7 +175,7 @@ def _fields(name: str) -> dict[str, list[tuple[Path_, str]]]:
     return dict(out)
 
 
-def _resolve(proto: onnx.ModelProto, path: Path_):
+def _resolve(proto: onnx.ModelProto, path: FieldPath):
     """The message holding the path's last field."""
     msg = proto
     for field, index in path[:-1]:
@@ -250,7 +253,7 @@ def _strings_like(name: str, field: str) -> list[str]:
     return sorted(values)
 
 
-def _apply_field(data: bytes, op: str, path: Path_, value) -> bytes:
+def _apply_field(data: bytes, op: str, path: FieldPath, value) -> bytes:
     proto = onnx.ModelProto()
     proto.ParseFromString(data)
     holder = _resolve(proto, path)
