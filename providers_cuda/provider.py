@@ -196,6 +196,8 @@ class CUDAProvider(Provider):
         return value
 
     def from_host(self, value: Any) -> Any:
+        if value is None or isinstance(value, list):
+            return value  # an empty optional, or a sequence: both stay on the host
         cp = self._cupy
         if isinstance(value, cp.ndarray):
             if value.device.id == self.device_id:

@@ -192,3 +192,13 @@ def test_int64_and_float16_values_run_on_the_device():
     sess = onnxep.InferenceSession(m, onnxep.SessionOptions(disable_fallback=True), ["cuda"])
     a = np.arange(4, dtype=np.int64)
     np.testing.assert_array_equal(sess.run(None, {"a": a, "b": a})[0], 2 * a)
+
+
+def test_transfers_leave_sequences_and_empty_optionals_on_the_host():
+    """docs/providers.md: from_host/to_host also receive lists (sequences) and None."""
+    relu = single("Relu", [("x", F32, [2])], [("y", F32, [2])])
+    prov = onnxep.InferenceSession(relu, providers=["cuda"]).providers[0]
+    seq = [np.ones(2, np.float32), np.zeros(3, np.float32)]
+    assert prov.from_host(seq) is seq
+    assert prov.from_host(None) is None
+    assert prov.to_host(None) is None
