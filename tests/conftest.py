@@ -24,6 +24,23 @@ def tensor(name, shape, elem=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def exported_feeds(sess, dims, rng, vocab=512):
+    """Feeds for an exported model's inputs: symbolic dims from ``dims``, all-ones masks, zero
+    token types, token ids below ``vocab``, standard normal floats."""
+    feeds = {}
+    for arg in sess.get_inputs():
+        shape = [d if isinstance(d, int) else dims[d] for d in arg.shape]
+        if arg.type == "tensor(int64)" and "mask" in arg.name:
+            feeds[arg.name] = np.ones(shape, np.int64)
+        elif arg.type == "tensor(int64)" and "type" in arg.name:
+            feeds[arg.name] = np.zeros(shape, np.int64)
+        elif arg.type == "tensor(int64)":
+            feeds[arg.name] = rng.integers(0, vocab, shape).astype(np.int64)
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
 @pytest.fixture
 def add_relu_model():
     """x, y -> Add -> Relu -> Softmax: two ops a toy provider claims, one it does not."""

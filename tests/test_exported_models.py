@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import exported_feeds
 
 import onnxep
 
@@ -24,24 +25,11 @@ def assert_close(got, want, what):
     )
 
 
-def feeds_for(sess, dims, rng):
-    feeds = {}
-    for arg in sess.get_inputs():
-        shape = [d if isinstance(d, int) else dims[d] for d in arg.shape]
-        if arg.type == "tensor(int64)" and "mask" in arg.name:
-            feeds[arg.name] = np.ones(shape, np.int64)
-        elif arg.type == "tensor(int64)":
-            feeds[arg.name] = rng.integers(0, 512, shape).astype(np.int64)
-        else:
-            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
-
-
 def compare(name, dims, seed=0):
     path = str(DATA / name)
     ours = onnxep.InferenceSession(path, providers=["cpu"])
     theirs = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    feeds = feeds_for(ours, dims, np.random.default_rng(seed))
+    feeds = exported_feeds(ours, dims, np.random.default_rng(seed))
     got = ours.run(None, feeds)
     want = theirs.run(None, feeds)
     for arg, g, w in zip(ours.get_outputs(), got, want):

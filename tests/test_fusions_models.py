@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import exported_feeds
 from test_fusions_pattern import ALL, NAME, fusion, fusions_provider, session
 
 from onnxep.testing import TOLERANCES
@@ -45,27 +46,12 @@ def make():
         yield register()
 
 
-def feeds_for(sess, rng):
-    feeds = {}
-    for arg in sess.get_inputs():
-        shape = [d if isinstance(d, int) else DIMS[d] for d in arg.shape]
-        if arg.type == "tensor(int64)" and "mask" in arg.name:
-            feeds[arg.name] = np.ones(shape, np.int64)
-        elif arg.type == "tensor(int64)" and "type" in arg.name:
-            feeds[arg.name] = np.zeros(shape, np.int64)
-        elif arg.type == "tensor(int64)":
-            feeds[arg.name] = rng.integers(0, 200, shape).astype(np.int64)
-        else:
-            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
-
-
 def fused_matches_unfused(path, make, fired):
     fused = session(str(path), make)
     for name, count in fired.items():
         assert fusion(fused, name).fired == count, fused.placement().format(max_nodes=0)
     plain = session(str(path), make, off=ALL)
-    feeds = feeds_for(fused, np.random.default_rng(0))
+    feeds = exported_feeds(fused, DIMS, np.random.default_rng(0), vocab=200)
     for arg, a, b in zip(fused.get_outputs(), fused.run(None, feeds), plain.run(None, feeds)):
         np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=arg.name)
     assert len(fused.placement()) < len(plain.placement())

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import exported_feeds
 
 import onnxep
 
@@ -19,19 +20,6 @@ CASES = {
 }
 
 
-def _feeds(sess, dims, rng):
-    feeds = {}
-    for arg in sess.get_inputs():
-        shape = [d if isinstance(d, int) else dims[d] for d in arg.shape]
-        if arg.type == "tensor(int64)" and "mask" in arg.name:
-            feeds[arg.name] = np.ones(shape, np.int64)
-        elif arg.type == "tensor(int64)":
-            feeds[arg.name] = rng.integers(0, 512, shape).astype(np.int64)
-        else:
-            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_runs_on_cuda_like_the_cpu(name):
     path = str(DATA / name)
@@ -39,7 +27,7 @@ def test_runs_on_cuda_like_the_cpu(name):
     gpu = onnxep.InferenceSession(path, providers=["cuda", "cpu"])
     off = [n for n in gpu.placement() if n.role == "compute" and n.provider != "cuda"]
     assert not off, "; ".join(f"{n.node} ({n.op_type}): {n.declined}" for n in off)
-    feeds = _feeds(cpu, CASES[name], np.random.default_rng(0))
+    feeds = exported_feeds(cpu, CASES[name], np.random.default_rng(0))
     want = cpu.run(None, feeds)
     gpu.run(None, feeds)
     cuda = gpu.providers[0]
