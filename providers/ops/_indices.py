@@ -14,8 +14,9 @@ vectorised ``min`` and ``max`` (no temporaries). On a device, deciding whether
 to raise needs one answer on the host, so the check is a single boolean
 reduction: exactly one small device-to-host read per call, whatever the
 number of axes checked. While a stream is being captured into a CUDA graph a
-host read is illegal, so the check is skipped there; the eager runs before
-capture are checked, the graph's replays are not.
+host read is illegal, and skipping it would leave every replay unchecked, so
+the check raises there: the capture fails, and the captured runner makes the
+step a seam that runs eagerly, checked, between graphs.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def checked_indices(
     bad = idx < low
     if high is not None:
         bad = bad | (idx >= high)
-    if not _capturing(xp) and bool(xp.any(bad)):
+    if _host_answer(xp, xp.any(bad), op):
         _refuse(xp, idx, low, high, op, name, target)
     if not negative or _unsigned(idx):
         return idx
@@ -101,7 +102,7 @@ def checked_index_tuples(
             return np.where(idx < 0, idx + d.astype(idx.dtype), idx)
         return idx
     d = xp.asarray(list(dims), dtype=idx.dtype)
-    if not _capturing(xp) and bool(xp.any((idx < -d) | (idx >= d))):
+    if _host_answer(xp, xp.any((idx < -d) | (idx >= d)), op):
         _refuse_tuples(xp, idx, np.asarray(dims, dtype=np.int64), op, name, first_axis)
     return xp.where(idx < 0, idx + d, idx)
 
@@ -161,6 +162,16 @@ def _size(a: Any) -> int:
 
 def _unsigned(a: Any) -> bool:
     return getattr(a.dtype, "kind", "i") == "u"
+
+
+def _host_answer(xp: Any, flag: Any, op: str) -> bool:
+    """``flag`` (a device boolean) read on the host; refused while a CUDA graph is captured."""
+    if _capturing(xp):
+        raise RuntimeError(
+            f"{op}: its index check reads the device, which a CUDA graph capture cannot hold; "
+            "the step runs eagerly instead"
+        )
+    return bool(flag)
 
 
 def _capturing(xp: Any) -> bool:
