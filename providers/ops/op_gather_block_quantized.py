@@ -36,20 +36,24 @@ def _unpack(xp: Any, packed: Any, bits: int, axis: int) -> Any:
     return xp.moveaxis(vals, -1, axis)
 
 
+def attributes(node: NodeInfo) -> tuple[int, int, int, int]:
+    """``(bits, block_size, gather_axis, quantize_axis)``, refusing what the op does not define."""
+    bits = int(node.attr("bits", 4))
+    block = int(node.attr("block_size", 128))
+    if bits not in (2, 4, 8):
+        raise NotSupported(f"GatherBlockQuantized: bits={bits} is not 2, 4 or 8")
+    if block < 16 or block & (block - 1):
+        raise NotSupported(f"GatherBlockQuantized: block_size {block} is not a power of 2 >= 16")
+    return bits, block, int(node.attr("gather_axis", 0)), int(node.attr("quantize_axis", 1))
+
+
 @kernel(
     "GatherBlockQuantized",
     domain="com.microsoft",
     dtypes={2: ("float", "float16", "bfloat16")},
 )
 def gather_block_quantized(node: NodeInfo, xp: Any):
-    bits = int(node.attr("bits", 4))
-    block = int(node.attr("block_size", 128))
-    gaxis = int(node.attr("gather_axis", 0))
-    qaxis = int(node.attr("quantize_axis", 1))
-    if bits not in (2, 4, 8):
-        raise NotSupported(f"GatherBlockQuantized: bits={bits} is not 2, 4 or 8")
-    if block < 16 or block & (block - 1):
-        raise NotSupported(f"GatherBlockQuantized: block_size {block} is not a power of 2 >= 16")
+    bits, block, gaxis, qaxis = attributes(node)
 
     def run(data, indices, scales, zero_points=None):
         rank = data.ndim

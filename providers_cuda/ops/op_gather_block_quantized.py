@@ -20,6 +20,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
+from onnxep.providers.ops import op_gather_block_quantized as generic
 
 from ._quant_cuda import PRELUDE, ctype_of, sm_count
 
@@ -90,14 +91,7 @@ def _name(ti: str, ts: str, bits: int, ix: str) -> str:
 def gather_block_quantized(node: NodeInfo, xp: Any):
     from onnxep.providers_cuda import nvrtc
 
-    bits = int(node.attr("bits", 4))
-    block = int(node.attr("block_size", 128))
-    gaxis = int(node.attr("gather_axis", 0))
-    qaxis = int(node.attr("quantize_axis", 1))
-    if bits not in (2, 4, 8):
-        raise _fail(f"bits={bits} is not 2, 4 or 8")
-    if block < 16 or block & (block - 1):
-        raise _fail(f"block_size {block} is not a power of 2 >= 16")
+    bits, block, gaxis, qaxis = generic.attributes(node)
     rank = node.inputs[0].rank if node.inputs[0] is not None else None
     if rank is not None:
         why = _axes_refusal(gaxis, qaxis, rank, bits)
