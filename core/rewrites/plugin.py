@@ -9,6 +9,7 @@ from onnxep.providers import hookimpl
 from .dead_nodes import RemoveDeadNodes
 from .fold_constants import FoldConstants
 from .identity import EliminateIdentity
+from .propagate_dtypes import PropagateContribDtypes
 
 
 class BasicRewrites:
@@ -16,7 +17,8 @@ class BasicRewrites:
     def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
         if level != "basic":
             return None
-        passes: list[Any] = [EliminateIdentity()]
+        # Types first: the fusion passes (extended level) read the dtypes it fills in.
+        passes: list[Any] = [PropagateContribDtypes(), EliminateIdentity()]
         if provider is not None:
             passes.append(FoldConstants(provider))
         passes.append(RemoveDeadNodes())

@@ -1,0 +1,110 @@
+"""Output dtypes of the contrib ops onnxep has kernels for, as each op's spec and kernel give them.
+
+onnx's shape inference knows no com.microsoft schema, so it leaves every
+output of such a node untyped, and with it everything downstream. Each rule
+here names, per output, where its element type comes from: an input (the
+first of several candidates that is wired decides; an optional input comes
+first when the kernel prefers it, like a KV cache's past), or a fixed type.
+The rules say what the kernels compute when no type is declared (their
+``out_dtype`` fallbacks), so typing a value never changes what a kernel does.
+
+``UNTYPED`` lists the contrib ops with a CPU kernel that get no rule, and why;
+a test holds every such op to one of the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+MS = "com.microsoft"
+EP = "onnxep"
+
+
+@dataclass(frozen=True)
+class FromInput:
+    """The dtype of the first wired input among ``candidates`` (untyped if that one is)."""
+
+    candidates: tuple[int, ...]
+    same_shape: bool = False  # the output also has that input's shape
+
+
+@dataclass(frozen=True)
+class Fixed:
+    dtype: ir.DataType
+
+
+#: An output rule, or a function of the node giving one (for attribute-dependent types).
+Rule = FromInput | Fixed | Callable[[ir.Node], "FromInput | Fixed"]
+
+
+def _like(*candidates: int, same_shape: bool = False) -> FromInput:
+    return FromInput(tuple(candidates), same_shape)
+
+
+def _stash(node: ir.Node) -> Fixed:
+    """SimplifiedLayerNormalization's inv_std_var: double for stash_type 11, else float."""
+    attr = node.attributes.get("stash_type")
+    stash = 1 if attr is None else int(attr.value)
+    return Fixed(ir.DataType.DOUBLE if stash == 11 else ir.DataType.FLOAT)
+
+
+_X = _like(0, same_shape=True)  # output 0 is input 0's type and shape
+_F32 = Fixed(ir.DataType.FLOAT)
+
+#: (domain, op_type) -> one rule per output, in output order.
+RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
+    (MS, "Attention"): (_like(0), _like(0)),
+    (MS, "BiasGelu"): (_X,),
+    (MS, "CausalConvWithState"): (_X, _like(3, 0), _like(0)),  # present state: past's, else x's
+    (MS, "FastGelu"): (_X,),
+    (MS, "FusedConv"): (_like(0),),
+    (MS, "FusedMatMul"): (_like(0),),
+    (MS, "GatedRMSNorm"): (_X,),
+    (MS, "GatherBlockQuantized"): (_like(2),),  # dequantized to the scales' type
+    (MS, "Gelu"): (_X,),
+    # present key/value keep the past cache's type, else the new key's (else the packed query's)
+    (MS, "GroupQueryAttention"): (_like(0), _like(3, 1, 0), _like(4, 2, 0), _like(0)),
+    (MS, "LinearAttention"): (_like(0), _like(3, 0)),
+    (MS, "LinearAttentionGate"): (_like(0), _like(0)),
+    (MS, "MatMulNBits"): (_like(0),),  # A's type; the shape needs the N attribute
+    (MS, "MRotaryEmbedding"): (_X,),
+    (MS, "MultiHeadAttention"): (_like(0), _like(0), _like(0)),
+    (MS, "QuickGelu"): (_X,),
+    (MS, "RotaryEmbedding"): (_X,),
+    # Y takes the scale's type when none is declared (the kernel's fallback), not X's.
+    (MS, "SimplifiedLayerNormalization"): (_like(1), _stash),
+    ("", "SimplifiedLayerNormalization"): (_like(1), _stash),
+    # output, mean, inv_std_var (float statistics), input_skip_bias_sum
+    (MS, "SkipLayerNormalization"): (_X, _F32, _F32, _X),
+    (MS, "SkipSimplifiedLayerNormalization"): (_X, _F32, _F32, _X),
+    (EP, "MatMulBias"): (_like(0),),
+    (EP, "Rsqrt"): (_X,),
+    (EP, "SiLU"): (_X,),
+    (EP, "SwiGLU"): (_like(0),),
+}
+
+#: Contrib ops with a CPU kernel and no rule, and why they stay untyped.
+UNTYPED: dict[tuple[str, str], str] = {}
+
+
+def output_rules(node: ir.Node) -> tuple[FromInput | Fixed, ...] | None:
+    """The rule for each output of ``node``, or None when its op has none."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    rules = RULES.get((domain, node.op_type))
+    if rules is None:
+        return None
+    return tuple(r(node) if callable(r) else r for r in rules)
+
+
+def resolve(rule: FromInput | Fixed, node: ir.Node) -> tuple[ir.DataType | None, ir.Shape | None]:
+    """The dtype (and shape, where the rule gives it) ``rule`` assigns to an output of ``node``."""
+    if isinstance(rule, Fixed):
+        return rule.dtype, None
+    for i in rule.candidates:
+        v = node.inputs[i] if i < len(node.inputs) else None
+        if v is not None:
+            return v.dtype, (v.shape if rule.same_shape else None)
+    return None, None
