@@ -98,3 +98,102 @@ def test_cupy_matmul_refuses_inside_capture_where_blas_works():
         finally:
             with contextlib.suppress(Exception):
                 s.end_capture()
+
+
+# ----------------------------------------------------------------------------- the GEMV path
+
+
+def _gemv_node(op: str, dtype):
+    from onnxep.providers.node import NodeInfo, ValueInfo
+
+    n_in = 3 if op == "MatMulBias" else 2
+    ins = tuple(ValueInfo(f"x{i}", "tensor", np.dtype(dtype)) for i in range(n_in))
+    domain = "onnxep" if op == "MatMulBias" else ""
+    return NodeInfo(op, domain, "n", 13, {}, ins, (ValueInfo("y"),))
+
+
+def _gemv_runner(op: str, dtype):
+    from onnxep.providers_cuda.ops import op_mat_mul, op_matmul_bias
+    from onnxep.providers_cuda.xp import cuda_namespace
+
+    build = op_matmul_bias.matmul_bias if op == "MatMulBias" else op_mat_mul.mat_mul
+    return build(_gemv_node(op, dtype), cuda_namespace())
+
+
+GEMV_SHAPES = [  # (A's leading dims, K, N): decode shapes, K tails, N without 16-byte rows
+    ((1,), 896, 896),
+    ((1, 1), 896, 4864),
+    ((1,), 4864, 896),
+    ((1,), 896, 151936),
+    ((2,), 37, 24),
+    ((3,), 1000, 40),
+    ((4,), 129, 13),
+    ((2, 3), 64, 264),
+    ((8,), 1536, 8960),
+    ((), 33, 17),
+]
+
+
+@pytest.mark.parametrize("op", ["MatMul", "MatMulBias"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize(("lead", "k", "n"), GEMV_SHAPES)
+def test_gemv_matches_numpy_and_repeats_bit_for_bit(lead, k, n, dtype, op):
+    from onnxep.providers_cuda.ops import _gemv_cuda as G
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((*lead, k)).astype(dtype)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    args = [cupy.asarray(a), cupy.asarray(b)] + ([cupy.asarray(bias)] if op == "MatMulBias" else [])
+    run = _gemv_runner(op, dtype)
+    assert G.Gemv(cupy, dtype).takes(args[0], args[1])
+    (got,) = run(*args)
+    (again,) = run(*args)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    if op == "MatMulBias":
+        ref = ref + bias.astype(np.float64)
+    assert got.shape == ref.shape and got.dtype == np.dtype(dtype)
+    tol = 2e-3 if dtype == "float16" else 2e-5
+    np.testing.assert_allclose(got.get().astype(np.float64), ref, rtol=tol, atol=tol)
+    assert cupy.array_equal(got.view(cupy.uint8), again.view(cupy.uint8))  # no float atomics
+
+
+def test_gemv_agrees_with_cublas_within_float16_rounding():
+    rng = np.random.default_rng(4)
+    a = cupy.asarray(rng.standard_normal((1, 896)).astype(np.float16))
+    b = cupy.asarray((rng.standard_normal((896, 4864)) * 0.05).astype(np.float16))
+    (got,) = _gemv_runner("MatMul", "float16")(a, b)
+    want = blas.matmul(a, b)
+    diff = cupy.abs(got.astype(cupy.float32) - want.astype(cupy.float32))
+    scale = cupy.abs(want.astype(cupy.float32)) + 1e-2
+    assert float((diff / scale).max()) < 4e-3
+
+
+def test_gemv_works_inside_stream_capture():
+    rng = np.random.default_rng(5)
+    a = cupy.asarray(rng.standard_normal((1, 896)).astype(np.float16))
+    b = cupy.asarray((rng.standard_normal((896, 896)) * 0.05).astype(np.float16))  # split K
+    bias = cupy.asarray(rng.standard_normal(896).astype(np.float16))
+    run = _gemv_runner("MatMulBias", "float16")
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        (eager,) = run(a, b, bias)
+        s.synchronize()
+        s.begin_capture()
+        (out,) = run(a, b, bias)
+        graph = s.end_capture()
+        out.fill(0)
+        graph.launch(s)
+        s.synchronize()
+    assert cupy.array_equal(out.view(cupy.uint16), eager.view(cupy.uint16))
+
+
+def test_more_rows_or_a_batched_weight_go_to_cublas():
+    from onnxep.providers_cuda.ops import _gemv_cuda as G
+
+    gemv = G.Gemv(cupy, "float16")
+    b = cupy.zeros((64, 32), cupy.float16)
+    assert not gemv.takes(cupy.zeros((9, 64), cupy.float16), b)
+    assert not gemv.takes(cupy.zeros((1, 64), cupy.float16), cupy.zeros((2, 64, 32), cupy.float16))
+    (y,) = _gemv_runner("MatMul", "float16")(cupy.ones((9, 64), cupy.float16), b)
+    assert y.shape == (9, 32)
