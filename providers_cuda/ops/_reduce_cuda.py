@@ -34,6 +34,7 @@ import numpy as np
 from onnxep.providers.ops._reduce import norm_axes
 
 from ._attention_cuda import sm_count
+from ._reduce_routing import LIBRARY, ReduceRoute, cub_enabled, route_reduction
 from ._reduce_source import CTYPE, PRIMITIVES, REDUCE_BODY, REDUCE_KERNELS, reduce_names
 
 WARP = 32
@@ -268,6 +269,32 @@ def plan_reduce(
                       (warp_rows_grid(outputs),), finish)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class LibraryPlan:
+    """A ReduceSum/ReduceMean routed to CuPy's CUB reduction (``_reduce_routing``): the whole
+    array reduces to one output."""
+
+    out_shape: tuple[int, ...]
+    n: int  # elements reduced
+    mean: bool
+
+
+def run_library(plan: LibraryPlan, x: Any, xp: Any) -> Any:
+    """``cupy.sum`` of the C-contiguous ``x`` as one flat run (CUB's ``DeviceReduce``, float32
+    accumulation), divided by the count for a mean as our kernel does (``acc / n``)."""
+    s = xp.sum(x.reshape(-1))
+    if plan.mean:
+        s = s / np.float32(plan.n)
+    return s.reshape(plan.out_shape)
+
+
+def route_for(view: tuple[int, int, int], dtype: np.dtype, sms: int, library: bool) -> ReduceRoute:
+    """The routing rule (``_reduce_routing``) with this module's block size, grain and fill."""
+    outer, n, inner = view
+    return route_reduction(outer * inner, n, dtype, sms, library=library, threads=BLOCK,
+                           grain=SPLIT_GRAIN, fill_per_sm=FILL_PER_SM)  # fmt: skip
+
+
 def run_reduce(plan: ReducePlan, fns: dict[str, Any], x: Any, xp: Any) -> Any:
     """Launch ``plan`` on the C-contiguous ``x``; returns the output array (no host wait)."""
     y = xp.empty(plan.out_shape, x.dtype)
@@ -335,11 +362,22 @@ def build_reduce(
         fns_by_dtype[dt] = {k: compiled[n] for k, n in zip(REDUCE_KERNELS, names, strict=True)}
     sms = sm_count()
     op = node.op_type
+    # ReduceSum/ReduceMean choose between our kernel and CuPy's CUB by parallelism; the
+    # route each input signature took is kept on the kernel (``run.routes``) for reports.
+    routed = kind in ("sum", "mean")
+    library = routed and cub_enabled()
+    routes: dict[tuple, ReduceRoute] = {}
 
-    def plan_for(shape: tuple[int, ...], dtype: np.dtype) -> ReducePlan | None:
+    def plan_for(shape: tuple[int, ...], dtype: np.dtype) -> ReducePlan | LibraryPlan | None:
         if dtype not in fns_by_dtype:
             return None
         ax = tuple(range(len(shape))) if axes == ALL_AXES else norm_axes(axes, len(shape), op)
+        view = reduce_view(shape, ax) if routed else None
+        if view is not None:
+            route = routes[shape, np.dtype(dtype)] = route_for(view, dtype, sms, library)
+            if route.path == LIBRARY:
+                out = tuple(1 if k in ax else d for k, d in enumerate(shape) if keep or k not in ax)
+                return LibraryPlan(out, view[1], kind == "mean")
         return plan_reduce(shape, dtype, ax, keep, sms)
 
     plans = PlanCache(plan_for)
@@ -353,6 +391,9 @@ def build_reduce(
             return fallback(x, axes_in)
         if not contiguous(x):
             x = xp.ascontiguousarray(x)
+        if type(plan) is LibraryPlan:
+            return (run_library(plan, x, xp),)
         return (run_reduce(plan, fns_by_dtype[x.dtype], x, xp),)
 
+    run.routes = routes  # type: ignore[attr-defined]
     return run
