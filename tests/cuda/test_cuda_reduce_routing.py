@@ -56,8 +56,8 @@ def test_cub_route_is_captured_and_replays_new_inputs():
     if not _cub_on():
         pytest.skip("CuPy's CUB accelerator is off here: nothing takes the library path")
     shape = (300000,)
-    node = NodeInfo("ReduceSum", "", "r", 13, {"keepdims": 0},
-                    (ValueInfo("x", "tensor", np.dtype(F32), shape),), (ValueInfo("y"),))  # fmt: skip
+    x_info = ValueInfo("x", "tensor", np.dtype(F32), shape)
+    node = NodeInfo("ReduceSum", "", "r", 13, {"keepdims": 0}, (x_info,), (ValueInfo("y"),))
     rng = np.random.default_rng(3)
     pool = cupy.cuda.MemoryPool()
     stream = cupy.cuda.Stream(non_blocking=True)
