@@ -1,29 +1,27 @@
-"""The CUDA MatMulNBits decode GEMV against fp16 GEMVs; prints one JSON line per case.
+"""Decode products (one row of activations) on the GPU: cuBLAS fp16, the provider's fp16 GEMV and
+the int4 MatMulNBits GEMV, timed inside CUDA graphs; prints one JSON line per case and shape.
 
-    python bench/gpu_gemv_bench.py [--repeats 100] [--shapes lm_head,mlp]
+    python bench/gpu_gemv_bench.py [--replays 50] [--calls 20] [--models qwen0.5b,qwen1.5b]
 
-Shapes: Qwen2.5-0.5B's LM head (N=151936, K=896) and its MLP up projection
-(N=4864, K=896), one row of activations (M=1), float16. Cases:
+Shapes (K -> N) are Qwen2.5-0.5B's (896 -> 1152 joined q/k/v, 896 -> 896 o, 896 -> 4864
+up, 4864 -> 896 down, 896 -> 9728 joined gate/up, 896 -> 151936 LM head) and
+Qwen2.5-1.5B's (1536 -> 2048, 1536 -> 1536, 1536 -> 8960, 8960 -> 1536, 1536 -> 151936).
+Cases, each on the same activations:
 
-* ``int4``: MatMulNBits with 4-bit weights in blocks of 32, without and with
-  (packed uint8) zero points, built through the CUDA kernel builder;
-* ``fp16_cublas``: the same product on an fp16 weight through
-  ``providers_cuda.blas`` (cuBLAS);
-* ``fp16_gemv``: a plain fp16 GEMV kernel (one warp per output, 16-byte loads,
-  float32 accumulation), the fp16 floor without cuBLAS's choices.
+* ``fp16_cublas``: ``x @ W`` with W ``[K, N]`` float16 through ``providers_cuda.blas``;
+* ``fp16_gemv``: the same product through the provider's MatMul kernel (what a session runs;
+  it routes these shapes to ``_gemv_cuda``), checked to agree with cuBLAS;
+* ``int4`` / ``int4_zp``: MatMulNBits with 4-bit weights in blocks of 32, without and with
+  packed zero points, through the CUDA kernel builder;
+* ``fp16_ref``: a plain fp16 GEMV on W stored ``[N, K]`` (one warp per output), a floor
+  for comparison.
 
-Each is timed with CUDA events, median of ``--repeats`` after warm-up:
-``device_us`` with a spin kernel queued first, so every launch of the step is
-already waiting when the start event fires (device time alone), and
-``eager_us`` as the executor would call it (host launch gaps included);
-``host_us`` is one call's Python and launch cost. With ``--sweep`` (the
-default) the int4 cases are also timed with every other GEMV geometry (columns
-per task ``r``, lanes per task ``G``), so one run shows whether the builder's
-choice is the fastest. ``bytes`` is what the step
-must move (packed weights, scales, zero points, activations, outputs),
-``tbs`` that over ``device_us``, ``of_copy`` that against the 4.26 TB/s the
-H200 reaches in a device-to-device copy (GPU.md); ``copy_tbs`` is this run's
-own copy figure.
+Each case is captured ``--calls`` times back to back into one CUDA graph; ``us`` is the
+median over ``--replays`` replays (CUDA events around each) divided by the calls, so
+launch gaps are those a captured decode step sees. ``bytes`` is what a call must move
+(weights, scales, zero points, activations, output), ``tbs`` that over ``us``, and
+``of_copy`` that against ``copy_tbs``, a device-to-device copy measured in the same run.
+``host_us`` is one eager call's Python and launch cost.
 """
 
 from __future__ import annotations
@@ -35,17 +33,26 @@ import time
 
 import numpy as np
 
-COPY_TBS = 4.26
-SHAPES = {"lm_head": (151936, 896), "mlp": (4864, 896)}
+MODELS = {
+    "qwen0.5b": {
+        "qkv": (896, 1152),
+        "o": (896, 896),
+        "up": (896, 4864),
+        "down": (4864, 896),
+        "gate_up": (896, 9728),
+        "lm_head": (896, 151936),
+    },
+    "qwen1.5b": {
+        "qkv": (1536, 2048),
+        "o": (1536, 1536),
+        "up": (1536, 8960),
+        "down": (8960, 1536),
+        "lm_head": (1536, 151936),
+    },
+}
 
 _SOURCE = r"""
 #include <cuda_fp16.h>
-
-extern "C" __global__ void spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
 
 // y[n] = sum_k w[n, k] x[k]: one warp per row, 16-byte loads, float32 sums (K % 8 == 0).
 extern "C" __global__ void fp16_gemv(const __half* __restrict__ w, const __half* __restrict__ x,
@@ -76,37 +83,89 @@ extern "C" __global__ void fp16_gemv(const __half* __restrict__ w, const __half*
 """
 
 
-def _timer(cupy, repeats: int):
-    from onnxep.providers_cuda import nvrtc
+def _graph_timer(cupy, replays: int, calls: int):
+    """``us(fn)``: median per-call device time of ``fn`` captured ``calls`` times in a graph."""
 
-    spin = nvrtc.function(_SOURCE, "spin")
-    rate = cupy.cuda.Device().attributes.get("ClockRate") or 2_000_000  # kHz
-    cycles = np.int64(rate // 5)  # ~200 us: longer than the host needs to queue one step
-
-    def median_us(fn, queued: bool) -> float:
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        times = []
-        for _ in range(repeats):
-            if queued:
-                spin((1,), (1,), (cycles,))
-            start.record()
+    def us(fn) -> float:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            fn()  # warm-up outside capture: handles, workspaces, pool blocks
             fn()
-            end.record()
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0)
+            stream.synchronize()
+            keep = []
+            stream.begin_capture()
+            for _ in range(calls):
+                keep.append(fn())
+            graph = stream.end_capture()
+            graph.launch(stream)
+            stream.synchronize()
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            times = []
+            for _ in range(replays):
+                start.record(stream)
+                graph.launch(stream)
+                end.record(stream)
+                end.synchronize()
+                times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0 / calls)
+        del keep, graph
         return statistics.median(times)
 
-    return median_us
+    return us
 
 
-def _host_us(fn, calls: int = 200) -> float:
+def _host_us(cupy, fn, calls: int = 100) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls * 1e6
+    elapsed = time.perf_counter() - t0
+    cupy.cuda.Device().synchronize()
+    return elapsed / calls * 1e6
 
 
-def _int4_step(cupy, n: int, k: int, with_zp: bool, x):
+def _copy_tbs(cupy, replays: int) -> float:
+    src = cupy.ones(256 * 1024 * 1024, dtype=np.float32)  # 1 GiB
+    dst = cupy.empty_like(src)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(max(5, replays // 5)):
+        start.record()
+        dst.data.copy_from_device_async(src.data, src.nbytes)
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0)
+    return 2 * src.nbytes / statistics.median(times) / 1e6
+
+
+def _fp16_cases(cupy, k: int, n: int, x):
+    from onnxep.providers.node import NodeInfo, ValueInfo
+    from onnxep.providers_cuda import blas, nvrtc
+    from onnxep.providers_cuda.ops import op_mat_mul
+    from onnxep.providers_cuda.xp import cuda_namespace
+
+    w = (cupy.random.standard_normal((k, n), dtype=cupy.float32) * 0.05).astype(cupy.float16)
+    wt = cupy.ascontiguousarray(w.T)  # [N, K] for the reference kernel
+    y = cupy.empty((1, n), dtype=cupy.float16)
+    f16 = np.dtype(np.float16)
+    ins = (ValueInfo("A", "tensor", f16, (1, k)), ValueInfo("B", "tensor", f16, (k, n)))
+    node = NodeInfo("MatMul", "", "bench", 13, {}, ins, (ValueInfo("Y"),))
+    matmul = op_mat_mul.mat_mul(node, cuda_namespace())
+    ref = nvrtc.function(_SOURCE, "fp16_gemv")
+    blocks = -(-n * 32 // 256)
+    (got,) = matmul(x, w)
+    want = blas.gemm(x, w)
+    err = float(cupy.abs(got.astype(cupy.float32) - want.astype(cupy.float32)).max())
+    scale = float(cupy.abs(want.astype(cupy.float32)).max())
+    if not err <= 4e-3 * scale + 1e-3:
+        raise RuntimeError(f"GEMV and cuBLAS disagree at K={k} N={n}: {err} (scale {scale})")
+    nbytes = w.nbytes + x.nbytes + y.nbytes
+    return {
+        "fp16_cublas": (lambda: blas.gemm(x, w, out=y), nbytes),
+        "fp16_gemv": (lambda: matmul(x, w)[0], nbytes),
+        "fp16_ref": (lambda: ref((blocks,), (256,), (wt, x, y, np.int32(n), np.int32(k))), nbytes),
+    }
+
+
+def _int4_case(cupy, k: int, n: int, with_zp: bool, x):
     from onnxep.providers.node import NodeInfo, ValueInfo
     from onnxep.providers_cuda.ops.op_matmul_nbits import matmul_nbits
     from onnxep.providers_cuda.xp import cuda_namespace
@@ -114,7 +173,7 @@ def _int4_step(cupy, n: int, k: int, with_zp: bool, x):
     rng = np.random.default_rng(0)
     block, kb = 32, -(-k // 32)
     b = rng.integers(0, 256, (n, kb, 16), dtype=np.uint8)
-    scales = (rng.random((n, kb)) * 0.02 + 0.001).astype(np.float16)
+    scales = (rng.random((n, kb), dtype=np.float32) * 0.02 + 0.001).astype(np.float16)
     zp = rng.integers(0, 256, (n, -(-kb // 2)), dtype=np.uint8) if with_zp else None
     consts = [("B", b), ("scales", scales)] + ([("zero_points", zp)] if with_zp else [])
     ins = (ValueInfo("A", "tensor", np.dtype(np.float16), (1, k)),) + tuple(
@@ -125,98 +184,55 @@ def _int4_step(cupy, n: int, k: int, with_zp: bool, x):
     fn = matmul_nbits(node, cuda_namespace())
     dev = [cupy.asarray(arr) for _, arr in consts]  # the session's device copies
     nbytes = b.nbytes + scales.nbytes + (zp.nbytes if with_zp else 0) + x.nbytes + n * 2
-
-    def step():
-        return fn(x, *dev)
-
-    step.runner = fn
-    return step, nbytes
-
-
-def _geometries(cupy, n: int, k: int, with_zp: bool, x) -> dict:
-    """The int4 step with each (r, G) geometry forced, for comparison with the builder's pick."""
-    from onnxep.providers_cuda.ops import _nbits_cuda as K_
-    from onnxep.providers_cuda.ops._quant_cuda import sm_count
-
-    out = {}
-    for r in (1, 2, 4):
-        for g in (4, 8, 16, 32):
-            step, nbytes = _int4_step(cupy, n, k, with_zp, x)
-            runner = step.runner
-            w = runner.w
-            name = K_.gemv_name("__half", "__half", "__half", 4, 32, w.zp_kind, r, 1)
-            runner.geoms[1] = K_.gemv_geometry(n, w.chunks, 4, 1, sm_count(), force=(r, g))
-            runner.gemv[1] = K_.module((name,)).get_function(name)
-            out[f"int4{'_zp' if with_zp else ''}_r{r}_g{g}"] = (step, nbytes)
-    return out
-
-
-def _fp16_steps(cupy, n: int, k: int, x):
-    from onnxep.providers_cuda import blas, nvrtc
-
-    w = cupy.asarray((np.random.default_rng(1).standard_normal((n, k)) * 0.05).astype(np.float16))
-    y = cupy.empty((1, n), dtype=np.float16)
-    gemv = nvrtc.function(_SOURCE, "fp16_gemv")
-    blocks = -(-n * 32 // 256)
-    nbytes = w.nbytes + x.nbytes + y.nbytes
-    return {
-        "fp16_cublas": (lambda: blas.gemm(x, w, trans_b=True, out=y)),
-        "fp16_gemv": (lambda: gemv((blocks,), (256,), (w, x, y, np.int32(n), np.int32(k)))),
-    }, nbytes
-
-
-def _copy_tbs(cupy, median_us) -> float:
-    src = cupy.ones(256 * 1024 * 1024, dtype=np.float32)  # 1 GiB
-    dst = cupy.empty_like(src)
-    us = median_us(lambda: dst.data.copy_from_device_async(src.data, src.nbytes), True)
-    return 2 * src.nbytes / us / 1e6
+    return (lambda: fn(x, *dev)[0]), nbytes
 
 
 def main() -> None:
     import cupy
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=100)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--shapes", default="lm_head,mlp")
-    ap.add_argument("--no-sweep", dest="sweep", action="store_false")
+    ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--calls", type=int, default=20, help="calls captured in one graph")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--cases", default="fp16_cublas,fp16_gemv,fp16_ref,int4,int4_zp")
     args = ap.parse_args()
+    wanted = set(args.cases.split(","))
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    median_us = _timer(cupy, args.repeats)
-    copy_tbs = round(_copy_tbs(cupy, median_us), 3)
-    for shape in args.shapes.split(","):
-        n, k = SHAPES[shape]
-        x = cupy.asarray(np.random.default_rng(2).standard_normal((1, k)).astype(np.float16))
-        steps = {}
-        for zp in (False, True):
-            steps[f"int4{'_zp' if zp else ''}"] = _int4_step(cupy, n, k, zp, x)
-            if args.sweep:
-                steps.update(_geometries(cupy, n, k, zp, x))
-        fp16, fp16_bytes = _fp16_steps(cupy, n, k, x)
-        steps.update({name: (fn, fp16_bytes) for name, fn in fp16.items()})
-        for case, (fn, nbytes) in steps.items():
-            for _ in range(args.warmup):
-                fn()
-            cupy.cuda.Device().synchronize()
-            dev_us = median_us(fn, True)
-            row = {
-                "bench": "gemv",
-                "case": case,
-                "shape": shape,
-                "N": n,
-                "K": k,
-                "M": 1,
-                "device_us": round(dev_us, 2),
-                "eager_us": round(median_us(fn, False), 2),
-                "host_us": round(_host_us(fn), 2),
-                "bytes": nbytes,
-                "tbs": round(nbytes / dev_us / 1e6, 3),
-                "of_copy": round(nbytes / dev_us / 1e6 / COPY_TBS, 3),
-                "copy_tbs": copy_tbs,
-                "device": device,
-            }
-            cupy.cuda.Device().synchronize()
-            print(json.dumps(row), flush=True)
+    us = _graph_timer(cupy, args.replays, args.calls)
+    copy_tbs = round(_copy_tbs(cupy, args.replays), 3)
+    print(json.dumps({"bench": "gemv", "copy_tbs": copy_tbs, "device": device}), flush=True)
+    for model in args.models.split(","):
+        for shape, (k, n) in MODELS[model].items():
+            x = cupy.random.standard_normal((1, k), dtype=cupy.float32).astype(cupy.float16)
+            cases = {}
+            if wanted & {"fp16_cublas", "fp16_gemv", "fp16_ref"}:
+                cases.update(_fp16_cases(cupy, k, n, x))
+            if "int4" in wanted:
+                cases["int4"] = _int4_case(cupy, k, n, False, x)
+            if "int4_zp" in wanted:
+                cases["int4_zp"] = _int4_case(cupy, k, n, True, x)
+            for case, (fn, nbytes) in cases.items():
+                if case not in wanted:
+                    continue
+                t = us(fn)
+                row = {
+                    "bench": "gemv",
+                    "model": model,
+                    "shape": shape,
+                    "case": case,
+                    "K": k,
+                    "N": n,
+                    "M": 1,
+                    "us": round(t, 2),
+                    "host_us": round(_host_us(cupy, fn), 2),
+                    "bytes": nbytes,
+                    "tbs": round(nbytes / t / 1e6, 3),
+                    "of_copy": round(nbytes / t / 1e6 / copy_tbs, 3),
+                    "copy_tbs": copy_tbs,
+                }
+                print(json.dumps(row), flush=True)
+            del cases
+            cupy.get_default_memory_pool().free_all_blocks()
 
 
 if __name__ == "__main__":
