@@ -115,7 +115,8 @@ _KERNEL = re.compile(
 _ELEMENT = {"float": np.float32, "__half": np.float16}
 _SCALAR = {"int": (np.int32, ctypes.c_int32), "long long": (np.int64, ctypes.c_int64),
            "float": (np.float32, ctypes.c_float)}  # fmt: skip
-_POINTEE = {"int": np.int32, "long long": np.int64, "float": np.float32, "__half": np.float16}
+_POINTEE = {"int": np.int32, "long long": np.int64, "float": np.float32, "__half": np.float16,
+            "unsigned char": np.uint8}  # fmt: skip
 
 _libraries: dict[str, tuple[Any, dict]] = {}
 

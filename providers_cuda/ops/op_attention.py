@@ -1,0 +1,121 @@
+"""ONNX Attention (opsets 23-25) and onnxep::Attention on CUDA: one tiled kernel, fp32 and fp16.
+
+Semantics are the CPU kernel's (``providers/ops/op_attention.py``): 3-D inputs
+split by ``q_num_heads``/``kv_num_heads``, GQA, a bool or additive mask
+broadcast to (B, Hq, Sq, Skv) and padded with -inf past its columns,
+bottom-right causal alignment, ``scale`` (1/sqrt(D) by default), ``softcap``,
+past/present caches, ``nonpad_kv_seqlen`` (24+) and the windows (25+); a row
+with no attendable key gives zeros. Sums accumulate in float32 and the
+output is rounded once to the inputs' dtype.
+
+Declined, so the CPU provider runs the node: the ``qk_matmul_output``
+output, ``softmax_precision`` other than float32, inputs whose dtypes
+differ, and head sizes above the kernel's limit. What this kernel accepts it
+runs in one or three launches (present caches are written by ``att_concat``),
+without host synchronisation or cuBLAS, so it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxep.errors import NotSupported
+from onnxep.providers.kernel import kernel
+from onnxep.providers.node import NodeInfo
+
+from ._attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
+from ._attention23_step import AttentionConfig, plan_step
+from ._attention_cuda import ctype_of, sm_count
+from ._gqa_geometry import MAX_HEAD_SIZE
+
+_FLOATS = ("float", "float16")
+_DTYPES = {i: _FLOATS for i in (0, 1, 2, 4, 5)}
+#: softmax_precision values computed as asked: unset, or FLOAT (1).
+_SOFTMAX_FLOAT = (None, 1)
+#: Planned calls kept per node (one per input signature).
+_MAX_PLANS = 16
+
+
+def parse_attention(node: NodeInfo, opset: int) -> AttentionConfig:
+    """Attributes checked; raises NotSupported, with the reason, for what CUDA does not run."""
+    op = node.op_type
+    if node.has_output(3):
+        mode = int(node.attr("qk_matmul_output_mode", 0))
+        raise NotSupported(
+            f"{op}: the qk_matmul_output output (mode {mode}) is not produced on CUDA "
+            "(the CPU provider has it)"
+        )
+    prec = node.attr("softmax_precision", None)
+    if (None if prec is None else int(prec)) not in _SOFTMAX_FLOAT:
+        raise NotSupported(
+            f"{op}: softmax_precision={prec} is not supported on CUDA (the softmax runs in "
+            "float32 there); the CPU provider runs it"
+        )
+    dts = {node.input_dtype(i) for i in (0, 1, 2, 4, 5) if node.has_input(i)} - {None}
+    if len(dts) > 1:
+        names = ", ".join(sorted(str(d) for d in dts))
+        raise NotSupported(f"{op}: Q, K, V and the past caches mix dtypes ({names})")
+    for i in (0, 1, 2):
+        x = node.inputs[i] if node.has_input(i) else None
+        width = x.shape[-1] if x is not None and x.shape else None
+        rank = len(x.shape) if x is not None and x.shape is not None else None
+        if rank == 4 and isinstance(width, int) and width > MAX_HEAD_SIZE:
+            raise NotSupported(
+                f"{op}: head size {width} is above the CUDA kernel's {MAX_HEAD_SIZE}"
+            )
+    q_heads = node.attr("q_num_heads", None)
+    kv_heads = node.attr("kv_num_heads", None)
+    scale = node.attr("scale", None)
+    return AttentionConfig(
+        q_heads=None if q_heads is None else int(q_heads),
+        kv_heads=None if kv_heads is None else int(kv_heads),
+        scale=None if scale is None else float(scale),
+        softcap=float(node.attr("softcap", 0.0)),
+        causal=bool(node.attr("is_causal", 0)),
+        left=int(node.attr("left_window_size", -1)) if opset >= 25 else -1,
+        right=int(node.attr("right_window_size", -1)) if opset >= 25 else -1,
+    )
+
+
+def _kernels(dtype) -> dict:
+    """``{dtype: {kernel name: function}}`` compiled now, for one dtype or (unknown) both."""
+    from onnxep.providers_cuda import nvrtc
+
+    dts = (np.float32, np.float16) if dtype is None else (dtype,)
+    return {
+        np.dtype(dt): {
+            name: nvrtc.function(ATTENTION_SOURCE, f"{name}<{ctype_of(dt)}>", NAME_EXPRESSIONS)
+            for name in KERNEL_NAMES
+        }
+        for dt in dts
+    }
+
+
+def _build(node: NodeInfo, xp, opset: int):
+    cfg = parse_attention(node, opset)
+    fns_by_dtype = _kernels(node.input_dtype(0))
+    sms = sm_count()
+    steps: dict[tuple, object] = {}
+
+    def run(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
+        ins = (q, k, v, mask, past_k, past_v, nonpad)
+        sig = tuple(None if a is None else (a.shape, a.dtype) for a in ins)
+        step = steps.get(sig)
+        if step is None:
+            if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every call
+                steps.clear()
+            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins)
+        return step(ins)
+
+    return run
+
+
+@kernel("Attention", since=(23, 24, 25), dtypes=_DTYPES, capture_safe=True)
+def attention(node: NodeInfo, xp):
+    return _build(node, xp, node.opset)
+
+
+@kernel("Attention", since=1, domain="onnxep", dtypes=_DTYPES, capture_safe=True)
+def onnxep_attention(node: NodeInfo, xp):
+    """onnxep::Attention has exactly Attention-23's contract."""
+    return _build(node, xp, 23)
