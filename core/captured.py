@@ -42,6 +42,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from onnxep.providers.inplace import not_donating
+
 from .capture_plan import CapturePlan, Segment, plan_capture
 from .errors import ConfigError
 from .plan import HOST, Plan
@@ -138,6 +140,14 @@ def graph_id_of(run_options: Any) -> int:
     if gid < -1:
         raise ConfigError(f"RunOptions entry {GRAPH_ID_KEY!r} must be -1 or more, got {gid}")
     return gid
+
+
+def _donation(sched: _Schedule) -> AbstractContextManager:
+    """Keep the run's donated buffers (``onnxep.providers.inplace``) only for a plan captured
+    as one graph. A step that updates a state in place must run once per run, and a run
+    whose capture fails after an earlier graph or seam ran, or whose seam gives a result a
+    replay cannot take, is redone eagerly; one graph fails before anything of it runs."""
+    return nullcontext() if [kind for kind, _ in sched.parts] == ["graph"] else not_donating()
 
 
 def _signature(x: Any) -> tuple:
@@ -376,6 +386,13 @@ class CapturedRunner:
                     continue
                 (val,) = step.fn(state[src])
                 state[step.outputs[0]] = be.fixed(val)
+        with _donation(sched):
+            self._capture_parts(entry, be, state, plan)
+        entry.pinned = {s: state[s] for s in sched.graph_reads if be.is_device(state[s])}
+        return self._outputs(entry, be, protect)
+
+    def _capture_parts(self, entry: _Entry, be: CaptureBackend, state: list, plan: Plan) -> None:
+        sched = entry.schedule
         for k, (kind, what) in enumerate(sched.parts):
             if kind == "eager":
                 self._step(state, what, plan)
@@ -401,8 +418,6 @@ class CapturedRunner:
                 raise CaptureFailed(at[0], f"{type(exc).__name__}: {exc}") from exc
             entry.graphs[k] = graph
             be.launch(graph)
-        entry.pinned = {s: state[s] for s in sched.graph_reads if be.is_device(state[s])}
-        return self._outputs(entry, be, protect)
 
     @staticmethod
     def _step(state: list, i: int, plan: Plan, inside: set[int] | None = None) -> None:
@@ -431,7 +446,12 @@ class CapturedRunner:
             dst, src = state[step.outputs[0]], feeds[plan.input_slots.index(step.inputs[0])]
             if src is not dst:
                 self._copy(be, dst, src, step.name)
-        for k, (kind, what) in enumerate(sched.parts):
+        with _donation(sched):
+            self._replay_parts(entry, be, state, plan)
+        return self._outputs(entry, be, protect, replay=True)
+
+    def _replay_parts(self, entry: _Entry, be: CaptureBackend, state: list, plan: Plan) -> None:
+        for k, (kind, what) in enumerate(entry.schedule.parts):
             if kind == "graph":
                 be.launch(entry.graphs[k])
                 continue
@@ -441,7 +461,6 @@ class CapturedRunner:
                 if buf is not None and state[s] is not buf:
                     self._copy(be, buf, state[s], plan.steps[what].name)
                     state[s] = buf
-        return self._outputs(entry, be, protect, replay=True)
 
     def _copy(self, be: CaptureBackend, dst: Any, src: Any, name: str) -> None:
         got = tuple(getattr(src, "shape", ()))

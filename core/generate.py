@@ -244,7 +244,13 @@ class GreedyDecoder:
     def _choose_path(self) -> tuple[str, str]:
         p = self.provider
         fixed = sum(1 for s in self.spec.states if s.grow_axis is None)
-        fed = f"; {fixed} fixed-size state(s) fed back" if fixed else ""
+        in_place = len(self._updated_in_place())
+        fed = "".join(
+            [
+                f"; {in_place} fixed-size state(s) updated in place" if in_place else "",
+                f"; {fixed - in_place} fixed-size state(s) fed back" if fixed > in_place else "",
+            ]
+        )
         if self._share_on_host and not self._state_on_device:
             unshared = _unshared_caches(self.session, self.spec)
             if unshared or fixed == len(self.spec.states):
@@ -291,8 +297,9 @@ class GreedyDecoder:
         io.bind_output(spec.logits, where)
         self._fed_back: list[tuple[StateInput, int]] = []
         self.states: dict[str, Any] = {}
+        updated = self._updated_in_place()
         for k, s in enumerate(spec.states, start=1):  # output k: logits come first
-            shared = self.state_path == SHARED and s.grow_axis is not None
+            shared = (self.state_path == SHARED and s.grow_axis is not None) or s.name in updated
             rows = self.capacity if shared else 0
             buf = self.states[s.name] = self._zeros(
                 state_shape(s, self.batch, rows, self._dims), s.dtype
@@ -303,6 +310,18 @@ class GreedyDecoder:
             else:
                 io.bind_output(s.output, where)
                 self._fed_back.append((s, k))
+
+    def _updated_in_place(self) -> set[str]:
+        """Fixed-size states (conv, recurrent) a kernel updates where they are when one
+        device buffer is bound as the past input and the present output."""
+        if not self._state_on_device:
+            return set()
+        pairs = self.session.inplace_pairs()
+        return {
+            s.name
+            for s in self.spec.states
+            if s.grow_axis is None and pairs.get(s.name) == s.output
+        }
 
     # -- running ------------------------------------------------------------------------
     @property

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from onnxep.providers.inplace import array_address
+
 from .aliasing import guard, root_ids
 from .errors import InvalidArgument
 
@@ -44,14 +46,7 @@ def _is_device_array(x: Any) -> bool:
         return False
 
 
-def _address(x: Any) -> int | None:
-    """Where an array's data starts (NumPy or CuPy); None when it holds no elements."""
-    if not getattr(x, "size", 0):
-        return None
-    if isinstance(x, np.ndarray):
-        return x.ctypes.data
-    ptr = getattr(getattr(x, "data", None), "ptr", None)
-    return None if ptr is None else int(ptr)
+_address = array_address
 
 
 def _same_memory(a: Any, b: Any) -> bool:
@@ -372,13 +367,28 @@ class IOBinding:
         # Shared device buffers are read in place by a captured graph too: no cache copy.
         order = sess._input_order  # noqa: SLF001
         shared = [i for i, n in enumerate(order) if n in self._shared_inputs]
-        outs = sess._device_run(inputs, run_options, protect=False, in_place=shared)  # noqa: SLF001
+        outs = sess._device_run(  # noqa: SLF001
+            inputs, run_options, protect=False, in_place=shared, donated=self._donated(feeds)
+        )
         roots = root_ids(inputs)
         result = []
         for n, i in zip(names, pick):
             bound = self._outputs.get(n)
             result.append(outs[i] if bound and bound.array is not None else guard(outs[i], roots))
         return result
+
+    def _donated(self, feeds: dict[str, Any]) -> dict[str, int]:
+        """Shared buffers a node may overwrite this run: the input's buffer is bound to the
+        very output the session pairs it with (``InferenceSession.inplace_pairs``)."""
+        pairs = self._session._inplace  # noqa: SLF001 - same package
+        out: dict[str, int] = {}
+        for name in self._shared_inputs & pairs.keys():
+            node, output = pairs[name]
+            addr = _address(feeds[name])
+            bound = self._outputs.get(output)
+            if addr is not None and bound is not None and _same_memory(bound.array, feeds[name]):
+                out[node] = addr
+        return out
 
     def _host_read_inputs(self) -> set[str]:
         """Graph inputs that some host-side step of the plan reads directly."""

@@ -12,6 +12,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxep.providers.discovery import PluginHost, get_host, register_plugin
+from onnxep.providers.inplace import donating
 from onnxep.providers.provider import Provider
 from onnxep.providers.rewrite import FusionPass
 
@@ -147,7 +148,39 @@ class InferenceSession:
         self._output_args = [NodeArg.of(v) for v in graph.outputs]
         self._input_args = [NodeArg.of(v) for v in self._inputs]
         self._capture = self._capture_runner()
+        self._inplace = self._inplace_pairs()
         self._log_summary()
+
+    def _inplace_pairs(self) -> dict[str, tuple[str, str]]:
+        """Graph inputs a kernel may update in place (``KernelSpec.inplace``) when a caller
+        binds one buffer as that input and as the paired graph output: input name ->
+        (node name, output name). Only where the node is the input's one reader and its
+        output is the graph output itself (see ``onnxep.providers.inplace``)."""
+        pairs: dict[str, tuple[str, str]] = {}
+        graph = self._model.graph
+        for p in self._main.placed:
+            node = p.node
+            for i, o in p.claim.spec.inplace:
+                if i >= len(node.inputs) or o >= len(node.outputs) or node.inputs[i] is None:
+                    continue
+                x, y = node.inputs[i], node.outputs[o]
+                readers = {id(u.node) for u in x.uses()}
+                if (
+                    x.is_graph_input()
+                    and not x.is_graph_output()
+                    and readers == {id(node)}
+                    and sum(v is y for v in graph.outputs) == 1
+                    and x.name
+                    and y.name
+                ):
+                    pairs[x.name] = (p.name, y.name)
+        return pairs
+
+    def inplace_pairs(self) -> dict[str, str]:
+        """Graph inputs whose buffer the model may update in place, each with its output: bind
+        one device buffer (IO binding) as both, and the step writes the output there (a
+        recurrent or conv state) instead of a new buffer to copy back."""
+        return {x: out for x, (_, out) in self._inplace.items()}
 
     def _capture_runner(self) -> CapturedRunner | None:
         """The first device provider's capture policy (``onnxep_capture_policy``), if any."""
@@ -284,14 +317,17 @@ class InferenceSession:
         run_options: RunOptions | None = None,
         protect: bool = True,
         in_place: Sequence[int] = (),
+        donated: Mapping[str, int] | None = None,
     ) -> list[Any]:
         """The plan run on the device, through captured graphs when a policy applies;
         ``protect=False`` is IO binding's sharing path (see ``Executor.run_on_device``),
-        ``in_place`` its shared buffers, which graphs read where they are."""
-        if self._capture is not None and self._profiler is None:
-            gid = graph_id_of(run_options)
-            return self._capture.run(inputs, gid, True, protect, in_place)
-        return self._main.executor.run_on_device(inputs, protect_feeds=protect)
+        ``in_place`` its shared buffers, which graphs read where they are, and ``donated``
+        those a node may overwrite (node name -> address; ``onnxep.providers.inplace``)."""
+        with donating(donated or {}):
+            if self._capture is not None and self._profiler is None:
+                gid = graph_id_of(run_options)
+                return self._capture.run(inputs, gid, True, protect, in_place)
+            return self._main.executor.run_on_device(inputs, protect_feeds=protect)
 
     def io_binding(self) -> IOBinding:
         """An onnxruntime-style binding: bind inputs and outputs, then ``run_with_iobinding``."""

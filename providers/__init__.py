@@ -14,6 +14,7 @@ from .dtypes import (
     np_dtype,
 )
 from .hookspecs import hookimpl, hookspec
+from .inplace import may_overwrite
 from .kernel import KernelLibrary, KernelSpec, kernel
 from .node import NodeInfo, Subgraph, ValueInfo
 from .provider import Claim, Decline, Provider, ProviderInfo
@@ -50,5 +51,6 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "kernel",
+    "may_overwrite",
     "np_dtype",
 ]

@@ -10,8 +10,13 @@ CPU kernels' (``providers/ops/op_causal_conv_with_state.py`` and
 states, dilation, a channel slice of the input, and the ONNX op's rounding
 of the history and the pre-activation to the input's type.
 
-The present state is a fresh buffer: while the sequence is shorter than the
-state, present takes values from past, so writing it over past would race.
+The kernel writes present to a fresh buffer: while the sequence is shorter
+than the state, present takes values from past, so writing it over past
+would race. When the caller gave the past buffer up for the run
+(``onnxep.providers.inplace``: bound as both past input and present output,
+as ``onnxep.generate`` does), present is then copied over past on the device
+(the state is a few values per channel) and past is returned as present, so
+the state stays where it is and a captured graph replays the update.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import NotSupported
+from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
@@ -176,6 +182,7 @@ def _runner(node: NodeInfo, xp: Any, cfg: ConvConfig):
     plans = K.PlanCache(lambda *sig: plan_conv(cfg, sig))
     is_contiguous = contiguity_test(xp)
     width = max(node.num_outputs, 1)
+    name = node.name
 
     def run(x, weight, bias=None, past_state=None):
         ins = (x, weight, bias, past_state)
@@ -184,12 +191,28 @@ def _runner(node: NodeInfo, xp: Any, cfg: ConvConfig):
         outs = [None if s is None else xp.empty(s, dt) for s, dt in zip(plan.shapes, plan.dtypes)]
         if plan.total:
             fn(plan.grid, (FLAT_BLOCK,), (*ins, *outs, *plan.args))
+        present = outs[1] if len(outs) > 1 else None
+        if (
+            present is not None
+            and past_state is not None
+            and past_state.dtype == present.dtype
+            and past_state.shape == present.shape
+            and may_overwrite(name, past_state)
+        ):
+            past_state[...] = present
+            outs[1] = past_state
         return (*outs, *(None,) * (width - 3))[:width]
 
     return run
 
 
-@kernel(_OP, domain="com.microsoft", dtypes={0: ("float", "float16")}, capture_safe=True)
+@kernel(
+    _OP,
+    domain="com.microsoft",
+    dtypes={0: ("float", "float16")},
+    inplace=((3, 1),),
+    capture_safe=True,
+)
 def causal_conv_with_state(node: NodeInfo, xp: Any):
     ndim = int(node.attr("ndim", 1))
     if ndim != 1:
@@ -226,7 +249,7 @@ def causal_conv_with_state(node: NodeInfo, xp: Any):
     return _runner(node, xp, cfg)
 
 
-@kernel(_OP, since=27, dtypes={0: ("float", "float16")}, capture_safe=True)
+@kernel(_OP, since=27, dtypes={0: ("float", "float16")}, inplace=((3, 1),), capture_safe=True)
 def onnx_causal_conv_with_state(node: NodeInfo, xp: Any):
     act = _str(node.attr("activation", "none"))
     if act not in ("none", "silu", "swish"):

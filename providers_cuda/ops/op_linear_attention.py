@@ -8,12 +8,14 @@ than KV heads, and ``state_window``). The CPU runs long prefills
 chunk-parallel; this kernel runs every step as the recurrence, token by
 token (``_linear_attention_cuda``), which is the same function.
 
-The present state is a fresh buffer. The executor gives kernels no way to
-learn that the past state's buffer dies at this step (``KernelSpec.inplace``
-is not honoured by the plan), and overwriting a live or caller-owned buffer
-would be wrong; the kernel itself is alias-safe, so an executor that
-honours ``inplace`` could pass the past buffer as ``present``. Writing a
-fresh buffer moves the same bytes (the state is read once and written once).
+The present state overwrites the past one when the caller gave that buffer
+up for the run (``onnxep.providers.inplace``: IO binding bound it as both
+the past input and the present output, as ``onnxep.generate`` does): the
+kernel is alias-safe (each block reads its state tile before writing it, no
+``__restrict__`` on the pair), so a decode step updates the state where it
+is and a captured graph replays that update. Otherwise, and with
+``state_window`` (whose present is a shifted window of the past), present is
+a fresh buffer.
 
 Inputs are checked and launch arguments built once per input signature; a
 call only allocates the outputs and launches, so it can be captured in a
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import NotSupported
+from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
@@ -212,6 +215,7 @@ def _build(node: NodeInfo, xp: Any, onnx: bool):
     plans = K.PlanCache(lambda *sig: plan_launch(cfg, node, sig, sms))
     is_contiguous = contiguity_test(xp)
     gated, delta = cfg.gated, cfg.delta
+    name = node.name
 
     def run(query, key, value, past_state=None, decay=None, beta=None):
         decay = decay if gated else None
@@ -220,7 +224,17 @@ def _build(node: NodeInfo, xp: Any, onnx: bool):
         plan = plans(*signature(ins))
         ins = contiguous(xp, is_contiguous, ins)
         y = xp.empty(plan.y_shape, plan.y_dtype)
-        present = xp.empty(plan.state_shape, plan.state_dtype)
+        past = ins[3]
+        if (
+            cfg.window == 0
+            and past is not None
+            and past.dtype == plan.state_dtype
+            and tuple(past.shape) == plan.state_shape
+            and may_overwrite(name, past)
+        ):
+            present = past
+        else:
+            present = xp.empty(plan.state_shape, plan.state_dtype)
         if plan.grid[0]:
             fn(plan.grid, plan.block, (*ins, y, present, *plan.args))
         return (y, present)[: plan.width]
@@ -228,11 +242,18 @@ def _build(node: NodeInfo, xp: Any, onnx: bool):
     return run
 
 
-@kernel(_OP, since=1, domain="com.microsoft", dtypes={0: _FLOAT_NAMES}, capture_safe=True)
+@kernel(
+    _OP,
+    since=1,
+    domain="com.microsoft",
+    dtypes={0: _FLOAT_NAMES},
+    inplace=((3, 1),),
+    capture_safe=True,
+)
 def linear_attention(node: NodeInfo, xp: Any):
     return _build(node, xp, onnx=False)
 
 
-@kernel(_OP, since=27, dtypes={0: _FLOAT_NAMES}, capture_safe=True)
+@kernel(_OP, since=27, dtypes={0: _FLOAT_NAMES}, inplace=((3, 1),), capture_safe=True)
 def onnx_linear_attention(node: NodeInfo, xp: Any):
     return _build(node, xp, onnx=True)
