@@ -16,6 +16,7 @@ import numpy as np
 
 from ..progress import progress_bar
 from .decode import DecodeState, decode_spec, model_dims
+from .decode_report import weight_bytes
 from .loops import OnnxepLoop
 from .sides import GRAPH_SIDE, OnnxepSide, Side, make_peer, with_capture
 from .stats import summarize
@@ -36,6 +37,8 @@ class BenchResult:
     profile_top: list[tuple[str, str, int, float]] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the model's initializer bytes: a decode step's bandwidth floor reads them once
+    weight_bytes: int | None = None
 
     def ratio(self, side: str) -> float:
         """``side``'s median over onnxep's: above 1 means onnxep is faster."""
@@ -85,6 +88,10 @@ class BenchResult:
                     f"{c['captures']}, replays {c['replays']}, fallbacks {c['fallbacks']}"
                     + (f" ({'; '.join(c['failures'])[:300]})" if c["failures"] else "")
                 )
+        if self.mode == "decode" and self.weight_bytes:
+            from .decode_report import floor_line
+
+            lines.append(floor_line(self.to_json()).strip() + " (H200 copy bandwidth)")
         lines += self._token_lines()
         if self.profile_top:
             lines.append("top ops by time (onnxep profile):")
@@ -115,6 +122,7 @@ class BenchResult:
             "mode": self.mode,
             "machine": self.machine,
             "settings": self.settings,
+            "weight_bytes": self.weight_bytes,
             "sides": self.sides,
             "summary": self.summary,
             "ratios_vs_onnxep": {k: self.ratio(k) for k in self.summary},
@@ -215,6 +223,7 @@ def bench(
         except Exception as exc:
             result.skipped[kind] = f"{type(exc).__name__}: {exc}"
     result.machine = machine_info()
+    result.weight_bytes = weight_bytes(model)
     result.settings = {
         "providers": ours.session.get_providers(),
         "vs": list(vs),

@@ -141,3 +141,21 @@ class TorchLoop(DecodeLoop):
         self.past += n
         self.ids = token.astype(np.int64).reshape(self.batch, 1)
         self._tokens.append(int(token[0]))
+
+
+class StaticTorchLoop(DecodeLoop):
+    """The torch peer with a static cache (:mod:`.torch_static`), the decode step replayed
+    from one CUDA graph when ``graph`` (the ``torch-graph`` side)."""
+
+    def __init__(self, side: Any, prompt: np.ndarray, tokens: int, graph: bool) -> None:
+        super().__init__(tokens)
+        from .torch_static import StaticDecoder
+
+        self.decoder = StaticDecoder(side.module, prompt, tokens, graph=graph)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.decoder.tokens
+
+    def step(self) -> None:
+        self.decoder.step()

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import NotSupported
+
 if TYPE_CHECKING:
     from .decode import DecodeSpec
     from .loops import DecodeLoop
@@ -190,7 +192,56 @@ class TorchSide(Side):
         return {"name": self.name, "version": self.version, "device": self.device}
 
 
-SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE)
+#: the torch peer with a static cache, its decode step one CUDA graph
+TORCH_GRAPH_SIDE = "torch-graph"
+
+
+class TorchGraphSide(TorchSide):
+    """The torch peer as a torch user makes decode fast: static cache, step as a CUDA graph.
+
+    Decode only (``bench --decode``): a latency run of single feeds has no step to capture.
+    Its ``capture_timed`` counters are those of the timed decode (the capture happens
+    right after that decode's untimed prefill)."""
+
+    def __init__(self, model: str, want_cuda: bool) -> None:
+        import torch
+
+        from .torch_static import cuda_graph_unavailable
+
+        if not want_cuda:
+            raise NotSupported(
+                f"{TORCH_GRAPH_SIDE} needs a CUDA provider in --providers (it is compared with "
+                "onnxep on the GPU)"
+            )
+        why = cuda_graph_unavailable(torch)
+        if why is not None:
+            raise NotSupported(why)
+        super().__init__(model, "cuda")
+        self.name = TORCH_GRAPH_SIDE
+        self._loop: Any = None
+
+    def run(self, feeds):
+        raise NotSupported(
+            f"{TORCH_GRAPH_SIDE} times decode steps only: give --decode STEPS "
+            "(a latency run has no step to capture)"
+        )
+
+    def decode_loop(self, spec, prompt, tokens, dims, output_names):
+        from .loops import StaticTorchLoop
+
+        self._loop = StaticTorchLoop(self, prompt, tokens, graph=True)
+        return self._loop
+
+    def describe(self):
+        out = super().describe()
+        if self._loop is not None:
+            dec = self._loop.decoder
+            out["capacity"] = dec.capacity
+            out["capture_timed"] = dec.counters()
+        return out
+
+
+SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE, TORCH_GRAPH_SIDE)
 
 
 def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
@@ -205,6 +256,8 @@ def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
 
             dev = "cuda" if torch.cuda.is_available() else "cpu"
         return TorchSide(model, dev)
+    if kind == TORCH_GRAPH_SIDE:
+        return TorchGraphSide(model, want_cuda)
     if kind == GRAPH_SIDE:
         raise ValueError(f"{GRAPH_SIDE} is made by bench() from onnxep's own providers")
     raise ValueError(f"unknown peer {kind!r}; choose from {', '.join(SIDES)}")

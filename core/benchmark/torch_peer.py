@@ -155,14 +155,11 @@ class _DecoderBase:
         out = self.torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
         return self.torch.cat([out, rest], dim=-1) if rest.shape[-1] else out
 
-    def attend(self, q: Any, k: Any, v: Any, mask: Any, past: int) -> Any:
-        """Causal GQA attention of q [B, H, S, D] over k, v [B, KV, past+S, D]."""
+    def attend(self, q: Any, k: Any, v: Any, allowed: Any) -> Any:
+        """GQA attention of q [B, H, S, D] over k, v [B, KV, T, D]; ``allowed`` [B|1, 1, S, T]
+        (the cache's causal and padding mask)."""
         torch = self.torch
-        s, total = q.shape[2], k.shape[2]
-        q_pos = torch.arange(past, past + s, device=q.device)[:, None]
-        allowed = torch.arange(total, device=q.device)[None, :] <= q_pos  # [S, T]
-        allowed = allowed[None, None] & (mask[:, None, None, :total] != 0)
-        b, heads, _, d = q.shape
+        b, heads, s, d = q.shape
         kvh = k.shape[1]
         # query heads grouped per KV head, so K and V are never repeated; torch's
         # CPU SDPA with a mask and enable_gqa is ~100x slower than this at decode sizes
@@ -187,13 +184,75 @@ class _DecoderBase:
             self.w.tensor(f"model.layers.{i}.post_attention_layernorm.weight", f32),
         )
 
-    def finish(self, x: Any, outputs: dict[str, Any]) -> list[Any]:
-        logits = self.rms(x, self.final_norm) @ self.lm_head
-        outputs["logits"] = logits
+    def logits(self, x: Any) -> Any:
+        return self.rms(x, self.final_norm) @ self.lm_head
+
+    def finish(self, outputs: dict[str, Any]) -> list[Any]:
         if self.native_outputs:
             return [outputs[n] for n in self.w.output_names]
         out_dtype = self.w.io_dtype
         return [outputs[n].to(out_dtype) for n in self.w.output_names]
+
+    def _past(self, feeds: Mapping[str, Any]) -> int:
+        return next(
+            (int(np.shape(v)[2]) for k, v in feeds.items() if k.startswith("past_key_values.")), 0
+        )
+
+    def run(self, feeds: Mapping[str, Any]) -> list[Any]:
+        """One run on the model's feeds: past state in, present state out (concatenated)."""
+        torch = self.torch
+        ids = self._in(feeds, "input_ids", torch.long)
+        past = self._past(feeds)
+        if "position_ids" in feeds:
+            positions = self._in(feeds, "position_ids", torch.long)
+            if positions.dim() == 3:
+                positions = positions[0]  # text: the three MRoPE rows are equal
+        else:
+            b, s = ids.shape
+            positions = torch.arange(past, past + s, device=self.device)[None].expand(b, s)
+        outputs: dict[str, Any] = {}
+        cache = ConcatCache(self, feeds, outputs, self._in(feeds, "attention_mask"), past)
+        outputs["logits"] = self.forward(ids, positions, cache)
+        return self.finish(outputs)
+
+    def forward(self, ids: Any, positions: Any, cache: Any) -> Any:
+        """Logits of ``ids`` [B, S] at ``positions`` [B, S], reading and updating ``cache``."""
+        raise NotImplementedError
+
+
+class ConcatCache:
+    """A run's state from its feeds; the present KV cache is past and new rows concatenated
+    (what an eager torch loop with a growing cache does), each present stored in ``outputs``."""
+
+    def __init__(
+        self, peer: Any, feeds: Mapping[str, Any], outputs: dict[str, Any], mask: Any, past: int
+    ) -> None:
+        self.peer, self.feeds, self.outputs, self.mask, self.past = peer, feeds, outputs, mask, past
+        self.torch = peer.torch
+
+    def kv(self, i: int, k: Any, v: Any) -> tuple[Any, Any, Any]:
+        """Layer ``i``'s keys and values with the new rows k, v [B, KV, S, D], and the mask."""
+        torch, s = self.torch, k.shape[2]
+        k = torch.cat([self.peer._in(self.feeds, f"past_key_values.{i}.key", k.dtype), k], dim=2)
+        v = torch.cat([self.peer._in(self.feeds, f"past_key_values.{i}.value", v.dtype), v], 2)
+        self.outputs[f"present.{i}.key"], self.outputs[f"present.{i}.value"] = k, v
+        total = k.shape[2]
+        q_pos = torch.arange(self.past, self.past + s, device=k.device)[:, None]
+        allowed = torch.arange(total, device=k.device)[None, :] <= q_pos  # [S, T]
+        allowed = allowed[None, None] & (self.mask[:, None, None, :total] != 0)
+        return k, v, allowed
+
+    def conv(self, i: int, dtype: Any) -> Any:
+        return self.peer._in(self.feeds, f"past.{i}.conv", dtype)
+
+    def set_conv(self, i: int, value: Any) -> None:
+        self.outputs[f"present.{i}.conv"] = value
+
+    def recurrent(self, i: int) -> Any:
+        return self.peer._in(self.feeds, f"past.{i}.recurrent", self.torch.float32)
+
+    def set_recurrent(self, i: int, value: Any) -> None:
+        self.outputs[f"present.{i}.recurrent"] = value
 
 
 class GenaiDecoderPeer(_DecoderBase):
@@ -217,16 +276,11 @@ class GenaiDecoderPeer(_DecoderBase):
             self._mlp.append(self._load_mlp(i))
         self.w.release()
 
-    def run(self, feeds: Mapping[str, Any]) -> list[Any]:
-        torch, cfg = self.torch, self.cfg
-        ids = self._in(feeds, "input_ids", torch.long)
-        mask = self._in(feeds, "attention_mask")
+    def forward(self, ids: Any, positions: Any, cache: Any) -> Any:
+        cfg = self.cfg
         b, s = ids.shape
         heads, kvh, d = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
-        past = int(np.shape(feeds["past_key_values.0.key"])[2])
-        positions = torch.arange(past, past + s, device=self.device)[None].expand(b, s)
         x = self.embed[ids]
-        outputs: dict[str, Any] = {}
         for i, (n_in, n_post, w_qkv, bias, w_o) in enumerate(self.layers):
             h = self.rms(x, n_in)
             qkv = h @ w_qkv
@@ -235,15 +289,11 @@ class GenaiDecoderPeer(_DecoderBase):
             q, k, v = qkv.split([heads * d, kvh * d, kvh * d], dim=-1)
             q = self.rotate(q.view(b, s, heads, d).transpose(1, 2), positions, d)
             k = self.rotate(k.view(b, s, kvh, d).transpose(1, 2), positions, d)
-            v = v.view(b, s, kvh, d).transpose(1, 2)
-            dt = k.dtype
-            k = torch.cat([self._in(feeds, f"past_key_values.{i}.key", dt), k], dim=2)
-            v = torch.cat([self._in(feeds, f"past_key_values.{i}.value", dt), v], dim=2)
-            outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = k, v
-            a = self.attend(q, k, v, mask, past).transpose(1, 2).reshape(b, s, heads * d)
+            k, v, allowed = cache.kv(i, k, v.view(b, s, kvh, d).transpose(1, 2))
+            a = self.attend(q, k, v, allowed).transpose(1, 2).reshape(b, s, heads * d)
             x = x + a @ w_o
             x = x + self.mlp(i, self.rms(x, n_post))
-        return self.finish(x, outputs)
+        return self.logits(x)
 
 
 class HybridDecoderPeer(_DecoderBase):
@@ -285,28 +335,18 @@ class HybridDecoderPeer(_DecoderBase):
             self._mlp.append(self._load_mlp(i))
         self.w.release()
 
-    def run(self, feeds: Mapping[str, Any]) -> list[Any]:
-        torch = self.torch
-        ids = self._in(feeds, "input_ids", torch.long)
-        mask = self._in(feeds, "attention_mask")
-        pos = self._in(feeds, "position_ids", torch.long)
-        if pos.dim() == 3:
-            pos = pos[0]  # text: the three MRoPE rows are equal
-        past = next(
-            (int(np.shape(v)[2]) for k, v in feeds.items() if k.startswith("past_key_values.")), 0
-        )
+    def forward(self, ids: Any, positions: Any, cache: Any) -> Any:
         x = self.embed[ids]
-        outputs: dict[str, Any] = {}
         for i, (kind, (n_in, n_post, *weights)) in enumerate(self.layers):
             h = self.rms(x, n_in)
             if kind == "linear_attention":
-                x = x + self.linear_attention(i, h, weights, feeds, outputs)
+                x = x + self.linear_attention(i, h, weights, cache)
             else:
-                x = x + self.full_attention(i, h, weights, feeds, outputs, mask, pos, past)
+                x = x + self.full_attention(i, h, weights, cache, positions)
             x = x + self.mlp(i, self.rms(x, n_post))
-        return self.finish(x, outputs)
+        return self.logits(x)
 
-    def full_attention(self, i, h, weights, feeds, outputs, mask, pos, past) -> Any:
+    def full_attention(self, i, h, weights, cache, pos) -> Any:
         torch, cfg = self.torch, self.cfg
         w_qkv, q_norm, k_norm, w_o = weights
         b, s, _ = h.shape
@@ -316,14 +356,11 @@ class HybridDecoderPeer(_DecoderBase):
         rot = int(d * cfg["partial_rotary_factor"])
         q = self.rotate(self.rms(q, q_norm).transpose(1, 2), pos, rot)
         k = self.rotate(self.rms(k.view(b, s, kvh, d), k_norm).transpose(1, 2), pos, rot)
-        v = v.view(b, s, kvh, d).transpose(1, 2)
-        k = torch.cat([self._in(feeds, f"past_key_values.{i}.key", k.dtype), k], dim=2)
-        v = torch.cat([self._in(feeds, f"past_key_values.{i}.value", v.dtype), v], dim=2)
-        outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = k, v
-        a = self.attend(q, k, v, mask, past).transpose(1, 2)  # [B, S, H, D]
+        k, v, allowed = cache.kv(i, k, v.view(b, s, kvh, d).transpose(1, 2))
+        a = self.attend(q, k, v, allowed).transpose(1, 2)  # [B, S, H, D]
         return (a * torch.sigmoid(gate)).reshape(b, s, heads * d) @ w_o
 
-    def linear_attention(self, i, h, weights, feeds, outputs) -> Any:
+    def linear_attention(self, i, h, weights, cache) -> Any:
         torch, cfg = self.torch, self.cfg
         fn = torch.nn.functional
         w_qkv, w_z, w_b, w_a, conv_w, conv_b, dt_bias, neg_exp_a, norm_w, w_out = weights
@@ -331,10 +368,8 @@ class HybridDecoderPeer(_DecoderBase):
         nk, dk = cfg["linear_key_heads"], cfg["linear_key_dim"]
         hv, dv = cfg["linear_value_heads"], cfg["linear_value_dim"]
         # causal depthwise conv over [past state | new tokens], then SiLU
-        seq = torch.cat(
-            [self._in(feeds, f"past.{i}.conv", h.dtype), (h @ w_qkv).transpose(1, 2)], 2
-        )
-        outputs[f"present.{i}.conv"] = seq[:, :, seq.shape[2] - (conv_w.shape[-1] - 1) :]
+        seq = torch.cat([cache.conv(i, h.dtype), (h @ w_qkv).transpose(1, 2)], 2)
+        cache.set_conv(i, seq[:, :, seq.shape[2] - (conv_w.shape[-1] - 1) :])
         conv = fn.silu(fn.conv1d(seq, conv_w, conv_b, groups=seq.shape[1])).transpose(1, 2)
         q, k, v = conv.float().split([nk * dk, nk * dk, hv * dv], dim=-1)
         q = fn.normalize(q.view(b, s, nk, dk), dim=-1) / math.sqrt(dk)
@@ -343,7 +378,7 @@ class HybridDecoderPeer(_DecoderBase):
         v = v.view(b, s, hv, dv)
         decay = neg_exp_a * fn.softplus((h @ w_a).float() + dt_bias)  # [B, S, Hv], log space
         beta = torch.sigmoid((h @ w_b).float())
-        state = self._in(feeds, f"past.{i}.recurrent", torch.float32)  # [B, Hv, dk, dv]
+        state = cache.recurrent(i)  # [B, Hv, dk, dv]
         outs = []
         for t in range(s):
             state = state * decay[:, t, :, None, None].exp()
@@ -351,7 +386,7 @@ class HybridDecoderPeer(_DecoderBase):
             upd = beta[:, t, :, None] * (v[:, t] - (kt[:, :, None, :] @ state)[:, :, 0])
             state = state + kt[:, :, :, None] * upd[:, :, None, :]
             outs.append((q[:, t, :, None, :] @ state)[:, :, 0])
-        outputs[f"present.{i}.recurrent"] = state
+        cache.set_recurrent(i, state)
         o = torch.stack(outs, dim=1)  # [B, S, Hv, dv]
         z = (h @ w_z).float().view(b, s, hv, dv)
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * norm_w * fn.silu(z)
