@@ -162,7 +162,7 @@ def test_graph_id_minus_one_runs_eagerly():
 @pytest.fixture(scope="module")
 def decoders(tmp_path_factory) -> dict[str, str]:
     sys.path.insert(0, str(ROOT))
-    from bench.factory import build_genai_decoder
+    from bench.factory import build_genai_decoder, build_hybrid_decoder
 
     out = tmp_path_factory.mktemp("capture-decode")
     paths = {}
@@ -170,10 +170,13 @@ def decoders(tmp_path_factory) -> dict[str, str]:
         path = out / dtype / "model.onnx"
         build_genai_decoder("tiny", seed=1, dtype=dtype, out_path=path)
         paths[dtype] = str(path)
+    path = out / "hybrid" / "model.onnx"
+    build_hybrid_decoder("tiny", seed=1, out_path=path)
+    paths["hybrid"] = str(path)
     return paths
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "int4"])
+@pytest.mark.parametrize("dtype", ["fp16", "int4", "hybrid"])
 def test_captured_decode_equals_eager_and_cpu(dtype, decoders):
     prompt = np.random.default_rng(7).integers(0, 512, 8)
     path = decoders[dtype]
@@ -201,8 +204,11 @@ def test_captured_decode_equals_eager_and_cpu(dtype, decoders):
     assert got.capture_stats["replays"] == 64 - 2, got.capture_stats
     # the graph reads and writes the bound caches in place: no cache copy on any step,
     # the replays copy only the host feeds (ids, mask, positions) into the graph's buffers
+    # and the recurrent and conv states (the hybrid) are updated in place, never copied
     spec = decode_spec(sess.get_inputs(), sess.get_outputs())
-    host_feeds = len(sess.get_inputs()) - sum(1 for s in spec.states if s.grow_axis is not None)
+    host_feeds = len(sess.get_inputs()) - len(spec.states)
+    if any(s.grow_axis is None for s in spec.states):
+        assert "updated in place" in got.state_note, got.state_note
     for res in (first, got):
         assert res.copied_outputs == [0] * len(res.copied_outputs), res.copied_outputs
         c = res.capture_stats
