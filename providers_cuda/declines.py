@@ -73,7 +73,6 @@ _NARROW_PREFIXES = ("float8", "float4", "float6", "int4", "uint4", "int2", "uint
 #: them not capture-safe unless one of its own kernels overrides them.
 CUPY_BLAS_OPS: frozenset[tuple[str, str]] = frozenset(
     {
-        ("", "Attention"),
         ("", "Conv"),
         ("", "ConvInteger"),
         ("", "ConvTranspose"),
