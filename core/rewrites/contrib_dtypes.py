@@ -80,6 +80,9 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     # output, mean, inv_std_var (float statistics), input_skip_bias_sum
     (MS, "SkipLayerNormalization"): (_X, _F32, _F32, _X),
     (MS, "SkipSimplifiedLayerNormalization"): (_X, _F32, _F32, _X),
+    # ONNX Attention-23's types: Y and qk as Q (T1), present key as K (T1), value as V (T2)
+    (EP, "Attention"): (_like(0), _like(4, 1), _like(5, 2), _like(0)),
+    (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention
     (EP, "MatMulBias"): (_like(0),),
     (EP, "Rsqrt"): (_X,),
     (EP, "SiLU"): (_X,),

@@ -24,8 +24,12 @@ _SMALL_CONST = 64
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
+def _unknown(dtype: ir.DataType | None) -> bool:
+    return dtype is None or dtype == ir.DataType.UNDEFINED  # a declared elem_type of 0
+
+
 def _untyped(v: ir.Value | None) -> bool:
-    return v is not None and v.dtype is None
+    return v is not None and _unknown(v.dtype)
 
 
 class PropagateContribDtypes(RewritePass):
@@ -64,7 +68,7 @@ def _apply_rules(node: ir.Node, rules: tuple) -> int:
         if not _untyped(v):
             continue
         dtype, shape = resolve(rule, node)
-        if dtype is None:
+        if _unknown(dtype):
             continue
         v.dtype = dtype
         if v.shape is None:
@@ -88,7 +92,7 @@ def _infer_standard(node: ir.Node, opsets: dict[str, int]) -> int:
     if any(a.type in _GRAPH_ATTRS for a in node.attributes.values()):
         return 0  # control flow: its subgraphs' outputs were typed (or not) above
     inputs = [v for v in node.inputs if v is not None]
-    if any(v.dtype is None or not v.name for v in inputs):
+    if any(_untyped(v) or not v.name for v in inputs):
         return 0
     try:
         schema = onnx.defs.get_schema(node.op_type, opsets.get("", 1), "")

@@ -6,7 +6,11 @@ session creation, into the row-major ``[K, N1 + N2 + ...]`` the GEMM reads;
 the originals are dropped when nothing else reads them). The consumer splits
 the result: a gate/up pair feeding one ``onnxep::SwiGLU`` becomes that
 SwiGLU's packed input; any other group gets a Split along the last axis. The
-same holds for ``onnxep::MatMulBias`` siblings, their biases joined too.
+same holds for ``onnxep::MatMulBias`` siblings, their biases joined too, and
+for com.microsoft ``MatMulNBits`` siblings with the same K, bits, block_size,
+accuracy_level and the same optional inputs (no g_idx): their B, scales, zero
+points and bias are per output row, so joining them along N is concatenating
+rows, and the kernels read the joined tables as one larger N.
 
 Written by hand, not as an onnxscript pattern: the rule groups however many
 consumers one value has, found from the value. A pattern can only say "N
@@ -31,9 +35,20 @@ from . import rule_checks as C
 from .naming import Names, graphs
 from .reporting import SPANS_PROVIDERS, ReportingFusionPass, no_kernel
 
-_KINDS = {("", "MatMul"): "MatMul", (DOMAIN, "MatMulBias"): "MatMulBias"}
+MS = "com.microsoft"
+_KINDS = {
+    ("", "MatMul"): "MatMul",
+    (DOMAIN, "MatMulBias"): "MatMulBias",
+    (MS, "MatMulNBits"): "MatMulNBits",
+}
 NOT_CONSTANT = "a weight is not a constant matrix"
 MIXED_DTYPES = "weights of different dtypes"
+MIXED_NBITS = (
+    "MatMulNBits siblings differ in K, bits, block_size, accuracy_level, scales dtype or "
+    "which of zero_points and bias they have"
+)
+#: MatMulNBits inputs: A, B, scales, zero_points, g_idx, bias.
+_ZP, _G_IDX, _BIAS = 3, 4, 5
 
 
 def _kind(node: ir.Node) -> str | None:
@@ -85,14 +100,17 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
             if why:
                 self.refuse(n, why)  # the MatMul that stays out is the refused match
                 continue
-            by_kind.setdefault((_kind(n), n.inputs[1].dtype), []).append(n)
-        if len({dt for _, dt in by_kind}) > 1:
+            by_kind.setdefault((_kind(n), _join_key(n)), []).append(n)
+        dense = {key for kind, key in by_kind if kind != "MatMulNBits"}
+        if len(dense) > 1:
             self.refuse(anchor, MIXED_DTYPES)
+        if len([kind for kind, _ in by_kind if kind == "MatMulNBits"]) > 1:
+            self.refuse(anchor, MIXED_NBITS)
         groups = []
         for (kind, _), members in by_kind.items():
             if len(members) < 2:
                 continue
-            emit = [(DOMAIN if kind == "MatMulBias" else "", kind), ("", "Split")]
+            emit = [(_DOMAINS[kind], kind), ("", "Split")]
             if not _packs_swiglu(members, self.owns):
                 missing = [op for op in emit if not self.can_emit(*op)]
                 if missing:
@@ -115,14 +133,18 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
         else:
             group = sorted(group, key=lambda n: order[id(n)])
         stem = first.name or first.op_type
-        weights = [C.const(n.inputs[1]) for n in group]
-        sizes = [int(w.shape[1]) for w in weights]
-        inputs = [x, _initializer(graph, names, f"{stem}/joined_weight", weights)]
-        if _kind(first) == "MatMulBias":
-            biases = [C.const(n.inputs[2]) for n in group]
-            inputs.append(_initializer(graph, names, f"{stem}/joined_bias", biases, axis=0))
+        if _kind(first) == "MatMulNBits":
+            inputs, attrs, sizes = _joined_nbits(graph, names, stem, x, group)
+        else:
+            weights = [C.const(n.inputs[1]) for n in group]
+            sizes = [int(w.shape[1]) for w in weights]
+            inputs = [x, _initializer(graph, names, f"{stem}/joined_weight", weights)]
+            attrs = {}
+            if _kind(first) == "MatMulBias":
+                biases = [C.const(n.inputs[2]) for n in group]
+                inputs.append(_initializer(graph, names, f"{stem}/joined_bias", biases, axis=0))
         merged = ir.node(
-            first.op_type, inputs, domain=first.domain, name=names.fresh(f"{stem}/joined")
+            first.op_type, inputs, attrs, domain=first.domain, name=names.fresh(f"{stem}/joined")
         )
         out = merged.outputs[0]
         out.name = names.fresh(f"{stem}/joined_out")
@@ -159,8 +181,108 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
         )
 
 
+_DOMAINS = {kind: domain for (domain, _), kind in _KINDS.items()}
+
+
+def _join_key(n: ir.Node) -> Any:
+    """What siblings of one kind must share to be joined (beyond reading the same input)."""
+    if _kind(n) != "MatMulNBits":
+        return n.inputs[1].dtype
+    attrs = tuple(_int_attr(n, a, d) for a, d in _NBITS_ATTRS)
+    wired = tuple(_input(n, i) is not None for i in (_ZP, _BIAS))
+    zp = _input(n, _ZP)
+    # Entries per output row (rows may be padded): only equal widths concatenate row-wise.
+    widths = tuple(_row_width(n, i) for i in (2, _ZP))
+    return (attrs, n.inputs[2].dtype, wired, None if zp is None else zp.dtype, widths)
+
+
+def _row_width(n: ir.Node, i: int) -> int | None:
+    shape = C.const_shape(_input(n, i))
+    return None if shape is None else int(np.prod(shape)) // max(_int_attr(n, "N", 1) or 1, 1)
+
+
+#: The MatMulNBits attributes siblings must share, with their defaults (N is summed).
+_NBITS_ATTRS = (("K", None), ("bits", 4), ("block_size", None), ("accuracy_level", 0))
+
+
+def _int_attr(n: ir.Node, name: str, default: int | None) -> int | None:
+    a = n.attributes.get(name)
+    return default if a is None else int(a.value)
+
+
+def _input(n: ir.Node, i: int) -> ir.Value | None:
+    return n.inputs[i] if i < len(n.inputs) else None
+
+
+def _unfit_nbits(n: ir.Node, x: ir.Value) -> str | None:
+    """Why a MatMulNBits consumer of ``x`` cannot join its siblings, or None."""
+    if _input(n, _G_IDX) is not None:
+        return "a MatMulNBits with g_idx (its quantization groups are reordered)"
+    if _int_attr(n, "weight_prepacked", 0):
+        return "a MatMulNBits with a prepacked weight"
+    b, scales = C.const_shape(_input(n, 1)), C.const_shape(_input(n, 2))
+    if b is None or scales is None:
+        return "a MatMulNBits weight or its scales are not constants"
+    rows = _int_attr(n, "N", None)
+    if rows is None or len(b) != 3 or b[0] != rows:
+        return "a MatMulNBits weight does not hold N rows of blocks"
+    zp = _input(n, _ZP)
+    if zp is not None and C.const_shape(zp) is None:
+        return "a MatMulNBits has zero points that are not constants"
+    bias = _input(n, _BIAS)
+    if bias is not None and C.const_shape(bias) not in ((rows,), None):
+        return "a MatMulNBits bias is not a vector of N values"
+    if bias is not None and C.const_shape(bias) is None:
+        return "a MatMulNBits bias is not a constant"
+    if n.inputs[2].dtype != x.dtype:
+        return MIXED_DTYPES
+    return None
+
+
+def _joined_nbits(
+    graph: ir.Graph, names: Names, stem: str, x: ir.Value, group: list[ir.Node]
+) -> tuple[list[ir.Value | None], dict[str, Any], list[int]]:
+    """The joined MatMulNBits' inputs, attributes and each member's N.
+
+    B is (N, blocks, blob); scales and zero points hold one row of entries per
+    output row (flat or 2-D, each row possibly padded): every table is joined
+    row-wise, keeping the members' rank.
+    """
+    sizes = [_int_attr(n, "N", None) for n in group]
+    inputs: list[ir.Value | None] = [
+        x,
+        _initializer(
+            graph, names, f"{stem}/joined_weight", [C.const(n.inputs[1]) for n in group], 0
+        ),
+    ]
+    for i, what in ((2, "scales"), (_ZP, "zero_points")):
+        if _input(group[0], i) is None:
+            inputs.append(None)
+            continue
+        parts = [C.const(n.inputs[i]) for n in group]
+        flat = all(p.ndim == 1 for p in parts)
+        rows = [p.reshape(sz, -1) for p, sz in zip(parts, sizes)]
+        joined = np.concatenate(rows, axis=0)
+        inputs.append(
+            _initializer(
+                graph, names, f"{stem}/joined_{what}", [joined.reshape(-1) if flat else joined]
+            )
+        )
+    inputs.append(None)  # g_idx
+    if _input(group[0], _BIAS) is not None:
+        biases = [C.const(n.inputs[_BIAS]).reshape(-1) for n in group]
+        inputs.append(_initializer(graph, names, f"{stem}/joined_bias", biases, axis=0))
+    while inputs[-1] is None:
+        inputs.pop()
+    attrs = {name: a.value for name, a in group[0].attributes.items()}
+    attrs["N"] = sum(sizes)
+    return inputs, attrs, sizes
+
+
 def _unfit(n: ir.Node, x: ir.Value) -> str | None:
     """Why a MatMul consumer of ``x`` cannot join its siblings, or None."""
+    if _kind(n) == "MatMulNBits":
+        return _unfit_nbits(n, x)
     w = C.const_shape(n.inputs[1]) if len(n.inputs) > 1 else None
     if w is None or len(w) != 2:
         return NOT_CONSTANT
