@@ -9,6 +9,7 @@ whether the fused node is byte-identical to what it replaces (``exact``) or
 equal within the dtype's tolerance.
 """
 
+from .attention import FuseAttention
 from .bias_gelu import FuseBiasGelu
 from .gelu import FuseGelu
 from .matmul_bias import FuseMatMulBias
@@ -39,12 +40,14 @@ def standard_fusions() -> list[ReportingFusionPass]:
         FuseSwiGLU(),
         FuseGelu(),
         FuseBiasGelu(),
+        FuseAttention(),
         FuseMatMulBias(),
         FuseSharedInputMatMuls(),
     ]
 
 
 __all__ = [
+    "FuseAttention",
     "FuseBiasGelu",
     "FuseGelu",
     "FuseMatMulBias",

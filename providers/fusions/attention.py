@@ -1,0 +1,269 @@
+"""Attention written out in standard ops -> one onnxep::Attention (ONNX Attention-23's contract).
+
+``MatMul(softmax(scale * q @ kᵀ + mask), v)`` as torch exports it: the
+decomposed ``scaled_dot_product_attention`` (hf_llama*.onnx: a split sqrt
+scale on q and kᵀ, a float mask Add, a ``Where(IsNaN(p), 0, p)`` guard) and
+hand-written attention (llama_kv.onnx: a Div of the scores, a causal
+``Where(mask, -inf, scores)``). The pattern covers what must disappear with
+the fusion, from the score MatMul to the context MatMul:
+
+- the scores scaled or not (Mul or Div by a constant scalar, either order);
+- no mask, a float mask added (either order, any shape broadcastable to the
+  scores), or a bool condition filling ``-inf`` through Where (either
+  branch; it becomes the op's bool mask, True where a key takes part);
+- Softmax over the last axis, or a float16/bfloat16 graph's Cast to float32,
+  Softmax, Cast back;
+- optionally torch's NaN guard on the probabilities.
+
+What feeds the two MatMuls (the scale on q and kᵀ, K's transpose, GQA's
+repeated K/V heads) is traced back in :mod:`.attention_inputs`, which says
+why by hand. The repeat is folded into the op's head groups only for K and V
+together (both must end with the same number of heads); the report names
+the rule that fired: ``attention_gqa`` when it did, ``attention`` when not.
+
+Tolerance-level, not exact: the kernel accumulates scores and context in
+float32 and never rounds the scores, the scaled scores or the probabilities
+to a float16 graph's type between the steps, and the scale is applied once
+(the product of the constants) instead of in pieces. One difference is not
+a rounding one: a row whose keys are all masked out gives zeros (what
+torch's NaN guard gives), where an unguarded Softmax gives NaN.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+
+from ..ops._fused import DOMAIN
+from . import rule_checks as C
+from .attention_inputs import Key, key_of, peel_scale, repeated_heads
+from .pattern_pass import PatternFusionPass
+
+_ALT = pattern.OrValue
+
+
+def _scaled(op, x, scale):
+    return _ALT(
+        [op.Mul(x, scale), op.Mul(scale, x), op.Div(x, scale), x],
+        tag_var="score_scaling",
+        tag_values=["mul", "mul", "div", "none"],
+    )
+
+
+def _masked(op, x, mask, cond, fill):
+    return _ALT(
+        [
+            op.Add(x, mask),
+            op.Add(mask, x),
+            op.Where(cond, fill, x),
+            op.Where(cond, x, fill),
+            x,
+        ],
+        tag_var="mask_form",
+        tag_values=["add", "add", "fill_where_true", "fill_where_false", "none"],
+    )
+
+
+def _softmax(op, x):
+    wide = op.Cast(
+        op.Softmax(op.Cast(x, _outputs=["widened"]), _outputs=["probs32"]), _outputs=["narrowed"]
+    )
+    return _ALT([wide, op.Softmax(x, _outputs=["probs"])], tag_var="cast_softmax")
+
+
+class _Plan:
+    """What ``check`` proved, for ``rewrite`` to build (the rule keeps state between them)."""
+
+    query: ir.Value
+    key: Key
+    value: ir.Value
+    scale: float
+
+
+_local = threading.local()
+
+
+def _seeds() -> list[ir.Value]:
+    """Values the thread's fusions stopped reading: where the sweep for dead glue starts."""
+    if not hasattr(_local, "seeds"):
+        _local.seeds = []
+    return _local.seeds
+
+
+class _Attention(pattern.RewriteRuleClassBase):
+    def __init__(self, name: str, gqa: bool) -> None:
+        super().__init__(name)
+        self._gqa = gqa
+        self._plan = _Plan()
+
+    def pattern(self, op, qq, kk, value, score_scale, mask, cond, fill):
+        scores = _masked(op, _scaled(op, op.MatMul(qq, kk), score_scale), mask, cond, fill)
+        probs = _softmax(op, scores)
+        probs = _ALT([op.Where(op.IsNaN(probs), 0.0, probs), probs])
+        return op.MatMul(probs, value)
+
+    def check(
+        self,
+        context,
+        qq,
+        kk,
+        value,
+        score_scale=None,
+        mask=None,
+        cond=None,
+        fill=None,
+        score_scaling="none",
+        mask_form="none",
+        probs=None,
+        probs32=None,
+        widened=None,
+        narrowed=None,
+        **_,
+    ) -> pattern.MatchResult:
+        reason = C.floats(qq, kk, value) or _rank4(qq, kk, value)
+        if reason:
+            return C.verdict(reason)
+        softmax = (probs or probs32).producer()
+        scale = 1.0
+        if score_scaling != "none":
+            s = C.scalar(score_scale)
+            if s is None or not np.isfinite(s) or s == 0:
+                return C.verdict("the scores are scaled by something other than a constant scalar")
+            scale = s if score_scaling == "mul" else 1.0 / s
+        reason = (
+            _mask_reason(mask_form, mask, cond, fill, qq)
+            or (None if C.last_axis(softmax, softmax.inputs[0]) else NOT_LAST_AXIS)
+            or (_casts_reason(widened, narrowed, qq) if probs32 is not None else None)
+        )
+        if reason:
+            return C.verdict(reason)
+        plan = self._plan
+        plan.query, q_scale = peel_scale(qq)
+        plan.key, plan.value = key_of(kk), value
+        plan.scale = scale * q_scale * plan.key.scale
+        if not np.isfinite(plan.scale) or plan.scale == 0:
+            return C.verdict("the constant scales multiply to zero or overflow")
+        if self._gqa:
+            return C.verdict(self._fold_repeats(plan))
+        return C.verdict()
+
+    @staticmethod
+    def _fold_repeats(plan: _Plan) -> str | None:
+        """Read K and V before their heads were repeated (both, by the same count), or why not."""
+        if plan.key.perm is not None:
+            return NOT_REPEATED  # K is transposed from another layout after any repeat
+        k = repeated_heads(plan.key.value)
+        v = repeated_heads(plan.value)
+        if k is None or v is None:
+            return NOT_REPEATED
+        if k[1] is None or k[1] != v[1] or C.dim(k[0], 1) is None:
+            return "K's and V's heads are not known to be repeated alike"
+        if C.dim(k[0], 1) != C.dim(v[0], 1):
+            return "K's and V's heads are not known to be repeated alike"
+        plan.key = Key(k[0], None, plan.key.scale)
+        plan.value = v[0]
+        return None
+
+    def rewrite(self, op, qq, kk, value, mask=None, cond=None, mask_form="none", **_):
+        plan = self._plan
+        key = plan.key.value
+        if plan.key.perm is not None:
+            key = op.Transpose(key, perm=plan.key.perm)
+        inputs = [plan.query, key, plan.value]
+        if mask_form == "add":
+            inputs.append(mask)
+        elif mask_form == "fill_where_true":
+            inputs.append(op.Not(cond))  # Where(cond, -inf, s): True in cond hides the key
+        elif mask_form == "fill_where_false":
+            inputs.append(cond)
+        _seeds().extend([qq, kk, value])
+        return op.Attention(*inputs, scale=float(plan.scale), _domain=DOMAIN)
+
+
+NOT_LAST_AXIS = "the Softmax is not over the last axis"
+NOT_REPEATED = "K's and V's heads are not repeated (Unsqueeze, Expand, Reshape)"
+
+
+def _rank4(*values: ir.Value) -> str | None:
+    if any(C.rank(v) != 4 for v in values):
+        return "q, kᵀ and v are not all known to be 4-D"
+    return None
+
+
+def _mask_reason(form: str, mask: Any, cond: Any, fill: Any, like: ir.Value) -> str | None:
+    if form == "add":
+        if mask is None or mask.dtype != like.dtype:
+            return "the added mask is not of the scores' dtype"
+        r = C.rank(mask)
+        if r is None or r > 4:
+            return "the added mask is not known to be at most 4-D"
+        return None
+    if form.startswith("fill_"):
+        if cond is None or cond.dtype != ir.DataType.BOOL:
+            return "the Where's condition is not bool"
+        f = C.scalar(fill)
+        if f is None or not np.isneginf(f):
+            return "the Where fills something other than a constant -inf"
+        r = C.rank(cond)
+        if r is None or r > 4:
+            return "the Where's condition is not known to be at most 4-D"
+    return None
+
+
+def _casts_reason(widened: ir.Value, narrowed: ir.Value, like: ir.Value) -> str | None:
+    to_up = widened.producer().attributes.get("to")
+    to_down = narrowed.producer().attributes.get("to")
+    if to_up is None or to_up.value != ir.DataType.FLOAT:
+        return "the scores are cast to something other than float32 for the Softmax"
+    if to_down is None or to_down.value != like.dtype:
+        return "the probabilities are not cast back to the inputs' dtype"
+    return None
+
+
+class FuseAttention(PatternFusionPass):
+    """Attention in standard ops -> onnxep::Attention. Tolerance-level (see module)."""
+
+    name = "fuse_attention"
+    exact = False
+
+    def make_rules(self) -> Sequence[pattern.RewriteRule]:
+        # GQA's fold first: when it cannot be proved, the plain rule fuses the attention over
+        # the repeated K and V (a fire clears the first rule's refusal of the same anchor).
+        return [
+            _Attention.rule("attention_gqa", gqa=True),
+            _Attention.rule("attention", gqa=False),
+        ]
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        seeds = _seeds()
+        seeds.clear()
+        result = super().call(model)
+        self._drop_dead_glue(seeds)
+        seeds.clear()
+        return result
+
+    def _drop_dead_glue(self, seeds: list[ir.Value]) -> None:
+        """Remove the glue the fused nodes bypassed (scales, transposes, repeats, the shape
+        arithmetic feeding them) once nothing reads it; glue still read elsewhere stays."""
+        stack = list(seeds)
+        while stack:
+            v = stack.pop()
+            node = None if v is None else v.producer()
+            if node is None or node.graph is None or not _dead(node) or not self.owns(node):
+                continue
+            stack.extend(node.inputs)
+            node.graph.remove(node, safe=True)
+
+
+def _dead(node: ir.Node) -> bool:
+    if any(
+        a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+        for a in node.attributes.values()
+    ):
+        return False
+    return not any(v.uses() or v.is_graph_output() for v in node.outputs)
