@@ -281,6 +281,9 @@ CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     f"{MS}::Attention": attention_contrib,
     f"{MS}::MatMulNBits": matmul_nbits,
     f"{MS}::GatherBlockQuantized": gather_block_quantized,
+    "onnxep::Attention": fused(
+        "Attention", {"Q": (2, 4, 5, 8), "K": (2, 2, 7, 8), "V": (2, 2, 7, 8)}
+    ),
     "onnxep::Rsqrt": fused("Rsqrt", {"X": (2, 3, 16)}),
     "onnxep::SiLU": fused("SiLU", {"X": (2, 3, 16)}),
     "onnxep::SwiGLU": fused("SwiGLU", {"G": (2, 3, 16), "U": (2, 3, 16)}),

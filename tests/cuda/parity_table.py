@@ -26,7 +26,7 @@ TABLE = {
     "::Atanh": [("test_atanh", "float32"), ("test_atanh", "float16")],
     "::Attention": [
         ("test_attention_23_boolmask_fullymasked_row_nan_robustness", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision", "float16"),
+        ("test_attention_4d_causal_fp16", "float16"),
     ],
     "::AveragePool": [
         ("test_averagepool_1d_default", "float32"),
@@ -565,6 +565,10 @@ TABLE = {
     "com.microsoft::SkipSimplifiedLayerNormalization": [
         ("custom:com.microsoft::SkipSimplifiedLayerNormalization", "float32"),
         ("custom:com.microsoft::SkipSimplifiedLayerNormalization", "float16"),
+    ],
+    "onnxep::Attention": [
+        ("custom:onnxep::Attention", "float32"),
+        ("custom:onnxep::Attention", "float16"),
     ],
     "onnxep::MatMulBias": [
         ("custom:onnxep::MatMulBias", "float32"),
