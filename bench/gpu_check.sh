@@ -2,7 +2,7 @@
 # The GPU machine's checks, one stage per call (each fits the device tool's 10 minutes).
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
-#                                                  | decode
+#                                                  | decode | decode-1.5b | decode-hybrid
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -26,6 +26,48 @@ print(json.dumps({"device": p["name"].decode(), "cupy": cupy.__version__,
                   "driver": cupy.cuda.runtime.driverGetVersion(),
                   "onnxep": onnxep.__file__}))
 PY
+# decode_stage NAME KIND SIZE BUDGET DTYPE...: the factory's KIND/SIZE decoder built here in
+# each DTYPE (too big to carry), then, in one bench run per dtype and context (16 and ~2000
+# tokens), onnxep eager (capture off), onnxep-graph (the same decode with CUDA-graph capture
+# auto: full-capacity masks, one graph replayed per step), torch eager and torch-graph (the
+# torch twin with a static cache, its decode step one torch.cuda.CUDAGraph) on the same
+# weights. The JSON and the summary state each side's captures, replays and fallbacks and
+# its fraction of the bandwidth floor (initializer bytes / 4.26 TB/s). The environment's
+# ONNXEP_CUDA_CAPTURE is unset (it overrides both onnxep sides' option). DECODE_STEPS (64)
+# and BUDGET (s) trim it; the first dtype goes first so a short budget still reports it.
+# Files: $OUT/NAME.log, $OUT/NAME_<dtype>_ctx<N>.json.
+decode_stage() {
+  local name=$1 kind=$2 size=$3 budget=$4
+  shift 4
+  local deadline=$(( $(date +%s) + budget )) rc=0 dtype ctx left g0 b0 model
+  for dtype in "$@"; do
+    left=$(( deadline - $(date +%s) ))
+    if (( left < 90 )); then SUMMARY+=("$name $dtype: skipped, budget spent"); continue; fi
+    g0=$(date +%s)
+    timeout $(( left < 240 ? left : 240 )) python3 bench/make_models.py --size "$size" \
+      --dtype "$dtype" --kind "$kind" --out /tmp/m >>"$OUT/$name.log" 2>&1 || rc=$?
+    SUMMARY+=("$name: made $size $dtype in $(( $(date +%s) - g0 )) s")
+    model="/tmp/m/$kind-$size-$dtype/model.onnx"
+    for ctx in 16 2000; do
+      left=$(( deadline - $(date +%s) ))
+      if (( left < 45 )); then SUMMARY+=("$name $dtype ctx $ctx: skipped, budget spent"); continue; fi
+      local extra=()
+      if [ "$ctx" = 16 ]; then extra=(--profile); fi
+      b0=$(date +%s)
+      echo "== $dtype context $ctx" >>"$OUT/$name.log"
+      env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.cli bench \
+        "$model" --providers cuda,cpu --vs torch,onnxep-graph,torch-graph \
+        --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
+        --json "$OUT/${name}_${dtype}_ctx${ctx}.json" >>"$OUT/$name.log" 2>&1 || rc=$?
+      echo "$name $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/$name.log"
+      SUMMARY+=("$name: $dtype ctx $ctx bench took $(( $(date +%s) - b0 )) s")
+    done
+    rm -rf "/tmp/m/$kind-$size-$dtype"  # the disk holds one large model at a time
+  done
+  SUMMARY+=("$name (rc $rc):" "$(python3 -m onnxep.benchmark.decode_report "$OUT" \
+    --pattern "${name}_*_ctx*.json" 2>&1)")
+}
+
 SUMMARY=()
 for STAGE in "$@"; do
   t0=$(date +%s)
@@ -58,82 +100,20 @@ for STAGE in "$@"; do
       SUMMARY+=("micro: $(tr '\n' ';' <"$OUT/micro.log")" "overhead: $(tr '\n' ';' <"$OUT/overhead_cuda.log") (rc $rc)")
       ;;
     decode)
-      # The factory's qwen2.5-0.5b decoders (fp16, int4) are built here (too big to carry),
-      # then, in one bench run each, onnxep eager (capture off), onnxep-graph (the same
-      # decode with CUDA-graph capture auto: full-capacity masks, one graph replayed per
-      # step) and torch eager on the same weights, at 16 and ~2000 tokens of context; the
-      # JSON and the summary state each side's captures, replays and fallbacks. The
-      # environment's ONNXEP_CUDA_CAPTURE is unset (it overrides both sides' option).
-      # DECODE_STEPS (64) and
-      # DECODE_BUDGET (s, 540) trim it; fp16 goes first so a short budget still reports it.
-      deadline=$(( $(date +%s) + ${DECODE_BUDGET:-540} ))
-      rc=0
-      for dtype in fp16 int4; do
-        left=$(( deadline - $(date +%s) ))
-        if (( left < 60 )); then SUMMARY+=("decode $dtype: skipped, budget spent"); continue; fi
-        g0=$(date +%s)
-        timeout $(( left < 240 ? left : 240 )) python3 bench/make_models.py --size qwen2.5-0.5b \
-          --dtype "$dtype" --kind genai --out /tmp/m >>"$OUT/decode.log" 2>&1 || rc=$?
-        SUMMARY+=("decode: made qwen2.5-0.5b $dtype in $(( $(date +%s) - g0 )) s")
-        for ctx in 16 2000; do
-          left=$(( deadline - $(date +%s) ))
-          if (( left < 30 )); then SUMMARY+=("decode $dtype ctx $ctx: skipped, budget spent"); continue; fi
-          extra=()
-          if [ "$ctx" = 16 ]; then extra=(--profile); fi
-          b0=$(date +%s)
-          echo "== $dtype context $ctx" >>"$OUT/decode.log"
-          env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 200 ? left : 200 )) python3 -m onnxep.cli bench \
-            "/tmp/m/genai-qwen2.5-0.5b-$dtype/model.onnx" --providers cuda,cpu --vs torch,onnxep-graph \
-            --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
-            --json "$OUT/decode_${dtype}_ctx${ctx}.json" >>"$OUT/decode.log" 2>&1 || rc=$?
-          echo "decode $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/decode.log"
-        done
-      done
-      SUMMARY+=("decode (rc $rc):" "$(python3 - "$OUT" <<'PY'
-import glob, json, os, sys
-def key(path):
-    dtype, ctx = os.path.basename(path)[len("decode_"):-len(".json")].split("_ctx")
-    return dtype, int(ctx)
-def us(v):
-    return "n/a" if v is None else f"{v:.1f}"
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "decode_*_ctx*.json")), key=key):
-    r = json.load(open(path))
-    tag = "%s context %d" % key(path)
-    sides = "; ".join(
-        f"{k} {1000 / s['median_ms']:.1f} tok/s {s['median_ms']:.3f} ms/step"
-        for k, s in r["summary"].items()
-    )
-    ours = next((s for s in r["sides"] if s["name"] == "onnxep"), {})
-    graph = next((s for s in r["sides"] if s["name"] == "onnxep-graph"), {})
-    ref = r["tokens"].get("onnxep", [])
-    agree = ", ".join(
-        f"{k} {sum(a == b for a, b in zip(ref, t))}/{len(ref)}"
-        for k, t in r["tokens"].items() if k != "onnxep"
-    )
-    print(f"{tag}: {sides}")
-    print(
-        f"  onnxep: state {ours.get('state_path')}, d2h reads/step "
-        f"{ours.get('device_to_host_reads_per_step')}, copied/step "
-        f"{ours.get('copied_outputs_per_step')}, host {us(ours.get('host_us_per_op'))} us/op "
-        f"of {ours.get('compute_nodes')} nodes, profiled {us(ours.get('profiled_us_per_op'))}"
-        f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}"
-    )
-    for side in (ours, graph):
-        c = side.get("capture_timed")
-        if c:
-            print(
-                f"  {side['name']} capture {c['policy']}: timed decode captures {c['captures']},"
-                f" replays {c['replays']}, fallbacks {c['fallbacks']}, copied/step "
-                f"{side.get('copied_outputs_per_step')}, full-capacity mask {side.get('full_mask')}"
-                + (f"; failures: {'; '.join(c['failures'])[:300]}" if c["failures"] else "")
-            )
-    for name, why in r.get("skipped", {}).items():
-        print(f"  {name} skipped: {why}")
-PY
-)")
+      # The factory's qwen2.5-0.5b decoders (fp16, int4), built here (too big to carry).
+      decode_stage decode genai qwen2.5-0.5b "${DECODE_BUDGET:-540}" fp16 int4
+      ;;
+    decode-1.5b)
+      # qwen2.5-1.5b, fp16 then int4 (each build ~50 s on this machine's 16 cores).
+      decode_stage decode-1.5b genai qwen2.5-1.5b "${DECODE_BUDGET:-540}" fp16 int4
+      ;;
+    decode-hybrid)
+      # The 0.8B hybrid (Qwen3.5 text decoder: gated-delta linear and full attention), fp16.
+      decode_stage decode-hybrid hybrid qwen3.5-0.8b "${DECODE_BUDGET:-420}" fp16
       ;;
     *)
-      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode)"
+      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode" \
+        "| decode-1.5b | decode-hybrid)"
       exit 2
       ;;
   esac

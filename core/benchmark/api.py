@@ -16,7 +16,6 @@ import numpy as np
 
 from ..progress import progress_bar
 from .decode import DecodeState, decode_spec, model_dims
-from .decode_report import weight_bytes
 from .loops import OnnxepLoop
 from .sides import GRAPH_SIDE, OnnxepSide, Side, make_peer, with_capture
 from .stats import summarize
@@ -88,7 +87,8 @@ class BenchResult:
                     f"{c['captures']}, replays {c['replays']}, fallbacks {c['fallbacks']}"
                     + (f" ({'; '.join(c['failures'])[:300]})" if c["failures"] else "")
                 )
-        if self.mode == "decode" and self.weight_bytes:
+        on_cuda = any("cuda" in str(p).lower() for p in self.settings.get("providers", []))
+        if self.mode == "decode" and self.weight_bytes and on_cuda:
             from .decode_report import floor_line
 
             lines.append(floor_line(self.to_json()).strip() + " (H200 copy bandwidth)")
@@ -219,10 +219,13 @@ def bench(
                 result.skipped[kind] = f"{type(exc).__name__}: {exc}"
             continue
         try:
-            sides.append(make_peer(kind, model, want_cuda))
+            sides.append(make_peer(kind, model, want_cuda, sides))
         except Exception as exc:
             result.skipped[kind] = f"{type(exc).__name__}: {exc}"
     result.machine = machine_info()
+    # imported here: ``python -m onnxep.benchmark.decode_report`` must find it unimported
+    from .decode_report import weight_bytes
+
     result.weight_bytes = weight_bytes(model)
     result.settings = {
         "providers": ours.session.get_providers(),

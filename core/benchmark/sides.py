@@ -163,13 +163,14 @@ class ReferenceSide(Side):
 class TorchSide(Side):
     """The same architecture and weights in PyTorch (factory models carry what it needs)."""
 
-    def __init__(self, model: str, device: str = "cpu") -> None:
+    def __init__(self, model: str, device: str = "cpu", module: Any = None) -> None:
         import torch
 
         from .torch_peer import load_torch_peer
 
         self.torch = torch
-        self.module = load_torch_peer(model, device)
+        # a module already loaded for another torch side (same model, device) is shared
+        self.module = module if module is not None else load_torch_peer(model, device)
         self.name = "torch" + ("-cuda" if device.startswith("cuda") else "")
         self.version = torch.__version__
         self.device = device
@@ -203,7 +204,7 @@ class TorchGraphSide(TorchSide):
     Its ``capture_timed`` counters are those of the timed decode (the capture happens
     right after that decode's untimed prefill)."""
 
-    def __init__(self, model: str, want_cuda: bool) -> None:
+    def __init__(self, model: str, want_cuda: bool, module: Any = None) -> None:
         import torch
 
         from .torch_static import cuda_graph_unavailable
@@ -216,7 +217,7 @@ class TorchGraphSide(TorchSide):
         why = cuda_graph_unavailable(torch)
         if why is not None:
             raise NotSupported(why)
-        super().__init__(model, "cuda")
+        super().__init__(model, "cuda", module)
         self.name = TORCH_GRAPH_SIDE
         self._loop: Any = None
 
@@ -244,7 +245,15 @@ class TorchGraphSide(TorchSide):
 SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE, TORCH_GRAPH_SIDE)
 
 
-def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
+def _loaded_module(loaded: Sequence[Side] | None, device: str) -> Any:
+    return next(
+        (s.module for s in loaded or () if isinstance(s, TorchSide) and s.device == device), None
+    )
+
+
+def make_peer(kind: str, model: str, want_cuda: bool, loaded: Sequence[Side] | None = None) -> Side:
+    """The peer ``kind``; ``loaded``: sides made already, whose torch module (the weights on
+    a device) a torch side on the same device shares instead of loading a second copy."""
     if kind == "onnxruntime":
         return OrtSide(model, want_cuda)
     if kind == "reference":
@@ -255,9 +264,9 @@ def make_peer(kind: str, model: str, want_cuda: bool) -> Side:
             import torch
 
             dev = "cuda" if torch.cuda.is_available() else "cpu"
-        return TorchSide(model, dev)
+        return TorchSide(model, dev, _loaded_module(loaded, dev))
     if kind == TORCH_GRAPH_SIDE:
-        return TorchGraphSide(model, want_cuda)
+        return TorchGraphSide(model, want_cuda, _loaded_module(loaded, "cuda"))
     if kind == GRAPH_SIDE:
         raise ValueError(f"{GRAPH_SIDE} is made by bench() from onnxep's own providers")
     raise ValueError(f"unknown peer {kind!r}; choose from {', '.join(SIDES)}")

@@ -14,7 +14,9 @@ static input tensors, runs the peer's own layers (:mod:`.torch_peer`, the
 same math as the concatenating peer), takes the greedy argmax on the device
 into a static output, and is captured once after warm-up on a side stream;
 each later step sets the inputs on the device and replays. A step reads back
-one tensor of token ids.
+one tensor of token ids. Everything runs under ``torch.no_grad`` (as transformers'
+static-cache decode does), not ``inference_mode``: inference tensors made while
+warming up cannot be updated in place by a later capture.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class StaticDecoder:
         # the last token is never fed back: the cache holds the prompt and tokens - 1 more
         self.capacity = self.prompt_length + tokens - 1
         dev = peer.device
-        with torch.inference_mode():
+        with torch.no_grad():
             self.cache = StaticCache(peer, self.batch, self.capacity)
             self._prompt = torch.from_numpy(ids).to(dev)
             self._ids = torch.zeros((self.batch, 1), dtype=torch.long, device=dev)
@@ -187,7 +189,7 @@ class StaticDecoder:
         if self.done:
             raise InvalidArgument(f"all {self.max_new_tokens} tokens were generated")
         torch = self.torch
-        with torch.inference_mode():
+        with torch.no_grad():
             if self.past == 0:
                 n = self.prompt_length
                 rows = torch.arange(n, device=self.peer.device)
