@@ -1,22 +1,23 @@
-"""The CUDA decode GroupQueryAttention step, timed on the GPU; prints one JSON line.
+"""The CUDA decode GroupQueryAttention step, timed on the GPU; prints one JSON line per case.
 
-    python bench/gpu_attention_bench.py [--context 2000] [--capacity 2048] [--heads 14]
-        [--kv-heads 2] [--head-size 64] [--batch 1] [--dtype float16] [--repeats 100]
+    python bench/gpu_attention_bench.py [--models 0.5b,1.5b] [--contexts 16,512,2000,8000]
+        [--layers 24] [--batch 1] [--dtype float16] [--repeats 50]
 
-Defaults are Qwen2.5-0.5B's attention (14 query heads, 2 KV heads, head size
-64, float16, batch 1) decoding one token over 2000 tokens of context held in a
-fixed-capacity cache that present shares with past. The step (rotary off:
-prepare, split-K decode, reduce) is built through the kernel builder and timed
-with CUDA events, median of ``--repeats`` after warm-up, two ways:
+Each case decodes one token over ``context`` tokens held in a fixed-capacity
+cache that present shares with past (capacity: the context rounded up to 256),
+with the attention geometry of Qwen2.5-0.5B (14 query heads, 2 KV heads, head
+size 64) or Qwen2.5-1.5B (12, 2, 128), rotary off. The step is built through
+the kernel builder, as the executor builds it, then ``--layers`` steps, each
+over its own cache (as the layers of a model: no step finds another's K/V in
+L2), are captured in one CUDA graph and replayed; CUDA events time the replay,
+median of ``--repeats`` after warm-up.
 
-* ``eager_ms``: events around one call as the executor would make it, so the
-  host's launch gaps count;
-* ``graph_ms``: the same step captured once as a CUDA graph and replayed,
-  i.e. device time alone. ``bandwidth_tbs`` is the K and V bytes the step
-  must read divided by it, and ``of_peak`` that against the 4.26 TB/s the
-  H200 reaches in a device-to-device copy (GPU.md).
-
-``host_us`` is the Python/launch cost of one call (no synchronization).
+* ``us_per_call``: graph time / layers, the step's device time inside a graph;
+* ``bandwidth_tbs``: the K and V bytes one step must read over that time, and
+  ``of_peak`` that against the 4.26 TB/s the H200 reaches in a device-to-device
+  copy (GPU.md);
+* ``launches``: kernels per step (decode, plus the split-K reduce when split);
+* ``eager_us``: events around one uncaptured call, the host's launch gaps included.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
 
 PEAK_TBS = 4.26
+#: name: (query heads, KV heads, head size)
+MODELS = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128)}
 
 
 def _node(names, shapes, dtype, attrs):
@@ -55,15 +57,13 @@ def _median_ms(cupy, fn, repeats: int) -> float:
 
 
 def measure(
+    model: str = "0.5b",
     context: int = 2000,
-    capacity: int = 2048,
-    heads: int = 14,
-    kv_heads: int = 2,
-    head_size: int = 64,
+    layers: int = 24,
     batch: int = 1,
     dtype: str = "float16",
-    repeats: int = 100,
-    warmup: int = 20,
+    repeats: int = 50,
+    warmup: int = 10,
 ) -> dict:
     import cupy
 
@@ -71,10 +71,10 @@ def measure(
     from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
     from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 
-    if context > capacity:
-        raise SystemExit(f"--context {context} exceeds --capacity {capacity}")
+    nh, nkv, d = MODELS[model]
     dt = np.dtype(dtype)
-    b, nh, nkv, d = batch, heads, kv_heads, head_size
+    b = batch
+    capacity = (context + 255) // 256 * 256
     names = ["query", "key", "value", "past_key", "past_value", "seqlens_k"]
     names.append("total_sequence_length")
     shapes = {
@@ -87,41 +87,42 @@ def measure(
         "total_sequence_length": (),
     }
     rng = cupy.random.default_rng(0)
-    args = [rng.standard_normal(shapes[n], dtype=np.float32).astype(dt) for n in names[:5]]
-    args.append(cupy.full((b,), context - 1, dtype=np.int32))
-    args.append(np.array(context, np.int32))  # a host input
+    per_layer = []
+    for _ in range(layers):
+        args = [rng.standard_normal(shapes[n], dtype=np.float32).astype(dt) for n in names[:5]]
+        args.append(cupy.full((b,), context - 1, dtype=np.int32))
+        args.append(np.array(context, np.int32))  # a host input
+        per_layer.append(args)
     node = _node(names, shapes, dt, {"num_heads": nh, "kv_num_heads": nkv})
     run = group_query_attention(node, cupy)
 
-    def step():
-        run(*args)
+    def model_step():
+        for args in per_layer:
+            run(*args)
 
     stream = cupy.cuda.Stream(non_blocking=True)
     pool = cupy.cuda.MemoryPool()  # the graph's temporaries are never handed to anyone else
     with cupy.cuda.using_allocator(pool.malloc), stream:
         for _ in range(warmup):
-            step()
+            model_step()
         stream.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            step()
-        host_us = (time.perf_counter() - t0) / repeats * 1e6
-        stream.synchronize()
-        eager_ms = _median_ms(cupy, step, repeats)
+        eager_ms = _median_ms(cupy, lambda: run(*per_layer[0]), repeats)
         stream.begin_capture()
-        step()
+        model_step()
         graph = stream.end_capture()
         for _ in range(warmup):
             graph.launch(stream)
         graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats)
 
-    geo = plan_decode(b, 1, nh, nkv, d, capacity, sm_count())
+    geo = plan_decode(b, nh, nkv, d, context, sm_count())
+    us = graph_ms * 1e3 / layers
     kv_bytes = 2 * b * nkv * context * d * dt.itemsize
-    tbs = kv_bytes / (graph_ms * 1e-3) / 1e12
+    tbs = kv_bytes / (us * 1e-6) / 1e12
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     return {
         "bench": "gqa_decode_step",
         "device": props["name"].decode(),
+        "model": model,
         "dtype": dt.name,
         "batch": b,
         "heads": nh,
@@ -129,32 +130,40 @@ def measure(
         "head_size": d,
         "context": context,
         "capacity": capacity,
-        "chunks": geo.nchunks,
+        "splits": geo.nsplit,
         "chunk": geo.chunk,
+        "launches": 1 + (geo.nsplit > 1),
         "kv_bytes": kv_bytes,
-        "eager_ms": round(eager_ms, 5),
-        "graph_ms": round(graph_ms, 5),
-        "host_us": round(host_us, 2),
+        "us_per_call": round(us, 2),
+        "eager_us": round(eager_ms * 1e3, 2),
         "bandwidth_tbs": round(tbs, 4),
         "of_peak": round(tbs / PEAK_TBS, 4),
+        "layers": layers,
         "repeats": repeats,
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--context", type=int, default=2000)
-    p.add_argument("--capacity", type=int, default=2048)
-    p.add_argument("--heads", type=int, default=14)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--head-size", type=int, default=64)
+    p.add_argument("--models", default="0.5b,1.5b", help=f"comma-separated, of {sorted(MODELS)}")
+    p.add_argument("--contexts", default="16,512,2000,8000")
+    p.add_argument("--layers", type=int, default=24)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
-    p.add_argument("--repeats", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
     a = p.parse_args(argv)
-    shape = (a.context, a.capacity, a.heads, a.kv_heads, a.head_size, a.batch, a.dtype)
-    print(json.dumps(measure(*shape, repeats=a.repeats, warmup=a.warmup)))
+    models = a.models.split(",")
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        p.error(f"unknown model {unknown}; known: {sorted(MODELS)}")
+    contexts = [int(c) for c in a.contexts.split(",")]
+    if min(contexts) < 1:
+        p.error("--contexts must be positive")
+    for model in models:
+        for ctx in contexts:
+            row = measure(model, ctx, a.layers, a.batch, a.dtype, a.repeats, a.warmup)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ GQA_CASES = [
     ("chunk_shared", 2, 9, 4, 2, 8, [5, 2], 24, {"do_rotary": 1}, (), "prefill"),
     ("decode_growing", 3, 1, 6, 2, 8, [4, 7, 2], None, {}, (), "decode"),
     ("decode_split_k", 2, 1, 14, 2, 64, [300, 17], 320, {}, ("fp16",), "reduce"),
-    ("decode_rows_s4", 1, 4, 40, 1, 8, [50], 64, {}, (), "decode"),
+    ("three_tokens_prefill", 1, 3, 40, 1, 8, [50], 64, {}, (), "prefill"),
     ("rotary_il_partial", 2, 1, 4, 2, 16, [7, 2], 12,
      {"do_rotary": 1, "rotary_interleaved": 1}, ("half_rot",), "decode"),
     ("pos_ids_prompt", 2, 14, 4, 2, 16, [0, 0], None, {"do_rotary": 1}, ("position_ids",),
@@ -97,6 +97,60 @@ def test_gqa_emulated_matches_cpu_kernel(case, cuda_ops):
     if "past_key" in f:
         shared = cap is not None
         assert (got[1] is args[names.index("past_key")]) == shared
+    atol, rtol = (2.5e-3, 1e-3) if dt == np.float16 else (2e-5, 1e-4)
+    for g, w, o in zip(got, want[:3], ("output", "present_key", "present_value"), strict=True):
+        assert g.shape == w.shape, f"{name} {o}"
+        np.testing.assert_allclose(g.astype(np.float64), w, atol=atol, rtol=rtol, err_msg=o)
+
+
+DECODE_CASES = [
+    # name, b, nh, nkv, hd, past lens, capacity (None: a fresh cache), attrs, extras
+    ("h64_g7_ctx300_rot", 1, 14, 2, 64, [299], 320, {"do_rotary": 1}, ("fp16",)),
+    ("h64_g7_ctx300_fp32", 2, 14, 2, 64, [299, 40], 320, {}, ()),
+    ("h128_g2_ctx17_rot", 2, 4, 2, 128, [16, 5], 24, {"do_rotary": 1}, ()),
+    ("h128_g7_ctx17_fresh", 1, 7, 1, 128, [16], None, {}, ("fp16",)),
+    ("h64_g1_ctx1_rot", 2, 2, 2, 64, [0, 0], 8, {"do_rotary": 1}, ("fp16",)),
+    ("h128_g1_ctx300_packed", 1, 2, 2, 128, [299], 304, {}, ("packed", "fp16")),
+    ("h64_g2_pos_ids_il", 2, 4, 2, 64, [30, 12], 40,
+     {"do_rotary": 1, "rotary_interleaved": 1}, ("position_ids",)),
+    ("h40_scalar_loads", 2, 6, 2, 40, [20, 7], 32, {"do_rotary": 1}, ("fp16", "half_rot")),
+    ("h64_g7_window_sink", 1, 7, 1, 64, [299], 300, {"local_window_size": 100, "softcap": 3.0},
+     ("head_sink",)),
+    ("h64_g20_row_groups", 1, 20, 1, 64, [40], 48, {}, ()),
+    ("h256_g2_ctx40", 1, 4, 2, 256, [39], 40, {"do_rotary": 1}, ("fp16",)),
+    ("qseqlens_bias_smooth", 2, 4, 2, 64, [17, 3], 24, {"smooth_softmax": 1},
+     ("query_seqlens", "attention_bias")),
+    ("mqa_32_heads_ragged", 3, 32, 1, 64, [60, 2, 33], None, {}, ()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", DECODE_CASES, ids=[c[0] for c in DECODE_CASES])
+def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
+    """A single-token step: no prepare launch, the reduce only when the context is split."""
+    from onnxep.providers_cuda.ops import op_group_query_attention as gqa_mod
+    from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
+
+    name, b, nh, nkv, hd, past_lens, cap, attrs, extras = case
+    dt = np.float16 if "fp16" in extras else np.float32
+    f, names = _gqa_feeds(np.random.default_rng(4), b, 1, nh, nkv, hd, past_lens, cap, attrs,
+                          extras, dt)  # fmt: skip
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
+    ins = tuple(ValueInfo(n, "tensor", f[n].dtype, f[n].shape) if n else None for n in names)
+    outs = tuple(ValueInfo(n, "tensor") for n in ("output", "present_key", "present_value"))
+    node = NodeInfo("GroupQueryAttention", "com.microsoft", name, 1, attrs, ins, outs)
+    want = cpu_gqa(node, np)(*[f[n] if n else None for n in names])
+    args = [f[n].copy() if n else None for n in names]
+    before = cuda_ops.emulator.launches()
+    got = cuda_ops.gqa(node, cuda_ops.xp)(*args)
+    ran = {}
+    for k, n in cuda_ops.emulator.launches().items():
+        if n > before.get(k, 0):
+            ran[k.split("<")[0]] = n - before.get(k, 0)
+    geo = plan_decode(b, nh, nkv, hd, int(f["total_sequence_length"]), gqa_mod.sm_count())
+    expect = {"gqa_decode": 1, **({"gqa_reduce": 1} if geo.nsplit > 1 else {})}
+    if cap is None:
+        expect["gqa_kv_fill"] = 1
+    assert ran == expect, f"{name}: {geo}"
     atol, rtol = (2.5e-3, 1e-3) if dt == np.float16 else (2e-5, 1e-4)
     for g, w, o in zip(got, want[:3], ("output", "present_key", "present_value"), strict=True):
         assert g.shape == w.shape, f"{name} {o}"

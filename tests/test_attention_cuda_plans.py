@@ -22,6 +22,7 @@ from onnxep.providers import KernelLibrary
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers_cuda.ops import _gqa_cuda as gqa_src
 from onnxep.providers_cuda.ops import _gqa_geometry as gqa
+from onnxep.providers_cuda.ops._gqa_cuda import LANE_CHANNELS
 from onnxep.providers_cuda.ops._rotary_cuda import ROPE_SOURCE
 from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 from onnxep.providers_cuda.ops.op_rotary_embedding import rotary_embedding
@@ -110,29 +111,40 @@ def test_rotary_onnx_declines_3d_input_without_num_heads():
 HEAD_SIZES = [1, 8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256]
 
 
+_DECODE_BOUND = int(re.search(r"__launch_bounds__\((\d+)\) gqa_decode", gqa_src.GQA_SOURCE)[1])
+
+
+def test_decode_blocks_fit_the_kernels_launch_bound():
+    assert 32 * gqa.DECODE_MAX_ROWS == _DECODE_BOUND
+
+
 @pytest.mark.parametrize("d", HEAD_SIZES)
 def test_decode_geometry_fits_and_covers(d):
-    for (nh, nkv), s, cap, b, sms in itertools.product(
-        [(14, 2), (32, 1), (8, 8), (40, 8), (28, 4)], [1, 2, 4], [1, 31, 2048, 32768], [1, 8],
+    for (nh, nkv), ctx, b, sms in itertools.product(
+        [(14, 2), (32, 1), (8, 8), (40, 8), (28, 4), (12, 2)], [0, 1, 31, 2000, 32768], [1, 8],
         [16, 132],
     ):  # fmt: skip
-        g = gqa.plan_decode(b, s, nh, nkv, d, cap, sms)
-        where = f"d={d} heads={nh}/{nkv} s={s} cap={cap} b={b}: {g}"
-        assert g.smem <= gqa.SMEM_LIMIT, where
-        assert g.rows <= gqa.DECODE_MAX_ROWS and g.rows * g.nrg >= (nh // nkv) * s, where
-        assert g.chunk % 32 == 0 and g.chunk * g.nchunks >= cap, where
-        assert 1 <= g.ktile <= g.chunk, where
-        floats = g.rows * d + g.rows * g.chunk + g.ktile * (d + 1) + 2 * g.rows
-        assert g.smem == 4 * floats, where  # the kernel carves exactly this much
-        assert g.nchunks <= 2**31 - 1 and nkv * g.nrg <= 65535, where
+        g = gqa.plan_decode(b, nh, nkv, d, ctx, sms)
+        where = f"d={d} heads={nh}/{nkv} ctx={ctx} b={b} sms={sms}: {g}"
+        floats = g.rows * d + g.ktile * (d + 1) + g.ktile * d + g.rows * g.ktile
+        assert g.smem == 4 * floats <= gqa.SMEM_LIMIT, where  # what the kernel carves
+        assert g.rows <= gqa.DECODE_MAX_ROWS and g.rows * g.nrg >= nh // nkv, where
+        assert g.threads <= _DECODE_BOUND and d <= 32 * LANE_CHANNELS, where  # acc[] per lane
+        assert 1 <= g.ktile <= 32 and g.chunk % g.ktile == 0, where
+        assert g.chunk * g.nsplit >= ctx and g.chunk * (g.nsplit - 1) < max(ctx, 1), where
+        assert g.reduce_smem <= gqa.SMEM_LIMIT and nkv * g.nrg <= 65535, where
+        blocks = b * nkv * g.nrg * g.nsplit
+        assert blocks <= max(b * nkv * g.nrg, 2 * gqa.DECODE_BLOCKS_PER_SM * sms), where
 
 
-def test_split_k_fills_the_device_for_a_long_decode():
-    """One token over 2000 cached rows on 132 SMs: about a block per SM (chunks are
-    multiples of 32 keys, so 2 KV heads x 63 chunks)."""
-    g = gqa.plan_decode(1, 1, 14, 2, 64, 2000, 132)
-    assert g.nchunks > 1
-    assert 2 * g.nchunks >= 0.9 * 132
+def test_decode_splits_follow_the_context_and_the_device():
+    """Qwen2.5-0.5B heads on 132 SMs: one split and no reduce for a short context; a long one
+    fills the device (2 KV heads x splits ~ two blocks per SM); fewer SMs, fewer splits."""
+    assert gqa.plan_decode(1, 14, 2, 64, 16, 132).nsplit == 1
+    long_ = gqa.plan_decode(1, 14, 2, 64, 8000, 132)
+    assert 0.9 * 2 * 132 <= 2 * long_.nsplit <= 2 * 132 + 2
+    assert gqa.plan_decode(1, 14, 2, 64, 8000, 16).nsplit < long_.nsplit
+    assert gqa.plan_decode(1, 14, 2, 64, 2000, 132).nsplit > 1
 
 
 @pytest.mark.parametrize("d", HEAD_SIZES)
@@ -142,17 +154,15 @@ def test_prefill_geometry_fits(d):
     assert g.smem == 4 * floats <= gqa.SMEM_LIMIT
 
 
-@pytest.mark.parametrize(
-    "plan", [lambda d: gqa.plan_decode(1, 1, 2, 1, d, 64, 8), gqa.plan_prefill]
-)
+@pytest.mark.parametrize("plan", [lambda d: gqa.plan_decode(1, 2, 1, d, 64, 8), gqa.plan_prefill])
 def test_head_size_outside_the_kernels_is_an_error(plan):
     with pytest.raises(InvalidArgument, match="head size 257"):
         plan(gqa.MAX_HEAD_SIZE + 1)
 
 
-def test_decode_path_only_for_few_query_rows():
-    assert gqa.uses_decode(1) and gqa.uses_decode(gqa.DECODE_MAX_QUERY)
-    assert not gqa.uses_decode(gqa.DECODE_MAX_QUERY + 1)
+def test_decode_path_only_for_single_token_steps():
+    assert gqa.uses_decode(1)
+    assert not gqa.uses_decode(2) and not gqa.uses_decode(0)
 
 
 def _force_instantiation(source: str, names) -> str:
@@ -184,10 +194,10 @@ def test_cuda_source_compiles(which, tmp_path):
 def test_parameter_blocks_match_the_c_layout(tmp_path):
     """Each kernel parameter struct: NumPy's field offsets and size are the C compiler's
     (nvcc lays out these plain structs as the host compiler does)."""
-    from onnxep.providers_cuda.ops._gqa_cuda import ATTN, FILL, PREPARE
+    from onnxep.providers_cuda.ops._gqa_cuda import ATTN, DECODE, FILL, PREPARE
     from onnxep.providers_cuda.ops._rotary_cuda import ROPE
 
-    structs = (PREPARE, FILL, ATTN, ROPE)
+    structs = (PREPARE, FILL, ATTN, DECODE, ROPE)
     lines = ["#include <stdio.h>", "#include <stddef.h>", *(p.source for p in structs)]
     lines.append("int main() {")
     for p in structs:

@@ -7,16 +7,14 @@ from ``seqlens_k`` is derived on the device: ``T = seqlens_k[b] + 1`` valid
 keys, ``Q = min(T, S)`` (or ``query_seqlens[b]``) new rows, ``P = T - Q``
 cached before them; query row ``s`` sits at position ``P + s``.
 
-A step is ``gqa_prepare`` (rotary on Q and K, Q to a (B, Hq, S, D) buffer,
-new K/V rows into the cache), then either
-
-* ``gqa_decode`` (few query rows): split-K flash decoding. The cache length
-  is cut into chunks across blocks, one block per (chunk, KV head, row
-  group, batch) computing every query row of its KV head group with float32
-  partial max/sum/accumulator; ``gqa_reduce`` merges the chunks. With one
-  chunk the block writes the output itself.
-* ``gqa_prefill``: one block per (query tile, query head, batch); K/V tiles
-  staged in shared memory, online softmax, float32 accumulation.
+A single-token step (decode) is one launch, ``gqa_decode``: rotary on Q and
+K, the new K/V row into the cache and split-K flash decoding over the cache,
+one block per (split, KV head, row group, batch) reading each K/V row once for
+all the query heads of its group (a warp each); ``gqa_reduce`` merges the
+splits when there are several. Longer steps are ``gqa_prepare`` (rotary on Q
+and K, Q to a (B, Hq, S, D) buffer, new K/V rows into the cache) then
+``gqa_prefill``: one block per (query tile, query head, batch); K/V tiles staged
+in shared memory, online softmax, float32 accumulation.
 
 ``gqa_kv_fill`` builds a fresh cache (past rows, then zeros) when the present
 cache is not the past buffer itself.
@@ -35,15 +33,26 @@ FILL = params("GqaFill", i64="n", i32="C PL D")
 ATTN = params(
     "GqaAttn",
     i64="bsb bsh bss bsj",
-    i32="B S nh nkv D C kv_limit chunk nchunks rows nrg ktile BQ BK smooth window causal",
+    i32="S nh nkv D C kv_limit BQ BK smooth window causal",
     f32="scale softcap",
 )
+DECODE = params(
+    "GqaDecode",
+    i64="k_off v_off q_row k_row v_row bsb bsh bsj",
+    i32="B nh nkv D C kv_limit chunk nsplit rows nrg ktile rot interleaved pos_mode "
+    "cache_rows smooth window causal",
+    f32="scale softcap",
+)
+#: Head channels one lane of gqa_decode accumulates (32 lanes x 8 = the largest head size).
+LANE_CHANNELS = 8
 
 GQA_SOURCE = (
     COMMON_SOURCE
     + PREPARE.source
     + FILL.source
     + ATTN.source
+    + DECODE.source
+    + f"#define GQA_LANE_CHANNELS {LANE_CHANNELS}\n"
     + r"""
 // Scaled, soft-capped, biased score of one (query row, key) pair.
 template <typename T>
@@ -75,6 +84,29 @@ __device__ __forceinline__ void batch_lengths(const int* seqlens_k, const int* q
   tlen = seqlens_k[b] + 1;
   qlen = q_seqlens != nullptr ? q_seqlens[b] : imin(tlen, S);
   plen = tlen - qlen;
+}
+
+// Rotary position of token s of batch row b, whose cache row is `row`.
+// pos_mode 0: the row, clamped into the cos/sin cache as the CPU kernel does;
+// 1: pos_ids[0] + s; 2: pos_ids[b, s].
+__device__ __forceinline__ long long rope_position(int pos_mode, const long long* pos_ids,
+                                                   int b, int S, int s, long long row,
+                                                   int cache_rows) {
+  if (pos_mode == 0) return lclamp(row, 0, (long long)cache_rows - 1);
+  if (pos_mode == 1) return pos_ids[0] + s;
+  return pos_ids[(long long)b * S + s];
+}
+
+// Channel d of a new Q or K head row after rotary at position p (channels >= rot as
+// they are); a position outside the cos/sin cache gives NaN.
+template <typename T>
+__device__ __forceinline__ T rotated(const T* head, int d, int rot, int interleaved,
+                                     const T* cosc, const T* sinc, long long p,
+                                     int cache_rows) {
+  if (d >= rot) return head[d];
+  if (p < 0 || p >= cache_rows) return from_f<T>(ONNXEP_NAN);
+  const long long off = p * (rot >> 1);
+  return from_f<T>(rope_channel<T>(head, d, rot, interleaved, cosc + off, sinc + off, 1.0f));
 }
 
 // Rotary on Q and K, Q into qbuf (B, nh, S, D), the new K/V rows s < Q into the
@@ -119,28 +151,8 @@ __global__ void __launch_bounds__(256) gqa_prepare(
     if (!is_q && !store_kv) continue;
     const T* head = is_q ? qsrc + tok * q_row + (long long)hh * D
                          : ksrc + k_off + tok * k_row + (long long)(hh - nh) * D;
-    T out;
-    if (d < rot) {
-      long long p;
-      if (pos_mode == 0) {
-        p = row;
-      } else if (pos_mode == 1) {
-        p = pos_ids[0] + s;
-      } else {
-        p = pos_ids[(long long)b * S + s];
-      }
-      if (pos_mode == 0) {
-        p = lclamp(p, 0, (long long)cache_rows - 1);
-      }
-      if (p < 0 || p >= cache_rows) {
-        out = from_f<T>(ONNXEP_NAN);
-      } else {
-        const long long off = p * (rot >> 1);
-        out = from_f<T>(rope_channel<T>(head, d, rot, interleaved, cosc + off, sinc + off, 1.0f));
-      }
-    } else {
-      out = head[d];
-    }
+    const long long p = rope_position(pos_mode, pos_ids, b, S, s, row, cache_rows);
+    const T out = rotated<T>(head, d, rot, interleaved, cosc, sinc, p, cache_rows);
     if (is_q) {
       qbuf[(((long long)b * nh + hh) * S + s) * D + d] = out;
     } else {
@@ -173,21 +185,38 @@ __global__ void __launch_bounds__(256) gqa_kv_fill(
   }
 }
 
-// Split-K decode. Block (chunk c, KV head hk x row group rg, batch b) scores keys
-// [c*chunk, (c+1)*chunk) against `rows` query rows of KV head hk (row rr = g*S + s:
-// query head hk*G + g, token s). Keys are limited to min(T, kv_limit).
-// part (nchunks > 1): m, then l, each [B*nh*S][nchunks], then acc [B*nh*S][nchunks][D].
+// One 16-byte load of K/V elements.
 template <typename T>
-__global__ void __launch_bounds__(128) gqa_decode(
-    const T* __restrict__ qbuf, const T* __restrict__ kc, const T* __restrict__ vc,
-    const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
-    const T* __restrict__ bias, const T* __restrict__ sink, float* __restrict__ part,
-    T* __restrict__ y, const GqaAttn* __restrict__ prm) {
+struct alignas(16) Pack16 {
+  T v[16 / sizeof(T)];
+};
+
+// Single-token decode, rotary and the cache write fused in. Block (split c, KV head
+// hk x row group rg, batch b), one warp per query head of the group (warp w: head
+// hk*G + rg*rows + w). The block reads K/V rows [c*chunk, (c+1)*chunk) once for all its
+// heads, a tile of `ktile` keys at a time, through 16-byte loads into shared memory;
+// lane j of each warp scores key j of the tile, online softmax and the float32
+// accumulator (lane owns channels lane + 32i) stay in registers.
+// The new token's K/V row (position P = T - Q) is written by every block of the split
+// holding it, before that block reads it (identical values), so no other launch is needed.
+// part (nsplit > 1): m, then l, each [B*nh][nsplit], then acc [B*nh][nsplit][D].
+template <typename T>
+__global__ void __launch_bounds__(256) gqa_decode(
+    const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
+    T* kc, T* vc, const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
+    const T* __restrict__ cosc, const T* __restrict__ sinc,
+    const long long* __restrict__ pos_ids, const T* __restrict__ bias,
+    const T* __restrict__ sink, float* __restrict__ part, T* __restrict__ y,
+    const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];
-  const long long bsb = prm->bsb, bsh = prm->bsh, bss = prm->bss, bsj = prm->bsj;
-  const int B = prm->B, S = prm->S, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
-  const int kv_limit = prm->kv_limit, chunk = prm->chunk, nchunks = prm->nchunks;
-  const int rows = prm->rows, nrg = prm->nrg, ktile = prm->ktile, smooth = prm->smooth;
+  const long long k_off = prm->k_off, v_off = prm->v_off;
+  const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
+  const long long bsb = prm->bsb, bsh = prm->bsh, bsj = prm->bsj;
+  const int B = prm->B, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
+  const int kv_limit = prm->kv_limit, chunk = prm->chunk, nsplit = prm->nsplit;
+  const int rows = prm->rows, nrg = prm->nrg, ktile = prm->ktile;
+  const int rot = prm->rot, interleaved = prm->interleaved, pos_mode = prm->pos_mode;
+  const int cache_rows = prm->cache_rows, smooth = prm->smooth;
   const int window = prm->window, causal = prm->causal;
   const float scale = prm->scale, softcap = prm->softcap;
   const int G = nh / nkv;
@@ -197,161 +226,160 @@ __global__ void __launch_bounds__(128) gqa_decode(
   const int c = blockIdx.x;
   const int Dp = D + 1;
   float* qs = smem;               // rows x D
-  float* sc = qs + rows * D;      // rows x chunk
-  float* ks = sc + rows * chunk;  // ktile x (D + 1)
-  float* ms = ks + ktile * Dp;    // rows
-  float* ls = ms + rows;          // rows
+  float* ks = qs + rows * D;      // ktile x (D + 1): lane j reads row j, no bank conflicts
+  float* vs = ks + ktile * Dp;    // ktile x D
+  float* ps = vs + ktile * D;     // rows x ktile
 
   int Tb, Qb, Pb;
-  batch_lengths(seqlens_k, q_seqlens, b, S, Tb, Qb, Pb);
+  batch_lengths(seqlens_k, q_seqlens, b, 1, Tb, Qb, Pb);
+  const long long row = Pb;  // the new token's cache row and the query's position
+  const long long p = rope_position(pos_mode, pos_ids, b, 1, 0, row, cache_rows);
+  const long long kv0 = ((long long)b * nkv + hk) * C * D;
+  if (Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1)) {
+    const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
+    const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      kc[kv0 + row * D + d] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p, cache_rows);
+      vc[kv0 + row * D + d] = vh[d];
+    }
+  }
   const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int j0 = c * chunk;
-  if (nchunks > 1 && j0 >= kv_end) return;  // gqa_reduce skips these chunks too
+  if (nsplit > 1 && j0 >= kv_end) return;  // gqa_reduce skips these splits too
   const int jn = imax(0, imin(chunk, kv_end - j0));
-  const int nrows = G * S;
-  const long long kv0 = (((long long)b * nkv + hk) * C + j0) * D;
 
   for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
     const int r = idx / D, d = idx - r * D;
-    const int rr = rg * rows + r;
-    float v = 0.f;
-    if (rr < nrows) {
-      const int g = rr / S, s = rr - g * S;
-      v = to_f(qbuf[(((long long)b * nh + hk * G + g) * S + s) * D + d]);
-    }
-    qs[idx] = v;
+    const int g = rg * rows + r;
+    const T* qh = qsrc + (long long)b * q_row + (long long)(hk * G + g) * D;
+    qs[idx] = g < G ? to_f(rotated<T>(qh, d, rot, interleaved, cosc, sinc, p, cache_rows)) : 0.f;
   }
+  constexpr int VN = 16 / sizeof(T);
+  const bool vec = D % VN == 0 && (((size_t)kc | (size_t)vc) & 15) == 0;
+  const int step = vec ? VN : 1, nv = D / step;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = rg * rows + warp;
+  const bool live = g < G;
+  const int h = hk * G + (live ? g : 0);
+  const float* q = qs + warp * D;
+  float* pw = ps + warp * ktile;
+  float m = ONNXEP_NEG_INF, l = 0.f;
+  float acc[GQA_LANE_CHANNELS];
+  for (int i = 0; i < GQA_LANE_CHANNELS; ++i) acc[i] = 0.f;
   for (int t0 = 0; t0 < jn; t0 += ktile) {
     const int tn = imin(ktile, jn - t0);
-    __syncthreads();  // qs written; the previous tile's scores are done with ks
-    for (int idx = threadIdx.x; idx < tn * D; idx += blockDim.x) {
-      const int jj = idx / D, d = idx - jj * D;
-      ks[jj * Dp + d] = to_f(kc[kv0 + (long long)(t0 + jj) * D + d]);
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < rows * tn; idx += blockDim.x) {
-      const int r = idx / tn, jj = idx - r * tn;
-      const int rr = rg * rows + r;
-      const int j = j0 + t0 + jj;
-      float v = ONNXEP_NEG_INF;
-      if (rr < nrows) {
-        const int g = rr / S, s = rr - g * S;
-        const int pos = Pb + s;
-        if ((!causal || j <= pos) && (window < 0 || pos - j < window)) {
-          const float* q = qs + r * D;
-          const float* k = ks + jj * Dp;
-          float dot = 0.f;
-          for (int d = 0; d < D; ++d) dot = fmaf(q[d], k[d], dot);
-          const long long bi = b * bsb + (long long)(hk * G + g) * bsh + s * bss + j * bsj;
-          v = attn_score<T>(dot, scale, softcap, bias, bi);
+    __syncthreads();  // the query and the new row are written; the previous tile is consumed
+    for (int idx = threadIdx.x; idx < tn * nv; idx += blockDim.x) {
+      const int jj = idx / nv, d0 = (idx - jj * nv) * step;
+      const long long gi = kv0 + (long long)(j0 + t0 + jj) * D + d0;
+      float* kd = ks + jj * Dp + d0;
+      float* vd = vs + jj * D + d0;
+      if (vec) {
+        const Pack16<T> kp = *reinterpret_cast<const Pack16<T>*>(kc + gi);
+        const Pack16<T> vp = *reinterpret_cast<const Pack16<T>*>(vc + gi);
+        for (int e = 0; e < VN; ++e) {
+          kd[e] = to_f(kp.v[e]);
+          vd[e] = to_f(vp.v[e]);
         }
+      } else {
+        kd[0] = to_f(kc[gi]);
+        vd[0] = to_f(vc[gi]);
       }
-      sc[r * chunk + t0 + jj] = v;
-    }
-  }
-  __syncthreads();
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  for (int r = warp; r < rows; r += nw) {
-    float* pr = sc + r * chunk;
-    float m = ONNXEP_NEG_INF;
-    for (int jj = lane; jj < jn; jj += 32) m = fmaxf(m, pr[jj]);
-    m = warp_max(m);
-    float l = 0.f;
-    for (int jj = lane; jj < jn; jj += 32) {
-      const float p = m == ONNXEP_NEG_INF ? 0.f : expf(pr[jj] - m);
-      pr[jj] = p;
-      l += p;
-    }
-    l = warp_sum(l);
-    if (lane == 0) {
-      ms[r] = m;
-      ls[r] = l;
-    }
-  }
-  __syncthreads();
-
-  // P V, one V tile at a time through ks; qs, free now, accumulates (same idx per thread).
-  for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) qs[idx] = 0.f;
-  for (int t0 = 0; t0 < jn; t0 += ktile) {
-    const int tn = imin(ktile, jn - t0);
-    __syncthreads();  // the previous tile is consumed
-    for (int idx = threadIdx.x; idx < tn * D; idx += blockDim.x) {
-      const int jj = idx / D, d = idx - jj * D;
-      ks[jj * Dp + d] = to_f(vc[kv0 + (long long)(t0 + jj) * D + d]);
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
-      const int r = idx / D, d = idx - r * D;
-      if (ms[r] == ONNXEP_NEG_INF) continue;
-      const float* pr = sc + r * chunk + t0;
-      float a = qs[idx];
-      for (int jj = 0; jj < tn; ++jj) a = fmaf(pr[jj], ks[jj * Dp + d], a);
-      qs[idx] = a;
+    const int j = j0 + t0 + lane;
+    float sv = ONNXEP_NEG_INF;
+    if (live && lane < tn && (!causal || j <= row) && (window < 0 || row - j < window)) {
+      const float* k = ks + lane * Dp;
+      float dot = 0.f;
+      for (int d = 0; d < D; ++d) dot = fmaf(q[d], k[d], dot);
+      sv = attn_score<T>(dot, scale, softcap, bias, b * bsb + (long long)h * bsh + j * bsj);
+    }
+    const float mn = fmaxf(m, warp_max(sv));
+    const float pj = mn == ONNXEP_NEG_INF ? 0.f : expf(sv - mn);
+    const float alpha = m == ONNXEP_NEG_INF ? 0.f : expf(m - mn);
+    l = l * alpha + warp_sum(pj);
+    m = mn;
+    if (lane < ktile) pw[lane] = pj;
+    __syncthreads();  // pw is read by every lane of the warp
+    for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= D) break;
+      float a = acc[i] * alpha;
+      for (int jj = 0; jj < tn; ++jj) a = fmaf(pw[jj], vs[jj * D + d], a);
+      acc[i] = a;
     }
   }
-
+  if (!live) return;
+  const long long orow = (long long)b * nh + h;
   const bool has_sink = sink != nullptr || smooth != 0;
-  const long long nout = (long long)B * nh * S;
-  for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx - r * D;
-    const int rr = rg * rows + r;
-    if (rr >= nrows) continue;
-    const int g = rr / S, s = rr - g * S, h = hk * G + g;
-    const float m = ms[r];
-    const float a = qs[idx];
-    const long long orow = ((long long)b * nh + h) * S + s;
-    if (nchunks == 1) {
-      const float sv = sink != nullptr ? to_f(sink[h]) : 0.f;
-      y[(((long long)b * S + s) * nh + h) * D + d] =
-          from_f<T>(attn_finish(a, m, ls[r], has_sink, sv));
+  const float sk = sink != nullptr ? to_f(sink[h]) : 0.f;
+  const long long nout = (long long)B * nh;
+  for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
+    const int d = lane + 32 * i;
+    if (d >= D) break;
+    if (nsplit == 1) {
+      y[orow * D + d] = from_f<T>(attn_finish(acc[i], m, l, has_sink, sk));
     } else {
-      part[2 * nout * nchunks + (orow * nchunks + c) * D + d] = a;
-      if (d == 0) {
-        part[orow * nchunks + c] = m;
-        part[nout * nchunks + orow * nchunks + c] = ls[r];
-      }
+      part[2 * nout * nsplit + (orow * nsplit + c) * D + d] = acc[i];
     }
+  }
+  if (nsplit > 1 && lane == 0) {
+    part[orow * nsplit + c] = m;
+    part[nout * nsplit + orow * nsplit + c] = l;
   }
 }
 
-// Merges the decode chunks of one output row (b, h, s): block x = (b * nh + h) * S + s.
+// Max (is_max) or sum of v over the block; red holds one float per warp.
+__device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
+  v = is_max ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // red is free from a previous call
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int i = 1; i < (int)(blockDim.x >> 5); ++i) r = is_max ? fmaxf(r, red[i]) : r + red[i];
+  return r;
+}
+
+// Merges the decode splits of one output row: block x = b * nh + h. The splits'
+// weights go to shared memory first, so the per-channel sum is independent loads.
 template <typename T>
-__global__ void __launch_bounds__(256) gqa_reduce(
+__global__ void __launch_bounds__(128) gqa_reduce(
     const float* __restrict__ part, T* __restrict__ y, const int* __restrict__ seqlens_k,
-    const T* __restrict__ sink, const GqaAttn* __restrict__ prm) {
-  const int B = prm->B, S = prm->S, nh = prm->nh, D = prm->D, kv_limit = prm->kv_limit;
-  const int chunk = prm->chunk, nchunks = prm->nchunks, smooth = prm->smooth;
+    const T* __restrict__ sink, const GqaDecode* __restrict__ prm) {
+  extern __shared__ float smem[];
+  const int B = prm->B, nh = prm->nh, D = prm->D, kv_limit = prm->kv_limit;
+  const int chunk = prm->chunk, nsplit = prm->nsplit, smooth = prm->smooth;
+  float* w = smem;             // nsplit
+  float* red = smem + nsplit;  // 32
   const long long orow = blockIdx.x;
-  const int s = (int)(orow % S);
-  const int h = (int)((orow / S) % nh);
-  const int b = (int)(orow / ((long long)S * nh));
+  const int h = (int)(orow % nh);
+  const int b = (int)(orow / nh);
   const int kv_end = imax(0, imin(seqlens_k[b] + 1, kv_limit));  // kv_limit <= C
-  const int nc = imin(nchunks, (kv_end + chunk - 1) / chunk);
-  const long long nout = (long long)B * nh * S;
-  const float* pm = part + orow * nchunks;
-  const float* pl = part + nout * nchunks + orow * nchunks;
-  const float* pa = part + 2 * nout * nchunks + orow * nchunks * D;
+  const int nc = imin(nsplit, (kv_end + chunk - 1) / chunk);
+  const long long nout = (long long)B * nh;
+  const float* pm = part + orow * nsplit;
+  const float* pl = part + nout * nsplit + orow * nsplit;
+  const float* pa = part + 2 * nout * nsplit + orow * nsplit * D;
   const bool has_sink = sink != nullptr || smooth != 0;
   const float sv = sink != nullptr ? to_f(sink[h]) : 0.f;
   float mx = ONNXEP_NEG_INF;
-  for (int c = 0; c < nc; ++c) mx = fmaxf(mx, pm[c]);
+  for (int c = threadIdx.x; c < nc; c += blockDim.x) mx = fmaxf(mx, pm[c]);
+  mx = block_reduce(mx, red, true);
   const float mf = has_sink ? fmaxf(mx, sv) : mx;
+  float ls = 0.f;
+  for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+    const float mc = pm[c];
+    const float wc = mc == ONNXEP_NEG_INF ? 0.f : expf(mc - mf);
+    w[c] = wc;
+    ls += wc == 0.f ? 0.f : pl[c] * wc;
+  }
+  float l = block_reduce(ls, red, false);  // its barriers publish w
+  if (has_sink && mf != ONNXEP_NEG_INF) l += expf(sv - mf);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float out = 0.f;
-    if (mf != ONNXEP_NEG_INF) {
-      float l = has_sink ? expf(sv - mf) : 0.f;
-      float a = 0.f;
-      for (int c = 0; c < nc; ++c) {
-        const float mc = pm[c];
-        if (mc == ONNXEP_NEG_INF) continue;
-        const float w = expf(mc - mf);
-        l += pl[c] * w;
-        a += pa[(long long)c * D + d] * w;
-      }
-      out = l > 0.f ? a / l : 0.f;
-    }
-    y[(((long long)b * S + s) * nh + h) * D + d] = from_f<T>(out);
+    float a = 0.f;
+    for (int c = 0; c < nc; ++c) a = fmaf(w[c], pa[(long long)c * D + d], a);
+    y[orow * D + d] = from_f<T>(mf != ONNXEP_NEG_INF && l > 0.f ? a / l : 0.f);
   }
 }
 

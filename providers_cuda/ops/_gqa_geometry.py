@@ -12,30 +12,42 @@ from dataclasses import dataclass
 
 from onnxep.errors import InvalidArgument
 
-#: Threads per attention block (4 warps).
+#: Threads per prefill block (4 warps) and per split-K reduce block.
 BLOCK = 128
 #: Shared memory one block may use without an opt-in (bytes).
 SMEM_LIMIT = 48 * 1024
 #: Largest head size the kernels take (every tile below fits 48 KiB up to it).
 MAX_HEAD_SIZE = 256
-#: Query rows per step up to which the split-K decode kernel runs.
-DECODE_MAX_QUERY = 4
-#: Query rows (query heads of one KV head x new tokens) one decode block holds.
-DECODE_MAX_ROWS = 16
+#: Query heads (one warp each) one decode block serves; more heads per KV head make row groups.
+#: 8 warps: gqa_decode's __launch_bounds__(256), under which it needs no register spills.
+DECODE_MAX_ROWS = 8
+#: Keys a decode block stages at once: one per lane, fewer where 48 KiB is short.
+_KEY_TILES = (32, 16, 8)
+#: Decode blocks per SM a long context is split into.
+DECODE_BLOCKS_PER_SM = 2
 
 _FLOATS_PER_BLOCK = SMEM_LIMIT // 4
 
 
 @dataclass(frozen=True)
 class DecodeGeometry:
-    """Launch shape of gqa_decode (and gqa_reduce when ``nchunks > 1``)."""
+    """Launch shape of gqa_decode (and gqa_reduce when ``nsplit > 1``)."""
 
-    rows: int  # query rows per block
+    rows: int  # query heads per block, a warp each
     nrg: int  # row groups per KV head
-    chunk: int  # keys per block
-    nchunks: int
+    chunk: int  # keys per split
+    nsplit: int
     ktile: int  # keys staged in shared memory at once
     smem: int  # dynamic shared memory, bytes
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.rows
+
+    @property
+    def reduce_smem(self) -> int:
+        """gqa_reduce's shared memory: a weight per split and a float per warp."""
+        return 4 * (self.nsplit + 32)
 
 
 @dataclass(frozen=True)
@@ -54,29 +66,29 @@ def _check_head_size(d: int) -> None:
 
 
 def uses_decode(s: int) -> bool:
-    """Whether ``s`` new query tokens take the split-K decode kernel (else the prefill one)."""
-    return s <= DECODE_MAX_QUERY
+    """Whether a step of ``s`` new query tokens takes the fused decode kernel (else prefill)."""
+    return s == 1
 
 
-def plan_decode(b: int, s: int, nh: int, nkv: int, d: int, cap: int, sms: int) -> DecodeGeometry:
-    """Chunks over the cache capacity so that about two blocks per SM run, each chunk a
-    multiple of 32 keys, every block within the 48 KiB of shared memory."""
+def plan_decode(b: int, nh: int, nkv: int, d: int, context: int, sms: int) -> DecodeGeometry:
+    """Split the ``context`` keys a token attends (total_sequence_length) so that about
+    DECODE_BLOCKS_PER_SM blocks per SM run, each split a multiple of the key tile: a short
+    context is one split (no reduce launch), a long one fills the device."""
     _check_head_size(d)
-    nrows = (nh // nkv) * s
-    nrg = math.ceil(nrows / DECODE_MAX_ROWS)
-    rows = math.ceil(nrows / nrg)
-    ktile = min(64, max(16, (8192 // (d + 1)) // 16 * 16))
-    fixed = rows * d + ktile * (d + 1) + 2 * rows
-    chunk_cap = (_FLOATS_PER_BLOCK - fixed) // rows // 32 * 32
-    if chunk_cap < 32:
-        raise InvalidArgument(f"GroupQueryAttention: head size {d} leaves no key chunk in 48 KiB")
-    want = max(1, math.ceil(2 * sms / max(1, b * nkv * nrg)))
-    chunk = max(32, _round_up(math.ceil(max(cap, 1) / want), 32))
-    chunk = min(chunk, chunk_cap, max(32, _round_up(cap, 32)))
-    nchunks = max(1, math.ceil(cap / chunk))
-    ktile = min(ktile, chunk)
-    smem = 4 * (rows * d + ktile * (d + 1) + 2 * rows + rows * chunk)
-    return DecodeGeometry(rows, nrg, chunk, nchunks, ktile, smem)
+    g = nh // nkv
+    nrg = math.ceil(g / DECODE_MAX_ROWS)
+    rows = math.ceil(g / nrg)
+    for ktile in _KEY_TILES:
+        floats = rows * d + ktile * (d + 1) + ktile * d + rows * ktile
+        if floats <= _FLOATS_PER_BLOCK:
+            break
+    else:
+        raise InvalidArgument(f"GroupQueryAttention: head size {d} leaves no key tile in 48 KiB")
+    ctx = max(context, 1)
+    want = max(1, math.ceil(DECODE_BLOCKS_PER_SM * sms / max(1, b * nkv * nrg)))
+    chunk = max(ktile, _round_up(math.ceil(ctx / want), ktile))
+    nsplit = math.ceil(ctx / chunk)
+    return DecodeGeometry(rows, nrg, chunk, nsplit, ktile, 4 * floats)
 
 
 _PREFILL_TILES = ((32, 32), (16, 32), (16, 16), (8, 16), (8, 8))

@@ -21,7 +21,7 @@ import numpy as np
 from onnxep.errors import InvalidArgument
 
 from ._attention_cuda import FLAT_BLOCK, flat_grid
-from ._gqa_cuda import ATTN, FILL, PREPARE
+from ._gqa_cuda import ATTN, DECODE, FILL, PREPARE
 from ._gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
 
 _OP = "GroupQueryAttention"
@@ -153,42 +153,66 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
     fill_n = b * nkv * cap * d
     fill_grid = (flat_grid(fill_n, sms),)
     fill_prm = FILL.to_device(xp, n=fill_n, C=cap, PL=pl, D=d) if fill_n and not share else None
-    prep = fns["gqa_prepare"]
-    prep_n = b * s * (nh + 2 * nkv) * d
     width = ins[QUERY].shape[2]
     offsets = (nh * d, (nh + nkv) * d) if packed else (0, 0)
     rows = (width, width, width) if packed else (width, nkv * d, nkv * d)
-    prep_prm = PREPARE.to_device(
-        xp, n=prep_n, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
-        v_row=rows[2], S=s, nh=nh, nkv=nkv, D=d, C=cap, rot=rot, interleaved=cfg.interleaved,
-        pos_mode=pos_mode, cache_rows=cache_rows,
-    )  # fmt: skip
-    prep_grid = (flat_grid(prep_n, sms),)
-    decode = uses_decode(s)
-    geo = plan_decode(b, s, nh, nkv, d, cap, sms) if decode else plan_prefill(d)
-    attn_prm = ATTN.to_device(
-        xp, bsb=bias_strides[0], bsh=bias_strides[1], bss=bias_strides[2], bsj=bias_strides[3],
-        B=b, S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit,
-        chunk=geo.chunk if decode else 0, nchunks=geo.nchunks if decode else 0,
-        rows=geo.rows if decode else 0, nrg=geo.nrg if decode else 0,
-        ktile=geo.ktile if decode else 0, BQ=0 if decode else geo.bq,
-        BK=0 if decode else geo.bk, smooth=cfg.smooth, window=cfg.window, causal=cfg.causal,
-        scale=cfg.scale if cfg.scale else 1.0 / math.sqrt(d), softcap=cfg.softcap,
-    )  # fmt: skip
-    if decode:
-        attn = fns["gqa_decode"]
-        attn_grid = (geo.nchunks, nkv * geo.nrg, b)
-        part_n = b * nh * s * geo.nchunks * (d + 2) if geo.nchunks > 1 else 0
-        reduce_ = fns["gqa_reduce"]
-        red_grid, red_block = (b * nh * s,), (min(256, (d + 31) // 32 * 32),)
+    scale = cfg.scale if cfg.scale else 1.0 / math.sqrt(d)
+    n_new = b * s * (nh + 2 * nkv) * d  # 0: nothing to compute
+    y_shape = (b, s, nh * d)
+    empty, ascontig = xp.empty, xp.ascontiguousarray
+
+    if uses_decode(s):
+        geo = plan_decode(b, nh, nkv, d, kv_limit, sms)
+        prm = DECODE.to_device(
+            xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
+            v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
+            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, chunk=geo.chunk,
+            nsplit=geo.nsplit, rows=geo.rows, nrg=geo.nrg, ktile=geo.ktile, rot=rot,
+            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
+            smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
+            softcap=cfg.softcap,
+        )  # fmt: skip
+        decode, reduce_ = fns["gqa_decode"], fns["gqa_reduce"]
+        grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
+        part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
+        red_grid, red_block = (b * nh,), (BLOCK,)
+
+        def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+            y = empty(y_shape, dtype=dt)
+            part = empty(part_n, dtype=np.float32) if part_n else None
+            decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias,
+                                 sink, part, y, prm), shared_mem=geo.smem)  # fmt: skip
+            if part_n:
+                reduce_(red_grid, red_block, (part, y, seqlens, sink, prm),
+                        shared_mem=geo.reduce_smem)  # fmt: skip
+            return y
+
     else:
-        attn = fns["gqa_prefill"]
-        attn_grid = ((s + geo.bq - 1) // geo.bq, nh, b)
-        part_n = 0
-    smem = geo.smem
-    qbuf_shape, y_shape = (b, nh, s, d), (b, s, nh * d)
-    block, flat_block = (BLOCK,), (FLAT_BLOCK,)
-    empty, ascontig, f32 = xp.empty, xp.ascontiguousarray, np.float32
+        prep = fns["gqa_prepare"]
+        prep_prm = PREPARE.to_device(
+            xp, n=n_new, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
+            v_row=rows[2], S=s, nh=nh, nkv=nkv, D=d, C=cap, rot=rot,
+            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
+        )  # fmt: skip
+        prep_grid = (flat_grid(n_new, sms),)
+        geo = plan_prefill(d)
+        prm = ATTN.to_device(
+            xp, bsb=bias_strides[0], bsh=bias_strides[1], bss=bias_strides[2],
+            bsj=bias_strides[3], S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit,
+            BQ=geo.bq, BK=geo.bk, smooth=cfg.smooth, window=cfg.window, causal=cfg.causal,
+            scale=scale, softcap=cfg.softcap,
+        )  # fmt: skip
+        prefill = fns["gqa_prefill"]
+        grid, block = ((s + geo.bq - 1) // geo.bq, nh, b), (BLOCK,)
+        qbuf_shape = (b, nh, s, d)
+
+        def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+            qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
+            prep(prep_grid, (FLAT_BLOCK,), (query, key, value, qbuf, kc, vc, seqlens, qseq, cos,
+                                            sin, pos, prep_prm))  # fmt: skip
+            prefill(grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, y, prm),
+                    shared_mem=geo.smem)  # fmt: skip
+            return y
 
     def step(ins: list) -> tuple:
         for i, to in convert:
@@ -202,22 +226,12 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
         else:
             kc, vc = empty(cache_shape, dtype=dt), empty(cache_shape, dtype=dt)
             if fill_n:
-                fill(fill_grid, flat_block, (past_k, past_v, kc, vc, fill_prm))
-        qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
-        if not prep_n:
-            return (y, kc, vc)
-        src = (query, query, query) if packed else (query, key, value)
-        prep(prep_grid, flat_block, (*src, qbuf, kc, vc, seqlens, qseq, cos, sin, pos, prep_prm))
-        if decode:
-            part = empty(part_n, dtype=f32) if part_n else None
-            attn(attn_grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, part, y, attn_prm),
-                 shared_mem=smem)  # fmt: skip
-            if part_n:
-                reduce_(red_grid, red_block, (part, y, seqlens, sink, attn_prm))
-        else:
-            attn(attn_grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, y, attn_prm),
-                 shared_mem=smem)  # fmt: skip
-        return (y, kc, vc)
+                fill(fill_grid, (FLAT_BLOCK,), (past_k, past_v, kc, vc, fill_prm))
+        if not n_new:
+            return (empty(y_shape, dtype=dt), kc, vc)
+        if packed:
+            key, value = query, query
+        return (attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq), kc, vc)
 
     return step
 

@@ -1,4 +1,4 @@
-"""com.microsoft GroupQueryAttention on CUDA: prefill and split-K decode, fp32 and fp16.
+"""com.microsoft GroupQueryAttention on CUDA: prefill and fused split-K decode, fp32 and fp16.
 
 Semantics are the CPU kernel's (``providers/ops/op_group_query_attention.py``):
 per batch row ``T = seqlens_k[b] + 1`` tokens are valid after the step,
@@ -17,9 +17,11 @@ buffer (onnxruntime's past_present_share_buffer): the new rows are written
 into it in place and it is returned as present, so a fixed-capacity decode
 loop moves only the new rows. Otherwise a fresh cache is filled from the past.
 
-A step is three launches at most (prepare, attention, split-K reduce), plus
-one to fill a fresh cache; nothing synchronizes or reads device memory on the
-host, so the step can be captured in a CUDA graph.
+A single-token (decode) step is one launch, ``gqa_decode`` (rotary, cache
+write and attention fused), plus the split-K reduce when a long context is
+split across the device; a longer step is two (prepare, prefill). A fresh
+cache adds one fill. Nothing synchronizes or reads device memory on the host,
+so the step can be captured in a CUDA graph.
 """
 
 from __future__ import annotations

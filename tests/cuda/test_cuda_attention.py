@@ -187,8 +187,8 @@ def test_group_query_attention_long_context_split_k(lens, dt):
     from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
 
     b, nh, nkv, hd, cap = len(lens), 14, 2, 64, 2048
-    geo = plan_decode(b, 1, nh, nkv, hd, cap, sm_count())
-    assert geo.nchunks > 1, f"expected the split-K path, got {geo}"
+    geo = plan_decode(b, nh, nkv, hd, cap, sm_count())  # total_sequence_length == cap here
+    assert geo.nsplit > 1, f"expected the split-K path, got {geo}"
     rng = np.random.default_rng(1)
     f, names = _gqa_feeds(rng, b, 1, nh, nkv, hd, [n - 1 for n in lens], cap, {}, (), dt)
     outs = ["output", "present_key", "present_value"]
