@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
     qs[idx] = g < G ? to_f(rotated<T>(qh, d, rot, interleaved, cosc, sinc, p, cache_rows)) : 0.f;
   }
   constexpr int VN = 16 / sizeof(T);
-  const bool vec = D % VN == 0 && (((size_t)kc | (size_t)vc) & 15) == 0;
+  const bool vec = D % VN == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0;
   const int step = vec ? VN : 1, nv = D / step;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = rg * rows + warp;
