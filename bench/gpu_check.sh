@@ -2,7 +2,7 @@
 # The GPU machine's checks, one stage per call (each fits the device tool's 10 minutes).
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
-#                                                  | decode | decode-1.5b | decode-hybrid
+#                                                  | decode | decode-1.5b | decode-hybrid | fusions
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -99,6 +99,14 @@ for STAGE in "$@"; do
       rc=$?
       SUMMARY+=("micro: $(tr '\n' ';' <"$OUT/micro.log")" "overhead: $(tr '\n' ';' <"$OUT/overhead_cuda.log") (rc $rc)")
       ;;
+    fusions)
+      # Fusions off against on, same run: kernels, plan nodes and ms per decode step, eager
+      # and captured (bench/gpu_fusions.py; the 0.5b decoders only if decode left them).
+      env -u ONNXEP_CUDA_CAPTURE timeout 175 python3 bench/gpu_fusions.py "$OUT/fusions.json" \
+        --budget "${FUSIONS_BUDGET:-140}" >"$OUT/fusions.log" 2>&1
+      rc=$?
+      SUMMARY+=("fusions (rc $rc):" "$(grep '^#' "$OUT/fusions.log")")
+      ;;
     decode)
       # The factory's qwen2.5-0.5b decoders (fp16, int4), built here (too big to carry).
       decode_stage decode genai qwen2.5-0.5b "${DECODE_BUDGET:-540}" fp16 int4
@@ -113,7 +121,7 @@ for STAGE in "$@"; do
       ;;
     *)
       echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode" \
-        "| decode-1.5b | decode-hybrid)"
+        "| decode-1.5b | decode-hybrid | fusions)"
       exit 2
       ;;
   esac
