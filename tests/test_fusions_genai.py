@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from test_fusions_pattern import ALL, fusion, fusions_provider, session
 
 import onnxep
 from onnxep.providers import KernelLibrary
+from onnxep.providers.fusions.shared_input_matmuls import MIXED_NBITS
 from onnxep.rewrites.contrib_dtypes import RULES, UNTYPED
 from onnxep.rewrites.propagate_dtypes import PropagateContribDtypes
 
@@ -177,3 +178,95 @@ def test_joined_matmul_nbits_reads_the_concatenated_tables(factory, make):
         assert n.inputs[3] is not None  # the zero points were joined too
         rows = n.attributes["N"].value
         assert n.inputs[1].const_value.shape[0] == rows
+
+
+# -- MatMulNBits siblings on small graphs ---------------------------------------------------
+
+K, BLOCK = 64, 32
+
+
+def nbits_tables(rng, n, zp_kind, dtype=np.float32, bits=4, block=BLOCK, flat=False):
+    """B, scales and zero points of an N x K weight as onnxruntime's quantizer lays them out."""
+    kb = -(-K // block)
+    b = rng.integers(0, 256, (n, kb, block * bits // 8), dtype=np.uint8)
+    scales = (rng.random((n, kb)) * 0.1 + 0.01).astype(dtype)
+    zp = None
+    if zp_kind == "packed":
+        zp = rng.integers(0, 256, (n, -(-kb * bits // 8)), dtype=np.uint8)
+    elif zp_kind == "float":
+        zp = (rng.random((n, kb)) * (1 << bits)).astype(dtype)
+    if flat:
+        scales = scales.reshape(-1)
+        zp = None if zp is None else zp.reshape(-1)
+    return b, scales, zp
+
+
+def nbits_siblings(
+    sizes=(24, 40), zp_kind="packed", bias=False, flat=False, blocks=None, g_idx=False
+):
+    """MatMulNBits nodes reading one A, each output a graph output."""
+    rng = np.random.default_rng(11)
+    nodes, inits, outs = [], [], []
+    for j, n in enumerate(sizes):
+        block = blocks[j] if blocks else BLOCK
+        b, scales, zp = nbits_tables(rng, n, zp_kind, block=block, flat=flat)
+        names = [f"b{j}", f"s{j}", f"z{j}" if zp is not None else "", "", ""]
+        inits += [numpy_helper.from_array(b, f"b{j}"), numpy_helper.from_array(scales, f"s{j}")]
+        if zp is not None:
+            inits.append(numpy_helper.from_array(zp, f"z{j}"))
+        if g_idx:
+            names[3] = f"g{j}"
+            gi = (np.arange(K) // block).astype(np.int32)
+            inits.append(numpy_helper.from_array(gi, f"g{j}"))
+        if bias:
+            names[4] = f"bias{j}"
+            inits.append(
+                numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"bias{j}")
+            )
+        while names[-1] == "":
+            names.pop()
+        attrs = {"K": K, "N": n, "bits": 4, "block_size": block}
+        nodes.append(
+            helper.make_node(
+                "MatMulNBits", ["a", *names], [f"y{j}"], domain="com.microsoft", **attrs
+            )
+        )
+        outs.append(helper.make_tensor_value_info(f"y{j}", TensorProto.FLOAT, [3, n]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, K])], outs, inits
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "zp_kind, bias, flat",
+    [
+        ("none", False, False),
+        ("packed", True, False),
+        ("float", False, True),
+        ("packed", False, True),
+    ],
+)
+def test_matmul_nbits_siblings_join_and_split_as_before(make, zp_kind, bias, flat):
+    model = nbits_siblings(zp_kind=zp_kind, bias=bias, flat=flat)
+    fused, plain = session(model, make), session(model, make, off=ALL)
+    rep = fusion(fused, "fuse_shared_input_matmuls")
+    assert rep.by_rule == {"joined_and_split": 1}, fused.placement().format(max_nodes=0)
+    assert [n.op_type for n in fused.placement()] == ["MatMulNBits", "Split"]
+    a = {"a": np.random.default_rng(2).standard_normal((3, K)).astype(np.float32)}
+    for got, want in zip(fused.run(None, a), plain.run(None, a)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        (dict(g_idx=True), "a MatMulNBits with g_idx (its quantization groups are reordered)"),
+        (dict(blocks=(32, 16)), MIXED_NBITS),
+    ],
+)
+def test_matmul_nbits_siblings_that_differ_are_refused(make, kw, reason):
+    sess = session(nbits_siblings(**kw), make)
+    rep = fusion(sess, "fuse_shared_input_matmuls")
+    assert rep.fired == 0 and reason in rep.refused
