@@ -26,21 +26,25 @@ print(json.dumps({"device": p["name"].decode(), "cupy": cupy.__version__,
                   "driver": cupy.cuda.runtime.driverGetVersion(),
                   "onnxep": onnxep.__file__}))
 PY
-# decode_stage NAME KIND SIZE BUDGET DTYPE...: the factory's KIND/SIZE decoder built here in
+# decode_stage NAME KIND SIZE BUDGET PROFILE DTYPE...: the factory's KIND/SIZE decoder built here in
 # each DTYPE (too big to carry), then, in one bench run per dtype and context (16 and ~2000
 # tokens), onnxep eager (capture off), onnxep-graph (the same decode with CUDA-graph capture
 # auto: full-capacity masks, one graph replayed per step), torch eager and torch-graph (the
 # torch twin with a static cache, its decode step one torch.cuda.CUDAGraph) on the same
 # weights. The JSON and the summary state each side's captures, replays and fallbacks and
 # its fraction of the bandwidth floor (initializer bytes / 4.26 TB/s). The environment's
-# ONNXEP_CUDA_CAPTURE is unset (it overrides both onnxep sides' option). DECODE_STEPS (64)
-# and BUDGET (s) trim it; the first dtype goes first so a short budget still reports it.
-# Files: $OUT/NAME.log, $OUT/NAME_<dtype>_ctx<N>.json.
+# ONNXEP_CUDA_CAPTURE is unset (it overrides both onnxep sides' option). PROFILE yes adds
+# a profiled onnxep session at context 16 (host us per op; one more model load). DECODE_STEPS
+# (64) and BUDGET (s) trim it, DECODE_DTYPES replaces the dtypes (a rerun of one); the first
+# dtype goes first so a short budget still reports it: a run that would start past the budget
+# is listed as skipped. Files: $OUT/NAME.log, $OUT/NAME_<dtype>_ctx<N>.json.
 decode_stage() {
-  local name=$1 kind=$2 size=$3 budget=$4
-  shift 4
+  local name=$1 kind=$2 size=$3 budget=$4 profile=$5
+  shift 5
   local deadline=$(( $(date +%s) + budget )) rc=0 dtype ctx left g0 b0 model
-  for dtype in "$@"; do
+  local dtypes=("$@")
+  if [ -n "${DECODE_DTYPES:-}" ]; then read -ra dtypes <<<"$DECODE_DTYPES"; fi
+  for dtype in "${dtypes[@]}"; do
     left=$(( deadline - $(date +%s) ))
     if (( left < 90 )); then SUMMARY+=("$name $dtype: skipped, budget spent"); continue; fi
     g0=$(date +%s)
@@ -52,7 +56,7 @@ decode_stage() {
       left=$(( deadline - $(date +%s) ))
       if (( left < 45 )); then SUMMARY+=("$name $dtype ctx $ctx: skipped, budget spent"); continue; fi
       local extra=()
-      if [ "$ctx" = 16 ]; then extra=(--profile); fi
+      if [ "$ctx" = 16 ] && [ "$profile" = yes ]; then extra=(--profile); fi
       b0=$(date +%s)
       echo "== $dtype context $ctx" >>"$OUT/$name.log"
       env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.cli bench \
@@ -109,15 +113,16 @@ for STAGE in "$@"; do
       ;;
     decode)
       # The factory's qwen2.5-0.5b decoders (fp16, int4), built here (too big to carry).
-      decode_stage decode genai qwen2.5-0.5b "${DECODE_BUDGET:-540}" fp16 int4
+      decode_stage decode genai qwen2.5-0.5b "${DECODE_BUDGET:-540}" yes fp16 int4
       ;;
     decode-1.5b)
-      # qwen2.5-1.5b, fp16 then int4 (each build ~50 s on this machine's 16 cores).
-      decode_stage decode-1.5b genai qwen2.5-1.5b "${DECODE_BUDGET:-540}" fp16 int4
+      # qwen2.5-1.5b, fp16 then int4: builds ~50 s each, bench runs ~60-100 s each (expected;
+      # no profiled session: it would load the 3 GB model once more).
+      decode_stage decode-1.5b genai qwen2.5-1.5b "${DECODE_BUDGET:-540}" no fp16 int4
       ;;
     decode-hybrid)
       # The 0.8B hybrid (Qwen3.5 text decoder: gated-delta linear and full attention), fp16.
-      decode_stage decode-hybrid hybrid qwen3.5-0.8b "${DECODE_BUDGET:-420}" fp16
+      decode_stage decode-hybrid hybrid qwen3.5-0.8b "${DECODE_BUDGET:-420}" yes fp16
       ;;
     *)
       echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode" \

@@ -88,7 +88,7 @@ def block(tag: str, r: Mapping[str, Any], bandwidth: float = H200_BANDWIDTH) -> 
     )
     lines = [
         f"{tag}: {sides}",
-        f"  onnxep: state {ours.get('state_path')}, d2h reads/step "
+        f"  onnxep: state {ours.get('state_path')} ({ours.get('state_note')}), d2h reads/step "
         f"{ours.get('device_to_host_reads_per_step')}, copied/step "
         f"{ours.get('copied_outputs_per_step')}, host {_us(ours.get('host_us_per_op'))} us/op "
         f"of {ours.get('compute_nodes')} nodes, profiled {_us(ours.get('profiled_us_per_op'))}"
