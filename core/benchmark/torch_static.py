@@ -14,9 +14,11 @@ static input tensors, runs the peer's own layers (:mod:`.torch_peer`, the
 same math as the concatenating peer), takes the greedy argmax on the device
 into a static output, and is captured once after warm-up on a side stream;
 each later step sets the inputs on the device and replays. A step reads back
-one tensor of token ids. Everything runs under ``torch.no_grad`` (as transformers'
-static-cache decode does), not ``inference_mode``: inference tensors made while
-warming up cannot be updated in place by a later capture.
+one tensor of token ids. Precision is the torch peer's: the model's dtype, fp16
+for quantized models on CUDA (their weights dequantized once). Everything runs
+under ``torch.no_grad`` (as transformers' static-cache decode does), not
+``inference_mode``: inference tensors made while warming up cannot be updated
+in place by a later capture.
 """
 
 from __future__ import annotations
