@@ -14,11 +14,15 @@ lanes (a power of two) share a task and walk its chunks ``c = lane, lane + G,
 ...``, so the lanes of a task read consecutive 16-byte chunks (coalesced),
 each lane keeping four row-chunks in flight (the next ``4 / r`` chunks)
 while it computes the current one. Each
-thread block first copies A's rows (as float32, zero past K) into shared
-memory, swizzled so the lanes reading neighbouring chunks hit different
-banks; one copy serves every task the block walks (a grid-stride loop), or,
-when K is too long for the shared-memory budget, A is staged one segment of
-chunks at a time. A 32-bit word of weights becomes floats with byte permutes
+thread block copies A's rows (as float32, zero past K) into shared memory
+while its first weight loads are in flight, swizzled so the lanes reading
+neighbouring chunks hit different banks; one copy serves every task the
+block walks (a grid-stride loop), or, when K is too long for the
+shared-memory budget, A is staged one segment of chunks at a time. When the
+tasks alone leave the device short (narrow N, long K: a down projection),
+the chunks are split across blocks too: each split writes float32 partials
+and ``nbits_finish`` adds them in split order (bit-stable, no float atomics),
+adds the bias and rounds once. A 32-bit word of weights becomes floats with byte permutes
 (``2^23 + q``), minus ``2^23 + zero_point``: exact ``q - zp``. Products are
 accumulated in float32 per quantization block and scaled once per block;
 the ``G`` partial sums of a task meet by warp shuffles.
@@ -40,6 +44,8 @@ BLOCK_THREADS = 256
 SMEM_BUDGET = 32 * 1024
 #: Threads of the GEMV resident per SM: its launch bounds ask for two blocks of 256.
 RESIDENT_THREADS_PER_SM = 2 * BLOCK_THREADS
+#: Fewest chunks of a split each lane of a task walks (the loads it keeps in flight).
+MIN_SPLIT_CHUNKS = 2
 #: Relative instructions per weight byte by columns per task (A re-read per column).
 _R_COST = {4: 1.0, 2: 1.07, 1: 1.2}
 #: Zero-point kinds (template parameter ZP).
@@ -174,8 +180,9 @@ template <typename TA, typename TS, typename TO, int BITS, int BLOCK, int ZP, in
 __global__ void __launch_bounds__(256, 2) nbits_gemv(
     const TA* __restrict__ a, const unsigned char* __restrict__ b, const TS* __restrict__ scales,
     const unsigned char* __restrict__ zp8, const float* __restrict__ zpf,
-    const TO* __restrict__ bias, TO* __restrict__ y, int M, int N, int K, int KB, int RS, int ZS,
-    int C, int log2g, int seg_chunks, int has_bias) {
+    const TO* __restrict__ bias, TO* __restrict__ y, float* __restrict__ part, int M, int N,
+    int K, int KB, int RS, int ZS, int C, int log2g, int seg_chunks, int has_bias, int bps,
+    int cps) {
   using namespace oq;
   constexpr int VPW = 32 / BITS;
   constexpr int VPC = 4 * VPW;
@@ -189,13 +196,15 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
   const int groups = blockDim.x >> log2g;
   const int tasks = (N + R - 1) / R;
   const int slots = seg_chunks * VPW;  // float4 slots per staged row (a multiple of 8)
-  const bool single = C <= seg_chunks;
-  if (single) {
-    stage_a<TA>(a, oq_smem_a, M, K, 0, slots, MT);
-    __syncthreads();
-  }
+  // Block i walks tasks with the blocks of its split i / bps, over chunks [c_lo, c_hi).
+  const int split = blockIdx.x / bps;
+  const int bx = blockIdx.x - split * bps;
+  const int c_lo = split * cps;
+  const int c_hi = min(C, c_lo + cps);
+  const bool single = c_hi - c_lo <= seg_chunks;
+  bool staged = false;
   // Uniform over the block: every thread runs the same trips (barriers below).
-  for (int base = blockIdx.x * groups; base < tasks; base += gridDim.x * groups) {
+  for (int base = bx * groups; base < tasks; base += bps * groups) {
     const int task = base + group;
     const bool active = task < tasks;
     const int n0 = task * R;
@@ -204,27 +213,32 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
-    for (int seg = 0; seg < C; seg += seg_chunks) {
-      if (!single) {
-        __syncthreads();
-        stage_a<TA>(a, oq_smem_a, M, K, seg * VPC, slots, MT);
-        __syncthreads();
-      }
-      if (!active) continue;
-      const int end = min(C, seg + seg_chunks);
+    for (int seg = c_lo; seg < c_hi; seg += seg_chunks) {
+      const int end = min(c_hi, seg + seg_chunks);
       // A ring of P + 1 chunks per lane: while one is computed, the next P are in flight
       // (4 row-chunks of 16 bytes whatever R is). Unrolled, so every index is static.
       uint4 w[P + 1][R];
       TS s[P + 1][R][BPC];
       unsigned z[P + 1][R][BPC];
       float zf[P + 1][R][BPC];
+      if (active) {
 #pragma unroll
-      for (int p = 0; p <= P; ++p) {
-        const int cp = seg + lane_g + p * G;
-        if (cp < end)
-          load_chunk<TS, BITS, BLOCK, ZP, R, BPC, VPC>(cp, n0, N, KB, RS, ZS, b, scales, zp8,
-                                                       zpf, w[p], s[p], z[p], zf[p]);
+        for (int p = 0; p <= P; ++p) {
+          const int cp = seg + lane_g + p * G;
+          if (cp < end)
+            load_chunk<TS, BITS, BLOCK, ZP, R, BPC, VPC>(cp, n0, N, KB, RS, ZS, b, scales, zp8,
+                                                         zpf, w[p], s[p], z[p], zf[p]);
+        }
       }
+      // A is staged while the first weights are in flight: the two latencies overlap. A
+      // segment of A is staged once per block when it is all of the split's chunks.
+      if (!single || !staged) {
+        if (!single) __syncthreads();  // every lane is done with the previous segment
+        stage_a<TA>(a, oq_smem_a, M, K, seg * VPC, slots, MT);
+        __syncthreads();
+        staged = true;
+      }
+      if (!active) continue;
       for (int c = seg + lane_g; c < end;) {
 #pragma unroll
         for (int p = 0; p <= P; ++p, c += G) {
@@ -251,12 +265,33 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
       for (int r = 0; r < R; ++r) {
         const int n = n0 + r;
         if (n >= N) break;
-        const float bv = has_bias ? to_float<TO>(bias[n]) : 0.f;
+        if (bps != (int)gridDim.x) {  // split K: float32 partials for nbits_finish
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < M) y[(long long)m * N + n] = from_float<TO>(acc[m][r] + bv);
+          for (int m = 0; m < MT; ++m)
+            if (m < M) part[((long long)split * M + m) * N + n] = acc[m][r];
+        } else {
+          const float bv = has_bias ? to_float<TO>(bias[n]) : 0.f;
+#pragma unroll
+          for (int m = 0; m < MT; ++m)
+            if (m < M) y[(long long)m * N + n] = from_float<TO>(acc[m][r] + bv);
+        }
       }
     }
+  }
+}
+
+// Split K: y[i] = sum over splits s, in order, of part[s, i] (+ bias[i % N]), rounded once.
+template <typename TO>
+__global__ void __launch_bounds__(256) nbits_finish(const float* __restrict__ part,
+                                                    const TO* __restrict__ bias,
+                                                    TO* __restrict__ y, int total, int N,
+                                                    int splits, int has_bias) {
+  using namespace oq;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += part[(long long)s * total + i];
+    if (has_bias) sum += to_float<TO>(bias[i % N]);
+    y[i] = from_float<TO>(sum);
   }
 }
 
@@ -335,6 +370,10 @@ def gemv_name(ta: str, ts: str, to: str, bits: int, block: int, zp: int, r: int,
     return f"nbits_gemv<{ta}, {ts}, {to}, {bits}, {block}, {zp}, {r}, {mt}>"
 
 
+def finish_name(to: str) -> str:
+    return f"nbits_finish<{to}>"
+
+
 def dequant_name(ts: str, tw: str, bits: int, block: int, zp: int) -> str:
     return f"nbits_dequant<{ts}, {tw}, {bits}, {block}, {zp}>"
 
@@ -351,56 +390,124 @@ class GemvGeometry:
     r: int  # output columns per task (template)
     log2g: int  # lanes per task, as a power of two
     seg_chunks: int  # chunks of A staged in shared memory at a time (a multiple of 8)
-    blocks: int  # grid size
+    blocks: int  # grid size (all splits)
     smem: int  # dynamic shared memory, bytes
+    splits: int = 1  # blocks along K; > 1 leaves float32 partials for nbits_finish
+    bps: int = 1  # blocks per split
+    cps: int = 1  # chunks per split
+    finish_blocks: int = 0  # grid of nbits_finish (0 without a split)
+
+
+def _in_flight(r: int, g: int, lanes: int, cps: int, resident: int) -> int:
+    """Weight bytes the resident lanes have requested at once: each keeps its ring of
+    ``P + 1`` chunks (``P = 4 / r``, one ahead at ``r = 4``) of ``r`` rows in flight."""
+    ring = (4 // r if r < 4 else 1) + 1
+    return min(lanes, resident) * min(ring, math.ceil(cps / g)) * r * 16
+
+
+def _score(n: int, chunks: int, mt: int, r: int, g: int, s: int, resident: int) -> float:
+    """Share of the device a candidate keeps busy (see :func:`gemv_geometry`)."""
+    tasks = -(-n // r)
+    cps = -(-chunks // s)
+    lanes = tasks * g * s
+    waves = lanes / resident
+    tail = waves / math.ceil(waves) if waves >= 1 else waves
+    if _in_flight(r, g, lanes, cps, resident) >= 16 * n * chunks:
+        # Every weight byte is requested at once: one memory latency, whatever the waves, as
+        # long as every SM takes part (one SM alone cannot draw its share of the bandwidth).
+        tail = min(1.0, lanes / (resident // 2))
+    rounds = math.ceil(cps / g)
+    busy = cps / (rounds * g)
+    closing = rounds / (rounds + (2 * (g.bit_length() - 1) + 8) / 126)
+    # Partials are written and read once more (float32, 8 bytes a value) beside the weights,
+    # by a second launch.
+    partials = 1.0 / (1.0 + (8.0 * s * mt * n / (16.0 * n * chunks) if s > 1 else 0.0))
+    second = 0.9 if s > 1 else 1.0
+    return tail * busy * closing * partials * second / _R_COST[r]
 
 
 def gemv_geometry(
-    n: int, chunks: int, bits: int, mt: int, sms: int, force: tuple[int, int] | None = None
+    n: int,
+    chunks: int,
+    bits: int,
+    mt: int,
+    sms: int,
+    force: tuple[int, int] | None = None,
+    splits: int | None = None,
 ) -> GemvGeometry:
     """Launch geometry from the product's shape and the device's SM count.
 
-    Candidates: ``r`` (columns per task) in 4, 2, 1, and ``G`` (lanes per task)
+    Candidates: ``r`` (columns per task) in 4, 2, 1, ``G`` (lanes per task)
     from 4 (so a task's lanes read at least 64 contiguous bytes) up to the
-    chunks a row has. Each is scored by the share of the device its lanes keep
-    busy: ``waves`` is its lanes over those resident at once; the last wave
-    runs part-full (``waves / ceil(waves)``); lanes idle in a task's last round
-    of chunks waste issue slots; fewer columns per task re-read A from shared
-    memory per column (about 7% more instructions at r = 2, 20% at r = 1); and
-    a task's closing shuffles cost about (2 log2 G + 8) / 126 of a chunk's
-    work. The estimates are instruction counts, not measurements:
-    ``bench/gpu_gemv_bench.py`` times the alternatives.
+    chunks a row has, and ``S`` (splits of K across blocks). ``S`` is 1 unless
+    the lanes (tasks times ``G``) fall short of those resident at once; then
+    K is split until they reach it, keeping at least
+    :data:`MIN_SPLIT_CHUNKS` chunks per lane. Each candidate is scored by the
+    share of the device its lanes keep busy: ``waves`` is its lanes over
+    those resident at once; the last wave runs part-full (``waves /
+    ceil(waves)``); lanes idle in a task's last round of chunks waste issue
+    slots; fewer columns per task re-read A from shared memory per column
+    (about 7% more instructions at r = 2, 20% at r = 1); a task's closing
+    shuffles cost about (2 log2 G + 8) / 126 of a chunk's work; a split's
+    float32 partials are traffic beside the weights'. The estimates are
+    counts, not measurements: ``bench/gpu_gemv_bench.py`` times the result.
+    ``force`` (r, G) and ``splits`` override the choice (benchmarks and tests).
     """
     vpw = 32 // bits
     resident = max(1, sms * RESIDENT_THREADS_PER_SM)
     r_cap = max(1, min(4, GEMV_MAX_M // mt, 32 // vpw))
     g_cap = min(32, pow2_ceil(chunks))
-    best: tuple[float, int, int] | None = None
+    best: tuple[float, int, int, int] | None = None
     for r in (4, 2, 1):
         if r > r_cap:
+            continue
+        if force is not None and r != force[0]:
             continue
         tasks = -(-n // r)
         g = min(4, g_cap)
         while g <= g_cap:
-            waves = tasks * g / resident
-            tail = waves / math.ceil(waves) if waves >= 1 else waves
-            rounds = math.ceil(chunks / g)
-            busy = chunks / (rounds * g)
-            closing = rounds / (rounds + (2 * (g.bit_length() - 1) + 8) / 126)
-            score = tail * busy * closing / _R_COST[r]
-            if best is None or score > best[0] + 1e-9:
-                best = (score, r, g)
+            if force is None or g == force[1]:
+                s = splits_for(r, g, n, chunks, resident)
+                score = _score(n, chunks, mt, r, g, s, resident)
+                if best is None or score > best[0] + 1e-9:
+                    best = (score, r, g, s)
             g *= 2
-    assert best is not None
-    _, r, g = best
-    if force is not None:  # (r, G), for benchmarks comparing geometries
+    if best is None:  # a forced geometry outside the candidates
+        assert force is not None
         r, g = force
+        best = (0.0, r, g, splits_for(r, g, n, chunks, resident))
+    _, r, g, s = best
+    if splits is not None:
+        s = max(1, min(splits, chunks))
+    cps = -(-chunks // s)
+    s = -(-chunks // cps)  # no empty split
     tasks = -(-n // r)
     per_chunk = mt * vpw * 16  # shared bytes per chunk of A (float4 slots)
-    seg = min(-(-chunks // 8) * 8, max(8, SMEM_BUDGET // per_chunk // 8 * 8))
+    seg = min(-(-cps // 8) * 8, max(8, SMEM_BUDGET // per_chunk // 8 * 8))
     groups = BLOCK_THREADS // g
-    blocks = max(1, min(-(-tasks // groups), sms * 64))
-    return GemvGeometry(mt, r, g.bit_length() - 1, seg, blocks, per_chunk * seg)
+    bps = max(1, min(-(-tasks // groups), sms * 64))
+    finish = max(1, min(-(-(mt * n) // BLOCK_THREADS), sms * 4)) if s > 1 else 0
+    return GemvGeometry(
+        mt, r, g.bit_length() - 1, seg, bps * s, per_chunk * seg, s, bps, cps, finish
+    )
+
+
+def splits_for(r: int, g: int, n: int, chunks: int, resident: int) -> int:
+    """The fewest splits of K that fill the resident lanes, or give every SM a block and
+    have every weight byte requested at once, each lane keeping at least
+    :data:`MIN_SPLIT_CHUNKS` chunks of its split; 1 when one launch already does."""
+    lanes = -(-n // r) * g
+    cap = max(1, chunks // (g * MIN_SPLIT_CHUNKS))
+    for s in range(1, cap + 1):
+        cps = -(-chunks // s)
+        if lanes * s >= resident:
+            return s
+        if (
+            lanes * s >= resident // 2
+            and _in_flight(r, g, lanes * s, cps, resident) >= 16 * n * chunks
+        ):
+            return s
+    return cap
 
 
 def mt_for(m: int) -> int:

@@ -17,6 +17,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.node import NodeInfo
 
 from . import _nbits_cuda as K_
+from ._reduce_cuda import address
 
 
 def fail(why: str) -> NotSupported:
@@ -46,8 +47,9 @@ class Table:
     build time when it differs from the input's.
     """
 
-    def __init__(self, host: np.ndarray, natural: bool) -> None:
+    def __init__(self, host: np.ndarray, natural: bool, xp: Any) -> None:
         self.host = host
+        self.xp = xp
         self.natural = natural
         self.src: Any = None
         self.dev: Any = None
@@ -57,9 +59,7 @@ class Table:
 
     def upload(self) -> Any:
         if self.uploaded is None:
-            import cupy
-
-            self.uploaded = cupy.asarray(self.host)
+            self.uploaded = self.xp.asarray(self.host)
         return self.uploaded
 
     def get(self, arg: Any) -> Any:
@@ -71,7 +71,7 @@ class Table:
             and arg.dtype == self.host.dtype
             and arg.size == self.host.size
             and arg.flags.c_contiguous
-            and arg.data.ptr % 16 == 0
+            and address(arg) % 16 == 0
         ):
             self.dev = arg.reshape(self.host.shape)
             self.src = arg
@@ -82,8 +82,9 @@ class Table:
 class Weights:
     """B, scales and zero points checked against K, N, bits and block_size."""
 
-    def __init__(self, node: NodeInfo, k: int, n: int, bits: int, block: int) -> None:
+    def __init__(self, node: NodeInfo, k: int, n: int, bits: int, block: int, xp: Any) -> None:
         self.k, self.n, self.bits, self.block = k, n, bits, block
+        self.xp = xp
         self.kb = -(-k // block)
         blob = block * bits // 8
         b = _const(node, 1, "B")
@@ -105,14 +106,14 @@ class Weights:
         self.rs = 16 * self.chunks
         rows = b.reshape(n, self.kb * blob)
         if rows.shape[1] == self.rs:
-            self.b = Table(rows, natural=True)
+            self.b = Table(rows, True, xp)
         else:
             # Rows cut or zero-padded to whole 16-byte chunks: the GEMV reads them with
             # 16-byte loads, and bytes past the chunk holding K's last value are never needed.
             keep = min(self.rs, rows.shape[1])
             packed = np.zeros((n, self.rs), np.uint8)
             packed[:, :keep] = rows[:, :keep]
-            self.b = Table(packed, natural=False)
+            self.b = Table(packed, False, xp)
         self.scales = self._scales(scales)
         self.zp_kind, self.zp8, self.zpf, self.zs = K_.ZP_NONE, None, None, 1
         if zp is not None:
@@ -123,11 +124,11 @@ class Weights:
         if s.shape[1] < self.kb:
             raise fail(f"scales has {s.shape[1]} entries per row, need ceil(K/block)={self.kb}")
         if s.dtype in (np.float16, np.float32) and s.shape[1] == self.kb:
-            return Table(s, natural=True)
+            return Table(s, True, self.xp)
         s = s[:, : self.kb]
         if s.dtype not in (np.float16, np.float32):
             s = s.astype(np.float32)  # bfloat16 and float64 scales: float32, as the CPU does
-        return Table(np.ascontiguousarray(s), natural=False)
+        return Table(np.ascontiguousarray(s), False, self.xp)
 
     def _zero_points(self, zp: np.ndarray) -> None:
         z = zp.reshape(self.n, -1)
@@ -138,15 +139,17 @@ class Weights:
                     f"need ceil(K/block)={self.kb}"
                 )
             self.zp_kind, self.zs = K_.ZP_PACKED, z.shape[1]
-            self.zp8 = Table(z, natural=True)
+            self.zp8 = Table(z, True, self.xp)
             return
         if z.shape[1] < self.kb:
             raise fail(f"zero_points has {z.shape[1]} per row, need ceil(K/block)={self.kb}")
         self.zp_kind = K_.ZP_FLOAT
         if z.dtype == np.float32 and z.shape[1] == self.kb:
-            self.zpf = Table(z, natural=True)
+            self.zpf = Table(z, True, self.xp)
         else:
-            self.zpf = Table(np.ascontiguousarray(z[:, : self.kb].astype(np.float32)), False)
+            self.zpf = Table(
+                np.ascontiguousarray(z[:, : self.kb].astype(np.float32)), False, self.xp
+            )
 
     def _check_g_idx(self, g_idx: np.ndarray | None) -> None:
         if g_idx is None:

@@ -1,6 +1,7 @@
 """com.microsoft MatMulNBits on CUDA: A @ dequantize(B).T (+ bias) with 2-, 4- or 8-bit weights.
 
-Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch; prefill
+Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch (two when K is
+split across blocks, see ``_nbits_cuda``); prefill
 dequantises tiles of the weight into a scratch buffer and multiplies with
 cuBLAS (``providers_cuda.blas``). The weight, scales and zero points must be
 constant initializers, checked once here, at session creation, and read from
@@ -48,7 +49,7 @@ def _check_attrs(node: NodeInfo) -> tuple[int, int, int, int]:
 @kernel("MatMulNBits", domain="com.microsoft", dtypes=("float", "float16"), capture_safe=True)
 def matmul_nbits(node: NodeInfo, xp: Any):
     k, n, bits, block = _check_attrs(node)
-    wts = Weights(node, k, n, bits, block)
+    wts = Weights(node, k, n, bits, block, xp)
     a_dtype = node.input_dtype(0)
     if a_dtype is None:  # the spec gives A and scales one type
         a_dtype = np.asarray(node.const_input(2)).dtype
@@ -78,8 +79,6 @@ class _Runner:
     """The built node: device copies of the weights, compiled kernels, launch plans."""
 
     def __init__(self, w: Weights, a_dtype, out_c, int8_a, has_bias, bias_const, xp) -> None:
-        import cupy
-
         self.xp, self.w, self.n, self.k = xp, w, w.n, w.k
         self.a_dtype = a_dtype
         self.int8_a = int8_a
@@ -98,14 +97,17 @@ class _Runner:
         }
         dq_name = K_.dequant_name(ts, ta, w.bits, w.block, zk)
         q_name = K_.quantize_name(ctype_of(a_dtype, "MatMulNBits: A"))
-        mod = K_.module((*names.values(), dq_name, q_name))
+        fin_name = K_.finish_name(out_c)
+        mod = K_.module((*names.values(), dq_name, q_name, fin_name))
         self.gemv = {mt: mod.get_function(nm) for mt, nm in names.items()}
+        self.finish = mod.get_function(fin_name)
+        self.dummy_f32 = xp.zeros((1,), dtype=np.float32)
         self.dequant = mod.get_function(dq_name)
         self.quantize = mod.get_function(q_name)
         self.bias = None
         if bias_const is not None:
-            self.bias = cupy.asarray(np.asarray(bias_const).reshape(-1).astype(a_dtype))
-        self.dummy = cupy.zeros((1,), dtype=a_dtype)
+            self.bias = xp.asarray(np.asarray(bias_const).reshape(-1).astype(a_dtype))
+        self.dummy = xp.zeros((1,), dtype=a_dtype)
         i32 = np.int32
         self.shape_args = (i32(w.n), i32(w.k), i32(w.kb), i32(w.rs), i32(w.zs), i32(w.chunks))
         self.sms = sms
@@ -168,19 +170,30 @@ class _Runner:
     def _gemv(self, a2, m, bias, tables):
         mt = K_.mt_for(m)
         g = self.geoms[mt]
-        y = self.xp.empty((m, self.n), dtype=self.a_dtype)
+        xp, i32 = self.xp, np.int32
+        y = xp.empty((m, self.n), dtype=self.a_dtype)
+        bias_arg = self.dummy if bias is None else bias
+        has_bias = i32(bias is not None)
+        split = g.splits > 1
+        part = xp.empty((g.splits, m, self.n), dtype=np.float32) if split else self.dummy_f32
         args = (
             a2,
             *tables,
-            self.dummy if bias is None else bias,
+            bias_arg,
             y,
-            np.int32(m),
+            part,
+            i32(m),
             *self.shape_args,
-            np.int32(g.log2g),
-            np.int32(g.seg_chunks),
-            np.int32(bias is not None),
+            i32(g.log2g),
+            i32(g.seg_chunks),
+            has_bias,
+            i32(g.bps),
+            i32(g.cps),
         )
         self.gemv[mt]((g.blocks,), (K_.BLOCK_THREADS,), args, shared_mem=g.smem)
+        if split:
+            fin = (part, bias_arg, y, i32(m * self.n), i32(self.n), i32(g.splits), has_bias)
+            self.finish((g.finish_blocks,), (K_.BLOCK_THREADS,), fin)
         return y
 
     def _gemm(self, a2, m, bias, tables):

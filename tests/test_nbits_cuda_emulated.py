@@ -1,0 +1,193 @@
+"""The CUDA MatMulNBits GEMV (up to 8 rows of A) run on the CPU through the kernel emulator.
+
+The cases are the GPU tests' own (tests/cuda/test_cuda_quant.py: 2-, 4- and
+8-bit weights, blocks of 16 to 256, no, packed and float zero points, K past
+whole blocks and chunks, odd N, float32 and float16, bias, accuracy_level 4),
+compared with the CPU provider's kernel with the same tolerances, on NumPy
+arrays. The CUDA C is compiled with g++ by tests/cuda_emulator.py with
+:data:`HOST_SHIMS` standing in for the CUDA built-ins it uses; the emulated
+device has 4 SMs, so narrow products split K across blocks.
+"""
+
+from __future__ import annotations
+
+import types
+
+import cuda_emulator as emu
+import numpy as np
+import pytest
+
+from onnxep.providers_cuda.ops import _nbits_cuda as K_
+from onnxep.providers_cuda.ops import op_matmul_nbits
+
+gpu_quant = emu.gpu_test_module("test_cuda_quant")
+
+#: Host versions of the CUDA built-ins the MatMulNBits source uses beyond the emulator's own.
+HOST_SHIMS = r"""
+#define __launch_bounds__(...)
+struct float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+// Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes y:x (x the low four).
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = ((unsigned long long)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+}
+template <typename T> static inline T __ldg(const T* p) {
+  if (sizeof(T) == 16) emu::check_aligned(p);
+  return *p;
+}
+static inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  return emu::shfl_xor(v, lane_mask);
+}
+template <typename T> static inline T min(T a, T b) { return b < a ? b : a; }
+// Dynamic shared memory: one block runs at a time, so one buffer serves every block.
+static float4 emu_dyn_smem[48 * 1024 / 16];
+"""
+
+
+def host_source() -> str:
+    src = K_.SOURCE.replace("#include <cuda_fp16.h>", "")
+    dyn = "extern __shared__ float4 oq_smem_a[];"
+    assert dyn in src, "the GEMV's dynamic shared memory declaration changed"
+    return HOST_SHIMS + src.replace(dyn, "float4* oq_smem_a = emu_dyn_smem;")
+
+
+class _DynamicShared:
+    """An emulated kernel launched with dynamic shared memory (the shims' static buffer)."""
+
+    def __init__(self, fn, launches):
+        self.fn, self.launches = fn, launches
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        if shared_mem > 48 * 1024:
+            raise emu.EmulatorError(f"{self.fn.name}: {shared_mem} bytes of shared memory")
+        self.launches.append(self.fn.name.split("<")[0])
+        self.fn(grid, block, args)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    why = emu.why_unavailable()
+    if why:
+        pytest.skip(why)
+    body = host_source()
+    seen: list[str] = []
+
+    def module(exprs):
+        fns = emu.compile_kernels(body, exprs)
+        return types.SimpleNamespace(get_function=lambda n: _DynamicShared(fns[n], seen))
+
+    monkeypatch.setattr(K_, "module", module)
+    monkeypatch.setattr(op_matmul_nbits, "sm_count", lambda: emu.EMULATED_SMS)
+    host = types.SimpleNamespace(asarray=np.asarray, asnumpy=np.asarray)
+    monkeypatch.setattr(gpu_quant, "_cp", lambda: host)
+    monkeypatch.setattr(gpu_quant, "_xp", lambda: np)
+    return seen
+
+
+GEMV_ROWS = (1, 2, 3, 5, 8)
+#: The default run's cases (every width and zero-point kind, a K past one shared-memory
+#: segment); the rest run with ``-m slow``.
+QUICK = {(4, 32, "none", 96, 37), (4, 16, "packed", 72, 19), (8, 64, "float", 160, 17),
+         (2, 32, "none", 100, 11), (4, 32, "packed", 1100, 50)}  # fmt: skip
+
+
+def _params():
+    cases = [(c, np.float32) for c in gpu_quant.NBITS_CASES]
+    cases += [(c, np.float16) for c in gpu_quant.NBITS_FP16]
+    return [
+        pytest.param(
+            c, dt, id=f"{'-'.join(map(str, c))}-{np.dtype(dt).name}",
+            marks=() if c in QUICK and (dt == np.float32 or c[0] == 4) else pytest.mark.slow,
+        )
+        for c, dt in cases
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "dtype"), _params())
+def test_gemv_matches_cpu_builder(case, dtype, launches):
+    gpu_quant._check_nbits(*case, dtype, rows=GEMV_ROWS)
+    assert "nbits_gemv" in launches and "nbits_finish" not in launches
+
+
+@pytest.fixture
+def split_k(monkeypatch):
+    """Every GEMV split K three ways (the emulated device is too small to ask for it)."""
+    real = K_.gemv_geometry
+
+    def geometry(n, chunks, bits, mt, sms, force=None, splits=None):
+        return real(n, chunks, bits, mt, sms, force, 3)
+
+    monkeypatch.setattr(K_, "gemv_geometry", geometry)
+
+
+SPLIT_CASES = [
+    (4, 32, "packed", 200, 37),
+    (4, 16, "packed", 72, 19),  # two blocks per 16-byte chunk
+    (8, 64, "float", 160, 17),
+    (2, 32, "none", 100, 11),
+    pytest.param((4, 128, "none", 8960, 24), marks=pytest.mark.slow),  # A in segments
+]
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
+def test_split_k_matches_cpu_builder(case, launches, split_k):
+    gpu_quant._check_nbits(*case, np.float16, rows=(1, 3, 8))
+    assert launches.count("nbits_gemv") == launches.count("nbits_finish") == 3
+
+
+def test_split_k_segments_of_a(launches, split_k):
+    """A split longer than one shared-memory segment of A (8 rows of 8960 values)."""
+    gpu_quant._check_nbits(4, 32, "packed", 4000, 5, np.float32, rows=(8,))
+    geometry = K_.gemv_geometry(5, 125, 4, 8, 4)
+    assert geometry.cps > geometry.seg_chunks and geometry.splits == 3
+    assert launches == ["nbits_gemv", "nbits_finish"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("bias_kind", ["const", "input"])
+def test_gemv_bias(bias_kind, dtype, launches):
+    gpu_quant._check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind=bias_kind, rows=GEMV_ROWS)
+
+
+@pytest.mark.parametrize("bias_kind", ["const", "input"])
+def test_split_k_adds_the_bias_once(bias_kind, launches, split_k):
+    gpu_quant._check_nbits(4, 32, "packed", 200, 37, np.float16, bias_kind=bias_kind, rows=(2,))
+
+
+@pytest.mark.parametrize("case", [(4, 32, "packed", 200, 37), (8, 64, "none", 160, 17)], ids=str)
+def test_gemv_accuracy_level_4(case, launches):
+    gpu_quant._check_nbits(*case, np.float16, accuracy_level=4, rows=(1, 3))
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "bits"),
+    [(896, 1152, 4), (896, 896, 4), (896, 4864, 4), (4864, 896, 4), (896, 9728, 4),
+     (896, 151936, 4), (1536, 1536, 4), (8960, 1536, 4), (1536, 151936, 4), (4864, 896, 8),
+     (100, 3, 2)],
+)  # fmt: skip
+@pytest.mark.parametrize("mt", [1, 8])
+def test_geometry_covers_every_chunk_once_and_splits_only_when_short(k, n, bits, mt):
+    chunks = -(-k // (128 // bits))
+    g = K_.gemv_geometry(n, chunks, bits, mt, 132)
+    lanes_per_task = 1 << g.log2g
+    assert g.splits * g.cps >= chunks > (g.splits - 1) * g.cps  # no empty split
+    assert g.blocks == g.bps * g.splits
+    assert g.bps * (K_.BLOCK_THREADS // lanes_per_task) * g.r >= n or g.bps == 132 * 64
+    assert g.smem <= K_.SMEM_BUDGET and g.seg_chunks % 8 == 0
+    assert (g.finish_blocks > 0) == (g.splits > 1)
+    tasks = -(-n // g.r)
+    if g.splits > 1:  # only when one launch's lanes fall short of the device
+        assert tasks * lanes_per_task < 132 * K_.RESIDENT_THREADS_PER_SM
+        assert g.cps >= lanes_per_task * K_.MIN_SPLIT_CHUNKS
+
+
+def test_geometry_splits_the_narrow_down_projection_not_the_lm_head():
+    assert K_.gemv_geometry(896, 4864 // 32, 4, 1, 132).splits > 1
+    assert K_.gemv_geometry(151936, 896 // 32, 4, 1, 132).splits == 1
