@@ -18,8 +18,8 @@ the fusion, from the score MatMul to the context MatMul:
 What feeds the two MatMuls (the scale on q and kᵀ, K's transpose, GQA's
 repeated K/V heads) is traced back in :mod:`.attention_inputs`, which says
 why by hand. The repeat is folded into the op's head groups only for K and V
-together (both must end with the same number of heads); the report names
-the rule that fired: ``attention_gqa`` when it did, ``attention`` when not.
+together (both must end with the same number of heads); the report counts
+the fires that did as ``attention_gqa``, the others as ``attention``.
 
 Tolerance-level, not exact: the kernel accumulates scores and context in
 float32 and never rounds the scores, the scaled scores or the probabilities
@@ -83,22 +83,25 @@ class _Plan:
     key: Key
     value: ir.Value
     scale: float
+    gqa: bool
 
 
-_local = threading.local()
+class _Shared(threading.local):
+    """What the thread's rule tells its pass (rules are compiled once per thread): the values
+    the fused nodes stopped reading, where the sweep for dead glue starts, and whether the
+    latest rewrite folded a head repeat."""
+
+    def __init__(self) -> None:
+        self.seeds: list[ir.Value] = []
+        self.folded = False
 
 
-def _seeds() -> list[ir.Value]:
-    """Values the thread's fusions stopped reading: where the sweep for dead glue starts."""
-    if not hasattr(_local, "seeds"):
-        _local.seeds = []
-    return _local.seeds
+_shared = _Shared()
 
 
 class _Attention(pattern.RewriteRuleClassBase):
-    def __init__(self, name: str, gqa: bool) -> None:
+    def __init__(self, name: str) -> None:
         super().__init__(name)
-        self._gqa = gqa
         self._plan = _Plan()
 
     def pattern(self, op, qq, kk, value, score_scale, mask, cond, fill):
@@ -148,26 +151,8 @@ class _Attention(pattern.RewriteRuleClassBase):
         plan.scale = scale * q_scale * plan.key.scale
         if not np.isfinite(plan.scale) or plan.scale == 0:
             return C.verdict("the constant scales multiply to zero or overflow")
-        if self._gqa:
-            return C.verdict(self._fold_repeats(plan))
+        plan.gqa = _fold_repeats(plan)
         return C.verdict()
-
-    @staticmethod
-    def _fold_repeats(plan: _Plan) -> str | None:
-        """Read K and V before their heads were repeated (both, by the same count), or why not."""
-        if plan.key.perm is not None:
-            return NOT_REPEATED  # K is transposed from another layout after any repeat
-        k = repeated_heads(plan.key.value)
-        v = repeated_heads(plan.value)
-        if k is None or v is None:
-            return NOT_REPEATED
-        if k[1] is None or k[1] != v[1] or C.dim(k[0], 1) is None:
-            return "K's and V's heads are not known to be repeated alike"
-        if C.dim(k[0], 1) != C.dim(v[0], 1):
-            return "K's and V's heads are not known to be repeated alike"
-        plan.key = Key(k[0], None, plan.key.scale)
-        plan.value = v[0]
-        return None
 
     def rewrite(self, op, qq, kk, value, mask=None, cond=None, mask_form="none", **_):
         plan = self._plan
@@ -181,12 +166,32 @@ class _Attention(pattern.RewriteRuleClassBase):
             inputs.append(op.Not(cond))  # Where(cond, -inf, s): True in cond hides the key
         elif mask_form == "fill_where_false":
             inputs.append(cond)
-        _seeds().extend([qq, kk, value])
+        _shared.seeds.extend([qq, kk, value])
+        _shared.folded = plan.gqa
         return op.Attention(*inputs, scale=float(plan.scale), _domain=DOMAIN)
 
 
 NOT_LAST_AXIS = "the Softmax is not over the last axis"
-NOT_REPEATED = "K's and V's heads are not repeated (Unsqueeze, Expand, Reshape)"
+
+
+def _fold_repeats(plan: _Plan) -> bool:
+    """Read K and V from before their heads were repeated, when both were, by one count.
+
+    Otherwise (no repeat, or one not proved alike) the op reads the repeated K and V, as
+    many heads as Q: still right, only not saving the repeat.
+    """
+    if plan.key.perm is not None:
+        return False  # K comes from another layout through the transpose: no repeat of K
+    k = repeated_heads(plan.key.value)
+    v = repeated_heads(plan.value)
+    if k is None or v is None or k[1] is None or k[1] != v[1]:
+        return False
+    heads = C.dim(k[0], 1)
+    if heads is None or heads != C.dim(v[0], 1):
+        return False
+    plan.key = Key(k[0], None, plan.key.scale)
+    plan.value = v[0]
+    return True
 
 
 def _rank4(*values: ir.Value) -> str | None:
@@ -232,19 +237,17 @@ class FuseAttention(PatternFusionPass):
     exact = False
 
     def make_rules(self) -> Sequence[pattern.RewriteRule]:
-        # GQA's fold first: when it cannot be proved, the plain rule fuses the attention over
-        # the repeated K and V (a fire clears the first rule's refusal of the same anchor).
-        return [
-            _Attention.rule("attention_gqa", gqa=True),
-            _Attention.rule("attention", gqa=False),
-        ]
+        return [_Attention.rule("attention")]
+
+    def fire(self, anchor: ir.Node, rule: str) -> None:
+        # One rule; the report tells the fires that folded GQA's head repeat apart.
+        super().fire(anchor, f"{rule}_gqa" if _shared.folded else rule)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        seeds = _seeds()
-        seeds.clear()
+        _shared.seeds.clear()
         result = super().call(model)
-        self._drop_dead_glue(seeds)
-        seeds.clear()
+        self._drop_dead_glue(_shared.seeds)
+        _shared.seeds.clear()
         return result
 
     def _drop_dead_glue(self, seeds: list[ir.Value]) -> None:
