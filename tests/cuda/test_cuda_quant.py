@@ -528,3 +528,72 @@ def test_gather_block_quantized_session():
     model.graph.node[0].input[:] = ["data", "ids", "scales", "zero_points"]
     got, want = _both(model, ids)
     _assert_close(got, want, 0, 0, "session GatherBlockQuantized")
+
+
+# ------------------------------------------------------------ MatMulNBits: split K
+
+
+@pytest.fixture
+def split_k(monkeypatch):
+    """Every GEMV splits K three ways, whatever the device's size."""
+    from onnxep.providers_cuda.ops import _nbits_cuda as K_
+
+    real = K_.gemv_geometry
+
+    def geometry(n, chunks, bits, mt, sms, force=None, splits=None):
+        return real(n, chunks, bits, mt, sms, force, 3)
+
+    monkeypatch.setattr(K_, "gemv_geometry", geometry)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize(
+    "case",
+    [(4, 32, "packed", 200, 37), (4, 16, "packed", 72, 19), (8, 64, "float", 160, 17),
+     (2, 32, "none", 100, 11), (4, 128, "none", 8960, 24)],
+    ids=str,
+)  # fmt: skip
+def test_matmul_nbits_split_k_matches_cpu_builder(case, dtype, split_k):
+    _check_nbits(*case, dtype, rows=(1, 3, 8))
+    _check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind="const", rows=(2,))
+
+
+@pytest.mark.parametrize(("k", "n"), [(4864, 896), (8960, 1536), (896, 4864)])
+def test_matmul_nbits_decode_shapes_repeat_bit_for_bit(k, n):
+    """The down projections split K on a large GPU; results must not vary run to run."""
+    cp = _cp()
+    rng = np.random.default_rng(9)
+    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
+    node = _nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
+    cpu, cuda = _builders()
+    fn = cuda(node, _xp())
+    a = rng.standard_normal((1, k)).astype(np.float16)
+    dev = [cp.asarray(v) for v in (b, scales, zp)]
+    (got,) = fn(cp.asarray(a), *dev)
+    (again,) = fn(cp.asarray(a), *dev)
+    assert cp.array_equal(got.view(cp.uint16), again.view(cp.uint16))
+    (want,) = cpu(node, np)(a, b, scales, zp)
+    extra = _nbits_extra(a, b, scales, zp, k, n, 4, 32, want.astype(np.float32), False)
+    _assert_close(cp.asnumpy(got), want, 2.5e-3, 1e-3, f"K={k} N={n}", extra)
+
+
+def test_matmul_nbits_split_k_inside_stream_capture(split_k):
+    cp = _cp()
+    cpu, cuda = _builders()
+    rng = np.random.default_rng(10)
+    k, n = 600, 45
+    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
+    bias = rng.standard_normal(n).astype(np.float16)
+    node = _nbits_node(k, n, 4, 32, np.float16, b, scales, zp, bias=bias)
+    fn = cuda(node, _xp())
+    a = cp.asarray(rng.standard_normal((3, k)).astype(np.float16))
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        (eager,) = fn(a)
+        stream.begin_capture()
+        (got,) = fn(a)
+        graph = stream.end_capture()
+        got.fill(0)
+        graph.launch()
+    stream.synchronize()
+    assert cp.array_equal(got.view(cp.uint16), eager.view(cp.uint16))
