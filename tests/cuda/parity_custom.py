@@ -142,6 +142,27 @@ def linear_attention(dtype, rng):
     return _model("LinearAttention", f, names, ["output", "present_state"], attrs)
 
 
+def gated_linear_attention(dtype, rng):
+    """onnxep::GatedLinearAttention with its gates and both per-head L2 norms (GQA heads)."""
+    b, t, hq, hkv, dk, dv = 2, 3, 4, 2, 8, 8
+    f = {
+        "query": _r(rng, (b, t, hq * dk), dtype),
+        "key": _r(rng, (b, t, hkv * dk), dtype),
+        "value": _r(rng, (b, t, hkv * dv), dtype),
+        "past_state": _r(rng, (b, hkv, dk, dv), dtype, 0.5),
+        "a": _r(rng, (b, t, hkv), dtype),
+        "dt_bias": _r(rng, (hkv,), np.float32, 0.5),
+        "decay_scale": -np.exp(_r(rng, (hkv,), np.float32, 0.5)),
+        "b": _r(rng, (b, t, hkv), dtype),
+    }
+    attrs = {"q_num_heads": hq, "kv_num_heads": hkv, "update_rule": "gated_delta",
+             "scale": 1.0, "q_l2_norm": 1, "k_l2_norm": 1, "q_scale": dk**-0.5}  # fmt: skip
+    m, feeds = _model("GatedLinearAttention", f, list(f), ["output", "present_state"], attrs,
+                      domain="onnxep")  # fmt: skip
+    m.opset_import.append(helper.make_opsetid("onnxep", 1))
+    return m, feeds
+
+
 def _rope_cache(max_len: int, rot: int, dtype):
     inv = 1.0 / (10000 ** (np.arange(0, rot, 2) / rot))
     ang = np.arange(max_len)[:, None] * inv[None, :]
@@ -284,6 +305,7 @@ CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     "onnxep::Attention": fused(
         "Attention", {"Q": (2, 4, 5, 8), "K": (2, 2, 7, 8), "V": (2, 2, 7, 8)}
     ),
+    "onnxep::GatedLinearAttention": gated_linear_attention,
     "onnxep::Rsqrt": fused("Rsqrt", {"X": (2, 3, 16)}),
     "onnxep::SiLU": fused("SiLU", {"X": (2, 3, 16)}),
     "onnxep::SwiGLU": fused("SwiGLU", {"G": (2, 3, 16), "U": (2, 3, 16)}),

@@ -570,6 +570,10 @@ TABLE = {
         ("custom:onnxep::Attention", "float32"),
         ("custom:onnxep::Attention", "float16"),
     ],
+    "onnxep::GatedLinearAttention": [
+        ("custom:onnxep::GatedLinearAttention", "float32"),
+        ("custom:onnxep::GatedLinearAttention", "float16"),
+    ],
     "onnxep::MatMulBias": [
         ("custom:onnxep::MatMulBias", "float32"),
         ("custom:onnxep::MatMulBias", "float16"),
