@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -80,6 +82,57 @@ def test_static_cache_steps_equal_the_concatenating_peer(tiny):
     assert dec.done and dec.counters()["captures"] == 0 and dec.counters()["policy"] == "off"
     with pytest.raises(onnxep.errors.InvalidArgument, match="all 6 tokens"):
         dec.step()
+
+
+class _FakeCuda:
+    """torch.cuda's capture calls on the CPU: the warm-up runs as on a side stream, the
+    "graph" replays by running the decoder's step body, or the capture raises."""
+
+    def __init__(self, decoder, fail: bool) -> None:
+        self.decoder, self.fail = decoder, fail
+
+    def Stream(self):  # noqa: N802 - torch's name
+        return SimpleNamespace(wait_stream=lambda other: None)
+
+    current_stream = Stream
+
+    def stream(self, s):
+        return nullcontext()
+
+    def CUDAGraph(self):  # noqa: N802 - torch's name
+        return SimpleNamespace(replay=self.decoder._decode_body)
+
+    def graph(self, g):
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return nullcontext()
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["replayed", "capture-fails"])
+def test_capture_bookkeeping_and_fallback_keep_the_eager_tokens(tiny, fail):
+    """Warm-up steps advance the hybrid's conv and recurrent states; the capture undoes
+    them, so replays (or the eager steps after a failed capture) give the eager tokens."""
+    from onnxep.benchmark.torch_peer import load_torch_peer
+    from onnxep.benchmark.torch_static import StaticDecoder
+
+    peer = load_torch_peer(tiny)
+    prompt = np.random.default_rng(2).integers(0, 512, (1, 5))
+    eager = StaticDecoder(peer, prompt, 7)
+    while not eager.done:
+        eager.step()
+    dec = StaticDecoder(peer, prompt, 7)
+    dec.graph_wanted = True  # as graph=True does where CUDA is
+    dec.torch = SimpleNamespace(**{n: getattr(torch, n) for n in ("no_grad", "arange", "argmax")})
+    dec.torch.cuda = _FakeCuda(dec, fail)
+    while not dec.done:
+        dec.step()
+    assert dec.tokens == eager.tokens
+    c = dec.counters()
+    if fail:
+        assert (c["policy"], c["captures"], c["replays"], c["fallbacks"]) == ("off", 0, 0, 1)
+        assert "operation not permitted when stream is capturing" in c["failures"][0]
+    else:
+        assert (c["policy"], c["captures"], c["replays"], c["fallbacks"]) == ("whole", 1, 6, 0)
 
 
 def test_static_decoder_refuses_a_graph_without_cuda(tiny):
