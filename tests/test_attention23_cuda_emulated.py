@@ -28,7 +28,8 @@ F32, F16 = np.float32, np.float16
 gpu = emu.gpu_test_module("test_cuda_attention23")
 #: The emulated default run: every path once in both dtypes (the rest under -m slow).
 QUICK = {"4d_gqa_causal_dv", "3d_gqa_softcap_scale", "3d_bool_mask_2d", "past_causal_mask",
-         "nonpad_decode_causal", "window_both_fp16", "fully_masked_rows"}  # fmt: skip
+         "nonpad_decode_causal", "window_both_fp16", "fully_masked_rows",
+         "split_keys_decode_mask", "split_keys_past_fp16"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,8 @@ def test_kernel_matches_the_cpu_kernel(case, cuda_attention, emulator):
     has_past = len(feeds) > 4 and feeds[4] is not None
     assert ran.get(f"att_prefill<{'float' if case[3] == F32 else '__half'}>") == 1, ran
     assert sum(n for k, n in ran.items() if "att_concat" in k) == (2 if has_past else 0), ran
+    split = case[0].startswith("split_keys")  # 8 SMs: these leave the device idle unsplit
+    assert sum(n for k, n in ran.items() if "att_reduce" in k) == int(split), ran
     gpu.check_against_cpu(case, feeds, got)
 
 

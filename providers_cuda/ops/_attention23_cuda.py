@@ -17,7 +17,11 @@ to what Attention-23 allows and GroupQueryAttention does not:
   keys at or past ``nonpad_kv_seqlen[b]`` are masked out;
 * opset 25's windows: key ``j`` needs ``pos - j <= left`` and ``j - pos <= right``.
 
-A row with no attendable key gives zeros, as the CPU kernel does.
+A row with no attendable key gives zeros, as the CPU kernel does. When the
+query tiles alone leave the device idle (decode: a few query rows over a
+long cache) the keys are also split across blocks (``nsplit``), each writing
+a partial max, sum and output that ``att_reduce`` merges, as GroupQueryAttention's
+split-K decode does.
 ``att_concat`` writes present_key/present_value (past rows, then the new
 rows through their strides) so the attention reads one contiguous cache.
 """
@@ -30,7 +34,7 @@ CONCAT = params("AttConcat", i64="n sb sh ss", i32="H P L D")
 ATTN = params(
     "AttParams",
     i64="qsb qsh qss ksb ksh kss vsb vsh vss ysb ysh yss msb msh mss past",
-    i32="Sq Sk nh nkv D Dv BQ BK causal left right mask_cols nonpad_offset",
+    i32="Sq Sk nh nkv D Dv BQ BK causal left right mask_cols nonpad_offset nsplit chunk",
     f32="scale softcap",
 )
 
@@ -67,7 +71,7 @@ __global__ void __launch_bounds__(128) att_prefill(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const unsigned char* __restrict__ mask_b, const float* __restrict__ mask_f,
     const __half* __restrict__ mask_h, const long long* __restrict__ nonpad,
-    T* __restrict__ y, const AttParams* __restrict__ prm) {
+    float* __restrict__ part, T* __restrict__ y, const AttParams* __restrict__ prm) {
   extern __shared__ float smem[];
   const long long qsb = prm->qsb, qsh = prm->qsh, qss = prm->qss;
   const long long ksb = prm->ksb, ksh = prm->ksh, kss = prm->kss;
@@ -77,8 +81,10 @@ __global__ void __launch_bounds__(128) att_prefill(
   const int Sq = prm->Sq, Sk = prm->Sk, nh = prm->nh, nkv = prm->nkv, D = prm->D;
   const int Dv = prm->Dv, BQ = prm->BQ, BK = prm->BK, causal = prm->causal;
   const int left = prm->left, right = prm->right, mask_cols = prm->mask_cols;
+  const int nsplit = prm->nsplit, chunk = prm->chunk;
   const float scale = prm->scale, softcap = prm->softcap;
-  const int b = blockIdx.z, h = blockIdx.y, s0 = blockIdx.x * BQ;
+  const int split = blockIdx.x % nsplit;
+  const int b = blockIdx.z, h = blockIdx.y, s0 = (blockIdx.x / nsplit) * BQ;
   const int hk = h / (nh / nkv);
   const int Dp = D + 1;
   float* Qs = smem;           // BQ x D
@@ -105,6 +111,10 @@ __global__ void __launch_bounds__(128) att_prefill(
   if (causal && off + s0 + rows < hi) hi = off + s0 + rows;
   if (right >= 0 && off + s0 + rows + right < hi) hi = off + s0 + rows + right;
   if (left >= 0 && off + s0 - left > lo) lo = off + s0 - left;
+  if (nsplit > 1) {  // this block's share of the keys
+    lo = lo > (long long)split * chunk ? lo : (long long)split * chunk;
+    hi = hi < (long long)(split + 1) * chunk ? hi : (long long)(split + 1) * chunk;
+  }
   const int j_lo = (int)lclamp(lo, 0, Sk);
   const int j_hi = (int)lclamp(hi, j_lo, Sk);
   const T* kb = k + b * ksb + hk * ksh;
@@ -186,14 +196,61 @@ __global__ void __launch_bounds__(128) att_prefill(
     }
   }
   __syncthreads();
+  if (nsplit == 1) {
+    for (int idx = threadIdx.x; idx < rows * Dv; idx += blockDim.x) {
+      const int r = idx / Dv, d = idx - r * Dv;
+      const float l = Ls[r];
+      y[b * ysb + h * ysh + (long long)(s0 + r) * yss + d] =
+          from_f<T>(l > 0.f ? Os[idx] / l : 0.f);
+    }
+    return;
+  }
+  // part: m, then l, each [B*nh*Sq][nsplit], then the unnormalised output
+  // [B*nh*Sq][nsplit][Dv]; att_reduce merges the splits of each row.
+  const long long nrow = (long long)gridDim.z * nh * Sq;
+  const long long row0 = ((long long)b * nh + h) * Sq + s0;
   for (int idx = threadIdx.x; idx < rows * Dv; idx += blockDim.x) {
     const int r = idx / Dv, d = idx - r * Dv;
-    const float l = Ls[r];
-    y[b * ysb + h * ysh + (long long)(s0 + r) * yss + d] = from_f<T>(l > 0.f ? Os[idx] / l : 0.f);
+    const long long pr = (row0 + r) * nsplit + split;
+    part[2 * nrow * nsplit + pr * Dv + d] = Os[idx];
+    if (d == 0) {
+      part[pr] = Ms[r];
+      part[nrow * nsplit + pr] = Ls[r];
+    }
+  }
+}
+
+// Merges the key splits of one output row: block x = (b * nh + h) * Sq + s.
+template <typename T>
+__global__ void __launch_bounds__(128) att_reduce(
+    const float* __restrict__ part, T* __restrict__ y, const AttParams* __restrict__ prm) {
+  const long long ysb = prm->ysb, ysh = prm->ysh, yss = prm->yss;
+  const int Sq = prm->Sq, nh = prm->nh, Dv = prm->Dv, nsplit = prm->nsplit;
+  const long long row = blockIdx.x;
+  const long long nrow = (long long)gridDim.x;
+  const int s = (int)(row % Sq);
+  const int h = (int)((row / Sq) % nh);
+  const long long b = row / ((long long)Sq * nh);
+  const float* pm = part + row * nsplit;
+  const float* pl = part + nrow * nsplit + row * nsplit;
+  const float* pa = part + 2 * nrow * nsplit + row * nsplit * Dv;
+  float mx = ONNXEP_NEG_INF;
+  for (int c = 0; c < nsplit; ++c) mx = fmaxf(mx, pm[c]);
+  for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+    float l = 0.f, a = 0.f;
+    if (mx != ONNXEP_NEG_INF) {
+      for (int c = 0; c < nsplit; ++c) {
+        if (pm[c] == ONNXEP_NEG_INF) continue;
+        const float w = expf(pm[c] - mx);
+        l += pl[c] * w;
+        a += pa[(long long)c * Dv + d] * w;
+      }
+    }
+    y[b * ysb + h * ysh + (long long)s * yss + d] = from_f<T>(l > 0.f ? a / l : 0.f);
   }
 }
 """
 )
 
-KERNEL_NAMES = ("att_concat", "att_prefill")
+KERNEL_NAMES = ("att_concat", "att_prefill", "att_reduce")
 NAME_EXPRESSIONS = instantiations(KERNEL_NAMES)

@@ -82,6 +82,24 @@ def _mask_strides(mask, b: int, hq: int, sq: int, sk: int) -> tuple[int, int, in
     return st[0], st[1], st[2], cols
 
 
+#: Blocks per SM below which the keys are split across blocks too.
+SPLIT_BLOCKS_PER_SM = 2
+#: Fewest key tiles one split takes (fewer make the partial results cost more than they save).
+MIN_TILES_PER_SPLIT = 4
+
+
+def split_keys(blocks: int, keys: int, bk: int, sms: int) -> tuple[int, int]:
+    """(splits, keys per split) over ``keys``: enough splits that the ``blocks`` the query
+    tiles make fill SPLIT_BLOCKS_PER_SM per SM, each split at least MIN_TILES_PER_SPLIT
+    key tiles; one split (chunk 0, unused) when the query tiles fill the device."""
+    want = math.ceil(SPLIT_BLOCKS_PER_SM * sms / max(1, blocks))
+    n = min(want, keys // (MIN_TILES_PER_SPLIT * bk))
+    if n <= 1:
+        return 1, 0
+    chunk = math.ceil(math.ceil(keys / n) / bk) * bk
+    return math.ceil(keys / chunk), chunk
+
+
 def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: Sequence[Any]):
     """The callable running one call for inputs shaped like ``ins`` (values are never read)."""
     q, k, v = ins[Q], ins[K], ins[V]
@@ -151,6 +169,8 @@ def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: 
         vst = (hkv * total * dv, total * dv, dv)
     else:
         kst, vst = _layout(k, hkv), _layout(v, hkv)
+    qtiles = (sq + bq - 1) // bq
+    nsplit, chunk = split_keys(qtiles * hq * b, total, bk, sms)
     rank3 = q.ndim == 3
     y_shape = (b, sq, hq * dv) if rank3 else (b, hq, sq, dv)
     yst = (sq * hq * dv, dv, hq * dv) if rank3 else (hq * sq * dv, sq * dv, dv)
@@ -162,11 +182,14 @@ def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: 
         ysb=yst[0], ysh=yst[1], yss=yst[2], msb=mst[0], msh=mst[1], mss=mst[2], past=pl,
         Sq=sq, Sk=total, nh=hq, nkv=hkv, D=d, Dv=dv, BQ=bq, BK=bk, causal=int(cfg.causal),
         left=cfg.left, right=cfg.right, mask_cols=mst[3] if mask is not None else total,
-        nonpad_offset=int(nonpad is not None and not has_past), scale=scale,
+        nonpad_offset=int(nonpad is not None and not has_past), nsplit=nsplit, chunk=chunk,
+        scale=scale,
         softcap=cfg.softcap,
     )  # fmt: skip
-    attn = fns["att_prefill"]
-    grid = ((sq + bq - 1) // bq, hq, b)
+    attn, reduce_ = fns["att_prefill"], fns["att_reduce"]
+    grid = (qtiles * nsplit, hq, b)
+    part_n = b * hq * sq * nsplit * (dv + 2) if nsplit > 1 else 0
+    red_grid, red_block = (b * hq * sq,), (min(128, (dv + 31) // 32 * 32),)
     run_attn = b > 0 and sq > 0 and hq > 0 and dv > 0
 
     concat = fns["att_concat"]
@@ -209,7 +232,10 @@ def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: 
                     mh = mask
             if convert_nonpad:
                 nonpad = ascontig(nonpad.astype(np.int64))
-            attn(grid, block, (q, ka, va, mb, mf, mh, nonpad, y, prm), shared_mem=smem)
+            part = empty(part_n, dtype=np.float32) if part_n else None
+            attn(grid, block, (q, ka, va, mb, mf, mh, nonpad, part, y, prm), shared_mem=smem)
+            if part_n:
+                reduce_(red_grid, red_block, (part, y, prm))
         return (y, present_k, present_v, None)
 
     return step

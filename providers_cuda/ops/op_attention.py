@@ -11,8 +11,10 @@ output is rounded once to the inputs' dtype.
 Declined, so the CPU provider runs the node: the ``qk_matmul_output``
 output, ``softmax_precision`` other than float32, inputs whose dtypes
 differ, and head sizes above the kernel's limit. What this kernel accepts it
-runs in one or three launches (present caches are written by ``att_concat``),
-without host synchronisation or cuBLAS, so it can be captured in a CUDA graph.
+runs in one launch, plus ``att_concat`` twice when present caches are built
+from past ones and ``att_reduce`` when the keys are split across blocks
+(decode), without host synchronisation or cuBLAS, so it can be captured in a
+CUDA graph.
 """
 
 from __future__ import annotations

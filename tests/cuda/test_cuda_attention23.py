@@ -71,6 +71,10 @@ CASES = [
     ("long_keys_bool_causal", {"is_causal": 1}, 23, F32, (1, 2, 33, 16), (1, 2, 70, 16),
      (1, 2, 70, 16), (("mask", (1, 1, 33, 70), "bool"),)),
     ("head_size_256", {}, 23, F16, (1, 1, 3, 256), (1, 1, 5, 256), (1, 1, 5, 200), ()),
+    ("split_keys_decode_mask", {"is_causal": 1}, 24, F32, (2, 4, 1, 16), (2, 2, 300, 16),
+     (2, 2, 300, 8), (("mask", (2, 1, 1, 300), "bool"), ("nonpad", [300, 140]))),
+    ("split_keys_past_fp16", {"is_causal": 1, "q_num_heads": 2, "kv_num_heads": 1}, 23, F16,
+     (1, 2, 16), (1, 2, 8), (1, 2, 8), (("past", 290),)),
     ("fully_masked_rows", {}, 23, F32, (1, 2, 2, 8), (1, 2, 3, 8), (1, 2, 3, 8),
      (("mask", (2, 3), "none_in_row_0"),)),
 ]  # fmt: skip
@@ -203,7 +207,7 @@ def test_call_captures_and_replays_with_new_lengths():
     from onnxep.providers_cuda.ops.op_attention import attention
 
     rng = np.random.default_rng(3)
-    b, hq, hkv, sq, past, new, d = 2, 8, 2, 3, 60, 3, 64
+    b, hq, hkv, sq, past, new, d = 2, 8, 2, 3, 600, 3, 64  # long: the keys split
     feeds = [
         rng.standard_normal(s).astype(F16)
         for s in ((b, hq, sq, d), (b, hkv, new, d), (b, hkv, new, d))
