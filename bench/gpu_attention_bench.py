@@ -1,22 +1,25 @@
 """The CUDA decode GroupQueryAttention step, timed on the GPU; prints one JSON line per case.
 
     python bench/gpu_attention_bench.py [--models 0.5b,1.5b] [--contexts 16,512,2000,8000]
-        [--layers 24] [--batch 1] [--dtype float16] [--repeats 50]
+        [--capacity 8192] [--layers 24] [--batch 1] [--dtype float16] [--repeats 50]
 
 Each case decodes one token over ``context`` tokens held in a fixed-capacity
-cache that present shares with past (capacity: the context rounded up to 256),
-with the attention geometry of Qwen2.5-0.5B (14 query heads, 2 KV heads, head
-size 64) or Qwen2.5-1.5B (12, 2, 128), rotary off. The step is built through
-the kernel builder, as the executor builds it, then ``--layers`` steps, each
-over its own cache (as the layers of a model: no step finds another's K/V in
-L2), are captured in one CUDA graph and replayed; CUDA events time the replay,
-median of ``--repeats`` after warm-up.
+cache that present shares with past, as ``onnxep.generate`` runs it
+(total_sequence_length is the capacity, seqlens_k the context less one), with
+the attention geometry of Qwen2.5-0.5B (14 query heads, 2 KV heads, head size
+64) or Qwen2.5-1.5B (12, 2, 128), rotary off. The step is built through the
+kernel builder, as the executor builds it, then ``--layers`` steps, each over
+its own cache as the layers of a model, are captured in one CUDA graph and
+replayed; CUDA events time the replay, median of ``--repeats`` after warm-up,
+with L2 scrubbed before each replay (a model's weights stream through it).
 
 * ``us_per_call``: graph time / layers, the step's device time inside a graph;
 * ``bandwidth_tbs``: the K and V bytes one step must read over that time, and
   ``of_peak`` that against the 4.26 TB/s the H200 reaches in a device-to-device
   copy (GPU.md);
-* ``launches``: kernels per step (decode, plus the split-K reduce when split);
+* ``splits``: the splits the kernel uses at this context (decided on the device);
+* ``launches``: kernels per step (decode, plus the split-K reduce when the plan
+  may split; its blocks return at once for a row that used one split);
 * ``eager_us``: events around one uncaptured call, the host's launch gaps included.
 """
 
@@ -44,10 +47,12 @@ def _node(names, shapes, dtype, attrs):
     return NodeInfo("GroupQueryAttention", "com.microsoft", "bench", 1, attrs, ins, outs)
 
 
-def _median_ms(cupy, fn, repeats: int) -> float:
+def _median_ms(cupy, fn, repeats: int, before=None) -> float:
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         start.record()
         fn()
         end.record()
@@ -59,6 +64,7 @@ def _median_ms(cupy, fn, repeats: int) -> float:
 def measure(
     model: str = "0.5b",
     context: int = 2000,
+    capacity: int = 8192,
     layers: int = 24,
     batch: int = 1,
     dtype: str = "float16",
@@ -68,13 +74,14 @@ def measure(
     import cupy
 
     from onnxep.providers_cuda.ops._attention_cuda import sm_count
-    from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
+    from onnxep.providers_cuda.ops._gqa_geometry import decode_splits, plan_decode
     from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 
     nh, nkv, d = MODELS[model]
     dt = np.dtype(dtype)
     b = batch
-    capacity = (context + 255) // 256 * 256
+    if not 1 <= context <= capacity:
+        raise SystemExit(f"context {context} must be within 1..capacity ({capacity})")
     names = ["query", "key", "value", "past_key", "past_value", "seqlens_k"]
     names.append("total_sequence_length")
     shapes = {
@@ -91,7 +98,7 @@ def measure(
     for _ in range(layers):
         args = [rng.standard_normal(shapes[n], dtype=np.float32).astype(dt) for n in names[:5]]
         args.append(cupy.full((b,), context - 1, dtype=np.int32))
-        args.append(np.array(context, np.int32))  # a host input
+        args.append(np.array(capacity, np.int32))  # a host input, as generate feeds it
         per_layer.append(args)
     node = _node(names, shapes, dt, {"num_heads": nh, "kv_num_heads": nkv})
     run = group_query_attention(node, cupy)
@@ -112,9 +119,11 @@ def measure(
         graph = stream.end_capture()
         for _ in range(warmup):
             graph.launch(stream)
-        graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats)
+        scrub = cupy.empty(256 << 20, dtype=np.uint8)  # larger than L2
+        graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats, lambda: scrub.fill(1))
 
-    geo = plan_decode(b, nh, nkv, d, context, sm_count())
+    geo = plan_decode(b, nh, nkv, d, capacity, sm_count())
+    chunk, splits = decode_splits(geo, context)
     us = graph_ms * 1e3 / layers
     kv_bytes = 2 * b * nkv * context * d * dt.itemsize
     tbs = kv_bytes / (us * 1e-6) / 1e12
@@ -130,8 +139,8 @@ def measure(
         "head_size": d,
         "context": context,
         "capacity": capacity,
-        "splits": geo.nsplit,
-        "chunk": geo.chunk,
+        "splits": splits,
+        "chunk": chunk,
         "launches": 1 + (geo.nsplit > 1),
         "kv_bytes": kv_bytes,
         "us_per_call": round(us, 2),
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="0.5b,1.5b", help=f"comma-separated, of {sorted(MODELS)}")
     p.add_argument("--contexts", default="16,512,2000,8000")
+    p.add_argument("--capacity", type=int, default=8192)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
@@ -162,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--contexts must be positive")
     for model in models:
         for ctx in contexts:
-            row = measure(model, ctx, a.layers, a.batch, a.dtype, a.repeats, a.warmup)
+            row = measure(model, ctx, a.capacity, a.layers, a.batch, a.dtype, a.repeats, a.warmup)
             print(json.dumps(row), flush=True)
 
 

@@ -121,12 +121,15 @@ DECODE_CASES = [
     ("qseqlens_bias_smooth", 2, 4, 2, 64, [17, 3], 24, {"smooth_softmax": 1},
      ("query_seqlens", "attention_bias")),
     ("mqa_32_heads_ragged", 3, 32, 1, 64, [60, 2, 33], None, {}, ()),
+    # onnxep.generate's shared buffers: total_sequence_length is the capacity
+    ("h64_g7_total_is_capacity", 2, 14, 2, 64, [10, 200], 512, {"do_rotary": 1},
+     ("fp16", "total_is_capacity")),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", DECODE_CASES, ids=[c[0] for c in DECODE_CASES])
 def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
-    """A single-token step: no prepare launch, the reduce only when the context is split."""
+    """A single-token step: no prepare launch, the reduce only when the context may be split."""
     from onnxep.providers_cuda.ops import op_group_query_attention as gqa_mod
     from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
 
@@ -134,6 +137,8 @@ def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
     dt = np.float16 if "fp16" in extras else np.float32
     f, names = _gqa_feeds(np.random.default_rng(4), b, 1, nh, nkv, hd, past_lens, cap, attrs,
                           extras, dt)  # fmt: skip
+    if "total_is_capacity" in extras:
+        f["total_sequence_length"] = np.array(cap, np.int32)
     attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
     ins = tuple(ValueInfo(n, "tensor", f[n].dtype, f[n].shape) if n else None for n in names)
     outs = tuple(ValueInfo(n, "tensor") for n in ("output", "present_key", "present_value"))

@@ -130,21 +130,26 @@ def test_decode_geometry_fits_and_covers(d):
         assert g.smem == 4 * floats <= gqa.SMEM_LIMIT, where  # what the kernel carves
         assert g.rows <= gqa.DECODE_MAX_ROWS and g.rows * g.nrg >= nh // nkv, where
         assert g.threads <= _DECODE_BOUND and d <= 32 * LANE_CHANNELS, where  # acc[] per lane
-        assert 1 <= g.ktile <= 32 and g.chunk % g.ktile == 0, where
-        assert g.chunk * g.nsplit >= ctx and g.chunk * (g.nsplit - 1) < max(ctx, 1), where
+        assert g.ktile in (8, 16, 32) and g.nsplit <= max(1, -(-ctx // g.ktile)), where
         assert g.reduce_smem <= gqa.SMEM_LIMIT and nkv * g.nrg <= 65535, where
-        blocks = b * nkv * g.nrg * g.nsplit
-        assert blocks <= max(b * nkv * g.nrg, 2 * gqa.DECODE_BLOCKS_PER_SM * sms), where
+        assert b * nkv * g.nrg * g.nsplit <= max(b * nkv * g.nrg, 2 * 2 * sms), where
+        for kv_end in {0, 1, ctx // 3, ctx}:  # the keys a row attends, up to the context
+            chunk, n = gqa.decode_splits(g, kv_end)
+            assert chunk % g.ktile == 0 and 1 <= n <= g.nsplit, (kv_end, where)
+            assert chunk * n >= kv_end and chunk * (n - 1) < max(kv_end, 1), (kv_end, where)
 
 
 def test_decode_splits_follow_the_context_and_the_device():
-    """Qwen2.5-0.5B heads on 132 SMs: one split and no reduce for a short context; a long one
-    fills the device (2 KV heads x splits ~ two blocks per SM); fewer SMs, fewer splits."""
-    assert gqa.plan_decode(1, 14, 2, 64, 16, 132).nsplit == 1
+    """Qwen2.5-0.5B heads on 132 SMs: a long context fills the device (2 KV heads x splits
+    ~ two blocks per SM), fewer SMs get fewer splits; in a fixed-capacity cache (total =
+    capacity) a row attending few keys uses one split, so its block writes the output."""
     long_ = gqa.plan_decode(1, 14, 2, 64, 8000, 132)
-    assert 0.9 * 2 * 132 <= 2 * long_.nsplit <= 2 * 132 + 2
+    assert 0.9 * 2 * 132 <= 2 * gqa.decode_splits(long_, 8000)[1] <= 2 * 132
     assert gqa.plan_decode(1, 14, 2, 64, 8000, 16).nsplit < long_.nsplit
-    assert gqa.plan_decode(1, 14, 2, 64, 2000, 132).nsplit > 1
+    assert gqa.plan_decode(1, 14, 2, 64, 16, 132).nsplit == 1
+    fixed = gqa.plan_decode(1, 14, 2, 64, 4096, 132)
+    assert gqa.decode_splits(fixed, 16)[1] == 1
+    assert gqa.decode_splits(fixed, 2000)[1] > 1
 
 
 @pytest.mark.parametrize("d", HEAD_SIZES)

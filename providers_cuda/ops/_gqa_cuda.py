@@ -39,7 +39,7 @@ ATTN = params(
 DECODE = params(
     "GqaDecode",
     i64="k_off v_off q_row k_row v_row bsb bsh bsj",
-    i32="B nh nkv D C kv_limit chunk nsplit rows nrg ktile rot interleaved pos_mode "
+    i32="B nh nkv D C kv_limit nsplit rows nrg ktile rot interleaved pos_mode "
     "cache_rows smooth window causal",
     f32="scale softcap",
 )
@@ -191,6 +191,14 @@ struct alignas(16) Pack16 {
   T v[16 / sizeof(T)];
 };
 
+// Keys per split for a batch row attending kv_end keys: spread over the grid's nsplit
+// blocks in whole tiles. Read on the device, so a fixed-capacity cache (whose
+// total_sequence_length is the capacity) splits by the keys a step really attends.
+__device__ __forceinline__ int split_chunk(int kv_end, int nsplit, int ktile) {
+  const int per = (kv_end + nsplit - 1) / nsplit;
+  return imax(ktile, (per + ktile - 1) / ktile * ktile);
+}
+
 // Single-token decode, rotary and the cache write fused in. Block (split c, KV head
 // hk x row group rg, batch b), one warp per query head of the group (warp w: head
 // hk*G + rg*rows + w). The block reads K/V rows [c*chunk, (c+1)*chunk) once for all its
@@ -199,7 +207,8 @@ struct alignas(16) Pack16 {
 // accumulator (lane owns channels lane + 32i) stay in registers.
 // The new token's K/V row (position P = T - Q) is written by every block of the split
 // holding it, before that block reads it (identical values), so no other launch is needed.
-// part (nsplit > 1): m, then l, each [B*nh][nsplit], then acc [B*nh][nsplit][D].
+// A row needing one split (nsb == 1) is written to y here; otherwise the partials go to
+// part: m, then l, each [B*nh][nsplit], then acc [B*nh][nsplit][D].
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_decode(
     const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
@@ -213,7 +222,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
   const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
   const long long bsb = prm->bsb, bsh = prm->bsh, bsj = prm->bsj;
   const int B = prm->B, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
-  const int kv_limit = prm->kv_limit, chunk = prm->chunk, nsplit = prm->nsplit;
+  const int kv_limit = prm->kv_limit, nsplit = prm->nsplit;
   const int rows = prm->rows, nrg = prm->nrg, ktile = prm->ktile;
   const int rot = prm->rot, interleaved = prm->interleaved, pos_mode = prm->pos_mode;
   const int cache_rows = prm->cache_rows, smooth = prm->smooth;
@@ -235,6 +244,9 @@ __global__ void __launch_bounds__(256) gqa_decode(
   const long long row = Pb;  // the new token's cache row and the query's position
   const long long p = rope_position(pos_mode, pos_ids, b, 1, 0, row, cache_rows);
   const long long kv0 = ((long long)b * nkv + hk) * C * D;
+  const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
+  const int chunk = split_chunk(kv_end, nsplit, ktile);
+  const int nsb = imax(1, (kv_end + chunk - 1) / chunk);  // splits this row uses
   if (Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1)) {
     const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
     const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
@@ -243,9 +255,8 @@ __global__ void __launch_bounds__(256) gqa_decode(
       vc[kv0 + row * D + d] = vh[d];
     }
   }
-  const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
+  if (c >= nsb) return;  // gqa_reduce skips these splits too
   const int j0 = c * chunk;
-  if (nsplit > 1 && j0 >= kv_end) return;  // gqa_reduce skips these splits too
   const int jn = imax(0, imin(chunk, kv_end - j0));
 
   for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
@@ -318,13 +329,13 @@ __global__ void __launch_bounds__(256) gqa_decode(
   for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
     const int d = lane + 32 * i;
     if (d >= D) break;
-    if (nsplit == 1) {
+    if (nsb == 1) {
       y[orow * D + d] = from_f<T>(attn_finish(acc[i], m, l, has_sink, sk));
     } else {
       part[2 * nout * nsplit + (orow * nsplit + c) * D + d] = acc[i];
     }
   }
-  if (nsplit > 1 && lane == 0) {
+  if (nsb > 1 && lane == 0) {
     part[orow * nsplit + c] = m;
     part[nout * nsplit + orow * nsplit + c] = l;
   }
@@ -341,7 +352,8 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   return r;
 }
 
-// Merges the decode splits of one output row: block x = b * nh + h. The splits'
+// Merges the decode splits of one output row: block x = b * nh + h (a row that
+// needed one split is gqa_decode's). The splits'
 // weights go to shared memory first, so the per-channel sum is independent loads.
 template <typename T>
 __global__ void __launch_bounds__(128) gqa_reduce(
@@ -349,14 +361,16 @@ __global__ void __launch_bounds__(128) gqa_reduce(
     const T* __restrict__ sink, const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];
   const int B = prm->B, nh = prm->nh, D = prm->D, kv_limit = prm->kv_limit;
-  const int chunk = prm->chunk, nsplit = prm->nsplit, smooth = prm->smooth;
+  const int ktile = prm->ktile, nsplit = prm->nsplit, smooth = prm->smooth;
   float* w = smem;             // nsplit
   float* red = smem + nsplit;  // 32
   const long long orow = blockIdx.x;
   const int h = (int)(orow % nh);
   const int b = (int)(orow / nh);
   const int kv_end = imax(0, imin(seqlens_k[b] + 1, kv_limit));  // kv_limit <= C
-  const int nc = imin(nsplit, (kv_end + chunk - 1) / chunk);
+  const int chunk = split_chunk(kv_end, nsplit, ktile);
+  const int nc = (kv_end + chunk - 1) / chunk;
+  if (nc <= 1) return;  // gqa_decode wrote the row
   const long long nout = (long long)B * nh;
   const float* pm = part + orow * nsplit;
   const float* pl = part + nout * nsplit + orow * nsplit;

@@ -35,8 +35,7 @@ class DecodeGeometry:
 
     rows: int  # query heads per block, a warp each
     nrg: int  # row groups per KV head
-    chunk: int  # keys per split
-    nsplit: int
+    nsplit: int  # blocks per (KV head, row group, batch): the most splits a row may use
     ktile: int  # keys staged in shared memory at once
     smem: int  # dynamic shared memory, bytes
 
@@ -71,9 +70,10 @@ def uses_decode(s: int) -> bool:
 
 
 def plan_decode(b: int, nh: int, nkv: int, d: int, context: int, sms: int) -> DecodeGeometry:
-    """Split the ``context`` keys a token attends (total_sequence_length) so that about
-    DECODE_BLOCKS_PER_SM blocks per SM run, each split a multiple of the key tile: a short
-    context is one split (no reduce launch), a long one fills the device."""
+    """Up to DECODE_BLOCKS_PER_SM blocks per SM for ``context`` keys (total_sequence_length),
+    never more splits than key tiles. How many a batch row uses is decided on the device
+    from the keys it attends (:func:`decode_splits`): a short context is one split whose
+    block writes the output (no reduce), a long one fills the device."""
     _check_head_size(d)
     g = nh // nkv
     nrg = math.ceil(g / DECODE_MAX_ROWS)
@@ -84,11 +84,17 @@ def plan_decode(b: int, nh: int, nkv: int, d: int, context: int, sms: int) -> De
             break
     else:
         raise InvalidArgument(f"GroupQueryAttention: head size {d} leaves no key tile in 48 KiB")
-    ctx = max(context, 1)
     want = max(1, math.ceil(DECODE_BLOCKS_PER_SM * sms / max(1, b * nkv * nrg)))
-    chunk = max(ktile, _round_up(math.ceil(ctx / want), ktile))
-    nsplit = math.ceil(ctx / chunk)
-    return DecodeGeometry(rows, nrg, chunk, nsplit, ktile, 4 * floats)
+    nsplit = max(1, min(want, math.ceil(context / ktile)))
+    return DecodeGeometry(rows, nrg, nsplit, ktile, 4 * floats)
+
+
+def decode_splits(geo: DecodeGeometry, kv_end: int) -> tuple[int, int]:
+    """(keys per split, splits) gqa_decode uses for a batch row attending ``kv_end`` keys:
+    the device's ``split_chunk`` arithmetic."""
+    per = math.ceil(kv_end / geo.nsplit)
+    chunk = max(geo.ktile, _round_up(per, geo.ktile))
+    return chunk, max(1, math.ceil(kv_end / chunk))
 
 
 _PREFILL_TILES = ((32, 32), (16, 32), (16, 16), (8, 16), (8, 8))

@@ -166,8 +166,8 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
         prm = DECODE.to_device(
             xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
             v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
-            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, chunk=geo.chunk,
-            nsplit=geo.nsplit, rows=geo.rows, nrg=geo.nrg, ktile=geo.ktile, rot=rot,
+            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=geo.nsplit,
+            rows=geo.rows, nrg=geo.nrg, ktile=geo.ktile, rot=rot,
             interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
             smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
             softcap=cfg.softcap,
