@@ -51,6 +51,7 @@ def attention_model(
     gqa=False,
     escape=None,
     axis=-1,
+    kv_heads=None,
 ):
     """``MatMul(Softmax(mask(scale(q @ kᵀ))), v)`` in one of the forms exporters write.
 
@@ -61,10 +62,12 @@ def attention_model(
     [B,1,S,T] mask added), ``where`` (Where(cond, -inf, scores)), ``where0`` (filled with 0).
     """
     e = ELEM[dt]
-    hk = HKV if gqa else HQ
+    hk = kv_heads or (HKV if gqa else HQ)
     nodes, inits = [], [const("c", math.sqrt(D), dt), const("r", D**-0.25, dt)]
     inputs = [tensor("q", [B, HQ, S, D], e)]
     kshape = {"bshd": [B, T, hk, D], "pre": [B, hk, D, T]}.get(key, [B, hk, T, D])
+    if key == "mqa-broadcast":  # one K head broadcast by the MatMul, but V of every head
+        key, kshape = "transpose", [B, 1, T, D]
     inputs += [tensor("k", kshape, e), tensor("v", [B, hk, T, D], e)]
     k, v = "k", "v"
     if gqa:  # repeat_interleave of the heads, as torch exports it
@@ -180,6 +183,7 @@ FORMS = {
     "pre-transposed-unscaled": {"key": "pre", "scale": "none"},
     "add-mask": {"mask": "add"},
     "where-mask-nan-guard": {"mask": "where", "nan_guard": True},
+    "mqa-broadcast-by-matmul": {"kv_heads": 1},
     "split-add-mask-nan-guard": {
         "key": "rank3",
         "scale": "split",
@@ -235,8 +239,9 @@ def test_refuses_escaping_scores_or_probabilities(make, escape, reason):
         ({"scale": "input"}, "the scores are scaled by something other than a constant scalar"),
         ({"mask": "where0"}, "the Where fills something other than a constant -inf"),
         ({"axis": 2}, "the Softmax is not over the last axis"),
+        ({"key": "mqa-broadcast"}, "K and V have different numbers of heads"),
     ],
-    ids=["scale-not-constant", "fill-not-minus-inf", "softmax-axis"],
+    ids=["scale-not-constant", "fill-not-minus-inf", "softmax-axis", "k-v-heads-differ"],
 )
 def test_refuses_what_it_cannot_prove(make, kw, reason):
     sess = session(attention_model(**kw), make)

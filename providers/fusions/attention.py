@@ -152,7 +152,7 @@ class _Attention(pattern.RewriteRuleClassBase):
         if not np.isfinite(plan.scale) or plan.scale == 0:
             return C.verdict("the constant scales multiply to zero or overflow")
         plan.gqa = _fold_repeats(plan)
-        return C.verdict()
+        return C.verdict(_heads_reason(plan))
 
     def rewrite(self, op, qq, kk, value, mask=None, cond=None, mask_form="none", **_):
         plan = self._plan
@@ -192,6 +192,22 @@ def _fold_repeats(plan: _Plan) -> bool:
     plan.key = Key(k[0], None, plan.key.scale)
     plan.value = v[0]
     return True
+
+
+def _heads_reason(plan: _Plan) -> str | None:
+    """Dims that are known and break Attention's layout (Q, K, V of one batch; K and V of the
+    same heads, a whole number of them per query head); unknown dims the kernel checks."""
+    q, v = plan.query, plan.value
+    k_axes = (0, 2) if plan.key.perm == [0, 2, 1, 3] else (0, 1)  # K given as [B, S, H, D]
+    batch = [C.dim(q, 0), C.dim(plan.key.value, k_axes[0]), C.dim(v, 0)]
+    if len({b for b in batch if b is not None}) > 1:
+        return "Q, K and V are not of one batch (the MatMuls broadcast it)"
+    hq, hk, hv = C.dim(q, 1), C.dim(plan.key.value, k_axes[1]), C.dim(v, 1)
+    if hk is not None and hv is not None and hk != hv:
+        return "K and V have different numbers of heads"
+    if isinstance(hq, int) and isinstance(hk, int) and (hk == 0 or hq % hk):
+        return "Q's heads are not a whole number of groups of K's"
+    return None
 
 
 def _rank4(*values: ir.Value) -> str | None:
