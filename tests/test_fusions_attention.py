@@ -87,8 +87,9 @@ def attention_model(
         nodes.append(node("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]))
     elif key == "bshd":
         nodes.append(node("Transpose", [k], ["kt"], perm=[0, 2, 3, 1]))
-    elif key == "rank3":
-        inits += [const("flat", [-1, T, D], np.int64), const("back", [B, HQ, D, T], np.int64)]
+    elif key in ("rank3", "rank3-scrambled"):  # scrambled: a reshape that is no transpose
+        flat = [-1, T, D] if key == "rank3" else [-1, D, T]
+        inits += [const("flat", flat, np.int64), const("back", [B, HQ, D, T], np.int64)]
         nodes += [
             node("Reshape", [k, "flat"], ["k3"]),
             node("Transpose", ["k3"], ["k3t"], perm=[0, 2, 1]),
@@ -213,6 +214,13 @@ def test_gqa_repeat_is_folded_into_the_kv_heads(make, kw, dt):
     # the repeat and the glue around the scores are gone: the op reads K and V as given
     for gone in ("Expand", "Unsqueeze", "Reshape", "Transpose", "Div", "Mul", "Where"):
         assert gone not in placed, placed
+
+
+def test_glue_it_cannot_prove_stays_and_the_op_reads_after_it(make):
+    # Reshape -> Transpose -> Reshape that is not K's transpose: the op reads its result
+    # (transposed back), so the graph's own arithmetic is kept
+    fused = check(make, attention_model(key="rank3-scrambled"))
+    assert ops(fused).count("Transpose") == 2 and ops(fused).count("Reshape") == 2
 
 
 def test_a_repeat_read_elsewhere_stays_for_that_reader(make):
