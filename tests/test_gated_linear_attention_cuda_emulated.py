@@ -48,3 +48,24 @@ def test_refusals_name_what_is_wrong(emulated):
     ins[5] = ins[5][:1]  # one dt_bias value for two heads
     with pytest.raises(ValueError, match="dt_bias"):
         gpu.fused_op.gated_linear_attention(gpu.gla_node(case), np)(*ins)
+
+
+def test_present_overwrites_a_donated_past_and_only_then(emulated):
+    from onnxep.providers.inplace import array_address, donating
+
+    case = gpu.Case(gpu.F16)
+    node = gpu.gla_node(case)
+    ins = list(gpu.inputs(case))
+    want = gpu.generic.gated_linear_attention(node, np)(*ins)
+    run = gpu.fused_op.gated_linear_attention(node, np)
+    past = ins[3].copy()
+    ins[3] = past
+    y, present = run(*ins)
+    assert present is not past and np.array_equal(past, gpu.inputs(case)[3])  # left alone
+    with donating({node.name: array_address(past)}):
+        y2, present2 = run(*ins)
+    assert present2 is past  # written over the donated buffer
+    np.testing.assert_array_equal(present2, present)
+    np.testing.assert_array_equal(y2, y)
+    atol, rtol = gpu.TOLERANCES[np.dtype(case.dtype)]
+    np.testing.assert_allclose(present, want[1], rtol=rtol, atol=atol)

@@ -6,9 +6,12 @@ The op (``providers/ops/op_onnxep_gated_linear_attention.py``) is what
 of q and k and com.microsoft ``LinearAttention``. The launch is
 LinearAttention's (``op_linear_attention.plan_launch``, with a's shape for the
 decay and b's for beta); the kernel (``_gated_linear_attention_cuda``) computes
-the gates and norms while it stages each token. Present is a fresh buffer.
-Inputs are checked and arguments built once per input signature, so a call
-only allocates the outputs and launches, and can be captured.
+the gates and norms while it stages each token. Present overwrites the past
+state when the caller gave that buffer up for the run (``onnxep.providers.inplace``,
+as LinearAttention does: the kernel reads each state tile before writing it),
+else it is a fresh buffer. Inputs are checked and arguments built once per
+input signature, so a call only allocates the outputs and launches, and can
+be captured.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import NotSupported
+from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.op_onnxep_gated_linear_attention import gated_rule
@@ -73,7 +77,7 @@ def plan_gated(cfg: LaConfig, node: NodeInfo, sig: tuple, sms: int, norms: tuple
 
 
 @kernel("GatedLinearAttention", domain="onnxep", dtypes={0: ("float", "float16")},
-        capture_safe=True)  # fmt: skip
+        inplace=((3, 1),), capture_safe=True)  # fmt: skip
 def gated_linear_attention(node: NodeInfo, xp: Any):
     gated_rule(node)
     cfg = parse_config(node, onnx=False)
@@ -88,6 +92,7 @@ def gated_linear_attention(node: NodeInfo, xp: Any):
     plans = K.PlanCache(lambda *sig: plan_gated(cfg, node, sig, sms, norms))
     is_contiguous = contiguity_test(xp)
     delta = cfg.delta
+    name = node.name
 
     def run(query, key, value, past_state=None, a=None, dt_bias=None, decay_scale=None, b=None):
         b = b if delta else None
@@ -95,7 +100,17 @@ def gated_linear_attention(node: NodeInfo, xp: Any):
         plan = plans(*signature(ins))
         ins = contiguous(xp, is_contiguous, ins)
         y = xp.empty(plan.y_shape, plan.y_dtype)
-        present = xp.empty(plan.state_shape, plan.state_dtype)
+        past = ins[3]
+        if (
+            cfg.window == 0
+            and past is not None
+            and past.dtype == plan.state_dtype
+            and tuple(past.shape) == plan.state_shape
+            and may_overwrite(name, past)
+        ):
+            present = past
+        else:
+            present = xp.empty(plan.state_shape, plan.state_dtype)
         if plan.grid[0]:
             fn(plan.grid, plan.block, (*ins, y, present, *plan.args))
         return (y, present)[: plan.width]

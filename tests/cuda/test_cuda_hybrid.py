@@ -562,12 +562,18 @@ def greedy(sess, prompt, steps, check_against=None, tol=(1e-4, 1e-3)):
     return state.tokens
 
 
+#: Fused ops that stand in for hybrid ops (the fusion passes fold these into them).
+FUSED_HYBRID = {("onnxep", "GatedLinearAttention"): {"LinearAttention", "LinearAttentionGate",
+                                                     "LpNormalization"}}  # fmt: skip
+
+
 def hybrid_placement_problems(sess, provider):
-    """Each hybrid op of ``sess`` that is not on ``provider`` (every one must be there)."""
-    placed = [
-        n for n in sess.placement() if (n.domain.replace("ai.onnx", ""), n.op_type) in HYBRID_OPS
-    ]
-    missing = {op for _, op in HYBRID_OPS} - {n.op_type for n in placed}
+    """Each hybrid op of ``sess`` (or fused op standing in for some) that is not on
+    ``provider`` (every one must be there)."""
+    ops = HYBRID_OPS | set(FUSED_HYBRID)
+    placed = [n for n in sess.placement() if (n.domain.replace("ai.onnx", ""), n.op_type) in ops]
+    covered = {op for n in placed for op in FUSED_HYBRID.get((n.domain, n.op_type), ())}
+    missing = {op for _, op in HYBRID_OPS} - {n.op_type for n in placed} - covered
     off = [f"{n.node} ({n.op_type}): {n.declined}" for n in placed if n.provider != provider]
     return [f"no {op} node in the model" for op in sorted(missing)] + off
 
