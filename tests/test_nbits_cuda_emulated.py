@@ -89,10 +89,15 @@ def launches(monkeypatch):
 
 
 GEMV_ROWS = (1, 2, 3, 5, 8)
-#: The default run's cases (every width and zero-point kind, a K past one shared-memory
-#: segment); the rest run with ``-m slow``.
-QUICK = {(4, 32, "none", 96, 37), (4, 16, "packed", 72, 19), (8, 64, "float", 160, 17),
-         (2, 32, "none", 100, 11), (4, 32, "packed", 1100, 50)}  # fmt: skip
+#: The default run's cases: every width and zero-point kind and a K past one shared-memory
+#: segment, chosen so they share few kernel builds (each costs seconds of g++ when the cache
+#: is cold); the rest run with ``-m slow``.
+QUICK = {
+    ((4, 32, "packed", 200, 37), np.float16),
+    ((4, 32, "packed", 1100, 50), np.float16),
+    ((4, 16, "packed", 72, 19), np.float32),
+    ((8, 64, "float", 160, 17), np.float32),
+}
 
 
 def _params():
@@ -101,7 +106,7 @@ def _params():
     return [
         pytest.param(
             c, dt, id=f"{'-'.join(map(str, c))}-{np.dtype(dt).name}",
-            marks=() if c in QUICK and (dt == np.float32 or c[0] == 4) else pytest.mark.slow,
+            marks=() if (c, dt) in QUICK else pytest.mark.slow,
         )
         for c, dt in cases
     ]  # fmt: skip
@@ -125,29 +130,31 @@ def split_k(monkeypatch):
 
 
 SPLIT_CASES = [
-    (4, 32, "packed", 200, 37),
-    (4, 16, "packed", 72, 19),  # two blocks per 16-byte chunk
-    (8, 64, "float", 160, 17),
-    (2, 32, "none", 100, 11),
-    pytest.param((4, 128, "none", 8960, 24), marks=pytest.mark.slow),  # A in segments
+    ((4, 32, "packed", 200, 37), np.float16),
+    ((4, 16, "packed", 72, 19), np.float32),  # two blocks per 16-byte chunk
+    ((8, 64, "float", 160, 17), np.float32),
+    pytest.param((2, 32, "none", 100, 11), np.float32, marks=pytest.mark.slow),
+    pytest.param((4, 128, "none", 8960, 24), np.float16, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
-def test_split_k_matches_cpu_builder(case, launches, split_k):
-    gpu_quant._check_nbits(*case, np.float16, rows=(1, 3, 8))
+@pytest.mark.parametrize(("case", "dtype"), SPLIT_CASES, ids=str)
+def test_split_k_matches_cpu_builder(case, dtype, launches, split_k):
+    gpu_quant._check_nbits(*case, dtype, rows=(1, 3, 8))
     assert launches.count("nbits_gemv") == launches.count("nbits_finish") == 3
 
 
 def test_split_k_segments_of_a(launches, split_k):
     """A split longer than one shared-memory segment of A (8 rows of 8960 values)."""
-    gpu_quant._check_nbits(4, 32, "packed", 4000, 5, np.float32, rows=(8,))
+    gpu_quant._check_nbits(4, 32, "packed", 4000, 5, np.float16, rows=(8,))
     geometry = K_.gemv_geometry(5, 125, 4, 8, 4)
     assert geometry.cps > geometry.seg_chunks and geometry.splits == 3
     assert launches == ["nbits_gemv", "nbits_finish"]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(np.float32, marks=pytest.mark.slow), np.float16], ids=["fp32", "fp16"]
+)
 @pytest.mark.parametrize("bias_kind", ["const", "input"])
 def test_gemv_bias(bias_kind, dtype, launches):
     gpu_quant._check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind=bias_kind, rows=GEMV_ROWS)
@@ -158,7 +165,12 @@ def test_split_k_adds_the_bias_once(bias_kind, launches, split_k):
     gpu_quant._check_nbits(4, 32, "packed", 200, 37, np.float16, bias_kind=bias_kind, rows=(2,))
 
 
-@pytest.mark.parametrize("case", [(4, 32, "packed", 200, 37), (8, 64, "none", 160, 17)], ids=str)
+@pytest.mark.parametrize(
+    "case",
+    [(4, 32, "packed", 200, 37), (8, 64, "none", 160, 17)],
+    ids=str,
+)
+@pytest.mark.slow  # the int8 rounding kernel is unchanged by the GEMV's work; one build each
 def test_gemv_accuracy_level_4(case, launches):
     gpu_quant._check_nbits(*case, np.float16, accuracy_level=4, rows=(1, 3))
 
