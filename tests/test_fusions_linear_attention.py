@@ -11,6 +11,8 @@ primitive gate chains).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -225,8 +227,23 @@ def test_fires_on_the_tiny_hybrid_decoder(make):
     placed = ops(fused)
     assert placed.count("GatedLinearAttention") == layers
     assert "LinearAttentionGate" not in placed and "LpNormalization" not in placed
-    feeds = exported_feeds(fused, {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 2,
-                                   "total_sequence_length": 5}, np.random.default_rng(0), 100)  # fmt: skip
+    dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 2,
+            "total_sequence_length": 5}  # fmt: skip
+    feeds = exported_feeds(fused, dims, np.random.default_rng(0), 100)
     for arg, got, want in zip(fused.get_outputs(), fused.run(None, feeds), plain.run(None, feeds),
                               strict=True):  # fmt: skip
         np.testing.assert_array_equal(got, want, err_msg=arg.name)
+
+
+QWEN35 = Path(__file__).parent / "data" / "genai" / "qwen3_5_fp32" / "model.onnx"
+
+
+def test_fires_on_the_genai_builders_qwen3_5_export_and_explain_shows_it(make, capsys):
+    from onnxep.cli import main
+
+    fused = session(str(QWEN35), make)
+    assert (fusion(fused, GATES).fired, fusion(fused, L2).fired) == (3, 6)
+    assert not fusion(fused, GATES).refused and not fusion(fused, L2).refused
+    assert main(["explain", str(QWEN35), "--providers", make]) == 0
+    out = capsys.readouterr().out
+    assert f"{make}/{GATES}: fired 3" in out and f"{make}/{L2}: fired 6" in out
