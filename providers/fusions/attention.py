@@ -184,7 +184,7 @@ def _fold_repeats(plan: _Plan) -> bool:
         return False  # K comes from another layout through the transpose: no repeat of K
     k = repeated_heads(plan.key.value)
     v = repeated_heads(plan.value)
-    if k is None or v is None or k[1] is None or k[1] != v[1]:
+    if k is None or v is None or not _same(k[1], v[1]):
         return False
     heads = C.dim(k[0], 1)
     if heads is None or heads != C.dim(v[0], 1):
@@ -192,6 +192,13 @@ def _fold_repeats(plan: _Plan) -> bool:
     plan.key = Key(k[0], None, plan.key.scale)
     plan.value = v[0]
     return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal repeat counts: equal ints or symbolic dims, or one shape tensor."""
+    if isinstance(a, ir.Value) or isinstance(b, ir.Value):
+        return a is b
+    return a == b
 
 
 def _heads_reason(plan: _Plan) -> str | None:

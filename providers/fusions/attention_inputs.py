@@ -112,7 +112,7 @@ def _rank3_transposed(v: ir.Value) -> ir.Value | None:
 def repeated_heads(v: ir.Value) -> tuple[ir.Value, Any] | None:
     """For ``v = Reshape(Expand(Unsqueeze(x, 2), [., ., n, ., .]), [B, Hkv*n, S, D])`` (the
     head repeat of GQA: query head ``h`` reads ``x``'s head ``h // n``): ``x`` and ``n`` (an
-    int, a symbolic dim, or None when not known); else None."""
+    int or a symbolic dim; when not known, the Expand's shape tensor); else None."""
     r = _producer(v, "Reshape")
     e = None if r is None else _producer(r.inputs[0], "Expand")
     u = None if e is None else _producer(e.inputs[0], "Unsqueeze")
@@ -130,12 +130,14 @@ def repeated_heads(v: ir.Value) -> tuple[ir.Value, Any] | None:
         keeps = shape is not None and shape.shape == (5,) and int(shape[a]) == 1
         if not keeps and not Dim(expanded, a) == Dim(x, xa):
             return None
-    if C.rank(v) != 4 or not all(Dim(v, a) == Dim(x, a) for a in (0, 2, 3)):
+    target = reshaped_dims(r, v)
+    if target is None or len(target) != 4 or not all(target[a] == Dim(x, a) for a in (0, 2, 3)):
         return None  # with those equal, the one left is Hkv * n: axes 1 and 2 merged
     n = C.dim(expanded, 2)
-    if n is None and shape is not None and shape.shape == (5,):
-        n = int(shape[2]) if int(shape[2]) > 0 else None
-    return x, n
+    if n is None and shape is not None and shape.shape == (5,) and int(shape[2]) > 0:
+        n = int(shape[2])
+    # Unknown, two repeats still read the same count from one shape tensor.
+    return x, (n if n is not None else e.inputs[1])
 
 
 def _unsqueeze_axes(u: ir.Node) -> list[int] | None:
@@ -171,12 +173,11 @@ def reshaped_dims(reshape: ir.Node, out: ir.Value) -> list[Any] | None:
     r = C.rank(out)
     if r is not None and all(C.dim(out, a) is not None for a in range(r)):
         return [Dim(out, a) for a in range(r)]
-    allow = reshape.attributes.get("allowzero")
     dims = shape_tensor(reshape.inputs[1]) if len(reshape.inputs) > 1 else None
-    if dims is None or (allow is not None and allow.value == 1 and 0 in dims):
-        return dims
-    if any(isinstance(d, int) and d == 0 for d in dims):
-        return None  # 0 copies an input dim: not worth proving here
+    allow = reshape.attributes.get("allowzero")
+    copies = allow is None or allow.value == 0
+    if dims is None or (copies and any(isinstance(d, int) and d == 0 for d in dims)):
+        return None  # a 0 that copies an input dim: not worth proving here
     return dims
 
 
