@@ -11,7 +11,8 @@ stage), with three changes where a token is staged in shared memory:
   divided by its L2 norm, 0 where the norm is 0, and rounded to its type, a
   warp per head summing squares in ``lp_normalize``'s warp order (a lane
   takes elements lane, lane + 32, ..., then a xor-shuffle sum); q is then
-  multiplied by ``qscale`` and rounded again (the export's ``Mul``);
+  multiplied by ``qscale`` and rounded again (the export's ``Mul``; without
+  the norm, as q is staged);
 - everything else is LinearAttention's, so the CPU kernels' order holds.
 
 Each block stages the heads it reads itself, so the norms are computed once
@@ -113,7 +114,9 @@ __global__ void gated_linear_attention(const void* q, const void* k, const void*
     for (int e = tid; e < n * G * dk; e += nt) {
       const int tt = e / (G * dk), r = e % (G * dk);
       const int qh = (h * G + r / dk) / qdiv;
-      stage[tt * F + fq + r] = ld(q, ((bt0 + tt) * hq + qh) * dk + r % dk, HALF(types, 0));
+      float x = ld(q, ((bt0 + tt) * hq + qh) * dk + r % dk, HALF(types, 0));
+      if (!qnorm && qscale != 1.f) x = round_to(__fmul_rn(x, qscale), HALF(types, 0));
+      stage[tt * F + fq + r] = x;
     }
     for (int e = tid; e < n * gw; e += nt) {
       const int tt = e / gw, i = e % gw;
@@ -138,11 +141,6 @@ __global__ void gated_linear_attention(const void* q, const void* k, const void*
       __syncthreads();  // the staged heads are complete before a warp normalises one
       if (knorm) gla_l2_normalize(stage, F, 0, dk, 1, n, dk, HALF(types, 1), 1.f);
       if (qnorm) gla_l2_normalize(stage, F, fq, dk, G, n, dk, HALF(types, 0), qscale);
-    } else if (qscale != 1.f) {
-      for (int e = tid; e < n * G * dk; e += nt) {
-        float* x = stage + (e / (G * dk)) * F + fq + e % (G * dk);
-        *x = round_to(__fmul_rn(*x, qscale), HALF(types, 0));
-      }
     }
     __syncthreads();
     for (int tt = 0; tt < n; ++tt) {

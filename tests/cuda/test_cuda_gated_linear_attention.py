@@ -62,6 +62,8 @@ CASES = [
     Case(F16, t=37, dk=32, dv=64),  # more tokens than one stage holds
     Case(qnorm=False, knorm=False, qscale=1.0, past=False),
     Case(F16, qnorm=True, knorm=False, qscale=1.0, hq=2, hkv=4),  # inverse GQA
+    Case(F16, qnorm=False, knorm=True, qscale=0.5),  # a scale without the norm
+    Case(t=2, dk=320, dv=8),  # a norm past lp_normalize's warp rows: within tolerance only
 ]
 
 
