@@ -211,3 +211,23 @@ def test_plan_covers_the_product_and_splits_only_to_fill_the_device(m, n, k, ite
     lm_head = G.plan(1, 151936, 896, 2, True, 132)
     assert lm_head.splits == 1  # N alone fills the device
     assert G.plan(1, 896, 4864, 2, True, 132).splits > 1  # the down projection cannot
+
+
+def test_driver_launch_signatures_match_the_kernels(emulated, monkeypatch):
+    """On a GPU the launches go through ``launch.Launcher``, which packs 8-byte arguments by
+    a signature string: it must be the kernels' own (g++ reads it from the C parameters)."""
+    from onnxep.providers_cuda import elementwise, launch
+
+    made = []
+
+    class Recorder:
+        def __init__(self, fn, signature):
+            made.append((fn.name, fn.signature, signature))
+
+    monkeypatch.setattr(launch, "Launcher", Recorder)
+    monkeypatch.setattr(elementwise, "_stream_ptr_fn", lambda: lambda: 0)
+    gemv = G.Gemv(np, None)
+    gemv._driver(list(gemv.fns))
+    assert len(made) == len(G.GEMV_NAMES)
+    for name, real, packed in made:
+        assert packed == real, name

@@ -73,8 +73,11 @@ __device__ __forceinline__ void gemv_unpack(const typename GemvRaw<T, V>::type& 
 template <typename T, int V, int MT>
 __global__ void gemv_kn(const T* __restrict__ a, const T* __restrict__ b,
                         const T* __restrict__ bias, T* __restrict__ y, float* __restrict__ part,
-                        int M, int N, int K, int log2tx, int tiles, int kc, int split,
-                        int has_bias) {
+                        i64 M_, i64 N_, i64 K_, i64 log2tx_, i64 tiles_, i64 kc_, i64 split,
+                        i64 has_bias) {
+  // 64-bit parameters (the driver-level launcher packs 8-byte arguments), 32-bit arithmetic.
+  const int M = (int)M_, N = (int)N_, K = (int)K_, log2tx = (int)log2tx_;
+  const int tiles = (int)tiles_, kc = (int)kc_;
   constexpr int U = 4;
   __shared__ float red[256 * V];
   typedef typename GemvRaw<T, V>::type Raw;
@@ -145,11 +148,11 @@ __global__ void gemv_kn(const T* __restrict__ a, const T* __restrict__ b,
 // y[i] = sum over splits s, in order, of part[s, i] (+ bias[i % N]), rounded once.
 template <typename T>
 __global__ void gemv_finish(const float* __restrict__ part, const T* __restrict__ bias,
-                            T* __restrict__ y, i64 total, int N, int splits, int has_bias) {
+                            T* __restrict__ y, i64 total, i64 N, i64 splits, i64 has_bias) {
   const i64 step = (i64)blockDim.x * gridDim.x;
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += part[(i64)s * total + i];
+    for (i64 s = 0; s < splits; ++s) sum += part[s * total + i];
     if (has_bias) sum += to_f(bias[i % N]);
     y[i] = from_f<T>(sum);
   }
@@ -239,9 +242,34 @@ class Gemv:
             self.fns[dt] = K.compile_kernels(GEMV_BODY, names)
         self.sms = K.sm_count()
         self.contiguous = K.contiguity_test(xp)
+        self._launch = self._emulated if xp is np else self._driver(dtypes)
         self._plans = K.PlanCache(self._plan)
         self._dummy = {dt: xp.zeros(1, dt) for dt in dtypes}
         self._dummy_f32 = xp.zeros(1, np.float32)
+
+    def _driver(self, dtypes: list[np.dtype]) -> Any:
+        """Launches straight through the driver (``launch.Launcher``): CuPy's kernel call
+        converts every argument per launch, several microseconds a decode step pays per
+        product when it is not captured."""
+        from ..elementwise import _stream_ptr_fn
+        from ..launch import Launcher
+
+        stream = _stream_ptr_fn()
+        launchers = {
+            (dt, name): Launcher(fn, "ppppp" + "q" * 8 if name.startswith("gemv_kn") else "pppqqqq")
+            for dt in dtypes
+            for name, fn in self.fns[dt].items()
+        }
+
+        def launch(dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
+            ptrs = tuple(x.data.ptr for x in arrays)
+            launchers[dt, name](grid, BLOCK, ptrs + ints, stream())
+
+        return launch
+
+    def _emulated(self, dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
+        """NumPy arrays (the tests' kernel emulator): the kernel called as CuPy calls one."""
+        self.fns[dt][name]((grid,), (BLOCK,), arrays + tuple(np.int64(v) for v in ints))
 
     def _plan(self, m: int, n: int, k: int, itemsize: int, vec: bool) -> Plan:
         return plan(m, n, k, itemsize, vec, self.sms)
@@ -278,23 +306,17 @@ class Gemv:
         dt = a.dtype
         vec = (n * dt.itemsize) % 16 == 0 and K.address(b) % 16 == 0
         p = self._plans(m, n, k, dt.itemsize, vec)
-        fns = self.fns[dt]
         y = xp.empty((*lead, n), dt)
-        has_bias = np.int32(bias is not None)
+        has_bias = int(bias is not None)
         bias_arg = self._dummy[dt] if bias is None else bias
-        i32 = np.int32
         split = p.splits > 1
         part = xp.empty((p.splits, m, n), np.float32) if split else self._dummy_f32
-        fns[f"gemv_kn<{CTYPE[dt]}, {p.v}, {p.mt}>"](
-            (p.tiles * p.splits,),
-            (BLOCK,),
-            (a, b, bias_arg, y, part, i32(m), i32(n), i32(k), i32(p.log2tx), i32(p.tiles),
-             i32(p.kc), i32(split), has_bias),
-        )  # fmt: skip
+        c = CTYPE[dt]
+        ints = (m, n, k, p.log2tx, p.tiles, p.kc, int(split), has_bias)
+        self._launch(
+            dt, f"gemv_kn<{c}, {p.v}, {p.mt}>", p.tiles * p.splits, (a, b, bias_arg, y, part), ints
+        )
         if split:
-            fns[f"gemv_finish<{CTYPE[dt]}>"](
-                (p.finish_blocks,),
-                (BLOCK,),
-                (part, bias_arg, y, np.int64(m * n), i32(n), i32(p.splits), has_bias),
-            )
+            fin = (m * n, n, p.splits, has_bias)
+            self._launch(dt, f"gemv_finish<{c}>", p.finish_blocks, (part, bias_arg, y), fin)
         return y
