@@ -121,6 +121,19 @@ def test_builder_routes_and_matches_the_cpu(
     assert taken.path == (R.LIBRARY if library else R.KERNEL)
 
 
+def test_the_route_is_logged_once_per_shape(emulated, monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setattr(K, "cub_enabled", lambda: True)
+    x = np.ones((1, 9000), np.float32)
+    with caplog.at_level(logging.DEBUG, logger="onnxep"):
+        run = cuda_sum.reduce_sum(_node("ReduceSum", (1, 9000), [1]), np)  # planned here
+        run(x, np.array([1]))
+        run(x, np.array([1]))
+    notes = [r.getMessage() for r in caplog.records if "CUB" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].startswith("ReduceSum r (1, 9000): CuPy's CUB"), notes
+
+
 def test_builder_keeps_many_outputs_on_the_kernel_even_with_cub(emulated, monkeypatch):
     monkeypatch.setattr(K, "cub_enabled", lambda: True)
     node = _node("ReduceSum", (64, 33), [1])

@@ -23,6 +23,7 @@ attributes, so the tests' kernel emulator can stand in for both.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -47,6 +48,8 @@ SPLIT_GRAIN = 16
 MAX_GRID = 2**31 - 1
 #: Launch plans a node keeps, one per input shape (then they are dropped and rebuilt).
 MAX_PLANS = 64
+
+_log = logging.getLogger("onnxep")
 
 
 class PlanCache:
@@ -375,6 +378,7 @@ def build_reduce(
         view = reduce_view(shape, ax) if routed else None
         if view is not None:
             route = routes[shape, np.dtype(dtype)] = route_for(view, dtype, sms, library)
+            _log.debug("%s %s %s: %s", op, node.name, shape, route.describe())
             if route.path == LIBRARY:
                 out = tuple(1 if k in ax else d for k, d in enumerate(shape) if keep or k not in ax)
                 return LibraryPlan(out, view[1], kind == "mean")
