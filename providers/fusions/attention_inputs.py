@@ -122,20 +122,20 @@ def repeated_heads(v: ir.Value) -> tuple[ir.Value, Any] | None:
     if C.rank(x) != 4 or _unsqueeze_axes(u) not in ([2], [-3]):
         return None
     kept = {0: 0, 1: 1, 3: 2, 4: 3}  # expanded axis -> x's axis
-    shape = C.const(e.inputs[1]) if len(e.inputs) > 1 else None
     expanded = e.outputs[0]
-    if C.rank(expanded) != 5:
+    entries = shape_tensor(e.inputs[1]) if len(e.inputs) > 1 else None
+    if entries is not None and len(entries) != 5:
         return None
     for a, xa in kept.items():
-        keeps = shape is not None and shape.shape == (5,) and int(shape[a]) == 1
-        if not keeps and not Dim(expanded, a) == Dim(x, xa):
+        by_shape = entries is not None and (entries[a] == 1 or entries[a] == Dim(x, xa))
+        if not by_shape and not Dim(expanded, a) == Dim(x, xa):
             return None
     target = reshaped_dims(r, v)
     if target is None or len(target) != 4 or not all(target[a] == Dim(x, a) for a in (0, 2, 3)):
         return None  # with those equal, the one left is Hkv * n: axes 1 and 2 merged
     n = C.dim(expanded, 2)
-    if n is None and shape is not None and shape.shape == (5,) and int(shape[2]) > 0:
-        n = int(shape[2])
+    if n is None and entries is not None and isinstance(entries[2], int) and entries[2] > 0:
+        n = entries[2]
     # Unknown, two repeats still read the same count from one shape tensor.
     return x, (n if n is not None else e.inputs[1])
 
@@ -168,17 +168,34 @@ class Dim:
 
 
 def reshaped_dims(reshape: ir.Node, out: ir.Value) -> list[Any] | None:
-    """A Reshape's target, each entry an int or a :class:`Dim`: the output's static dims where
-    known, else read from the target tensor (constants, and dims gathered from Shape)."""
+    """A Reshape's output dims, each proved equal to a dim either by the output's static shape
+    or by the target tensor's entry (constants, and dims gathered from Shape): an int, a
+    :class:`Dim` or an :class:`Either` of the two; None when neither is known."""
     r = C.rank(out)
-    if r is not None and all(C.dim(out, a) is not None for a in range(r)):
-        return [Dim(out, a) for a in range(r)]
-    dims = shape_tensor(reshape.inputs[1]) if len(reshape.inputs) > 1 else None
+    target = shape_tensor(reshape.inputs[1]) if len(reshape.inputs) > 1 else None
     allow = reshape.attributes.get("allowzero")
     copies = allow is None or allow.value == 0
-    if dims is None or (copies and any(isinstance(d, int) and d == 0 for d in dims)):
-        return None  # a 0 that copies an input dim: not worth proving here
-    return dims
+    if target is not None and (
+        (r is not None and len(target) != r)
+        or (copies and any(isinstance(d, int) and d == 0 for d in target))
+    ):
+        target = None  # a 0 that copies an input dim: not worth proving here
+    if r is None:
+        return target
+    static = [Dim(out, a) for a in range(r)]
+    return static if target is None else [Either(a, b) for a, b in zip(static, target)]
+
+
+class Either:
+    """Equal to what either of two descriptions of one dim is equal to."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.a == other or self.b == other)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def shape_tensor(v: ir.Value, depth: int = 0) -> list[Any] | None:
