@@ -439,13 +439,14 @@ def gemv_geometry(
 
     Candidates: ``r`` (columns per task) in 4, 2, 1, ``G`` (lanes per task)
     from 4 (so a task's lanes read at least 64 contiguous bytes) up to the
-    chunks a row has, and ``S`` (splits of K across blocks). ``S`` is 1 unless
-    the lanes (tasks times ``G``) fall short of those resident at once; then
-    K is split until they reach it, keeping at least
-    :data:`MIN_SPLIT_CHUNKS` chunks per lane. Each candidate is scored by the
-    share of the device its lanes keep busy: ``waves`` is its lanes over
-    those resident at once; the last wave runs part-full (``waves /
-    ceil(waves)``); lanes idle in a task's last round of chunks waste issue
+    chunks a row has, and ``S`` (splits of K across blocks, :func:`splits_for`):
+    1 unless the lanes (tasks times ``G``) fall short of those resident at
+    once and cannot give every SM a block with every weight byte requested at
+    once. Each candidate is scored by the share of the device its lanes keep
+    busy: ``waves`` is its lanes over those resident at once; the last wave
+    runs part-full (``waves / ceil(waves)``), unless every weight byte is
+    requested at once from every SM (one memory latency whatever the
+    waves); lanes idle in a task's last round of chunks waste issue
     slots; fewer columns per task re-read A from shared memory per column
     (about 7% more instructions at r = 2, 20% at r = 1); a task's closing
     shuffles cost about (2 log2 G + 8) / 126 of a chunk's work; a split's
