@@ -46,8 +46,10 @@ def peel_scale(v: ir.Value) -> tuple[ir.Value, float]:
         if p.op_type == "Mul" and C.scalar(a) is not None and C.scalar(b) is None:
             a, b = b, a
         s = C.scalar(b)
-        if a is None or s is None or not np.isfinite(s) or s == 0 or a.dtype != v.dtype:
+        if a is None or s is None or not np.isfinite(s) or s == 0:
             break
+        if a.dtype != v.dtype or C.rank(a) is None or C.rank(a) != C.rank(v):
+            break  # the constant broadcast the operand to another rank
         scale *= s if p.op_type == "Mul" else 1.0 / s
         v = a
     return v, scale
