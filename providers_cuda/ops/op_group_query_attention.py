@@ -18,10 +18,9 @@ into it in place and it is returned as present, so a fixed-capacity decode
 loop moves only the new rows. Otherwise a fresh cache is filled from the past.
 
 A single-token (decode) step is one launch, ``gqa_decode`` (rotary, cache
-write and attention fused), plus the split-K reduce when a long context is
-split across the device; a longer step is two (prepare, prefill). A fresh
-cache adds one fill. Nothing synchronizes or reads device memory on the host,
-so the step can be captured in a CUDA graph.
+write, split-K attention and the merge of the splits fused); a longer step is
+two (prepare, prefill). A fresh cache adds one fill. Nothing synchronizes or
+reads device memory on the host, so the step can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from ._attention_cuda import ctype_of, sm_count
-from ._gqa_cuda import GQA_SOURCE, NAME_EXPRESSIONS
+from ._gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from ._gqa_geometry import MAX_HEAD_SIZE
 from ._gqa_step import host_total, plan_step
 
@@ -110,7 +109,7 @@ def _kernels(dtype) -> dict:
     return {
         np.dtype(dt): {
             name: nvrtc.function(GQA_SOURCE, f"{name}<{ctype_of(dt)}>", NAME_EXPRESSIONS)
-            for name in ("gqa_prepare", "gqa_kv_fill", "gqa_decode", "gqa_reduce", "gqa_prefill")
+            for name in KERNEL_NAMES
         }
         for dt in dts
     }
