@@ -66,11 +66,14 @@ class RewriteManager:
     def run(self, model: ir.Model) -> RewriteReport:
         report = RewriteReport(skipped=list(self.skipped))
         active = list(self.passes)
+        # The model as the last guarded call left it (checked after that pass, or restored):
+        # the next guarded call's "before", unless an unguarded pass ran in between.
+        state: GraphState | None = None
         for _ in range(self.max_rounds):
             changed = False
             for p in list(active):
                 if isinstance(p, FusionPass) and p.provider is not None:
-                    modified, rejected = _guarded(p, model)
+                    modified, rejected, state = _guarded(p, model, state)
                     if rejected is not None:
                         active.remove(p)
                         report.rejected.append(rejected)
@@ -79,6 +82,7 @@ class RewriteManager:
                         continue
                 else:
                     modified = bool(p(model).modified)
+                    state = None
                 changed |= modified
             if not changed:
                 break
@@ -88,9 +92,13 @@ class RewriteManager:
         return report
 
 
-def _guarded(p: FusionPass, model: ir.Model) -> tuple[bool, RejectedPass | None]:
-    """Run ``p``; on a broken contract, undo it and say why."""
-    before = GraphState(model)
+def _guarded(
+    p: FusionPass, model: ir.Model, now: GraphState | None = None
+) -> tuple[bool, RejectedPass | None, GraphState]:
+    """Run ``p``; on a broken contract, undo it and say why. ``now``: a snapshot of the model
+    as it is (taken when None). Returns a snapshot of the model as ``p`` leaves it, which the
+    next call can start from: one snapshot per pass call instead of two."""
+    before = now if now is not None else GraphState(model)
     count = p.count
     try:
         modified = bool(p(model).modified)
@@ -102,10 +110,10 @@ def _guarded(p: FusionPass, model: ir.Model) -> tuple[bool, RejectedPass | None]
             before, after, p.owns, p.provider.name, lambda n: _has_kernel(p, n)
         )
         if not problems:
-            return modified, None
-    before.restore(model)
+            return modified, None, after
+    before.restore(model)  # checks the model is ``before`` again, so it stays the snapshot
     p.count = count
-    return False, RejectedPass(p, _name(p), p.provider.name, tuple(problems))
+    return False, RejectedPass(p, _name(p), p.provider.name, tuple(problems)), before
 
 
 def _has_kernel(p: FusionPass, node: ir.Node) -> bool:
