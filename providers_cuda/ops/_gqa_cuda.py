@@ -10,11 +10,11 @@ cached before them; query row ``s`` sits at position ``P + s``.
 A single-token step (decode) is one launch, ``gqa_decode``: rotary on Q and
 K, the new K/V row into the cache and split-K flash decoding over the cache,
 one block per (split, KV head, row group, batch) reading each K/V row once for
-all the query heads of its group (a warp each); when a row is split, the
-last of its splits to finish merges them. Longer steps are ``gqa_prepare`` (rotary on Q
-and K, Q to a (B, Hq, S, D) buffer, new K/V rows into the cache) then
-``gqa_prefill``: one block per (query tile, query head, batch); K/V tiles staged
-in shared memory, online softmax, float32 accumulation.
+all the query heads of its group (a warp each); when a row is split, the last
+of its splits to finish merges them. Longer steps are ``gqa_prepare`` (rotary
+on Q and K, Q to a (B, Hq, S, D) buffer, new K/V rows into the cache) then
+``gqa_prefill``: one block per (query tile, query head, batch); K/V tiles
+staged in shared memory, online softmax, float32 accumulation.
 
 ``gqa_kv_fill`` builds a fresh cache (past rows, then zeros) when the present
 cache is not the past buffer itself.
