@@ -247,3 +247,12 @@ def test_fires_on_the_genai_builders_qwen3_5_export_and_explain_shows_it(make, c
     assert main(["explain", str(QWEN35), "--providers", make]) == 0
     out = capsys.readouterr().out
     assert f"{make}/{GATES}: fired 3" in out and f"{make}/{L2}: fired 6" in out
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "int4"])
+def test_fires_on_the_tiny_hybrid_decoder_in_other_precisions(make, dtype):
+    from bench.factory.hybrid import build_hybrid_decoder
+
+    fused = session(build_hybrid_decoder("tiny", dtype=dtype), make)
+    assert (fusion(fused, GATES).fired, fusion(fused, L2).fired) == (3, 6)
+    assert not fusion(fused, GATES).refused and not fusion(fused, L2).refused
