@@ -109,9 +109,19 @@ for STAGE in "$@"; do
       ;;
     fusions)
       # Fusions off against on, same run: kernels, plan nodes and ms per decode step, eager
-      # and captured (bench/gpu_fusions.py; the 0.5b decoders only if decode left them).
+      # and captured (bench/gpu_fusions.py). The decode stages delete the qwen2.5-0.5b models
+      # they build; FUSIONS_QWEN=1 builds them here first (about 20 s each), else the
+      # script takes the tiny genai decoders and says so.
+      : >"$OUT/fusions.log"
+      if [ "${FUSIONS_QWEN:-0}" = 1 ]; then
+        for dtype in fp16 int4; do
+          [ -f "/tmp/m/genai-qwen2.5-0.5b-$dtype/model.onnx" ] || timeout 240 python3 \
+            bench/make_models.py --size qwen2.5-0.5b --dtype "$dtype" --kind genai --out /tmp/m \
+            >>"$OUT/fusions.log" 2>&1
+        done
+      fi
       env -u ONNXEP_CUDA_CAPTURE timeout 175 python3 bench/gpu_fusions.py "$OUT/fusions.json" \
-        --budget "${FUSIONS_BUDGET:-140}" >"$OUT/fusions.log" 2>&1
+        --budget "${FUSIONS_BUDGET:-140}" >>"$OUT/fusions.log" 2>&1
       rc=$?
       SUMMARY+=("fusions (rc $rc):" "$(grep '^#' "$OUT/fusions.log")")
       ;;
