@@ -74,6 +74,16 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
   w.bar.arrive_and_wait();
   return r;
 }
+inline float __shfl_sync(unsigned, float v, int src) {
+  Warp& w = *(*g_warps)[threadIdx.x / 32];
+  const int l = threadIdx.x % 32;
+  w.vals[l] = v;
+  w.bar.arrive_and_wait();
+  const float r = w.vals[src & 31];
+  w.bar.arrive_and_wait();
+  return r;
+}
+template <typename T> inline T __ldcg(const T* p) { return *(const volatile T*)p; }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }

@@ -121,6 +121,8 @@ DECODE_CASES = [
     ("qseqlens_bias_smooth", 2, 4, 2, 64, [17, 3], 24, {"smooth_softmax": 1},
      ("query_seqlens", "attention_bias")),
     ("mqa_32_heads_ragged", 3, 32, 1, 64, [60, 2, 33], None, {}, ()),
+    # more splits than a warp has lanes: the merge takes the weights 32 at a time
+    ("h64_g2_ctx1200_many_splits", 1, 2, 1, 64, [1199], 1200, {"do_rotary": 1}, ("fp16",)),
     # onnxep.generate's shared buffers: total_sequence_length is the capacity
     ("h64_g7_total_is_capacity", 2, 14, 2, 64, [10, 200], 512, {"do_rotary": 1},
      ("fp16", "total_is_capacity")),

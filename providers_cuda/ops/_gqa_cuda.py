@@ -361,26 +361,36 @@ __global__ void __launch_bounds__(256) gqa_decode(
   }
   __syncthreads();
   if (ps[0] == 0.f || !live) return;
-  const volatile float* vm = pm;  // written by other blocks: not through a stale cache
-  const volatile float* vl = pl;
-  const volatile float* va = pa;
+  // Partials written by other blocks are read through L2 (__ldcg), not a stale L1 line.
+  // Lane k holds split k's weight (32 splits at a time) and hands it round by shuffles, so
+  // the loads of the partial outputs depend on nothing and overlap instead of waiting one
+  // after the other.
   float mx = ONNXEP_NEG_INF;
-  for (int k = lane; k < nsb; k += 32) mx = fmaxf(mx, vm[k]);
+  for (int k = lane; k < nsb; k += 32) mx = fmaxf(mx, __ldcg(pm + k));
   mx = warp_max(mx);
   const float mf = has_sink ? fmaxf(mx, sk) : mx;
   float lt = 0.f;
   for (int i = 0; i < GQA_LANE_CHANNELS; ++i) acc[i] = 0.f;
-  for (int k = 0; k < nsb; ++k) {
-    const float mk = vm[k];
-    const float w = mk == ONNXEP_NEG_INF ? 0.f : expf(mk - mf);
-    if (w == 0.f) continue;
-    lt = fmaf(w, vl[k], lt);
-    for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
-      const int d = lane + 32 * i;
-      if (d >= D) break;
-      acc[i] = fmaf(w, va[(long long)k * D + d], acc[i]);
+  for (int k0 = 0; k0 < nsb; k0 += 32) {
+    const int k = k0 + lane;
+    float wk = 0.f;
+    if (k < nsb) {
+      const float mk = __ldcg(pm + k);
+      wk = mk == ONNXEP_NEG_INF ? 0.f : expf(mk - mf);
+      lt = fmaf(wk, __ldcg(pl + k), lt);
+    }
+    const int kn = imin(32, nsb - k0);
+    for (int kk = 0; kk < kn; ++kk) {
+      const float w = __shfl_sync(0xffffffffu, wk, kk);
+      const float* pk = pa + (long long)(k0 + kk) * D;
+      for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
+        const int d = lane + 32 * i;
+        if (d >= D) break;
+        acc[i] = fmaf(w, __ldcg(pk + d), acc[i]);
+      }
     }
   }
+  lt = warp_sum(lt);
   if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
   for (int i = 0; i < GQA_LANE_CHANNELS; ++i) {
     const int d = lane + 32 * i;
