@@ -12,6 +12,8 @@ equal within the dtype's tolerance.
 from .attention import FuseAttention
 from .bias_gelu import FuseBiasGelu
 from .gelu import FuseGelu
+from .linear_attention_gates import FuseLinearAttentionGates
+from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
 from .matmul_bias import FuseMatMulBias
 from .pattern_pass import PatternFusionPass
 from .reporting import ReportingFusionPass
@@ -29,8 +31,11 @@ def standard_fusions() -> list[ReportingFusionPass]:
     Larger patterns go first so a smaller one cannot take part of them: the
     RMS norm before its skip variant and before Rsqrt (which would take its
     Sqrt -> Reciprocal), SiLU before SwiGLU, GELU before its bias, a bias
-    GELU before MatMul + bias, and the shared-input MatMuls last, since they
-    read what SwiGLU and MatMulBias became.
+    GELU before MatMul + bias (attention before it too: its MatMuls read two
+    activations, which MatMulBias never takes), and the shared-input MatMuls
+    after those, since they read what SwiGLU and MatMulBias became. The
+    LinearAttention gate fold comes last, and its L2-norm fold after it: that
+    one only folds into the gated node the first made.
     """
     return [
         FuseRMSNorm(),
@@ -43,6 +48,8 @@ def standard_fusions() -> list[ReportingFusionPass]:
         FuseAttention(),
         FuseMatMulBias(),
         FuseSharedInputMatMuls(),
+        FuseLinearAttentionGates(),
+        FuseLinearAttentionL2Norm(),
     ]
 
 
@@ -50,6 +57,8 @@ __all__ = [
     "FuseAttention",
     "FuseBiasGelu",
     "FuseGelu",
+    "FuseLinearAttentionGates",
+    "FuseLinearAttentionL2Norm",
     "FuseMatMulBias",
     "FuseRMSNorm",
     "FuseRsqrt",

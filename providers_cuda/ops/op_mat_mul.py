@@ -1,12 +1,13 @@
-"""MatMul: few rows of A by a 2-D float16/32 B through the GEMV kernel (``_gemv_cuda``), other
-float16/32/64 products through cuBLAS on the provider's stream (both capture-safe); others via
-CuPy."""
+"""MatMul: float16/32/64 through cuBLAS on the provider's stream (capture-safe); others via CuPy.
+
+The GEMV kernel (``_gemv_cuda``) is not used for a plain MatMul: on the H200 it took 4.2-7.5 us
+at Qwen2.5 decode shapes against cuBLAS's 3.4-6.4 us (bench/gpu_gemv_bench.py, 2026-12-01); it
+serves onnxep::MatMulBias, where it saves the bias launch (``op_matmul_bias``)."""
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_mat_mul as generic
 
 from .. import blas
-from ._gemv_cuda import Gemv
 
 
 @kernel("MatMul", since=(1, 9, 13))
@@ -14,11 +15,8 @@ def mat_mul(node, xp):
     # Integer MatMul goes to CuPy's own integer kernel, which does not use cuBLAS.
     fallback = generic.mat_mul(node, xp)
     supported = blas.SUPPORTED_DTYPES
-    gemv = Gemv(xp, node.input_dtype(0))
 
     def run(a, b):
-        if gemv.takes(a, b):
-            return (gemv(a, b),)
         if a.dtype == b.dtype and a.dtype.name in supported:
             return (blas.matmul(a, b),)
         return fallback(a, b)
