@@ -9,8 +9,12 @@ Qwen2.5-1.5B's (1536 -> 2048, 1536 -> 1536, 1536 -> 8960, 8960 -> 1536, 1536 -> 
 Cases, each on the same activations:
 
 * ``fp16_cublas``: ``x @ W`` with W ``[K, N]`` float16 through ``providers_cuda.blas``;
-* ``fp16_gemv``: the same product through the provider's MatMul kernel (what a session runs;
-  it routes these shapes to ``_gemv_cuda``), checked to agree with cuBLAS;
+* ``fp16_gemv``: the same product through the GEMV kernel (``_gemv_cuda.Gemv``: one launch,
+  split K merged by the last block of each tile), checked to agree with cuBLAS; a session's
+  plain MatMul runs cuBLAS, onnxep::MatMulBias this kernel;
+* ``fp16_cublas_bias`` / ``fp16_gemv_bias``: ``x @ W + bias`` as MatMulBias would run it
+  through cuBLAS (the bias broadcast into the output, then a GEMM with beta = 1) and through
+  the GEMV (the bias in its epilogue);
 * ``int4`` / ``int4_zp``: MatMulNBits with 4-bit weights in blocks of 32, without and with
   packed zero points, through the CUDA kernel builder;
 * ``fp16_ref``: a plain fp16 GEMV on W stored ``[N, K]`` (one warp per output), a floor
@@ -138,30 +142,36 @@ def _copy_tbs(cupy, replays: int) -> float:
 
 
 def _fp16_cases(cupy, k: int, n: int, x):
-    from onnxep.providers.node import NodeInfo, ValueInfo
     from onnxep.providers_cuda import blas, nvrtc
-    from onnxep.providers_cuda.ops import op_mat_mul
+    from onnxep.providers_cuda.ops._gemv_cuda import Gemv
     from onnxep.providers_cuda.xp import cuda_namespace
 
     w = (cupy.random.standard_normal((k, n), dtype=cupy.float32) * 0.05).astype(cupy.float16)
     wt = cupy.ascontiguousarray(w.T)  # [N, K] for the reference kernel
     y = cupy.empty((1, n), dtype=cupy.float16)
-    f16 = np.dtype(np.float16)
-    ins = (ValueInfo("A", "tensor", f16, (1, k)), ValueInfo("B", "tensor", f16, (k, n)))
-    node = NodeInfo("MatMul", "", "bench", 13, {}, ins, (ValueInfo("Y"),))
-    matmul = op_mat_mul.mat_mul(node, cuda_namespace())
+    bias = (cupy.random.standard_normal(n, dtype=cupy.float32) * 0.05).astype(cupy.float16)
+    gemv = Gemv(cuda_namespace(), np.float16)
+    if not gemv.takes(x, w):
+        raise RuntimeError(f"the GEMV does not take K={k} N={n}")
     ref = nvrtc.function(_SOURCE, "fp16_gemv")
     blocks = -(-n * 32 // 256)
-    (got,) = matmul(x, w)
+    got = gemv(x, w)
     want = blas.gemm(x, w)
     err = float(cupy.abs(got.astype(cupy.float32) - want.astype(cupy.float32)).max())
     scale = float(cupy.abs(want.astype(cupy.float32)).max())
     if not err <= 4e-3 * scale + 1e-3:
         raise RuntimeError(f"GEMV and cuBLAS disagree at K={k} N={n}: {err} (scale {scale})")
     nbytes = w.nbytes + x.nbytes + y.nbytes
+
+    def cublas_bias():
+        y[...] = bias
+        blas.gemm(x, w, beta=1.0, out=y)
+
     return {
         "fp16_cublas": (lambda: blas.gemm(x, w, out=y), nbytes),
-        "fp16_gemv": (lambda: matmul(x, w)[0], nbytes),
+        "fp16_gemv": (lambda: gemv(x, w), nbytes),
+        "fp16_cublas_bias": (cublas_bias, nbytes + bias.nbytes),
+        "fp16_gemv_bias": (lambda: gemv(x, w, bias), nbytes + bias.nbytes),
         "fp16_ref": (lambda: ref((blocks,), (256,), (wt, x, y, np.int32(n), np.int32(k))), nbytes),
     }
 
@@ -195,7 +205,10 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--calls", type=int, default=20, help="calls captured in one graph")
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--cases", default="fp16_cublas,fp16_gemv,fp16_ref,int4,int4_zp")
+    ap.add_argument(
+        "--cases",
+        default="fp16_cublas,fp16_gemv,fp16_cublas_bias,fp16_gemv_bias,fp16_ref,int4,int4_zp",
+    )
     args = ap.parse_args()
     wanted = set(args.cases.split(","))
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
@@ -206,7 +219,7 @@ def main() -> None:
         for shape, (k, n) in MODELS[model].items():
             x = cupy.random.standard_normal((1, k), dtype=cupy.float32).astype(cupy.float16)
             cases = {}
-            if wanted & {"fp16_cublas", "fp16_gemv", "fp16_ref"}:
+            if any(c.startswith("fp16") for c in wanted):
                 cases.update(_fp16_cases(cupy, k, n, x))
             if "int4" in wanted:
                 cases["int4"] = _int4_case(cupy, k, n, False, x)

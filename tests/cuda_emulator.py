@@ -240,6 +240,10 @@ static inline void store16(void* p, const uint4& v) { emu::check_aligned(p); mem
 static inline float shfl_xor(float v, int lane_mask) { return emu::shfl_xor(v, lane_mask); }
 static inline float pos_inf() { return __int_as_float(0x7f800000); }
 static inline void __syncthreads() { emu::park(emu::AT_BLOCK); }
+// One block runs at a time, its fibers on one OS thread: plain memory is already coherent.
+static inline void __threadfence() {}
+static inline int atomicAdd(int* p, int v) { const int old = *p; *p = old + v; return old; }
+template <typename T> static inline T __ldcg(const T* p) { return *p; }
 """
 
 

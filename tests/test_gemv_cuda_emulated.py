@@ -1,6 +1,6 @@
-"""The CUDA GEMV (MatMul / MatMulBias with few rows of A) run on the CPU through the emulator.
+"""The CUDA GEMV (``_gemv_cuda.Gemv``, which MatMulBias runs for few rows of A) on the CPU.
 
-The kernels are the provider's own MatMul and MatMulBias builders on NumPy
+The kernels are the GEMV itself and the provider's MatMulBias builder on NumPy
 arrays, with ``_reduce_cuda``'s compiler and SM count pointed at
 tests/cuda_emulator.py (4 SMs, so modest shapes split K across blocks). Each
 product is compared with NumPy in float64; the emulator also reports
@@ -16,7 +16,7 @@ import pytest
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops import op_add as generic_add
 from onnxep.providers_cuda.ops import _gemv_cuda as G
-from onnxep.providers_cuda.ops import op_mat_mul, op_matmul_bias
+from onnxep.providers_cuda.ops import op_matmul_bias
 
 F32, F16 = np.float32, np.float16
 TOL = {F32: (2e-5, 2e-5), F16: (2e-3, 2e-3)}
@@ -97,15 +97,17 @@ CASES = [
 
 @pytest.mark.parametrize("dtype", [F16, F32], ids=["f16", "f32"])
 @pytest.mark.parametrize(("lead", "k", "n"), CASES)
-def test_matmul_matches_numpy(lead, k, n, dtype, emulated, monkeypatch):
+def test_gemv_matches_numpy_in_one_launch(lead, k, n, dtype, emulated, monkeypatch):
     launches = _launches(monkeypatch)
-    run = op_mat_mul.mat_mul(_node("MatMul", "", dtype), np)
+    gemv = G.Gemv(np, dtype)
     a, b, _ = _operands(lead, k, n, dtype)
-    (got,) = run(a, b)
-    _check(got, a, b, None, dtype)
-    m = int(np.prod(lead, dtype=np.int64))
-    p = G.plan(m, n, k, np.dtype(dtype).itemsize, (n * np.dtype(dtype).itemsize) % 16 == 0, 4)
-    assert launches == ({"gemv_kn": 1, "gemv_finish": 1} if p.splits > 1 else {"gemv_kn": 1})
+    assert gemv.takes(a, b)
+    _check(gemv(a, b), a, b, None, dtype)
+    # A split K merges in the kernel's last block per tile: one launch either way, and the
+    # tickets are back at zero for the next launch (a CUDA graph replays on them).
+    assert launches == {"gemv_kn": 1}
+    for p, done in gemv._plans._plans.values():
+        assert not done.any() and (p.splits == 1 or done.size == p.tiles)
 
 
 @pytest.mark.parametrize("dtype", [F16, F32], ids=["f16", "f32"])
@@ -123,10 +125,12 @@ def test_matmul_bias_adds_the_bias_before_the_one_rounding(lead, k, n, dtype, em
 
 def test_split_and_unsplit_agree_and_repeat_bit_for_bit(emulated, monkeypatch):
     a, b, bias = _operands((2,), 1000, 64, F16, seed=2)
+    launches = _launches(monkeypatch)
     run = op_matmul_bias.matmul_bias(_node("MatMulBias", "onnxep", F16), np)
     (split,) = run(a, b, bias)
-    (again,) = run(a, b, bias)
+    (again,) = run(a, b, bias)  # the same plan and tickets, as a graph replay uses them
     assert G.plan(2, 64, 1000, 2, True, 4).splits > 1
+    assert launches == {"gemv_kn": 2}
     np.testing.assert_array_equal(split.view(np.uint16), again.view(np.uint16))
     monkeypatch.setattr(G, "FILL_PER_SM", 0)  # no block target: one split
     assert G.plan(2, 64, 1000, 2, True, 4).splits == 1
@@ -139,7 +143,7 @@ def test_float16_sums_in_float32(emulated):
     k = 2048
     a = np.full((1, k), 1.0009765625, F16)  # 1 + 2**-10: a float16 sum would lose whole units
     b = np.ones((k, 16), F16)
-    (got,) = op_mat_mul.mat_mul(_node("MatMul", "", F16), np)(a, b)
+    got = G.Gemv(np, F16)(a, b)
     want = k * 1.0009765625
     assert np.all(np.abs(got.astype(np.float64) - want) <= want * 1e-3)
 
@@ -150,7 +154,9 @@ def test_misaligned_weight_reads_one_column_at_a_time(emulated):
     base[1:] = b.reshape(-1)
     shifted = base[1:].reshape(b.shape)  # 4 bytes off 16: a vector load would be reported
     assert shifted.ctypes.data % 16
-    (got,) = op_mat_mul.mat_mul(_node("MatMul", "", F32), np)(a, shifted)
+    gemv = G.Gemv(np, F32)
+    assert gemv.takes(a, shifted)
+    got = gemv(a, shifted)
     _check(got, a, b, None, F32)
 
 
@@ -158,7 +164,7 @@ def test_strided_activations_are_read_after_a_copy(emulated):
     a, b, _ = _operands((2,), 48, 16, F16, seed=4)
     wide = np.zeros((2, 96), F16)
     wide[:, ::2] = a
-    (got,) = op_mat_mul.mat_mul(_node("MatMul", "", F16), np)(wide[:, ::2], b)
+    got = G.Gemv(np, F16)(wide[:, ::2], b)
     _check(got, a, b, None, F16)
 
 
@@ -206,8 +212,6 @@ def test_plan_covers_the_product_and_splits_only_to_fill_the_device(m, n, k, ite
         if p.splits > 1:
             assert p.tiles < sms * G.FILL_PER_SM
             assert p.kc >= (G.BLOCK // tx) * G.UNROLL  # a thread keeps its loads in flight
-            assert p.finish_blocks >= 1
-        assert (p.finish_blocks > 0) == (p.splits > 1)
     lm_head = G.plan(1, 151936, 896, 2, True, 132)
     assert lm_head.splits == 1  # N alone fills the device
     assert G.plan(1, 896, 4864, 2, True, 132).splits > 1  # the down projection cannot

@@ -11,9 +11,11 @@ of a block lie along N (``TX * 16`` bytes of a row: whole 128-byte lines),
 sums of a column in a fixed order through shared memory.
 
 When N alone gives too few blocks to fill the device (from the SM count),
-K is split across blocks too: each split leaves float32 partials and a
-second launch adds them in split order, adds the bias and rounds, so results
-are the same bit for bit on every run (no float atomics). Without a split the
+K is split across blocks too: each split leaves float32 partials, and the
+last split of a column tile to finish (an integer ticket per tile, in a
+buffer each plan allocates once and the merging block puts back to zero, so
+CUDA graph replays find it zeroed) adds them in split order, adds the bias
+and rounds: one launch, the same bits on every run (no float atomics). Without a split the
 block adds the bias and rounds itself. Either way the result is rounded once,
 from the float32 sum with the bias in it: cuBLAS's contract on this path.
 
@@ -33,7 +35,7 @@ from ._reduce_source import CTYPE
 
 #: Rows of A the GEMV takes (after flattening A's batch dims); more go to cuBLAS.
 GEMV_MAX_M = 8
-#: Threads per block of both launches.
+#: Threads per block.
 BLOCK = 256
 #: Row loads each thread keeps in flight.
 UNROLL = 4
@@ -69,17 +71,21 @@ __device__ __forceinline__ void gemv_unpack(const typename GemvRaw<T, V>::type& 
 
 // y[m, n] = sum_k a[m, k] b[k, n] (+ bias[n]) for m < M <= MT. Block i covers column tile
 // i % tiles (TX * V columns) and rows [s * kc, (s + 1) * kc) of K, s = i / tiles. With
-// split != 0 it writes float32 partials part[s, m, n] for gemv_finish; else y, rounded once.
+// splits > 1 it writes float32 partials part[s, m, n]; the last of a tile's splits to finish
+// (a ticket in done[tile], which it puts back to 0 for the next launch) adds them in split
+// order, adds the bias and rounds once. Without a split it stores y itself, rounded once.
 template <typename T, int V, int MT>
 __global__ void gemv_kn(const T* __restrict__ a, const T* __restrict__ b,
-                        const T* __restrict__ bias, T* __restrict__ y, float* __restrict__ part,
-                        i64 M_, i64 N_, i64 K_, i64 log2tx_, i64 tiles_, i64 kc_, i64 split,
-                        i64 has_bias) {
+                        const T* __restrict__ bias, T* __restrict__ y, float* part,
+                        int* __restrict__ done, i64 M_, i64 N_, i64 K_, i64 log2tx_, i64 tiles_,
+                        i64 kc_, i64 splits_, i64 has_bias) {
   // 64-bit parameters (the driver-level launcher packs 8-byte arguments), 32-bit arithmetic.
   const int M = (int)M_, N = (int)N_, K = (int)K_, log2tx = (int)log2tx_;
-  const int tiles = (int)tiles_, kc = (int)kc_;
+  const int tiles = (int)tiles_, kc = (int)kc_, splits = (int)splits_;
+  const bool split = splits > 1;
   constexpr int U = 4;
   __shared__ float red[256 * V];
+  __shared__ int last;
   typedef typename GemvRaw<T, V>::type Raw;
   const int TX = 1 << log2tx;
   const int TY = (int)blockDim.x >> log2tx;
@@ -143,18 +149,29 @@ __global__ void gemv_kn(const T* __restrict__ a, const T* __restrict__ b,
       __syncthreads();
     }
   }
-}
-
-// y[i] = sum over splits s, in order, of part[s, i] (+ bias[i % N]), rounded once.
-template <typename T>
-__global__ void gemv_finish(const float* __restrict__ part, const T* __restrict__ bias,
-                            T* __restrict__ y, i64 total, i64 N, i64 splits, i64 has_bias) {
-  const i64 step = (i64)blockDim.x * gridDim.x;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
-    float sum = 0.f;
-    for (i64 s = 0; s < splits; ++s) sum += part[s * total + i];
-    if (has_bias) sum += to_f(bias[i % N]);
-    y[i] = from_f<T>(sum);
+  if (!split) return;
+  // The tile's partials are made visible device-wide before its ticket is taken; the last
+  // split to take one merges them all (no second launch, which costs more than the merge).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int ticket = atomicAdd(done + tile, 1);
+    last = ticket == splits - 1;
+    if (last) done[tile] = 0;  // ready for the next launch (CUDA graph replays)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other splits' partials are read after their tickets
+  // Partials written by other blocks are read through L2 (__ldcg), not a stale L1 line.
+  for (int i = threadIdx.x; i < M * cols; i += blockDim.x) {
+    const int m = i / cols;
+    const int n = tile * cols + (i - m * cols);
+    if (n < N) {
+      float sum = 0.f;
+      for (int j = 0; j < splits; ++j) sum += __ldcg(part + ((i64)j * M + m) * N + n);
+      if (has_bias) sum += to_f(bias[n]);
+      y[(i64)m * N + n] = from_f<T>(sum);
+    }
   }
 }
 """
@@ -169,10 +186,7 @@ def kernel_names(dtype: Any) -> tuple[str, ...]:
     """Every instantiation a node of ``dtype`` may launch."""
     c = CTYPE[np.dtype(dtype)]
     vecs = (vector_width(dtype), 1)
-    return (
-        *(f"gemv_kn<{c}, {v}, {mt}>" for v in vecs for mt in ROW_TILES),
-        f"gemv_finish<{c}>",
-    )
+    return tuple(f"gemv_kn<{c}, {v}, {mt}>" for v in vecs for mt in ROW_TILES)
 
 
 GEMV_NAMES = tuple(n for dt in CTYPE for n in kernel_names(dt))
@@ -200,7 +214,6 @@ class Plan:
     tiles: int  # column tiles (blocks along N)
     splits: int  # blocks along K
     kc: int  # rows of K per split
-    finish_blocks: int  # grid of the second pass (0 without a split)
 
 
 def plan(m: int, n: int, k: int, itemsize: int, vec: bool, sms: int) -> Plan:
@@ -223,10 +236,7 @@ def plan(m: int, n: int, k: int, itemsize: int, vec: bool, sms: int) -> Plan:
         splits = max(1, min(-(-want // tiles), k // (ty * UNROLL)))
     kc = -(-k // splits)
     splits = -(-k // kc)  # no empty split
-    finish = 0
-    if splits > 1:
-        finish = max(1, min(-(-(m * n) // BLOCK), sms * FILL_PER_SM))
-    return Plan(v, row_tile(m), tx.bit_length() - 1, tiles, splits, kc, finish)
+    return Plan(v, row_tile(m), tx.bit_length() - 1, tiles, splits, kc)
 
 
 class Gemv:
@@ -246,6 +256,7 @@ class Gemv:
         self._plans = K.PlanCache(self._plan)
         self._dummy = {dt: xp.zeros(1, dt) for dt in dtypes}
         self._dummy_f32 = xp.zeros(1, np.float32)
+        self._dummy_i32 = xp.zeros(1, np.int32)
 
     def _driver(self, dtypes: list[np.dtype]) -> Any:
         """Launches straight through the driver (``launch.Launcher``): CuPy's kernel call
@@ -256,7 +267,7 @@ class Gemv:
 
         stream = _stream_ptr_fn()
         launchers = {
-            (dt, name): Launcher(fn, "ppppp" + "q" * 8 if name.startswith("gemv_kn") else "pppqqqq")
+            (dt, name): Launcher(fn, "pppppp" + "q" * 8)
             for dt in dtypes
             for name, fn in self.fns[dt].items()
         }
@@ -271,8 +282,12 @@ class Gemv:
         """NumPy arrays (the tests' kernel emulator): the kernel called as CuPy calls one."""
         self.fns[dt][name]((grid,), (BLOCK,), arrays + tuple(np.int64(v) for v in ints))
 
-    def _plan(self, m: int, n: int, k: int, itemsize: int, vec: bool) -> Plan:
-        return plan(m, n, k, itemsize, vec, self.sms)
+    def _plan(self, m: int, n: int, k: int, itemsize: int, vec: bool) -> tuple[Plan, Any]:
+        """The plan and, with a split, its per-tile tickets: zeroed once here, then put back
+        to zero by each launch's merging blocks, so a captured launch replays on them."""
+        p = plan(m, n, k, itemsize, vec, self.sms)
+        done = self.xp.zeros(p.tiles, np.int32) if p.splits > 1 else self._dummy_i32
+        return p, done
 
     def takes(self, a: Any, b: Any) -> bool:
         """Whether ``a @ b`` is this kernel's case: the same float16/float32 dtype, B a
@@ -305,18 +320,12 @@ class Gemv:
             bias = xp.ascontiguousarray(bias)
         dt = a.dtype
         vec = (n * dt.itemsize) % 16 == 0 and K.address(b) % 16 == 0
-        p = self._plans(m, n, k, dt.itemsize, vec)
+        p, done = self._plans(m, n, k, dt.itemsize, vec)
         y = xp.empty((*lead, n), dt)
         has_bias = int(bias is not None)
         bias_arg = self._dummy[dt] if bias is None else bias
-        split = p.splits > 1
-        part = xp.empty((p.splits, m, n), np.float32) if split else self._dummy_f32
-        c = CTYPE[dt]
-        ints = (m, n, k, p.log2tx, p.tiles, p.kc, int(split), has_bias)
-        self._launch(
-            dt, f"gemv_kn<{c}, {p.v}, {p.mt}>", p.tiles * p.splits, (a, b, bias_arg, y, part), ints
-        )
-        if split:
-            fin = (m * n, n, p.splits, has_bias)
-            self._launch(dt, f"gemv_finish<{c}>", p.finish_blocks, (part, bias_arg, y), fin)
+        part = xp.empty((p.splits, m, n), np.float32) if p.splits > 1 else self._dummy_f32
+        name = f"gemv_kn<{CTYPE[dt]}, {p.v}, {p.mt}>"
+        ints = (m, n, k, p.log2tx, p.tiles, p.kc, p.splits, has_bias)
+        self._launch(dt, name, p.tiles * p.splits, (a, b, bias_arg, y, part, done), ints)
         return y
