@@ -6,7 +6,7 @@ whole blocks and chunks, odd N, float32 and float16, bias, accuracy_level 4),
 compared with the CPU provider's kernel with the same tolerances, on NumPy
 arrays. The CUDA C is compiled with g++ by tests/cuda_emulator.py with
 :data:`HOST_SHIMS` standing in for the CUDA built-ins it uses; the emulated
-device has 4 SMs, so narrow products split K across blocks.
+device has 4 SMs, so narrow products split K across blocks (merged in the same launch).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _params():
 @pytest.mark.parametrize(("case", "dtype"), _params())
 def test_gemv_matches_cpu_builder(case, dtype, launches):
     gpu_quant._check_nbits(*case, dtype, rows=GEMV_ROWS)
-    assert "nbits_gemv" in launches and "nbits_finish" not in launches
+    assert set(launches) == {"nbits_gemv"}
 
 
 @pytest.fixture
@@ -138,10 +138,45 @@ SPLIT_CASES = [
 ]
 
 
+@pytest.fixture
+def runners(monkeypatch):
+    """Every MatMulNBits runner built in the test (to look at its split tickets)."""
+    built = []
+    real = op_matmul_nbits._Runner.__init__
+
+    def init(self, *args, **kw):
+        real(self, *args, **kw)
+        built.append(self)
+
+    monkeypatch.setattr(op_matmul_nbits._Runner, "__init__", init)
+    return built
+
+
 @pytest.mark.parametrize(("case", "dtype"), SPLIT_CASES, ids=str)
-def test_split_k_matches_cpu_builder(case, dtype, launches, split_k):
+def test_split_k_matches_cpu_builder(case, dtype, launches, split_k, runners):
     gpu_quant._check_nbits(*case, dtype, rows=(1, 3, 8))
-    assert launches.count("nbits_gemv") == launches.count("nbits_finish") == 3
+    # The last split of each block's tasks merges in the same launch: one launch per product,
+    # and every ticket back at zero for the next launch (a CUDA graph replays on them).
+    assert launches == ["nbits_gemv"] * 3
+    assert runners and all(r.geoms[mt].splits > 1 for r in runners for mt in r.geoms)
+    for r in runners:
+        for mt, done in r.done.items():
+            assert done.shape == (r.geoms[mt].bps,) and not done.any()
+
+
+def test_split_k_repeats_bit_for_bit(launches, split_k, runners):
+    """Splits are added in split order whichever block merges: run to run the same bits."""
+    gpu_quant._check_nbits(4, 32, "packed", 200, 37, np.float16, rows=(3,))
+    (run,) = runners
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 200)).astype(np.float16)
+    first = run(a)[0]
+    emu.EmulatedKernel.reverse = True  # the other fiber order: a missing barrier would show
+    try:
+        again = run(a)[0]
+    finally:
+        emu.EmulatedKernel.reverse = False
+    np.testing.assert_array_equal(first.view(np.uint16), again.view(np.uint16))
 
 
 def test_split_k_segments_of_a(launches, split_k):
@@ -149,7 +184,7 @@ def test_split_k_segments_of_a(launches, split_k):
     gpu_quant._check_nbits(4, 32, "packed", 4000, 5, np.float16, rows=(8,))
     geometry = K_.gemv_geometry(5, 125, 4, 8, 4)
     assert geometry.cps > geometry.seg_chunks and geometry.splits == 3
-    assert launches == ["nbits_gemv", "nbits_finish"]
+    assert launches == ["nbits_gemv"]
 
 
 @pytest.mark.parametrize(
@@ -193,7 +228,6 @@ def test_geometry_covers_every_chunk_once_and_splits_only_when_short(k, n, bits,
     assert g.blocks == g.bps * g.splits
     assert g.bps * (K_.BLOCK_THREADS // lanes_per_task) * g.r >= n or g.bps == 132 * 64
     assert g.smem <= K_.SMEM_BUDGET and g.seg_chunks % 8 == 0
-    assert (g.finish_blocks > 0) == (g.splits > 1)
     tasks = -(-n // g.r)
     if g.splits > 1:  # only when one launch's lanes fall short of the device
         assert tasks * lanes_per_task < 132 * K_.RESIDENT_THREADS_PER_SM

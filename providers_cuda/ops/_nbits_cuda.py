@@ -20,12 +20,14 @@ neighbouring chunks hit different banks; one copy serves every task the
 block walks (a grid-stride loop), or, when K is too long for the
 shared-memory budget, A is staged one segment of chunks at a time. When the
 tasks alone leave the device short (narrow N, long K: a down projection),
-the chunks are split across blocks too: each split writes float32 partials
-and ``nbits_finish`` adds them in split order (bit-stable, no float atomics),
-adds the bias and rounds once. A 32-bit word of weights becomes floats with byte permutes
-(``2^23 + q``), minus ``2^23 + zero_point``: exact ``q - zp``. Products are
-accumulated in float32 per quantization block and scaled once per block;
-the ``G`` partial sums of a task meet by warp shuffles.
+the chunks are split across blocks too: each split writes float32 partials, and the last
+of the splits of a block's tasks to finish (an integer ticket per block of a split, in a
+buffer the node allocates once and the merging block puts back to zero, so CUDA graph
+replays find it zeroed) adds them in split order (bit-stable, no float atomics), adds the
+bias and rounds once: one launch. A 32-bit word of weights becomes floats with byte
+permutes (``2^23 + q``), minus ``2^23 + zero_point``: exact ``q - zp``. Products are
+accumulated in float32 per quantization block and scaled once per block; the ``G`` partial
+sums of a task meet by warp shuffles.
 """
 
 from __future__ import annotations
@@ -180,8 +182,8 @@ template <typename TA, typename TS, typename TO, int BITS, int BLOCK, int ZP, in
 __global__ void __launch_bounds__(256, 2) nbits_gemv(
     const TA* __restrict__ a, const unsigned char* __restrict__ b, const TS* __restrict__ scales,
     const unsigned char* __restrict__ zp8, const float* __restrict__ zpf,
-    const TO* __restrict__ bias, TO* __restrict__ y, float* __restrict__ part, int M, int N,
-    int K, int KB, int RS, int ZS, int C, int log2g, int seg_chunks, int has_bias, int bps,
+    const TO* __restrict__ bias, TO* __restrict__ y, float* part, int* __restrict__ done, int M,
+    int N, int K, int KB, int RS, int ZS, int C, int log2g, int seg_chunks, int has_bias, int bps,
     int cps) {
   using namespace oq;
   constexpr int VPW = 32 / BITS;
@@ -189,6 +191,7 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
   constexpr int BPC = BLOCK >= VPC ? 1 : VPC / BLOCK;
   constexpr int P = R >= 4 ? 1 : 4 / R;  // chunks each lane has in flight ahead
   extern __shared__ float4 oq_smem_a[];
+  __shared__ int oq_last;
 
   const int G = 1 << log2g;
   const int lane_g = threadIdx.x & (G - 1);
@@ -265,7 +268,7 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
       for (int r = 0; r < R; ++r) {
         const int n = n0 + r;
         if (n >= N) break;
-        if (bps != (int)gridDim.x) {  // split K: float32 partials for nbits_finish
+        if (bps != (int)gridDim.x) {  // split K: float32 partials, merged below
 #pragma unroll
           for (int m = 0; m < MT; ++m)
             if (m < M) part[((long long)split * M + m) * N + n] = acc[m][r];
@@ -278,22 +281,37 @@ __global__ void __launch_bounds__(256, 2) nbits_gemv(
       }
     }
   }
-}
-
-// Split K: y[i] = sum over splits s, in order, of part[s, i] (+ bias[i % N]), rounded once.
-template <typename TO>
-__global__ void __launch_bounds__(256) nbits_finish(const float* __restrict__ part,
-                                                    const TO* __restrict__ bias,
-                                                    TO* __restrict__ y, int total, int N,
-                                                    int splits, int has_bias) {
-  using namespace oq;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += part[(long long)s * total + i];
-    if (has_bias) sum += to_float<TO>(bias[i % N]);
-    y[i] = from_float<TO>(sum);
+  const int splits = (int)gridDim.x / bps;
+  if (splits == 1) return;
+  // The last of the splits of this block's tasks (blocks bx, bx + bps, ...) to finish merges
+  // them: its partials are made visible device-wide before the ticket is taken, and the
+  // merger puts the ticket back to 0 for the next launch (CUDA graph replays).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int ticket = atomicAdd(done + bx, 1);
+    oq_last = ticket == splits - 1;
+    if (oq_last) done[bx] = 0;
+  }
+  __syncthreads();
+  if (!oq_last) return;
+  __threadfence();  // the other splits' partials are read after their tickets
+  // Columns of the tasks block bx walked, every row of A; the splits added in order, through
+  // L2 (__ldcg: another block wrote them, a stale L1 line must not be read).
+  const int cols = groups * R;
+  for (int base = bx * groups; base < tasks; base += bps * groups) {
+    for (int i = threadIdx.x; i < M * cols; i += blockDim.x) {
+      const int m = i / cols;
+      const int n = base * R + (i - m * cols);
+      if (n >= N) continue;
+      float sum = 0.f;
+      for (int j = 0; j < splits; ++j) sum += __ldcg(part + ((long long)j * M + m) * N + n);
+      if (has_bias) sum += to_float<TO>(bias[n]);
+      y[(long long)m * N + n] = from_float<TO>(sum);
+    }
   }
 }
+
 
 // Rows [n0, n0 + rows) of the dequantised weight, w[t, k] = (q - zp) * scale, as TW,
 // one thread per packed 32-bit word (the CPU kernel's float32 arithmetic, bit for bit).
@@ -370,10 +388,6 @@ def gemv_name(ta: str, ts: str, to: str, bits: int, block: int, zp: int, r: int,
     return f"nbits_gemv<{ta}, {ts}, {to}, {bits}, {block}, {zp}, {r}, {mt}>"
 
 
-def finish_name(to: str) -> str:
-    return f"nbits_finish<{to}>"
-
-
 def dequant_name(ts: str, tw: str, bits: int, block: int, zp: int) -> str:
     return f"nbits_dequant<{ts}, {tw}, {bits}, {block}, {zp}>"
 
@@ -392,10 +406,9 @@ class GemvGeometry:
     seg_chunks: int  # chunks of A staged in shared memory at a time (a multiple of 8)
     blocks: int  # grid size (all splits)
     smem: int  # dynamic shared memory, bytes
-    splits: int = 1  # blocks along K; > 1 leaves float32 partials for nbits_finish
-    bps: int = 1  # blocks per split
+    splits: int = 1  # blocks along K; > 1: float32 partials, merged by each task set's last
+    bps: int = 1  # blocks per split (and split tickets)
     cps: int = 1  # chunks per split
-    finish_blocks: int = 0  # grid of nbits_finish (0 without a split)
 
 
 def _in_flight(r: int, g: int, lanes: int, cps: int, resident: int) -> int:
@@ -420,10 +433,11 @@ def _score(n: int, chunks: int, mt: int, r: int, g: int, s: int, resident: int) 
     busy = cps / (rounds * g)
     closing = rounds / (rounds + (2 * (g.bit_length() - 1) + 8) / 126)
     # Partials are written and read once more (float32, 8 bytes a value) beside the weights,
-    # by a second launch.
+    # and the merge runs after the last split ends (a tail; the factor dates from the second
+    # launch it replaced and is kept until the one-launch merge is timed).
     partials = 1.0 / (1.0 + (8.0 * s * mt * n / (16.0 * n * chunks) if s > 1 else 0.0))
-    second = 0.9 if s > 1 else 1.0
-    return tail * busy * closing * partials * second / _R_COST[r]
+    merge = 0.9 if s > 1 else 1.0
+    return tail * busy * closing * partials * merge / _R_COST[r]
 
 
 def gemv_geometry(
@@ -487,10 +501,7 @@ def gemv_geometry(
     seg = min(-(-cps // 8) * 8, max(8, SMEM_BUDGET // per_chunk // 8 * 8))
     groups = BLOCK_THREADS // g
     bps = max(1, min(-(-tasks // groups), sms * 64))
-    finish = max(1, min(-(-(mt * n) // BLOCK_THREADS), sms * 4)) if s > 1 else 0
-    return GemvGeometry(
-        mt, r, g.bit_length() - 1, seg, bps * s, per_chunk * seg, s, bps, cps, finish
-    )
+    return GemvGeometry(mt, r, g.bit_length() - 1, seg, bps * s, per_chunk * seg, s, bps, cps)
 
 
 def splits_for(r: int, g: int, n: int, chunks: int, resident: int) -> int:

@@ -97,11 +97,16 @@ class _Runner:
         }
         dq_name = K_.dequant_name(ts, ta, w.bits, w.block, zk)
         q_name = K_.quantize_name(ctype_of(a_dtype, "MatMulNBits: A"))
-        fin_name = K_.finish_name(out_c)
-        mod = K_.module((*names.values(), dq_name, q_name, fin_name))
+        mod = K_.module((*names.values(), dq_name, q_name))
         self.gemv = {mt: mod.get_function(nm) for mt, nm in names.items()}
-        self.finish = mod.get_function(fin_name)
         self.dummy_f32 = xp.zeros((1,), dtype=np.float32)
+        # Split K's tickets, one per block of a split: zeroed once here, then put back to zero
+        # by each launch's merging blocks, so a captured launch replays on them.
+        dummy_i32 = xp.zeros((1,), dtype=np.int32)
+        self.done = {
+            mt: xp.zeros((g.bps,), dtype=np.int32) if g.splits > 1 else dummy_i32
+            for mt, g in self.geoms.items()
+        }
         self.dequant = mod.get_function(dq_name)
         self.quantize = mod.get_function(q_name)
         self.bias = None
@@ -182,6 +187,7 @@ class _Runner:
             bias_arg,
             y,
             part,
+            self.done[mt],
             i32(m),
             *self.shape_args,
             i32(g.log2g),
@@ -191,9 +197,6 @@ class _Runner:
             i32(g.cps),
         )
         self.gemv[mt]((g.blocks,), (K_.BLOCK_THREADS,), args, shared_mem=g.smem)
-        if split:
-            fin = (part, bias_arg, y, i32(m * self.n), i32(self.n), i32(g.splits), has_bias)
-            self.finish((g.finish_blocks,), (K_.BLOCK_THREADS,), fin)
         return y
 
     def _gemm(self, a2, m, bias, tables):
