@@ -205,6 +205,22 @@ def plan_launch(cfg: LaConfig, node: NodeInfo, sig: tuple, sms: int) -> LaLaunch
     )
 
 
+def step_outputs(xp: Any, plan: Any, cfg: LaConfig, name: str, past: Any) -> tuple:
+    """The step's output and present state: present is the past buffer itself when the caller
+    gave it up for this run (``may_overwrite``) and it has the present's shape and dtype (no
+    state window: that present is a shifted window of the past), else a fresh buffer."""
+    y = xp.empty(plan.y_shape, plan.y_dtype)
+    if (
+        cfg.window == 0
+        and past is not None
+        and past.dtype == plan.state_dtype
+        and tuple(past.shape) == plan.state_shape
+        and may_overwrite(name, past)
+    ):
+        return y, past
+    return y, xp.empty(plan.state_shape, plan.state_dtype)
+
+
 def _build(node: NodeInfo, xp: Any, onnx: bool):
     cfg = parse_config(node, onnx)
     why = _static_refusal(node, cfg)
@@ -223,18 +239,7 @@ def _build(node: NodeInfo, xp: Any, onnx: bool):
         ins = (query, key, value, past_state, decay, beta)
         plan = plans(*signature(ins))
         ins = contiguous(xp, is_contiguous, ins)
-        y = xp.empty(plan.y_shape, plan.y_dtype)
-        past = ins[3]
-        if (
-            cfg.window == 0
-            and past is not None
-            and past.dtype == plan.state_dtype
-            and tuple(past.shape) == plan.state_shape
-            and may_overwrite(name, past)
-        ):
-            present = past
-        else:
-            present = xp.empty(plan.state_shape, plan.state_dtype)
+        y, present = step_outputs(xp, plan, cfg, name, ins[3])
         if plan.grid[0]:
             fn(plan.grid, plan.block, (*ins, y, present, *plan.args))
         return (y, present)[: plan.width]

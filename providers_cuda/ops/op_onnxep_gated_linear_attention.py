@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import NotSupported
-from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.op_onnxep_gated_linear_attention import gated_rule
@@ -31,7 +30,7 @@ from onnxep.providers.ops.op_onnxep_gated_linear_attention import gated_rule
 from . import _reduce_cuda as K
 from ._gated_linear_attention_cuda import GLA_BODY, GLA_NAMES
 from ._hybrid_cuda import F16, contiguity_test, contiguous, float_refusal, signature
-from .op_linear_attention import LaConfig, parse_config, plan_launch
+from .op_linear_attention import LaConfig, parse_config, plan_launch, step_outputs
 
 _OP = "onnxep::GatedLinearAttention"
 _INPUTS = ("query", "key", "value", "past_state", "a", "dt_bias", "decay_scale", "b")
@@ -99,18 +98,7 @@ def gated_linear_attention(node: NodeInfo, xp: Any):
         ins = (query, key, value, past_state, a, dt_bias, decay_scale, b)
         plan = plans(*signature(ins))
         ins = contiguous(xp, is_contiguous, ins)
-        y = xp.empty(plan.y_shape, plan.y_dtype)
-        past = ins[3]
-        if (
-            cfg.window == 0
-            and past is not None
-            and past.dtype == plan.state_dtype
-            and tuple(past.shape) == plan.state_shape
-            and may_overwrite(name, past)
-        ):
-            present = past
-        else:
-            present = xp.empty(plan.state_shape, plan.state_dtype)
+        y, present = step_outputs(xp, plan, cfg, name, ins[3])
         if plan.grid[0]:
             fn(plan.grid, plan.block, (*ins, y, present, *plan.args))
         return (y, present)[: plan.width]
