@@ -132,6 +132,10 @@ class IOBinding:
         # where each bound output buffer starts, and the inputs bound to one of those buffers
         self._buffer_at: dict[int, str] = {}
         self._shared_inputs: set[str] = set()
+        #: the last run's donations and, per output, the value it delivered in place (both
+        #: dropped when an output is bound anew)
+        self._donation: tuple[tuple, dict[str, int], list] | None = None
+        self._in_place: dict[str, tuple[Any, BoundValue]] = {}
 
     # -- the device provider --------------------------------------------------------------
     def _device_provider(self, why: str) -> Any:
@@ -261,6 +265,8 @@ class IOBinding:
 
     def _set_output(self, name: str, binding: _OutputBinding) -> None:
         self._outputs[name] = binding
+        self._donation = None
+        self._in_place = {}
         self._buffer_at = {}
         for n, b in self._outputs.items():
             addr = _address(b.array) if b.array is not None else None
@@ -276,6 +282,8 @@ class IOBinding:
 
     def clear_binding_outputs(self) -> None:
         self._outputs.clear()
+        self._donation = None
+        self._in_place = {}
         self._buffer_at.clear()
         self._shared_inputs.clear()
         self._results = []
@@ -379,7 +387,11 @@ class IOBinding:
 
     def _donated(self, feeds: dict[str, Any]) -> dict[str, int]:
         """Shared buffers a node may overwrite this run: the input's buffer is bound to the
-        very output the session pairs it with (``InferenceSession.inplace_pairs``)."""
+        very output the session pairs it with (``InferenceSession.inplace_pairs``). Kept until
+        a binding changes: a decode rebinds its small feeds every step, never its states."""
+        key = tuple((n, id(feeds[n])) for n in sorted(self._shared_inputs))
+        if self._donation is not None and self._donation[0] == key:
+            return self._donation[1]
         pairs = self._session._inplace  # noqa: SLF001 - same package
         out: dict[str, int] = {}
         for name in self._shared_inputs & pairs.keys():
@@ -388,6 +400,8 @@ class IOBinding:
             bound = self._outputs.get(output)
             if addr is not None and bound is not None and _same_memory(bound.array, feeds[name]):
                 out[node] = addr
+        # the arrays are kept with their ids, so no other array can take one of those ids
+        self._donation = (key, out, [feeds[n] for n in sorted(self._shared_inputs)])
         return out
 
     def _host_read_inputs(self) -> set[str]:
@@ -405,16 +419,22 @@ class IOBinding:
         return self._host_read
 
     def _deliver(self, name: str, value: Any) -> BoundValue:
+        last = self._in_place.get(name)
+        if last is not None and last[0] is value:
+            return last[1]  # the very array found in its bound buffer last run
         bound = self._outputs.get(name) or _OutputBinding()
         on_host = not _is_device_array(value)
         provider = None
         if not on_host or bound.device != "cpu":
             provider = self._device_provider(f"output {name!r} is on the device")
         if bound.array is not None:
-            if not _same_memory(bound.array, value):
+            delivered = BoundValue(bound.buffer, bound.array, provider and provider.to_host)
+            if _same_memory(bound.array, value):
+                self._in_place[name] = (value, delivered)
+            else:
                 self._write(name, bound, value, provider)
                 self.copied_outputs.append(name)
-            return BoundValue(bound.buffer, bound.array, provider and provider.to_host)
+            return delivered
         if bound.device == "cpu":
             return BoundValue(value if on_host else provider.to_host(value))
         dev = provider.from_host(value) if on_host else value
