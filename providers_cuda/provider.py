@@ -254,6 +254,14 @@ class CUDAProvider(Provider):
         """Write ``src`` into the device array ``dst`` in place, ordered after the run."""
         with self.run_context():
             if isinstance(src, np.ndarray):
+                if (
+                    dst.flags.c_contiguous
+                    and dst.shape == src.shape
+                    and dst.dtype == src.dtype
+                    and src.flags.c_contiguous
+                ):
+                    self.transfers.upload(src, out=dst)  # one copy, no device-side kernel
+                    return
                 src = self.transfers.upload(src)
             dst[...] = src
 

@@ -45,10 +45,12 @@ class PinnedTransfers:
         self._lock = threading.Lock()
 
     # -- host -> device ---------------------------------------------------------------
-    def upload(self, x: np.ndarray) -> Any:
-        """``x`` as a device array (the caller has the device and pool current)."""
+    def upload(self, x: np.ndarray, out: Any = None) -> Any:
+        """``x`` as a device array (the caller has the device and pool current); with ``out``
+        (a C-contiguous device array of x's shape and dtype) copied straight into it."""
         cp = self._cupy
-        out = cp.empty(x.shape, dtype=x.dtype)
+        if out is None:
+            out = cp.empty(x.shape, dtype=x.dtype)
         if x.size == 0:
             return out
         pinned = self._empty_pinned(x.shape, dtype=x.dtype)
