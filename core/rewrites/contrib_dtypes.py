@@ -84,6 +84,7 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     (EP, "Attention"): (_like(0), _like(4, 1), _like(5, 2), _like(0)),
     (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention
     (EP, "MatMulBias"): (_like(0),),
+    (EP, "MatMulNT"): (_like(0),),  # A's type; the width is Wt's rows (or half, with swiglu)
     (EP, "Rsqrt"): (_X,),
     (EP, "SiLU"): (_X,),
     (EP, "SwiGLU"): (_like(0),),
