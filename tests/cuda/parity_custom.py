@@ -280,6 +280,16 @@ def fused(op: str, inputs: dict[str, tuple[int, ...]], consts: tuple[str, ...] =
     return make
 
 
+def matmul_nt(dtype, rng):
+    """Six rows of A (the GEMV path on the GPU), a bias and the SwiGLU epilogue."""
+    f = {"A": _r(rng, (2, 3, 16), dtype), "Wt": _r(rng, (8, 16), dtype, 0.25)}
+    f["bias"] = _r(rng, (8,), dtype)
+    names, attrs = ["A", "Wt", "bias"], {"activation": "swiglu"}
+    m, feeds = _model("MatMulNT", f, names, ["Y"], attrs, "onnxep", consts=("Wt", "bias"))
+    m.opset_import.append(helper.make_opsetid("onnxep", 1))
+    return m, feeds
+
+
 CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     "::GlobalLpPool": global_lp_pool,
     "::SimplifiedLayerNormalization": simplified_ln(""),
@@ -312,4 +322,5 @@ CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     "onnxep::MatMulBias": fused(
         "MatMulBias", {"A": (2, 3, 16), "B": (16, 8), "C": (8,)}, ("B", "C")
     ),
+    "onnxep::MatMulNT": matmul_nt,
 }

@@ -578,6 +578,10 @@ TABLE = {
         ("custom:onnxep::MatMulBias", "float32"),
         ("custom:onnxep::MatMulBias", "float16"),
     ],
+    "onnxep::MatMulNT": [
+        ("custom:onnxep::MatMulNT", "float32"),
+        ("custom:onnxep::MatMulNT", "float16"),
+    ],
     "onnxep::Rsqrt": [
         ("custom:onnxep::Rsqrt", "float32"),
         ("custom:onnxep::Rsqrt", "float16"),
