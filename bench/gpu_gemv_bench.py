@@ -18,7 +18,13 @@ Cases, each on the same activations:
 * ``int4`` / ``int4_zp``: MatMulNBits with 4-bit weights in blocks of 32, without and with
   packed zero points, through the CUDA kernel builder;
 * ``fp16_ref``: a plain fp16 GEMV on W stored ``[N, K]`` (one warp per output), a floor
-  for comparison.
+  for comparison;
+* ``fp16_nt``: the same product through onnxep::MatMulNT's CUDA kernel on W^T stored
+  ``[N, K]`` (what ``fuse_transposed_weights`` makes): the warp-per-output GEMV where its
+  routing rule (``_gemv_nt_cuda.use_warps``) says so, else cuBLAS with ``trans_b``; the row's
+  ``route`` says which; checked to agree with cuBLAS;
+* ``fp16_nt_swiglu`` (joined gate/up shapes only): MatMulNT with ``activation="swiglu"``,
+  the SwiGLU in the GEMV's epilogue, against ``fp16_cublas`` plus one SwiGLU launch.
 
 Each case is captured ``--calls`` times back to back into one CUDA graph; ``us`` is the
 median over ``--replays`` replays (CUDA events around each) divided by the calls, so
@@ -162,6 +168,7 @@ def _fp16_cases(cupy, k: int, n: int, x):
     if not err <= 4e-3 * scale + 1e-3:
         raise RuntimeError(f"GEMV and cuBLAS disagree at K={k} N={n}: {err} (scale {scale})")
     nbytes = w.nbytes + x.nbytes + y.nbytes
+    nt, route = _nt_case(cupy, x, wt, "none")
 
     def cublas_bias():
         y[...] = bias
@@ -173,7 +180,33 @@ def _fp16_cases(cupy, k: int, n: int, x):
         "fp16_cublas_bias": (cublas_bias, nbytes + bias.nbytes),
         "fp16_gemv_bias": (lambda: gemv(x, w, bias), nbytes + bias.nbytes),
         "fp16_ref": (lambda: ref((blocks,), (256,), (wt, x, y, np.int32(n), np.int32(k))), nbytes),
+        "fp16_nt": (nt, nbytes, {"route": route}),
     }
+
+
+def _nt_case(cupy, x, wt, activation: str):
+    """``run()`` for onnxep::MatMulNT's CUDA kernel on ``x`` and ``wt`` ([N, K]) and which path
+    its routing rule takes; the plain product is checked against cuBLAS first."""
+    from onnxep.providers.node import NodeInfo, ValueInfo
+    from onnxep.providers_cuda import blas
+    from onnxep.providers_cuda.ops._gemv_nt_cuda import GemvNT
+    from onnxep.providers_cuda.ops.op_onnxep_matmul_nt import matmul_nt
+    from onnxep.providers_cuda.xp import cuda_namespace
+
+    ins = tuple(ValueInfo(f"x{i}", "tensor", np.dtype(np.float16)) for i in range(2))
+    attrs = {"activation": activation}
+    node = NodeInfo("MatMulNT", "onnxep", "bench", 1, attrs, ins, (ValueInfo("Y"),))
+    fn = matmul_nt(node, cuda_namespace())
+    swiglu = activation == "swiglu"
+    route = "warp" if GemvNT(cuda_namespace(), np.float16).takes(x, wt, swiglu) else "cublas"
+    if not swiglu:
+        (got,) = fn(x, wt)
+        want = blas.gemm(x, wt, trans_b=True)
+        err = float(cupy.abs(got.astype(cupy.float32) - want.astype(cupy.float32)).max())
+        scale = float(cupy.abs(want.astype(cupy.float32)).max())
+        if not err <= 4e-3 * scale + 1e-3:
+            raise RuntimeError(f"MatMulNT and cuBLAS disagree at {tuple(wt.shape)}: {err}")
+    return (lambda: fn(x, wt)[0]), route
 
 
 def _int4_case(cupy, k: int, n: int, with_zp: bool, x):
@@ -207,7 +240,10 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument(
         "--cases",
-        default="fp16_cublas,fp16_gemv,fp16_cublas_bias,fp16_gemv_bias,fp16_ref,int4,int4_zp",
+        default=(
+            "fp16_cublas,fp16_gemv,fp16_cublas_bias,fp16_gemv_bias,fp16_ref,fp16_nt,"
+            "fp16_nt_swiglu,int4,int4_zp"
+        ),
     )
     args = ap.parse_args()
     wanted = set(args.cases.split(","))
@@ -221,11 +257,17 @@ def main() -> None:
             cases = {}
             if any(c.startswith("fp16") for c in wanted):
                 cases.update(_fp16_cases(cupy, k, n, x))
+            if "fp16_nt_swiglu" in wanted and shape == "gate_up":
+                wt = (cupy.random.standard_normal((n, k), dtype=cupy.float32) * 0.05).astype(
+                    cupy.float16
+                )
+                fn, route = _nt_case(cupy, x, wt, "swiglu")
+                cases["fp16_nt_swiglu"] = (fn, wt.nbytes + x.nbytes + n, {"route": route})
             if "int4" in wanted:
                 cases["int4"] = _int4_case(cupy, k, n, False, x)
             if "int4_zp" in wanted:
                 cases["int4_zp"] = _int4_case(cupy, k, n, True, x)
-            for case, (fn, nbytes) in cases.items():
+            for case, (fn, nbytes, *extra) in cases.items():
                 if case not in wanted:
                     continue
                 t = us(fn)
@@ -244,6 +286,8 @@ def main() -> None:
                     "of_copy": round(nbytes / t / 1e6 / copy_tbs, 3),
                     "copy_tbs": copy_tbs,
                 }
+                for more in extra:
+                    row.update(more)
                 print(json.dumps(row), flush=True)
             del cases
             cupy.get_default_memory_pool().free_all_blocks()
