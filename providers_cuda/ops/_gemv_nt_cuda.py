@@ -52,8 +52,14 @@ WARPS_PER_SM = 64
 #: 5.17 us), a 151936-row LM head 18 (slower: 72 against 66 us).
 MAX_WAVES = 4
 
+# The load helpers (GemvRaw, gemv_load, gemv_unpack) are the [K, N] GEMV's, shared: its source
+# up to its kernel's comment.
+_HELPERS, _MARK, _ = GEMV_BODY.partition("// y[m, n] = sum_k")
+if not _MARK or "gemv_unpack" not in _HELPERS:
+    raise ImportError("_gemv_cuda.GEMV_BODY no longer starts with its load helpers")
+
 GEMV_NT_BODY = (
-    GEMV_BODY.split("// y[m, n] = sum_k")[0]  # GemvRaw, gemv_load and gemv_unpack
+    _HELPERS
     + r"""
 __device__ __forceinline__ float nt_sigmoid(float x) { return SIGMOID_EXPR; }
 
