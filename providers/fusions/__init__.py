@@ -23,6 +23,7 @@ from .shared_input_matmuls import FuseSharedInputMatMuls
 from .silu import FuseSiLU
 from .skip_rms_norm import FuseSkipRMSNorm
 from .swiglu import FuseSwiGLU
+from .transposed_weights import FuseTransposedWeights
 
 
 def standard_fusions() -> list[ReportingFusionPass]:
@@ -35,7 +36,9 @@ def standard_fusions() -> list[ReportingFusionPass]:
     activations, which MatMulBias never takes), and the shared-input MatMuls
     after those, since they read what SwiGLU and MatMulBias became. The
     LinearAttention gate fold comes last, and its L2-norm fold after it: that
-    one only folds into the gated node the first made.
+    one only folds into the gated node the first made. Weights are transposed
+    last, for the MatMuls the joins left (and a packed SwiGLU folds into its
+    gate/up product there).
     """
     return [
         FuseRMSNorm(),
@@ -50,6 +53,7 @@ def standard_fusions() -> list[ReportingFusionPass]:
         FuseSharedInputMatMuls(),
         FuseLinearAttentionGates(),
         FuseLinearAttentionL2Norm(),
+        FuseTransposedWeights(),
     ]
 
 
@@ -66,6 +70,7 @@ __all__ = [
     "FuseSiLU",
     "FuseSkipRMSNorm",
     "FuseSwiGLU",
+    "FuseTransposedWeights",
     "PatternFusionPass",
     "ReportingFusionPass",
     "standard_fusions",

@@ -57,7 +57,9 @@ def test_fusions_fire_and_tokens_equal_the_unfused_cpu_run(models, name, capture
     for pass_name, count in MLP.items():
         assert fired[pass_name] == count, fired
     ops = [n.op_type for n in sess.placement() if n.provider == "cuda"]
-    assert "SwiGLU" in ops and "Sigmoid" not in ops
+    # over MatMulNBits the SwiGLU stays a node; over an fp16 weight it is the epilogue of the
+    # joined gate/up product (MatMulNT)
+    assert ("SwiGLU" in ops or "MatMulNT" in ops) and "Sigmoid" not in ops
     got = onnxep.generate(sess, PROMPT, STEPS, progress=False)
     assert got.tokens == want
     if capture == "auto":
