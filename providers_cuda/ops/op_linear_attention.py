@@ -205,7 +205,7 @@ def plan_launch(cfg: LaConfig, node: NodeInfo, sig: tuple, sms: int) -> LaLaunch
     )
 
 
-def step_outputs(xp: Any, plan: Any, cfg: LaConfig, name: str, past: Any) -> tuple:
+def step_outputs(xp: Any, plan: LaLaunch, cfg: LaConfig, name: str, past: Any) -> tuple:
     """The step's output and present state: present is the past buffer itself when the caller
     gave it up for this run (``may_overwrite``) and it has the present's shape and dtype (no
     state window: that present is a shifted window of the past), else a fresh buffer."""

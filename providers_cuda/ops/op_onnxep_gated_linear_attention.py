@@ -17,7 +17,7 @@ be captured.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,25 +30,13 @@ from onnxep.providers.ops.op_onnxep_gated_linear_attention import gated_rule
 from . import _reduce_cuda as K
 from ._gated_linear_attention_cuda import GLA_BODY, GLA_NAMES
 from ._hybrid_cuda import F16, contiguity_test, contiguous, float_refusal, signature
-from .op_linear_attention import LaConfig, parse_config, plan_launch, step_outputs
+from .op_linear_attention import LaConfig, LaLaunch, parse_config, plan_launch, step_outputs
 
 _OP = "onnxep::GatedLinearAttention"
 _INPUTS = ("query", "key", "value", "past_state", "a", "dt_bias", "decay_scale", "b")
 
 
-@dataclass(frozen=True)
-class GlaLaunch:
-    y_shape: tuple[int, ...]
-    y_dtype: np.dtype
-    state_shape: tuple[int, ...]
-    state_dtype: np.dtype
-    grid: tuple[int]
-    block: tuple[int]
-    args: tuple  # after the ten pointers
-    width: int
-
-
-def plan_gated(cfg: LaConfig, node: NodeInfo, sig: tuple, sms: int, norms: tuple) -> GlaLaunch:
+def plan_gated(cfg: LaConfig, node: NodeInfo, sig: tuple, sms: int, norms: tuple) -> LaLaunch:
     """LinearAttention's launch for the gates' shapes, with this kernel's arguments."""
     q, k, v, past, a, bias, scale, b = sig
     if a is None or bias is None or scale is None:
@@ -71,8 +59,7 @@ def plan_gated(cfg: LaConfig, node: NodeInfo, sig: tuple, sms: int, norms: tuple
     # LinearAttention's arguments up to the scale, then this kernel's flags.
     args = (*la.args[:18], i32(cfg.delta), i32(qnorm), i32(knorm), np.float32(qscale),
             i32(types))  # fmt: skip
-    return GlaLaunch(la.y_shape, la.y_dtype, la.state_shape, la.state_dtype, la.grid, la.block,
-                     args, la.width)  # fmt: skip
+    return replace(la, args=args)  # the arguments after this kernel's ten pointers
 
 
 @kernel("GatedLinearAttention", domain="onnxep", dtypes={0: ("float", "float16")},
