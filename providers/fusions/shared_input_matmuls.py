@@ -32,6 +32,7 @@ import onnx_ir as ir
 
 from ..ops._fused import DOMAIN
 from . import rule_checks as C
+from .graph_edits import drop_unread_initializers, new_initializer, take_over
 from .naming import Names, graphs
 from .reporting import SPANS_PROVIDERS, ReportingFusionPass, no_kernel
 
@@ -155,18 +156,18 @@ class FuseSharedInputMatMuls(ReportingFusionPass):
         if packed is not None:
             consumer = packed[0]
             new = ir.node("SwiGLU", [out], domain=DOMAIN, name=consumer.name)
-            _take_over(consumer.outputs[0], new.outputs[0])
+            take_over(consumer.outputs[0], new.outputs[0])
             graph.insert_before(first, [merged, new])
             graph.remove([*group, consumer], safe=True)
             rule = "joined_into_swiglu"
         else:
             split = self._split(graph, names, stem, out, sizes)
             for old, new_out in zip([n.outputs[0] for n in group], split.outputs):
-                _take_over(old, new_out)
+                take_over(old, new_out)
             graph.insert_before(first, [merged, split])
             graph.remove(group, safe=True)
             rule = "joined_and_split"
-        _drop_unused_initializers(graph, weight_values)
+        drop_unread_initializers(weight_values)
         self.fire(anchor, rule)
 
     def _split(
@@ -318,27 +319,5 @@ def _packs_swiglu(group: list[ir.Node], owns: Any) -> tuple[ir.Node, list[ir.Nod
 def _initializer(
     graph: ir.Graph, names: Names, stem: str, parts: list[np.ndarray], axis: int = 1
 ) -> ir.Value:
-    arr = np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis))
-    name = names.fresh(stem)
-    v = ir.Value(name=name, const_value=ir.tensor(arr, name=name))
-    v.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
-    v.shape = ir.Shape(arr.shape)
-    graph.register_initializer(v)
-    return v
-
-
-def _take_over(old: ir.Value, new: ir.Value) -> None:
-    """``new`` replaces ``old`` everywhere, graph outputs included, under its name."""
-    new.type, new.shape = old.type, old.shape
-    name = old.name
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
-
-
-def _drop_unused_initializers(graph: ir.Graph, values: Any) -> None:
-    for v in values:
-        if v is None or v.uses() or v.is_graph_input() or v.is_graph_output():
-            continue
-        if v.name in graph.initializers and graph.initializers[v.name] is v:
-            del graph.initializers[v.name]
+    arr = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
+    return new_initializer(graph, names.fresh(stem), arr)

@@ -20,11 +20,11 @@ its transpose flag).
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from ..ops._fused import DOMAIN
 from . import rule_checks as C
+from .graph_edits import drop_unread_initializers, new_initializer, take_over
 from .naming import Names, graphs
 from .reporting import GRAPH_OUTPUT, ReportingFusionPass, no_kernel
 
@@ -100,22 +100,17 @@ class FuseTransposedWeights(ReportingFusionPass):
         )
         if not new.name:
             new.name = names.fresh(f"{b.name or 'weight'}/MatMulNT")
-        _take_over(node.outputs[0], new.outputs[0])
+        take_over(node.outputs[0], new.outputs[0])
         graph.insert_before(node, [new])
         graph.remove([node], safe=True)
-        _drop_if_unread(b)
+        drop_unread_initializers([b])
         self.fire(node, "matmul_nt")
         return new
 
     def _new_weight(self, model: ir.Model, graph: ir.Graph, b: ir.Value) -> ir.Value:
-        arr = np.ascontiguousarray(C.const(b).T)
         name = self._names_for(model).fresh(f"{b.name or 'weight'}/transposed")
-        v = ir.Value(name=name, const_value=ir.tensor(arr, name=name))
-        v.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
-        v.shape = ir.Shape(arr.shape)
         owner = b.graph if b.is_initializer() and b.graph is not None else graph
-        owner.register_initializer(v)
-        return v
+        return new_initializer(owner, name, C.const(b).T)
 
     def _fold_swiglu(self, graph: ir.Graph, node: ir.Node) -> bool:
         if _activation(node) != "none":
@@ -139,7 +134,7 @@ class FuseTransposedWeights(ReportingFusionPass):
         new = ir.node(
             "MatMulNT", list(node.inputs), {"activation": "swiglu"}, domain=DOMAIN, name=node.name
         )
-        _take_over(consumer.outputs[0], new.outputs[0])
+        take_over(consumer.outputs[0], new.outputs[0])
         graph.insert_before(node, [new])
         graph.remove([node, consumer], safe=True)
         self.fire(consumer, "matmul_nt_swiglu")
@@ -149,20 +144,3 @@ class FuseTransposedWeights(ReportingFusionPass):
         if self._names is None:
             self._names = Names(model.graph)
         return self._names
-
-
-def _take_over(old: ir.Value, new: ir.Value) -> None:
-    """``new`` replaces ``old`` everywhere, graph outputs included, under its name."""
-    new.type, new.shape = old.type, old.shape
-    name = old.name
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
-
-
-def _drop_if_unread(v: ir.Value) -> None:
-    if v.uses() or v.is_graph_input() or v.is_graph_output() or not v.is_initializer():
-        return
-    graph = v.graph
-    if graph is not None and graph.initializers.get(v.name) is v:
-        del graph.initializers[v.name]
