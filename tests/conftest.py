@@ -9,6 +9,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+
+# The emulated-kernel test modules' fixtures (the emulating provider, the op modules pointed at
+# the emulator, each test with threads in order and reversed); a module may define its own.
+from cuda_emulator import emulated, fiber_order, provider  # noqa: F401
 from onnx import TensorProto, helper
 
 import onnxep

@@ -441,3 +441,26 @@ def gpu_test_module(name: str) -> ModuleType:
     if str(CUDA_TESTS) not in sys.path:
         sys.path.insert(0, str(CUDA_TESTS))
     return importlib.import_module(name)
+
+
+# -- fixtures the emulated-kernel test modules share (``from cuda_emulator import ...``) ----
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[str]:
+    """The emulating provider, registered for the module's sessions."""
+    with registered() as name:
+        yield name
+
+
+@pytest.fixture
+def emulated(provider: str, monkeypatch: Any) -> str:
+    """The CUDA op modules' compiler and device queries pointed at the emulator."""
+    install(monkeypatch)
+    return provider
+
+
+@pytest.fixture(params=[False, True], ids=["threads-in-order", "threads-reversed"])
+def fiber_order(request: Any, monkeypatch: Any) -> None:
+    """Each test twice: the emulated threads run in order, then reversed."""
+    monkeypatch.setattr(EmulatedKernel, "reverse", request.param)

@@ -137,12 +137,6 @@ _QUICK_NODE = ("test_attention_3d_gqa", "test_attention_4d_attn_mask_bool_4d",
                "test_attention_4d_with_qk_matmul")  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def provider():
-    with emu.registered() as name:
-        yield name
-
-
 @pytest.mark.parametrize(
     "name",
     [pytest.param(n, marks=() if n in _QUICK_NODE else pytest.mark.slow) for n in gpu.ONNX_CASES],

@@ -35,26 +35,9 @@ gpu_reduce = emu.gpu_test_module("test_cuda_reduce")
 gpu_norms = emu.gpu_test_module("test_cuda_norms")
 
 
-@pytest.fixture(scope="module")
-def provider():
-    with emu.registered() as name:
-        yield name
-
-
-@pytest.fixture
-def emulated(provider, monkeypatch):
-    emu.install(monkeypatch)
-    return provider
-
-
 @pytest.fixture
 def launches(emulated, monkeypatch):
     return gpu_reduce.count_launches(monkeypatch)
-
-
-@pytest.fixture(params=[False, True], ids=["threads-in-order", "threads-reversed"])
-def fiber_order(request, monkeypatch):
-    monkeypatch.setattr(emu.EmulatedKernel, "reverse", request.param)
 
 
 # ----------------------------------------------------------------------------- the GPU cases

@@ -17,22 +17,6 @@ from onnxep.errors import NotSupported
 gpu = emu.gpu_test_module("test_cuda_gated_linear_attention")
 
 
-@pytest.fixture(scope="module")
-def provider():
-    with emu.registered() as name:
-        yield name
-
-
-@pytest.fixture
-def emulated(provider, monkeypatch):
-    emu.install(monkeypatch)
-
-
-@pytest.fixture(params=[False, True], ids=["threads-in-order", "threads-reversed"])
-def fiber_order(request, monkeypatch):
-    monkeypatch.setattr(emu.EmulatedKernel, "reverse", request.param)
-
-
 @pytest.mark.parametrize("case", gpu.CASES, ids=lambda c: c.id)
 def test_fused_kernel_matches_the_cpu_and_the_unfused_kernels(case, emulated, fiber_order):
     gpu.check_fused(case, np)

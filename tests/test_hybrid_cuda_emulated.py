@@ -35,26 +35,9 @@ gpu = emu.gpu_test_module("test_cuda_hybrid")
 F32, F16 = np.float32, np.float16
 
 
-@pytest.fixture(scope="module")
-def provider():
-    with emu.registered() as name:
-        yield name
-
-
-@pytest.fixture
-def emulated(provider, monkeypatch):
-    emu.install(monkeypatch)
-    return provider
-
-
 @pytest.fixture
 def launches(emulated, monkeypatch):
     return gpu.count_launches(monkeypatch)
-
-
-@pytest.fixture(params=[False, True], ids=["threads-in-order", "threads-reversed"])
-def fiber_order(request, monkeypatch):
-    monkeypatch.setattr(emu.EmulatedKernel, "reverse", request.param)
 
 
 def _quick_la(c) -> bool:
