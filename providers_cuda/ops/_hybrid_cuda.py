@@ -95,24 +95,6 @@ __global__ void la_gate(const void* __restrict__ a, const void* __restrict__ dt_
   }
 }
 
-// The row and thread a row kernel's thread works on: one warp per row when tpr == 32
-// (blockDim.x / 32 rows per block), else one block of tpr == blockDim.x threads per row.
-// False for the lanes of a warp past the last row (whole warps; they never meet a barrier).
-__device__ __forceinline__ bool row_of(int tpr, i64 rows, i64* row, int* t) {
-  if (tpr == 32) {
-    *row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    *t = threadIdx.x & 31;
-    return *row < rows;
-  }
-  *row = blockIdx.x;
-  *t = threadIdx.x;
-  return true;
-}
-
-__device__ __forceinline__ float row_sum(float v, int tpr, float* sh) {
-  return tpr == 32 ? warp_reduce<R_SUM>(v) : block_reduce<R_SUM>(v, sh);
-}
-
 // GatedRMSNorm over rows of n: y = ((x * inv) * w) * act(z) with inv = 1 / sqrt(sum(x * x) / n
 // + eps) and act silu (z * sigmoid(z)) or sigmoid. w holds n values (one per row element).
 // types bits: 0 x (and y), 1 w, 2 z.
@@ -130,7 +112,7 @@ __global__ void gated_rms_norm(const void* __restrict__ x, const void* __restric
     const float v = ld(x, base + i, xh);
     acc += __fmul_rn(v, v);
   }
-  acc = row_sum(acc, tpr, sh);
+  acc = row_reduce<R_SUM>(acc, tpr, sh);
   const float inv = 1.f / sqrtf(acc / (float)n + eps);
   for (i64 i = t; i < n; i += tpr) {
     const float g = ld(z, base + i, zh);
@@ -167,7 +149,7 @@ __global__ void lp_normalize(const void* __restrict__ x, void* __restrict__ y, i
     const float v = ld(x, base + i * step, xh);
     acc += p == 1 ? fabsf(v) : __fmul_rn(v, v);
   }
-  if (tpr != 0) acc = row_sum(acc, tpr, sh);
+  if (tpr != 0) acc = row_reduce<R_SUM>(acc, tpr, sh);
   const float norm = p == 1 ? acc : sqrtf(acc);
   for (i64 i = t; i < n; i += count) {
     const i64 at = base + i * step;

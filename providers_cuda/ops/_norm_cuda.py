@@ -89,14 +89,7 @@ __global__ void norm_rows(const T* __restrict__ x, const T* __restrict__ skip,
   __shared__ float sh[32];
   i64 row;
   int t;
-  if (tpr == 32) {
-    row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    t = threadIdx.x & 31;
-    if (row >= rows) return;  // whole warps leave; warp mode never waits at a block barrier
-  } else {
-    row = blockIdx.x;
-    t = threadIdx.x;
-  }
+  if (!row_of(tpr, rows, &row, &t)) return;
   constexpr int V = Vec<T>::N;
   const T* xr = x + row * n;
   const T* sr = skip == nullptr ? nullptr : skip + (row % skip_rows) * n;
@@ -113,7 +106,7 @@ __global__ void norm_rows(const T* __restrict__ x, const T* __restrict__ skip,
     } else {
       for (i64 i = t; i < n; i += tpr) acc += residual(xr, sr, bias, i);
     }
-    acc = tpr == 32 ? warp_reduce<R_SUM>(acc) : block_reduce<R_SUM>(acc, sh);
+    acc = row_reduce<R_SUM>(acc, tpr, sh);
     mean = acc / (float)n;  // n == 0: NaN, as the CPU's mean of nothing
   }
   float acc = 0.f;
@@ -133,7 +126,7 @@ __global__ void norm_rows(const T* __restrict__ x, const T* __restrict__ skip,
       acc += __fmul_rn(c, c);
     }
   }
-  acc = tpr == 32 ? warp_reduce<R_SUM>(acc) : block_reduce<R_SUM>(acc, sh);
+  acc = row_reduce<R_SUM>(acc, tpr, sh);
   const float inv = 1.f / sqrtf(acc / (float)n + eps);
   if (t == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;

@@ -114,6 +114,25 @@ template <int OP> __device__ __forceinline__ float block_reduce(float v, float* 
   return warp_reduce<OP>(v);
 }
 
+// The row and thread a row kernel's thread works on: one warp per row when tpr == 32
+// (blockDim.x / 32 rows per block), else one block of tpr == blockDim.x threads per row.
+// False for the lanes of a warp past the last row (whole warps; they never meet a barrier).
+__device__ __forceinline__ bool row_of(int tpr, i64 rows, i64* row, int* t) {
+  if (tpr == 32) {
+    *row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    *t = threadIdx.x & 31;
+    return *row < rows;
+  }
+  *row = blockIdx.x;
+  *t = threadIdx.x;
+  return true;
+}
+
+// The reduction over the threads of a row as row_of assigns them.
+template <int OP> __device__ __forceinline__ float row_reduce(float v, int tpr, float* sh) {
+  return tpr == 32 ? warp_reduce<OP>(v) : block_reduce<OP>(v, sh);
+}
+
 // Threads form a (ty_count, tx_count) grid, threadIdx.x = ty * tx_count + tx, both powers
 // of two; every thread gets the reduction over ty of its column tx. sh holds blockDim.x
 // floats and is free again on return.
@@ -146,14 +165,7 @@ __global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ y, float* _
   const i64 items = rows * splits;
   i64 item;
   int t;
-  if (tpr == 32) {
-    item = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    t = threadIdx.x & 31;
-    if (item >= items) return;  // whole warps leave; warp mode never waits at a block barrier
-  } else {
-    item = blockIdx.x;
-    t = threadIdx.x;
-  }
+  if (!row_of(tpr, items, &item, &t)) return;
   const i64 row = item / splits;
   const i64 begin = (item % splits) * chunk;
   const i64 end = begin + chunk < n ? begin + chunk : n;
@@ -170,7 +182,7 @@ __global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ y, float* _
   } else {
     for (i64 i = begin + t; i < end; i += tpr) acc = r_combine<OP>(acc, r_map<OP>(to_f(xr[i])));
   }
-  acc = tpr == 32 ? warp_reduce<OP>(acc) : block_reduce<OP>(acc, sh);
+  acc = row_reduce<OP>(acc, tpr, sh);
   if (t == 0) {
     if (splits == 1) {
       y[row] = from_f<T>(r_final<OP>(acc, n));

@@ -40,14 +40,7 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, i64 row
   __shared__ float sh[32];
   i64 row;
   int t;
-  if (tpr == 32) {
-    row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    t = threadIdx.x & 31;
-    if (row >= rows) return;  // whole warps leave; warp mode never waits at a block barrier
-  } else {
-    row = blockIdx.x;
-    t = threadIdx.x;
-  }
+  if (!row_of(tpr, rows, &row, &t)) return;
   constexpr int V = Vec<T>::N;
   const T* xr = x + row * n;
   T* yr = y + row * n;
@@ -62,7 +55,7 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, i64 row
   } else {
     for (i64 i = t; i < n; i += tpr) m = r_combine<R_MAX>(m, to_f(xr[i]));
   }
-  m = tpr == 32 ? warp_reduce<R_MAX>(m) : block_reduce<R_MAX>(m, sh);
+  m = row_reduce<R_MAX>(m, tpr, sh);
   if (!is_finite(m)) m = 0.f;  // an all -inf row gives NaN (0 / 0), as on the CPU
   float s = 0.f;
   if (vec) {
@@ -75,7 +68,7 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, i64 row
   } else {
     for (i64 i = t; i < n; i += tpr) s += expf(to_f(xr[i]) - m);
   }
-  s = tpr == 32 ? warp_reduce<R_SUM>(s) : block_reduce<R_SUM>(s, sh);
+  s = row_reduce<R_SUM>(s, tpr, sh);
   if (vec) {
     for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
       float v[V];
