@@ -64,7 +64,20 @@ class HostLoop(DecodeLoop):
         self.state.advance(dict(zip(self.names, self._to_numpy(out))))
 
 
-class OnnxepLoop(DecodeLoop):
+class DecoderLoop(DecodeLoop):
+    """A loop whose runtime has a greedy decoder of its own (``.tokens``, ``.step()``)."""
+
+    decoder: Any
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.decoder.tokens
+
+    def step(self) -> None:
+        self.decoder.step()
+
+
+class OnnxepLoop(DecoderLoop):
     """onnxep's own greedy loop (``onnxep.generate``'s), one run per step."""
 
     def __init__(
@@ -79,13 +92,6 @@ class OnnxepLoop(DecodeLoop):
         from ..generate import GreedyDecoder
 
         self.decoder = GreedyDecoder(session, prompt, tokens, capacity=capacity, dims=dims)
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.decoder.tokens
-
-    def step(self) -> None:
-        self.decoder.step()
 
 
 class TorchLoop(DecodeLoop):
@@ -143,7 +149,7 @@ class TorchLoop(DecodeLoop):
         self._tokens.append(int(token[0]))
 
 
-class StaticTorchLoop(DecodeLoop):
+class StaticTorchLoop(DecoderLoop):
     """The torch peer with a static cache (:mod:`.torch_static`), the decode step replayed
     from one CUDA graph when ``graph`` (the ``torch-graph`` side)."""
 
@@ -152,10 +158,3 @@ class StaticTorchLoop(DecodeLoop):
         from .torch_static import StaticDecoder
 
         self.decoder = StaticDecoder(side.module, prompt, tokens, graph=graph)
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.decoder.tokens
-
-    def step(self) -> None:
-        self.decoder.step()
