@@ -120,6 +120,20 @@ def ctype_of(dtype: Any) -> str:
         raise KeyError(f"{np.dtype(dtype)} has no CUDA kernel here (supported: {names})") from None
 
 
+def kernels_by_dtype(
+    source: str, names: tuple[str, ...], name_expressions: tuple[str, ...], dtype: Any
+) -> dict:
+    """``{dtype: {kernel name: function}}`` of ``source``'s templates, compiled now, for
+    ``dtype`` or (None: not known yet) both element types."""
+    from onnxep.providers_cuda import nvrtc
+
+    dts = tuple(CTYPE) if dtype is None else (np.dtype(dtype),)
+    return {
+        dt: {n: nvrtc.function(source, f"{n}<{ctype_of(dt)}>", name_expressions) for n in names}
+        for dt in dts
+    }
+
+
 def instantiations(names: tuple[str, ...]) -> tuple[str, ...]:
     """Every ``name<type>`` template instantiation for the supported element types."""
     return tuple(f"{n}<{t}>" for n in names for t in CTYPE.values())

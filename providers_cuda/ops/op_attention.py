@@ -19,15 +19,13 @@ CUDA graph.
 
 from __future__ import annotations
 
-import numpy as np
-
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from ._attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from ._attention23_step import AttentionConfig, plan_step
-from ._attention_cuda import ctype_of, sm_count
+from ._attention_cuda import kernels_by_dtype, sm_count
 from ._gqa_geometry import MAX_HEAD_SIZE
 
 _FLOATS = ("float", "float16")
@@ -79,23 +77,11 @@ def parse_attention(node: NodeInfo, opset: int) -> AttentionConfig:
     )
 
 
-def _kernels(dtype) -> dict:
-    """``{dtype: {kernel name: function}}`` compiled now, for one dtype or (unknown) both."""
-    from onnxep.providers_cuda import nvrtc
-
-    dts = (np.float32, np.float16) if dtype is None else (dtype,)
-    return {
-        np.dtype(dt): {
-            name: nvrtc.function(ATTENTION_SOURCE, f"{name}<{ctype_of(dt)}>", NAME_EXPRESSIONS)
-            for name in KERNEL_NAMES
-        }
-        for dt in dts
-    }
-
-
 def _build(node: NodeInfo, xp, opset: int):
     cfg = parse_attention(node, opset)
-    fns_by_dtype = _kernels(node.input_dtype(0))
+    fns_by_dtype = kernels_by_dtype(
+        ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0)
+    )
     sms = sm_count()
     steps: dict[tuple, object] = {}
 

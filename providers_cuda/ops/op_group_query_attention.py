@@ -27,13 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._attention_cuda import ctype_of, sm_count
+from ._attention_cuda import kernels_by_dtype, sm_count
 from ._gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from ._gqa_geometry import MAX_HEAD_SIZE
 from ._gqa_step import host_total, plan_step
@@ -101,20 +99,6 @@ def static_head_size(node: NodeInfo, cfg: GqaConfig) -> int | None:
     return width // heads if width % heads == 0 else None
 
 
-def _kernels(dtype) -> dict:
-    """``{dtype: {kernel name: function}}`` compiled now, for one dtype or (unknown) both."""
-    from onnxep.providers_cuda import nvrtc
-
-    dts = (np.float32, np.float16) if dtype is None else (dtype,)
-    return {
-        np.dtype(dt): {
-            name: nvrtc.function(GQA_SOURCE, f"{name}<{ctype_of(dt)}>", NAME_EXPRESSIONS)
-            for name in KERNEL_NAMES
-        }
-        for dt in dts
-    }
-
-
 @kernel(
     _OP,
     since=1,
@@ -129,7 +113,7 @@ def group_query_attention(node: NodeInfo, xp):
     hd = static_head_size(node, cfg)
     if hd is not None and hd > MAX_HEAD_SIZE:
         raise NotSupported(f"{_OP}: head size {hd} is above the CUDA kernel's {MAX_HEAD_SIZE}")
-    fns_by_dtype = _kernels(node.input_dtype(0))
+    fns_by_dtype = kernels_by_dtype(GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0))
     sms = sm_count()
     steps: dict[tuple, object] = {}
 
