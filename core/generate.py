@@ -219,6 +219,7 @@ class GreedyDecoder:
         self._dims.update(dims or {})
         self._counted = [p for p in session.providers if hasattr(p, "transfer_counts")]
         self._share_on_host = bool(share_on_host)
+        self._in_place = self._updated_in_place()
         self.state_path, self.state_note = self._choose_path()
         self.capacity = None
         if self.state_path == SHARED:
@@ -244,7 +245,7 @@ class GreedyDecoder:
     def _choose_path(self) -> tuple[str, str]:
         p = self.provider
         fixed = sum(1 for s in self.spec.states if s.grow_axis is None)
-        in_place = len(self._updated_in_place())
+        in_place = len(self._in_place)
         fed = "".join(
             [
                 f"; {in_place} fixed-size state(s) updated in place" if in_place else "",
@@ -297,9 +298,9 @@ class GreedyDecoder:
         io.bind_output(spec.logits, where)
         self._fed_back: list[tuple[StateInput, int]] = []
         self.states: dict[str, Any] = {}
-        updated = self._updated_in_place()
         for k, s in enumerate(spec.states, start=1):  # output k: logits come first
-            shared = (self.state_path == SHARED and s.grow_axis is not None) or s.name in updated
+            grows = self.state_path == SHARED and s.grow_axis is not None
+            shared = grows or s.name in self._in_place
             rows = self.capacity if shared else 0
             buf = self.states[s.name] = self._zeros(
                 state_shape(s, self.batch, rows, self._dims), s.dtype

@@ -21,6 +21,7 @@ is keyed by its address), so a replayed step copies no cache either.
 from __future__ import annotations
 
 import ctypes
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,16 +47,14 @@ def _is_device_array(x: Any) -> bool:
         return False
 
 
-_address = array_address
-
-
 def _same_memory(a: Any, b: Any) -> bool:
     """``a`` and ``b`` are the same elements of the same memory: no copy from one to the other."""
     if a is b:
         return True
     if type(a) is not type(b) or a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return a.strides == b.strides and _address(a) is not None and _address(a) == _address(b)
+    at = array_address(a)
+    return a.strides == b.strides and at is not None and at == array_address(b)
 
 
 def _host_array(x: Any) -> np.ndarray:
@@ -134,7 +133,7 @@ class IOBinding:
         self._shared_inputs: set[str] = set()
         #: the last run's donations and, per output, the value it delivered in place (both
         #: dropped when an output is bound anew)
-        self._donation: tuple[tuple, dict[str, int], list] | None = None
+        self._donation: tuple[tuple[str, ...], list, dict[str, int]] | None = None
         self._in_place: dict[str, tuple[Any, BoundValue]] = {}
 
     # -- the device provider --------------------------------------------------------------
@@ -258,7 +257,7 @@ class IOBinding:
 
     # -- buffers bound as both an input and an output -----------------------------------
     def _note_input(self, name: str, arr: Any) -> None:
-        if self._buffer_at and _address(arr) in self._buffer_at:
+        if self._buffer_at and array_address(arr) in self._buffer_at:
             self._shared_inputs.add(name)
         else:
             self._shared_inputs.discard(name)
@@ -269,7 +268,7 @@ class IOBinding:
         self._in_place = {}
         self._buffer_at = {}
         for n, b in self._outputs.items():
-            addr = _address(b.array) if b.array is not None else None
+            addr = array_address(b.array) if b.array is not None else None
             if addr is not None:
                 self._buffer_at[addr] = n
         self._shared_inputs = set()
@@ -389,19 +388,20 @@ class IOBinding:
         """Shared buffers a node may overwrite this run: the input's buffer is bound to the
         very output the session pairs it with (``InferenceSession.inplace_pairs``). Kept until
         a binding changes: a decode rebinds its small feeds every step, never its states."""
-        key = tuple((n, id(feeds[n])) for n in sorted(self._shared_inputs))
-        if self._donation is not None and self._donation[0] == key:
-            return self._donation[1]
+        names = tuple(sorted(self._shared_inputs))
+        arrays = [feeds[n] for n in names]
+        last = self._donation
+        if last is not None and last[0] == names and all(map(operator.is_, last[1], arrays)):
+            return last[2]
         pairs = self._session._inplace  # noqa: SLF001 - same package
         out: dict[str, int] = {}
         for name in self._shared_inputs & pairs.keys():
             node, output = pairs[name]
-            addr = _address(feeds[name])
+            addr = array_address(feeds[name])
             bound = self._outputs.get(output)
             if addr is not None and bound is not None and _same_memory(bound.array, feeds[name]):
                 out[node] = addr
-        # the arrays are kept with their ids, so no other array can take one of those ids
-        self._donation = (key, out, [feeds[n] for n in sorted(self._shared_inputs)])
+        self._donation = (names, arrays, out)
         return out
 
     def _host_read_inputs(self) -> set[str]:
