@@ -47,7 +47,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -428,6 +428,54 @@ def registered() -> Iterator[str]:
     onnxep.register_provider(plugin, name="cuda-emulator")
     try:
         yield NAME
+    finally:
+        unregister_plugin(plugin)
+
+
+@contextlib.contextmanager
+def registered_for(
+    name: str, ops: Collection[tuple[str, str]], rewrites: Callable[[], list] | None = None
+) -> Iterator[str]:
+    """Provider ``name``: the CUDA kernel library on NumPy arrays claiming only ``ops``
+    ((domain, op type); the rest of the library needs CuPy), so a whole model runs with those
+    kernels emulated and every other node on the CPU. ``rewrites()`` makes the extended-level
+    passes it contributes. Yields its name."""
+    import onnxep
+    from onnxep.providers import Decline, Provider, ProviderInfo, hookimpl
+    from onnxep.providers.discovery import unregister_plugin
+    from onnxep.providers_cuda.library import cuda_library
+
+    class _Some(Provider):
+        def __init__(self, options: Any) -> None:
+            super().__init__(name, options, device=name, xp=np)
+
+        def claim(self, node: Any) -> Any:
+            if (node.domain.replace("ai.onnx", ""), node.op_type) not in ops:
+                return Decline(f"{name} emulates only {len(ops)} ops")
+            return super().claim(node)
+
+    class _Plugin:
+        @hookimpl
+        def onnxep_provider_info(self) -> Any:
+            return ProviderInfo(name=name, device=name)
+
+        @hookimpl
+        def onnxep_create_provider(self, options: Any) -> Any:
+            return _Some(options)
+
+        @hookimpl
+        def onnxep_kernels(self, provider: Any) -> Any:
+            return cuda_library() if provider.name == name else None
+
+        @hookimpl
+        def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
+            mine = level == "extended" and provider is not None and provider.name == name
+            return rewrites() if mine and rewrites is not None else None
+
+    plugin = _Plugin()
+    onnxep.register_provider(plugin, name=f"{name}-plugin")
+    try:
+        yield name
     finally:
         unregister_plugin(plugin)
 

@@ -59,49 +59,14 @@ def test_present_overwrites_a_donated_past_and_only_then(emulated):
 def hybrid_fused(emulated):
     """``cudaemu``'s hybrid kernels plus the fused op, with the two fusion passes (the rest
     of the CUDA library needs CuPy): the fusions run on the nodes this provider owns."""
-    import onnxep
-    from onnxep.providers import Decline, Provider, ProviderInfo, hookimpl
-    from onnxep.providers.discovery import unregister_plugin
     from onnxep.providers.fusions.linear_attention_gates import FuseLinearAttentionGates
     from onnxep.providers.fusions.linear_attention_l2_norm import FuseLinearAttentionL2Norm
-    from onnxep.providers_cuda.library import cuda_library
 
     hybrid = emu.gpu_test_module("test_cuda_hybrid")
     ops = hybrid.HYBRID_OPS | set(hybrid.FUSED_HYBRID)
-    name = "glaemu"
-
-    class _Hybrid(Provider):
-        def __init__(self, options):
-            super().__init__(name, options, device=name, xp=np)
-
-        def claim(self, node):
-            if (node.domain.replace("ai.onnx", ""), node.op_type) not in ops:
-                return Decline("only the hybrid ops are emulated")
-            return super().claim(node)
-
-    class _Plugin:
-        @hookimpl
-        def onnxep_provider_info(self):
-            return ProviderInfo(name=name, device=name)
-
-        @hookimpl
-        def onnxep_create_provider(self, options):
-            return _Hybrid(options)
-
-        @hookimpl
-        def onnxep_kernels(self, provider):
-            return cuda_library() if provider.name == name else None
-
-        @hookimpl
-        def onnxep_graph_rewrites(self, provider, level):
-            if level == "extended" and provider is not None and provider.name == name:
-                return [FuseLinearAttentionGates(), FuseLinearAttentionL2Norm()]
-            return None
-
-    plugin = _Plugin()
-    onnxep.register_provider(plugin, name="gla-emulator")
-    yield name, hybrid
-    unregister_plugin(plugin)
+    passes = lambda: [FuseLinearAttentionGates(), FuseLinearAttentionL2Norm()]  # noqa: E731
+    with emu.registered_for("glaemu", ops, passes) as name:
+        yield name, hybrid
 
 
 def test_qwen3_5_export_fused_on_the_emulated_device_decodes_the_cpu_tokens(hybrid_fused):

@@ -262,38 +262,8 @@ def test_linear_attention_geometry_refuses_what_does_not_fit():
 def hybrid_only(emulated):
     """``cudaemu`` claiming only the hybrid ops (the rest of the CUDA library needs CuPy), so
     a whole decoder runs with these kernels emulated and every other node on the CPU."""
-    from onnxep.providers import Decline, Provider, ProviderInfo, hookimpl
-    from onnxep.providers.discovery import unregister_plugin
-    from onnxep.providers_cuda.library import cuda_library
-
-    name = "hybridemu"
-
-    class _Hybrid(Provider):
-        def __init__(self, options):
-            super().__init__(name, options, device=name, xp=np)
-
-        def claim(self, node):
-            if (node.domain.replace("ai.onnx", ""), node.op_type) not in gpu.HYBRID_OPS:
-                return Decline("only the hybrid ops are emulated")
-            return super().claim(node)
-
-    class _Plugin:
-        @hookimpl
-        def onnxep_provider_info(self):
-            return ProviderInfo(name=name, device=name)
-
-        @hookimpl
-        def onnxep_create_provider(self, options):
-            return _Hybrid(options)
-
-        @hookimpl
-        def onnxep_kernels(self, provider):
-            return cuda_library() if provider.name == name else None
-
-    plugin = _Plugin()
-    onnxep.register_provider(plugin, name="hybrid-emulator")
-    yield name
-    unregister_plugin(plugin)
+    with emu.registered_for("hybridemu", gpu.HYBRID_OPS) as name:
+        yield name
 
 
 ALL_KERNELS = {"linear_attention", "la_gate", "causal_conv_state", "gated_rms_norm", "lp_normalize"}
