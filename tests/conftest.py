@@ -28,6 +28,16 @@ def tensor(name, shape, elem=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+#: The exported models in tests/data, each with the sizes its symbolic dims take in tests.
+EXPORTED_DIMS = {
+    "llama_kv.onnx": {"batch": 1, "seq": 8, "past": 16},
+    "llama_kv_opset23.onnx": {"batch": 2, "seq": 3, "past": 5},
+    "hf_llama.onnx": {"batch": 2, "seq": 7},
+    "hf_llama_kv.onnx": {"batch": 2, "seq": 3, "past": 4, "total": 7},
+    "resnet_cnn.onnx": {"batch": 2},
+}
+
+
 def exported_feeds(sess, dims, rng, vocab=512):
     """Feeds for an exported model's inputs: symbolic dims from ``dims``, all-ones masks, zero
     token types, token ids below ``vocab``, standard normal floats."""

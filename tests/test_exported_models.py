@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import exported_feeds
+from conftest import EXPORTED_DIMS, exported_feeds
 
 import onnxep
 
@@ -37,13 +37,7 @@ def compare(name, dims, seed=0):
     return ours, theirs, feeds
 
 
-CASES = {
-    "llama_kv.onnx": {"batch": 1, "seq": 8, "past": 16},
-    "llama_kv_opset23.onnx": {"batch": 2, "seq": 3, "past": 5},
-    "hf_llama.onnx": {"batch": 2, "seq": 7},
-    "hf_llama_kv.onnx": {"batch": 2, "seq": 3, "past": 4, "total": 7},
-    "resnet_cnn.onnx": {"batch": 2},
-}
+CASES = EXPORTED_DIMS
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
