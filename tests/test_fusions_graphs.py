@@ -1,8 +1,9 @@
 """Small graphs of each fusion's pattern, built with onnx.helper (no tests here).
 
 Shared by test_fusions_ops.py (on the ``fusions`` test provider) and
-tests/cuda/test_cuda_fusions.py (on the GPU), so both check the same cases. Only onnx and
-NumPy are imported: the GPU tests import this module outside the tests/ conftest.
+tests/cuda/test_cuda_fusions.py (on the GPU), so both check the same cases, and by the same
+comparison (:func:`assert_like_unfused`). The tests/ conftest is not imported: the GPU tests
+import this module outside it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,22 @@ import math
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxep.testing import TOLERANCES
+
 F32, F16 = np.float32, np.float16
 ELEM = {F32: TensorProto.FLOAT, F16: TensorProto.FLOAT16}
 node = helper.make_node
+
+
+def assert_like_unfused(got, want, exact, what=""):
+    """A fused session's output against the unfused session's: the same dtype and shape, and
+    the same bytes where the pass claims them (``exact``), else within the dtype's tolerance."""
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    if exact:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        atol, rtol = TOLERANCES[np.dtype(got.dtype)]
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
 def make_model(nodes, inputs, outputs, inits=(), opset=17):

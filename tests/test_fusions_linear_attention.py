@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_fusions_graphs import make_model, tensor
+from test_fusions_graphs import assert_like_unfused, make_model, tensor
 from test_fusions_pattern import fusion, fusions_provider, ops, session
 
 from onnxep.providers.fusions.linear_attention_gates import FuseLinearAttentionGates
 from onnxep.providers.fusions.linear_attention_l2_norm import FuseLinearAttentionL2Norm
 from onnxep.providers.fusions.reporting import ANOTHER_CONSUMER, GRAPH_OUTPUT
-from onnxep.testing import TOLERANCES
 
 GATES, L2 = "fuse_linear_attention_gates", "fuse_linear_attention_l2_norm"
 BOTH = [GATES, L2]
@@ -139,12 +138,7 @@ def run_both(make, model, exact):
     feeds = la_feeds(model)
     names = [o.name for o in model.graph.output]
     for name, got, want in zip(names, fused.run(None, feeds), plain.run(None, feeds), strict=True):
-        assert got.dtype == want.dtype and got.shape == want.shape, name
-        if exact:
-            np.testing.assert_array_equal(got, want, err_msg=name)
-        else:
-            atol, rtol = TOLERANCES[np.dtype(got.dtype)]
-            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+        assert_like_unfused(got, want, exact, name)
     return fused
 
 

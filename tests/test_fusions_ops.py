@@ -13,6 +13,7 @@ import pytest
 from test_fusions_graphs import (
     F16,
     F32,
+    assert_like_unfused,
     feeds,
     gelu_model,
     matmul_bias_model,
@@ -28,7 +29,6 @@ from test_fusions_pattern import ALL, fusion, fusions_provider, ops, session
 
 from onnxep.providers.fusions.reporting import ANOTHER_CONSUMER, GRAPH_OUTPUT
 from onnxep.providers.fusions.shared_input_matmuls import NOT_CONSTANT
-from onnxep.testing import TOLERANCES
 
 
 @pytest.fixture
@@ -52,12 +52,7 @@ def check(make, model, pass_name, fused_ops, exact, fired=1, off=()):
     inputs = feeds(model)
     names = [o.name for o in model.graph.output]
     for name, got, want in zip(names, fused.run(None, inputs), plain.run(None, inputs)):
-        assert got.dtype == want.dtype and got.shape == want.shape, name
-        if exact:
-            np.testing.assert_array_equal(got, want, err_msg=name)
-        else:
-            atol, rtol = TOLERANCES[np.dtype(got.dtype)]
-            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+        assert_like_unfused(got, want, exact, name)
     return fused
 
 

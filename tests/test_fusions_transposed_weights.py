@@ -17,7 +17,16 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
-from test_fusions_graphs import F16, F32, const, feeds, make_model, matmul_bias_model, tensor
+from test_fusions_graphs import (
+    F16,
+    F32,
+    assert_like_unfused,
+    const,
+    feeds,
+    make_model,
+    matmul_bias_model,
+    tensor,
+)
 from test_fusions_graphs import shared_model as shared
 from test_fusions_pattern import ALL, fusion, fusions_provider, ops, session
 
@@ -28,7 +37,6 @@ from onnxep.providers.fusions.transposed_weights import (
     NOT_MATRIX,
     FuseTransposedWeights,
 )
-from onnxep.testing import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ is imported from the repo root, not installed
@@ -55,9 +63,7 @@ def make():
 def _close(model, fused, plain):
     inputs = feeds(model)
     for got, want in zip(fused.run(None, inputs), plain.run(None, inputs)):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        atol, rtol = TOLERANCES[np.dtype(got.dtype)]
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        assert_like_unfused(got, want, False)
 
 
 @pytest.mark.parametrize("dt", [F32, F16])

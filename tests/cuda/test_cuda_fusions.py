@@ -18,7 +18,6 @@ import pytest
 
 import onnxep
 from onnxep.providers.fusions import standard_fusions
-from onnxep.testing import TOLERANCES
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
@@ -91,15 +90,6 @@ def _session(model, off=()):
     return onnxep.InferenceSession(model, opts, providers=["cuda"])
 
 
-def _compare(got, want, exact, name):
-    assert got.dtype == want.dtype and got.shape == want.shape, name
-    if exact:
-        np.testing.assert_array_equal(got, want, err_msg=name)
-    else:
-        atol, rtol = TOLERANCES[np.dtype(got.dtype)]
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fused_matches_unfused_on_cuda(case):
     make, name, op, exact = CASES[case]
@@ -114,7 +104,7 @@ def test_fused_matches_unfused_on_cuda(case):
     inputs = G.positive(model) if case.startswith("rsqrt") else G.feeds(model)
     names = [o.name for o in model.graph.output]
     for n, got, want in zip(names, fused.run(None, inputs), plain.run(None, inputs)):
-        _compare(got, want, exact, f"{case}:{n}")
+        G.assert_like_unfused(got, want, exact, f"{case}:{n}")
 
 
 DECODERS = ["hf_llama.onnx", "hf_llama_kv.onnx", "llama_kv.onnx", "llama_kv_opset23.onnx"]
@@ -138,4 +128,4 @@ def test_decoders_fused_match_unfused_on_cuda(name):
         else:
             feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
     for arg, got, want in zip(fused.get_outputs(), fused.run(None, feeds), plain.run(None, feeds)):
-        _compare(got, want, False, f"{name}:{arg.name}")
+        G.assert_like_unfused(got, want, False, f"{name}:{arg.name}")
