@@ -118,15 +118,8 @@ def test_gemv_matches_cpu_builder(case, dtype, launches):
     assert set(launches) == {"nbits_gemv"}
 
 
-@pytest.fixture
-def split_k(monkeypatch):
-    """Every GEMV split K three ways (the emulated device is too small to ask for it)."""
-    real = K_.gemv_geometry
-
-    def geometry(n, chunks, bits, mt, sms, force=None, splits=None):
-        return real(n, chunks, bits, mt, sms, force, 3)
-
-    monkeypatch.setattr(K_, "gemv_geometry", geometry)
+# Every GEMV splits K three ways (the emulated device is too small to ask for it).
+split_k = gpu_quant.split_k
 
 
 SPLIT_CASES = [
