@@ -18,6 +18,7 @@ from typing import Any
 
 from . import nvrtc
 from .launch import Launcher
+from .ops._attention_cuda import sm_count
 
 #: Binary ops: name -> C expression of floats ``x`` and ``y``.
 BINARY = {"add": "x + y", "sub": "x - y", "mul": "x * y", "div": "x / y"}
@@ -81,19 +82,10 @@ SOURCE = (
 NAMES = tuple(f"{op}_k<{t}>" for op in (*BINARY, *UNARY) for t in TYPES.values())
 
 BLOCK = 256
-_grid_cap: dict[int, int] = {}
 
 
 def _max_grid() -> int:
-    import cupy
-
-    dev = cupy.cuda.runtime.getDevice()
-    cap = _grid_cap.get(dev)
-    if cap is None:
-        rt = cupy.cuda.runtime
-        sms = rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, dev)
-        cap = _grid_cap[dev] = sms * 32
-    return cap
+    return sm_count() * 32
 
 
 def _launchers(op: str, sig: str) -> dict[Any, Launcher]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ._attention_cuda import sm_count  # noqa: F401 - the quantized ops' geometry reads it here
+
 #: Element types the quantized kernels read and write, by NumPy dtype.
 CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
 
@@ -56,8 +58,6 @@ __device__ __forceinline__ void unpack_word(unsigned w, float off, float (&d)[32
 }  // namespace oq
 """
 
-_sm_counts: dict[int, int] = {}
-
 
 def ctype_of(dtype: Any, what: str) -> str:
     """The CUDA type of ``dtype``; the error names ``what`` and the supported types."""
@@ -65,17 +65,6 @@ def ctype_of(dtype: Any, what: str) -> str:
         return CTYPE[np.dtype(dtype)]
     except (KeyError, TypeError):
         raise ValueError(f"{what}: {dtype} is not float32 or float16") from None
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the current device, read once per device."""
-    import cupy
-
-    dev = cupy.cuda.runtime.getDevice()
-    n = _sm_counts.get(dev)
-    if n is None:
-        n = _sm_counts[dev] = int(cupy.cuda.Device(dev).attributes["MultiProcessorCount"])
-    return n
 
 
 def pow2_ceil(x: int) -> int:
