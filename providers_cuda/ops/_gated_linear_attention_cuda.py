@@ -48,7 +48,8 @@ __device__ __forceinline__ void gla_l2_normalize(float* stage, int F, int off, i
   }
 }
 
-// GatedLinearAttention: linear_attention's block layout and arguments, with the decay and beta
+// GatedLinearAttention: linear_attention's block layout, arguments and per-token recurrence
+// (la_begin, la_tokens), with the decay and beta
 // computed from a, dt_bias, decay_scale and b (decay (B, T, hkv * gw) is a (B, T, hkv * gw) with
 // one dt_bias and decay_scale value per last-axis position; beta from b (B, T, bw)), and q / k
 // L2-normalised per head when qnorm / knorm. The rule is gated (delta == 0) or gated_delta.
@@ -72,33 +73,14 @@ __global__ void gated_linear_attention(const void* q, const void* k, const void*
   const int h = (int)(bh % hkv);
   const i64 b_ = bh / hkv;
   const int j = j0 + col;
-  const int ts = CB + 1;
   const i64 head = bh * dk * dv;
   const i64 slot = B * hkv * dk * dv;
   const int ah = HALF(types, 4);
 
-  for (int e = tid; e < dk * CB; e += nt) {
-    const int i = e / CB, c = e % CB;
-    float val = 0.f;
-    if (past != nullptr && j0 + c < dv) {
-      val = ld(past, past_off + head + (i64)i * dv + j0 + c, HALF(types, 3));
-    }
-    tile[i * ts + c] = val;
-  }
-  __syncthreads();
   float s[LA_ROWS];
-#pragma unroll
-  for (int r = 0; r < LA_ROWS; ++r) {
-    const int i = p + P * r;
-    s[r] = i < dk ? tile[i * ts + col] : 0.f;
-  }
   const int qhalf = HALF(types, 7);
-  for (i64 sl = 0; sl < (i64)window - T; ++sl) {
-    for (int e = tid; e < dk * CB; e += nt) {
-      const int i = e / CB, c = e % CB;
-      if (j0 + c < dv) st(present, sl * slot + head + (i64)i * dv + j0 + c, 0.f, qhalf);
-    }
-  }
+  la_begin(s, tile, past, present, past_off, head, slot, T, window, dk, dv, j0, CB, col, p, P,
+           HALF(types, 3), qhalf);
 
   const int fq = dk, fg = fq + G * dk, fb = fg + gw, fv = fb + (delta ? 1 : 0);
   const int F = fv + CB;
@@ -143,50 +125,8 @@ __global__ void gated_linear_attention(const void* q, const void* k, const void*
       if (qnorm) gla_l2_normalize(stage, F, fq, dk, G, n, dk, HALF(types, 0), qscale);
     }
     __syncthreads();
-    for (int tt = 0; tt < n; ++tt) {
-      const float* tok = stage + tt * F;
-      const i64 t = t0 + tt;
-      float kr[LA_ROWS];
-#pragma unroll
-      for (int r = 0; r < LA_ROWS; ++r) {
-        const int i = p + P * r;
-        kr[r] = i < dk ? tok[i] : 0.f;
-      }
-#pragma unroll
-      for (int r = 0; r < LA_ROWS; ++r) {
-        const int i = p + P * r;
-        const float e = gw == 1 ? tok[fg] : (i < dk ? tok[fg + i] : 0.f);
-        s[r] = __fmul_rn(s[r], e);
-      }
-      const float vj = tok[fv + col];
-      float u = vj;
-      if (delta) {
-        float part = 0.f;
-#pragma unroll
-        for (int r = 0; r < LA_ROWS; ++r) part += __fmul_rn(kr[r], s[r]);
-        u = __fmul_rn(tok[fb], vj - group_sum(part, P));
-      }
-#pragma unroll
-      for (int r = 0; r < LA_ROWS; ++r) s[r] += __fmul_rn(kr[r], u);
-      for (int g = 0; g < G; ++g) {
-        const float* qg = tok + fq + g * dk;
-        float part = 0.f;
-#pragma unroll
-        for (int r = 0; r < LA_ROWS; ++r) {
-          const int i = p + P * r;
-          if (i < dk) part += __fmul_rn(qg[i], s[r]);
-        }
-        const float o = group_sum(part, P);
-        if (p == 0 && j < dv) {
-          st(y, ((b_ * T + t) * hkv * G + (i64)h * G + g) * dv + j, __fmul_rn(o, scale),
-             HALF(types, 6));
-        }
-      }
-      if (window > 0 && t >= T - window) {
-        la_store_state(present, (window - T + t) * slot + head, s, tile, dk, dv, j0, CB, col, p,
-                       P, qhalf);
-      }
-    }
+    la_tokens(s, tile, stage, F, fq, fg, fb, fv, n, t0, T, b_, h, hkv, G, gw, 1, delta, dk, dv,
+              j0, j, CB, col, p, P, scale, y, HALF(types, 6), present, window, slot, head, qhalf);
   }
   if (window == 0) la_store_state(present, head, s, tile, dk, dv, j0, CB, col, p, P, qhalf);
 }

@@ -73,6 +73,94 @@ __device__ __forceinline__ void la_store_state(void* dst, i64 at, const float* s
   }
 }
 
+// Tokens t0 .. t0 + n - 1 staged at stage, F floats each (k at 0, the G query heads at fq,
+// exp(decay) at fg when gated, beta at fb when delta, v at fv): each token's update of the
+// thread's rows s of state column j, y for the group's query heads, and the state slots a
+// window keeps.
+__device__ __forceinline__ void la_tokens(float* s, float* tile, const float* stage, int F,
+                                          int fq, int fg, int fb, int fv, int n, i64 t0, i64 T,
+                                          i64 b, int h, int hkv, int G, int gw, int gated,
+                                          int delta, int dk, int dv, int j0, int j, int CB,
+                                          int col, int p, int P, float scale, void* y, int yhalf,
+                                          void* present, int window, i64 slot, i64 head,
+                                          int qhalf) {
+  for (int tt = 0; tt < n; ++tt) {
+    const float* tok = stage + tt * F;
+    const i64 t = t0 + tt;
+    float kr[LA_ROWS];
+#pragma unroll
+    for (int r = 0; r < LA_ROWS; ++r) {
+      const int i = p + P * r;
+      kr[r] = i < dk ? tok[i] : 0.f;
+    }
+    if (gated) {
+#pragma unroll
+      for (int r = 0; r < LA_ROWS; ++r) {
+        const int i = p + P * r;
+        const float e = gw == 1 ? tok[fg] : (i < dk ? tok[fg + i] : 0.f);
+        s[r] = __fmul_rn(s[r], e);
+      }
+    }
+    const float vj = tok[fv + col];
+    float u = vj;
+    if (delta) {
+      float part = 0.f;
+#pragma unroll
+      for (int r = 0; r < LA_ROWS; ++r) part += __fmul_rn(kr[r], s[r]);
+      u = __fmul_rn(tok[fb], vj - group_sum(part, P));
+    }
+#pragma unroll
+    for (int r = 0; r < LA_ROWS; ++r) s[r] += __fmul_rn(kr[r], u);
+    for (int g = 0; g < G; ++g) {
+      const float* qg = tok + fq + g * dk;
+      float part = 0.f;
+#pragma unroll
+      for (int r = 0; r < LA_ROWS; ++r) {
+        const int i = p + P * r;
+        if (i < dk) part += __fmul_rn(qg[i], s[r]);
+      }
+      const float o = group_sum(part, P);
+      if (p == 0 && j < dv) {
+        st(y, ((b * T + t) * hkv * G + (i64)h * G + g) * dv + j, __fmul_rn(o, scale),
+           yhalf);
+      }
+    }
+    if (window > 0 && t >= T - window) {
+      la_store_state(present, (window - T + t) * slot + head, s, tile, dk, dv, j0, CB, col, p,
+                     P, qhalf);
+    }
+  }
+}
+
+// The start of a block's walk: each thread's rows s of its state column from past (zeros
+// without one), through the shared tile, and present's slots before the first token zeroed.
+__device__ __forceinline__ void la_begin(float* s, float* tile, const void* past, void* present,
+                                         i64 past_off, i64 head, i64 slot, i64 T, int window,
+                                         int dk, int dv, int j0, int CB, int col, int p, int P,
+                                         int past_half, int qhalf) {
+  const int tid = threadIdx.x, nt = blockDim.x, ts = CB + 1;
+  for (int e = tid; e < dk * CB; e += nt) {
+    const int i = e / CB, c = e % CB;
+    float val = 0.f;
+    if (past != nullptr && j0 + c < dv) {
+      val = ld(past, past_off + head + (i64)i * dv + j0 + c, past_half);
+    }
+    tile[i * ts + c] = val;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < LA_ROWS; ++r) {
+    const int i = p + P * r;
+    s[r] = i < dk ? tile[i * ts + col] : 0.f;
+  }
+  for (i64 sl = 0; sl < (i64)window - T; ++sl) {  // slots before the first token: zeros
+    for (int e = tid; e < dk * CB; e += nt) {
+      const int i = e / CB, c = e % CB;
+      if (j0 + c < dv) st(present, sl * slot + head + (i64)i * dv + j0 + c, 0.f, qhalf);
+    }
+  }
+}
+
 // LinearAttention for one (batch b, KV head h, tile of CB state columns from j0) per block;
 // blockDim.x == P * CB, thread t owns column t / P and rows t % P + P * r.
 // q (B, T, hq * dk): the group's query heads are (h * G + g) / qdiv; k (B, T, nk * dk): key
@@ -97,32 +185,13 @@ __global__ void linear_attention(const void* q, const void* k, const void* v, co
   const int h = (int)(bh % hkv);
   const i64 b = bh / hkv;
   const int j = j0 + col;
-  const int ts = CB + 1;
   const i64 head = bh * dk * dv;  // (b * hkv + h) * dk * dv: this head's state in a slot
   const i64 slot = B * hkv * dk * dv;
 
-  for (int e = tid; e < dk * CB; e += nt) {
-    const int i = e / CB, c = e % CB;
-    float val = 0.f;
-    if (past != nullptr && j0 + c < dv) {
-      val = ld(past, past_off + head + (i64)i * dv + j0 + c, HALF(types, 3));
-    }
-    tile[i * ts + c] = val;
-  }
-  __syncthreads();
   float s[LA_ROWS];
-#pragma unroll
-  for (int r = 0; r < LA_ROWS; ++r) {
-    const int i = p + P * r;
-    s[r] = i < dk ? tile[i * ts + col] : 0.f;
-  }
   const int qhalf = HALF(types, 7);
-  for (i64 sl = 0; sl < (i64)window - T; ++sl) {  // slots before the first token: zeros
-    for (int e = tid; e < dk * CB; e += nt) {
-      const int i = e / CB, c = e % CB;
-      if (j0 + c < dv) st(present, sl * slot + head + (i64)i * dv + j0 + c, 0.f, qhalf);
-    }
-  }
+  la_begin(s, tile, past, present, past_off, head, slot, T, window, dk, dv, j0, CB, col, p, P,
+           HALF(types, 3), qhalf);
 
   // One staged token: k at 0, the G query heads at fq, exp(decay) at fg, beta at fb, v at fv.
   const int fq = dk, fg = fq + G * dk, fb = fg + (gated ? gw : 0), fv = fb + (delta ? 1 : 0);
@@ -159,52 +228,8 @@ __global__ void linear_attention(const void* q, const void* k, const void* v, co
       stage[tt * F + fv + c] = val;
     }
     __syncthreads();
-    for (int tt = 0; tt < n; ++tt) {
-      const float* tok = stage + tt * F;
-      const i64 t = t0 + tt;
-      float kr[LA_ROWS];
-#pragma unroll
-      for (int r = 0; r < LA_ROWS; ++r) {
-        const int i = p + P * r;
-        kr[r] = i < dk ? tok[i] : 0.f;
-      }
-      if (gated) {
-#pragma unroll
-        for (int r = 0; r < LA_ROWS; ++r) {
-          const int i = p + P * r;
-          const float e = gw == 1 ? tok[fg] : (i < dk ? tok[fg + i] : 0.f);
-          s[r] = __fmul_rn(s[r], e);
-        }
-      }
-      const float vj = tok[fv + col];
-      float u = vj;
-      if (delta) {
-        float part = 0.f;
-#pragma unroll
-        for (int r = 0; r < LA_ROWS; ++r) part += __fmul_rn(kr[r], s[r]);
-        u = __fmul_rn(tok[fb], vj - group_sum(part, P));
-      }
-#pragma unroll
-      for (int r = 0; r < LA_ROWS; ++r) s[r] += __fmul_rn(kr[r], u);
-      for (int g = 0; g < G; ++g) {
-        const float* qg = tok + fq + g * dk;
-        float part = 0.f;
-#pragma unroll
-        for (int r = 0; r < LA_ROWS; ++r) {
-          const int i = p + P * r;
-          if (i < dk) part += __fmul_rn(qg[i], s[r]);
-        }
-        const float o = group_sum(part, P);
-        if (p == 0 && j < dv) {
-          st(y, ((b * T + t) * hkv * G + (i64)h * G + g) * dv + j, __fmul_rn(o, scale),
-             HALF(types, 6));
-        }
-      }
-      if (window > 0 && t >= T - window) {
-        la_store_state(present, (window - T + t) * slot + head, s, tile, dk, dv, j0, CB, col, p,
-                       P, qhalf);
-      }
-    }
+    la_tokens(s, tile, stage, F, fq, fg, fb, fv, n, t0, T, b, h, hkv, G, gw, gated, delta, dk, dv,
+              j0, j, CB, col, p, P, scale, y, HALF(types, 6), present, window, slot, head, qhalf);
   }
   if (window == 0) la_store_state(present, head, s, tile, dk, dv, j0, CB, col, p, P, qhalf);
 }
