@@ -53,6 +53,49 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// One key tile's online-softmax step for a tile of BQ query rows (a warp per row): each row
+// of the BQ x BK scores in ps becomes its probabilities against the new running max ms, the
+// running sum ls is rescaled and grown, and as gets the factor the row's output is rescaled by.
+__device__ __forceinline__ void softmax_tile(float* ps, float* ms, float* ls, float* as, int BQ,
+                                             int BK) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (int r = warp; r < BQ; r += nw) {
+    float* pr = ps + r * BK;
+    float mt = ONNXEP_NEG_INF;
+    for (int jj = lane; jj < BK; jj += 32) mt = fmaxf(mt, pr[jj]);
+    mt = warp_max(mt);
+    const float mo = ms[r];
+    const float mn = fmaxf(mo, mt);
+    float sum = 0.f;
+    for (int jj = lane; jj < BK; jj += 32) {
+      const float p = mn == ONNXEP_NEG_INF ? 0.f : expf(pr[jj] - mn);
+      pr[jj] = p;
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      const float a = mo == ONNXEP_NEG_INF ? 0.f : expf(mo - mn);
+      as[r] = a;
+      ms[r] = mn;
+      ls[r] = ls[r] * a + sum;
+    }
+  }
+}
+
+// Each row's output os (BQ x Dv) rescaled by as, plus the row's probabilities (ps, BQ x BK)
+// times the tile's first kn value rows (vs, BK x Dv).
+__device__ __forceinline__ void accumulate_tile(float* os, const float* ps, const float* vs,
+                                                const float* as, int BQ, int BK, int Dv,
+                                                int kn) {
+  for (int idx = threadIdx.x; idx < BQ * Dv; idx += blockDim.x) {
+    const int r = idx / Dv, d = idx - r * Dv;
+    const float* pr = ps + r * BK;
+    float o = os[idx] * as[r];
+    for (int jj = 0; jj < kn; ++jj) o = fmaf(pr[jj], vs[jj * Dv + d], o);
+    os[idx] = o;
+  }
+}
+
 // Channel d (< rot) of one head after rotary embedding. Pairs are (2i, 2i+1)
 // when interleaved, else (i, i + rot/2); cos_row/sin_row hold rot/2 values.
 // Computed as the CPU does: real = c*x1 - s*x2, imag = s*x1 + c*x2, each

@@ -444,7 +444,6 @@ __global__ void __launch_bounds__(128) gqa_prefill(
     Ms[r] = ONNXEP_NEG_INF;
     Ls[r] = 0.f;
   }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   for (int jt = j_lo; jt < j_hi; jt += BK) {
     const int kn = imin(BK, j_hi - jt);
     __syncthreads();  // Q/O initialised; the previous tile is consumed
@@ -478,35 +477,9 @@ __global__ void __launch_bounds__(128) gqa_prefill(
       Ps[idx] = v;
     }
     __syncthreads();
-    for (int r = warp; r < BQ; r += nw) {
-      float* pr = Ps + r * BK;
-      float mt = ONNXEP_NEG_INF;
-      for (int jj = lane; jj < BK; jj += 32) mt = fmaxf(mt, pr[jj]);
-      mt = warp_max(mt);
-      const float mo = Ms[r];
-      const float mn = fmaxf(mo, mt);
-      float sum = 0.f;
-      for (int jj = lane; jj < BK; jj += 32) {
-        const float p = mn == ONNXEP_NEG_INF ? 0.f : expf(pr[jj] - mn);
-        pr[jj] = p;
-        sum += p;
-      }
-      sum = warp_sum(sum);
-      if (lane == 0) {
-        const float a = mo == ONNXEP_NEG_INF ? 0.f : expf(mo - mn);
-        As[r] = a;
-        Ms[r] = mn;
-        Ls[r] = Ls[r] * a + sum;
-      }
-    }
+    softmax_tile(Ps, Ms, Ls, As, BQ, BK);
     __syncthreads();
-    for (int idx = threadIdx.x; idx < BQ * D; idx += blockDim.x) {
-      const int r = idx / D, d = idx - r * D;
-      const float* pr = Ps + r * BK;
-      float o = Os[idx] * As[r];
-      for (int jj = 0; jj < kn; ++jj) o = fmaf(pr[jj], Vs[jj * D + d], o);
-      Os[idx] = o;
-    }
+    accumulate_tile(Os, Ps, Vs, As, BQ, BK, D, kn);
   }
   __syncthreads();
   const bool has_sink = sink != nullptr || smooth != 0;
