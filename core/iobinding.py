@@ -57,6 +57,27 @@ def _same_memory(a: Any, b: Any) -> bool:
     return a.strides == b.strides and at is not None and at == array_address(b)
 
 
+def element_dtype(element_type: Any, what: str) -> np.dtype:
+    """A NumPy dtype from onnxruntime's ``element_type``: a NumPy type or dtype, or an ONNX
+    element type as its ``TensorProto.DataType`` int (as onnxruntime's helpers pass)."""
+    if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
+        from onnx import TensorProto, helper
+
+        if int(element_type) not in TensorProto.DataType.values() or not element_type:
+            raise InvalidArgument(
+                f"{what}: element_type {int(element_type)} is not an ONNX element type "
+                "(onnx.TensorProto.DataType); pass one, or a NumPy dtype such as np.float32"
+            )
+        return np.dtype(helper.tensor_dtype_to_np_dtype(int(element_type)))
+    try:
+        return np.dtype(element_type)
+    except TypeError:
+        raise InvalidArgument(
+            f"{what}: element_type {element_type!r} is neither a NumPy dtype nor an ONNX "
+            "element type int; pass np.float32 or onnx.TensorProto.FLOAT, say"
+        ) from None
+
+
 def _host_array(x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
@@ -76,6 +97,9 @@ class BoundValue:
     value: Any
     array: Any = None  # the NumPy or CuPy array behind ``value``
     to_host: Any = None
+    #: ``array`` is memory the caller owns (a bound buffer): a host result is a copy of it,
+    #: since the caller may free it or the next run write into it
+    borrowed: bool = False
 
     def __post_init__(self) -> None:
         if self.array is None:
@@ -84,7 +108,7 @@ class BoundValue:
     def numpy(self) -> np.ndarray:
         a = self.array
         if isinstance(a, np.ndarray):
-            return a
+            return a.copy() if self.borrowed else a
         if self.to_host is not None:
             return self.to_host(a)
         if hasattr(a, "get"):  # CuPy
@@ -148,7 +172,7 @@ class IOBinding:
         )
 
     def _from_pointer(self, device: str, element_type: Any, shape: Any, ptr: int, what: str) -> Any:
-        dtype = np.dtype(element_type)
+        dtype = element_dtype(element_type, what)
         shape = tuple(int(d) for d in shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if device == "cpu":
@@ -251,6 +275,13 @@ class IOBinding:
         else:
             view = _host_array(buf)
             device = "cpu"
+            if not view.flags.writeable:
+                # DLPack imports of read-only memory (an onnxruntime OrtValue, say) are read-only.
+                raise InvalidArgument(
+                    f"the buffer bound to output {name!r} is read-only, so no run can write into "
+                    f"it; bind a writable array, or bind_output({name!r}, 'cpu') to let each "
+                    "run allocate"
+                )
         if not view.flags.c_contiguous:
             raise InvalidArgument(f"the buffer bound to output {name!r} must be C-contiguous")
         self._set_output(name, _OutputBinding(device, buf, view))
@@ -291,7 +322,8 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        """Every output in host memory: one copy for each output left on the device."""
+        """Every output in host memory: one copy for each output left on the device or in a
+        bound buffer (the caller's memory, which it may free or the next run overwrite)."""
         return [r.numpy() for r in self._results]
 
     def synchronize_inputs(self) -> None:
@@ -428,7 +460,9 @@ class IOBinding:
         if not on_host or bound.device != "cpu":
             provider = self._device_provider(f"output {name!r} is on the device")
         if bound.array is not None:
-            delivered = BoundValue(bound.buffer, bound.array, provider and provider.to_host)
+            delivered = BoundValue(
+                bound.buffer, bound.array, provider and provider.to_host, borrowed=True
+            )
             if _same_memory(bound.array, value):
                 self._in_place[name] = (value, delivered)
             else:

@@ -286,7 +286,7 @@ class InferenceSession:
         input_feed: Mapping[str, Any],
         run_options: RunOptions | None = None,
     ) -> list[Any]:
-        """Run the model; ``output_names=None`` returns every output, in model order."""
+        """Run the model; ``output_names`` None or empty returns every output, in model order."""
         feeds = self._feeds(input_feed)
         pick = self._pick(output_names)
         if self._capture is not None and self._profiler is None:
@@ -429,10 +429,10 @@ class InferenceSession:
         return feeds
 
     def _pick(self, output_names: Sequence[str] | None) -> list[int]:
-        if output_names is None:
-            return list(range(len(self._output_names)))
         if isinstance(output_names, str):
             raise InvalidArgument("output_names must be a list of names or None, not a string")
+        if not output_names:  # None or [] mean every output, as in onnxruntime
+            return list(range(len(self._output_names)))
         out = []
         for n in output_names:
             if n not in self._output_index:
