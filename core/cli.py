@@ -23,14 +23,21 @@ def cmd_providers(args: argparse.Namespace) -> int:
     from .registry_api import check_providers, plugin_failures
 
     rows = check_providers()  # starts each available provider once, to be sure it does
-    print(f"{'provider':12s} {'device':8s} {'version':10s} {'status':12s} source")
+    print(f"{'provider':12s} {'device':8s} {'version':10s} {'status':12s} {'default':8s} source")
     for r in rows:
         status = "broken" if r.broken else "available" if r.available else "unavailable"
-        print(f"{r.name:12s} {r.device:8s} {r.version:10s} {status:12s} {r.source}")
+        default = "yes" if r.default else "opt-in"
+        print(f"{r.name:12s} {r.device:8s} {r.version:10s} {status:12s} {default:8s} {r.source}")
         if r.aliases:
             print(f"{'':12s} aliases: {', '.join(r.aliases)}")
         if r.reason:
             print(f"{'':12s} why: {r.reason}")
+    used = [r.name for r in rows if r.default and r.available]
+    print(
+        f"\na session with no providers= list runs on: {', '.join(used) or 'none'} "
+        "(plugins.toml's order); an opt-in provider runs when named, providers=['NAME', "
+        "'cpu'], or when a plugins.toml of yours (ONNXEP_PLUGINS) adds it to the order"
+    )
     records = plugin_failures()
     for title, group in (
         ("plugins that failed", [f for f in records if f.failed]),
@@ -101,7 +108,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from .providers_select import select_providers
 
     # Checked once here, so a wrong name is one error rather than a failure per case.
-    select_providers(get_host(load_config()), args.providers, None)
+    select_providers(get_host(load_config()), args.providers, None, strict=True)
     cats = args.category or list(CATEGORIES)
     results = run_suite(args.providers, cats, args.pattern)
     if not results:

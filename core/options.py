@@ -19,13 +19,17 @@ class SessionOptions:
     """Options for one session; names follow onnxruntime where it has them.
 
     ``disable_fallback`` makes any compute node that leaves the first provider
-    an error. ``plugins_config`` names a plugins.toml that overrides the
-    default key by key (as ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
+    an error, and a listed provider that is unavailable here too.
+    ``strict_providers`` makes only the latter an error: by default such a
+    provider is skipped with one warning, as onnxruntime does. ``plugins_config``
+    names a plugins.toml that overrides the default key by key (as
+    ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
     switches rewrite passes off by name for this session.
     """
 
     graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
     disable_fallback: bool = False
+    strict_providers: bool = False
     log_severity_level: int = 2
     log_verbosity_level: int = 0
     logid: str = ""
@@ -35,6 +39,10 @@ class SessionOptions:
     disabled_rewrites: list[str] = field(default_factory=list)
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
+
+    def strict(self) -> bool:
+        """Whether a listed provider that is unavailable here is an error (else a warning)."""
+        return self.disable_fallback or self.strict_providers
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         """Accepted for onnxruntime compatibility; entries are kept but not interpreted."""

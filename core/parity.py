@@ -277,7 +277,8 @@ def parity_report(
     from .random_inputs import random_inputs
     from .session import InferenceSession
 
-    quiet = SessionOptions(log_severity_level=3)
+    # A provider under test that is missing here is an error, never a quiet CPU-against-CPU run.
+    quiet = SessionOptions(log_severity_level=3, strict_providers=True)
     ref_sess = InferenceSession(model, sess_options=quiet, providers=list(reference))
     feeds = dict(inputs) if inputs is not None else random_inputs(ref_sess, dims, seed=seed)
     names = [o.name for o in ref_sess.get_outputs()]

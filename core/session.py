@@ -95,8 +95,12 @@ class InferenceSession:
         self._options = sess_options or SessionOptions()
         self._config = load_config(self._options.plugins_config)
         self._host: PluginHost = get_host(self._config)
-        selected = select_providers(self._host, providers, provider_options)
-        self._providers: list[Provider] = create_providers(self._host, selected)
+        selected = select_providers(
+            self._host, providers, provider_options, strict=self._options.strict()
+        )
+        self._providers: list[Provider] = create_providers(
+            self._host, selected, strict=self._options.strict()
+        )
         self._provider_options = {p.name: dict(p.options) for p in self._providers}
         host = next((p for p in self._providers if p.name == "cpu"), None)
 
