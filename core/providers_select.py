@@ -161,6 +161,7 @@ def create_providers(
     named = getattr(selected, "named", None)
     made: list[Provider] = []
     skipped: list[str] = []
+    named_failures: list[tuple[str, ProviderStartError]] = []
     for name, opts in selected:
         try:
             made.append(host.create(name, opts))
@@ -170,8 +171,14 @@ def create_providers(
                     raise ProviderError(
                         f"provider {name!r} failed to start: {exc.reason}"
                     ) from exc.__cause__
-                skip_warning(name, f"failed to start: {exc.reason}")
+                named_failures.append((name, exc))
             skipped.append(f"{name}: {exc.reason}")
+    if not made and named_failures:
+        # nothing left to run on: the first listed failure is the error, not a warning
+        name, exc = named_failures[0]
+        raise ProviderError(f"provider {name!r} failed to start: {exc.reason}") from exc.__cause__
     if not made:
         raise ProviderError(f"no provider could start: {'; '.join(skipped)}")
+    for name, exc in named_failures:
+        skip_warning(name, f"failed to start: {exc.reason}")
     return made

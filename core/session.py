@@ -98,6 +98,11 @@ class InferenceSession:
         selected = select_providers(
             self._host, providers, provider_options, strict=self._options.strict()
         )
+        if self._options.intra_op_num_threads:
+            # onnxruntime's session option; the CPU provider applies it to NumPy's BLAS
+            for name, opts in selected:
+                if name == "cpu":
+                    opts.setdefault("intra_op_num_threads", self._options.intra_op_num_threads)
         self._providers: list[Provider] = create_providers(
             self._host, selected, strict=self._options.strict()
         )
