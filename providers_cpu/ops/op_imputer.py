@@ -34,7 +34,8 @@ def imputer(node: NodeInfo, xp: Any):
         cols = x.shape[-1] if x.ndim else 1
         if vals.size not in (1, cols):
             raise ValueError(
-                f"Imputer: {vals.size} imputed values for {cols} columns; give one or one per column"
+                f"Imputer: {vals.size} imputed values for {cols} columns; give one, or one "
+                "per column"
             )
         if floating:
             hit = np.isnan(x) if math.isnan(f_repl) else x == np.float32(f_repl)
