@@ -60,8 +60,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for arg, value in zip(sess.get_outputs(), outs):
         if isinstance(value, np.ndarray):
             print(f"output {arg.name}: {value.dtype} {list(value.shape)}\n{value}")
+        elif isinstance(value, list) and len(value) > 3:
+            # A sequence (of maps, for a classifier's ZipMap): its length and first entries.
+            head = ", ".join(repr(v) for v in value[:3])
+            print(f"output {arg.name}: {arg.type}, {len(value)} entries\n[{head}, ...]")
         else:
-            print(f"output {arg.name}: {value!r}")
+            print(f"output {arg.name}: {arg.type}\n{value!r}")
     print()
     print(sess.placement().format(max_nodes=args.max_nodes))
     return 0

@@ -57,13 +57,14 @@ def ints(node: NodeInfo, name: str, required: bool = False) -> np.ndarray:
     return np.asarray(v, dtype=np.int64).reshape(-1)
 
 
-def class_labels(node: NodeInfo) -> tuple[np.ndarray, bool]:
-    """``classlabels_int64s`` or ``classlabels_strings`` as an array, and whether strings."""
+def class_labels(node: NodeInfo, ints_name: str = "classlabels_int64s") -> tuple[np.ndarray, bool]:
+    """``classlabels_strings`` or the int64 labels (``classlabels_int64s``, or
+    ``classlabels_ints`` for the linear and SVM classifiers) as an array, and whether strings."""
     strings = node.attr("classlabels_strings", None)
-    int64s = node.attr("classlabels_int64s", None)
+    int64s = node.attr(ints_name, None)
     if strings is not None and int64s is not None and len(strings) and len(int64s):
         raise NotSupported(
-            f"{node.op_type}: both classlabels_strings and classlabels_int64s are set; give one"
+            f"{node.op_type}: both classlabels_strings and {ints_name} are set; give one"
         )
     if strings is not None and len(strings):
         return np.array(str_list(strings), dtype=object), True

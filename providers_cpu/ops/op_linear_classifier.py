@@ -24,7 +24,7 @@ def linear_classifier(node: NodeInfo, xp: Any):
     if coef is None or not coef.size:
         raise NotSupported("LinearClassifier: attribute 'coefficients' is required")
     b = floats(node, "intercepts", np.float32)
-    labels, strings = class_labels(node)
+    labels, strings = class_labels(node, "classlabels_ints")
     n_out = len(b) if b is not None else 0
     if n_out == 0 or coef.size % n_out:
         raise NotSupported(

@@ -35,7 +35,7 @@ from ._svm import SvmKernel
 @kernel("SVMClassifier", since=1, domain="ai.onnx.ml", dtypes=["float", "double", "int64", "int32"])
 def svm_classifier(node: NodeInfo, xp: Any):
     kern = SvmKernel(node)
-    labels, strings = class_labels(node)
+    labels, strings = class_labels(node, "classlabels_ints")
     n_cls = len(labels) or 1
     coef = floats(node, "coefficients", np.float32)
     if coef is None or not coef.size:
