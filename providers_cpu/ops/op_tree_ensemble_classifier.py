@@ -91,12 +91,12 @@ def tree_ensemble_classifier(node: NodeInfo, xp: Any):
             s[:, :nb] += base[:nb]
             has[:, :nb] = True
             top = np.argmax(np.where(has, s, -np.inf), axis=1)
-            return apply_post(s, post).astype(np.float32), labels[top]
+            return labels[top], apply_post(s, post).astype(np.float32)
         z, top = _binary(s, has, base, post, binary_case, all_positive)
         if binary_case:
-            return z.astype(np.float32), labels[top]
+            return labels[top], z.astype(np.float32)
         # Both classes weighted: onnxruntime's label is 1 or 0 itself (an index for strings).
-        return z.astype(np.float32), (labels[top] if strings else top.astype(np.int64))
+        return (labels[top] if strings else top.astype(np.int64)), z.astype(np.float32)
 
     return run
 
