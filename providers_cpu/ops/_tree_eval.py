@@ -44,7 +44,8 @@ AVERAGE, SUM, MIN, MAX = range(4)
 AGGREGATES = {"AVERAGE": AVERAGE, "SUM": SUM, "MIN": MIN, "MAX": MAX}
 
 _DENSE_LIMIT = 1 << 22  # leaves x targets held as a dense table up to this many entries
-_DENSE_TARGETS = 16  # beyond this many targets, weights add up through one bincount
+_DENSE_TARGETS = 16
+_BLOCK = 1 << 15  # rows x trees per block of the traversal  # beyond this many targets, weights add up through one bincount
 
 
 @dataclass
@@ -128,6 +129,7 @@ class Forest:
         self.nan_slot[:n_in] = nan_slot
         self.nan_fix = bool((nan_slot != natural).any())
         self._weights(nodes, n_leaf)
+        self.always = self._always_scored(n_leaf)
         self._rows: dict[tuple[int, int], np.ndarray] = {}
 
     def _weights(self, nodes: Nodes, n_leaf: int) -> None:
@@ -146,7 +148,7 @@ class Forest:
         counts = np.bincount(leaf, minlength=n_leaf)
         self.w_count = counts
         self.w_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.intp)
-        self.w_target, self.w_value = target, weight
+        self.w_leaf, self.w_target, self.w_value = leaf, target, weight
         self.single = bool(n_leaf and (counts == 1).all())
         self.dense = None
         if not self.single and n_t <= _DENSE_TARGETS and n_leaf * n_t <= _DENSE_LIMIT:
@@ -155,6 +157,33 @@ class Forest:
             has = np.zeros((n_t, n_leaf), bool)
             has[target, leaf] = True
             self.dense, self.dense_has = dense, has
+
+    def _always_scored(self, n_leaf: int) -> np.ndarray:
+        """Per target: whether some tree weights it in every leaf, so every row scores it.
+
+        Boosted multiclass ensembles give each tree one class; then no per-row count of
+        the classes reached is needed.
+        """
+        n_in, n_t = self.n_inner, self.n_targets
+        tree_of = np.full(n_in + n_leaf, -1, np.intp)
+        tree_of[self.roots] = np.arange(self.n_trees)
+        frontier = self.roots
+        for _ in range(self.depth):
+            frontier = frontier[frontier < n_in]
+            for slot in (0, 1):
+                kid = self.kids[2 * frontier + slot]
+                tree_of[kid] = tree_of[frontier]
+            frontier = np.unique(self.kids[np.concatenate([2 * frontier, 2 * frontier + 1])])
+        leaf_tree = tree_of[n_in:]
+        leaves_per_tree = np.bincount(leaf_tree[leaf_tree >= 0], minlength=self.n_trees)
+        # Leaves of each (tree, target) that carry a weight for it (each leaf counted once).
+        pairs = np.unique(np.stack([self.w_leaf, self.w_target]), axis=1)
+        trees = leaf_tree[pairs[0]]
+        ok = trees >= 0
+        hits = np.zeros((self.n_trees, n_t), np.int64)
+        np.add.at(hits, (trees[ok], pairs[1][ok]), 1)
+        full = (hits == leaves_per_tree[:, None]) & (leaves_per_tree[:, None] > 0)
+        return full.any(axis=0)
 
     # -- traversal ------------------------------------------------------------------
     def _row_base(self, n_rows: int, n_cols: int) -> np.ndarray:
@@ -175,26 +204,41 @@ class Forest:
                 f"{self.op}: a node reads feature {self.max_feature}, but the input has "
                 f"{n_cols} features per row"
             )
-        xf = np.ascontiguousarray(x, dtype=self.dtype).reshape(-1)
+        xf = np.ascontiguousarray(x, dtype=self.dtype)
         nd = np.tile(self.roots, n_rows)
         if self.depth:
-            base = self._row_base(n_rows, n_cols)
             nan = self.nan_fix and xf.dtype.kind == "f" and bool(np.isnan(xf).any())
-            feat, thr, kids = self.feat, self.thr, self.kids
-            f = np.empty_like(nd)
-            for _ in range(self.depth):
-                np.take(feat, nd, out=f, mode="clip")
-                f += base
-                v = xf.take(f, mode="clip")
-                c = v > thr.take(nd, mode="clip")
-                if self.general:
-                    c = self._general(nd, v, c)
-                if nan:
-                    c = np.where(np.isnan(v), self.nan_slot.take(nd), c)
-                nd <<= 1
-                nd += c
-                np.take(kids, nd, out=nd, mode="clip")
+            # Rows go in blocks whose working arrays stay in cache.
+            step = max(1, _BLOCK // max(self.n_trees, 1))
+            for r0 in range(0, n_rows, step):
+                r1 = min(n_rows, r0 + step)
+                block = nd[r0 * self.n_trees : r1 * self.n_trees]
+                self._descend(block, xf[r0:r1].reshape(-1), r1 - r0, n_cols, nan)
         return (nd - self.n_inner).reshape(n_rows, self.n_trees)
+
+    def _descend(self, nd: np.ndarray, xf: np.ndarray, n_rows: int, n_cols: int, nan: bool):
+        """Move ``nd`` (rows x trees, in place) down to the leaves, one level per step."""
+        base = self._row_base(n_rows, n_cols)
+        feat, thr, kids = self.feat, self.thr, self.kids
+        f = np.empty_like(nd)
+        v = np.empty(nd.shape, self.dtype)
+        t = np.empty(nd.shape, self.dtype)
+        c = np.empty(nd.shape, bool)
+        # mode="clip" takes skip the bounds check (the tables were checked when built,
+        # and the features against the input width): every index is in range.
+        for _ in range(self.depth):
+            np.take(feat, nd, out=f, mode="clip")
+            f += base
+            np.take(xf, f, out=v, mode="clip")
+            np.take(thr, nd, out=t, mode="clip")
+            np.greater(v, t, out=c)
+            if self.general:
+                c = self._general(nd, v, c)
+            if nan:
+                c = np.where(np.isnan(v), self.nan_slot.take(nd), c)
+            nd <<= 1
+            nd += c
+            np.take(kids, nd, out=nd, mode="clip")
 
     def _general(self, nd: np.ndarray, v: np.ndarray, c: np.ndarray) -> np.ndarray:
         eq = self.eq.take(nd)
@@ -225,16 +269,25 @@ class Forest:
             if self.single and n_t == 1:
                 s = self.w_value.take(li).reshape(n_rows, -1).sum(axis=1, keepdims=True)
                 has = np.ones((n_rows, 1), bool) if self.n_trees else np.zeros((n_rows, 1), bool)
+            elif self.single:
+                # One weight per leaf: its index is the leaf's own number.
+                idx = np.repeat(np.arange(n_rows, dtype=np.intp) * n_t, self.n_trees)
+                idx += self.w_target.take(li)
+                s = np.bincount(idx, weights=self.w_value.take(li), minlength=n_rows * n_t)
+                s = s.reshape(n_rows, n_t)
+                has = self._has(idx, n_rows)
             elif self.dense is not None:
                 s = np.empty((n_rows, n_t))
                 has = np.empty((n_rows, n_t), bool)
                 for t in range(n_t):
                     s[:, t] = self.dense[t].take(li).reshape(n_rows, -1).sum(axis=1)
-                    has[:, t] = self.dense_has[t].take(li).reshape(n_rows, -1).any(axis=1)
+                    has[:, t] = self.always[t] or (
+                        self.dense_has[t].take(li).reshape(n_rows, -1).any(axis=1)
+                    )
             else:
                 idx, val = self._entries(li, n_rows)
                 s = np.bincount(idx, weights=val, minlength=n_rows * n_t).reshape(n_rows, n_t)
-                has = np.bincount(idx, minlength=n_rows * n_t).reshape(n_rows, n_t) > 0
+                has = self._has(idx, n_rows)
             if agg == AVERAGE and self.n_trees:
                 s = s / self.n_trees
             return s, has
@@ -245,6 +298,11 @@ class Forest:
         has = np.bincount(idx, minlength=n_rows * n_t) > 0
         s = np.where(has, s, 0.0)
         return s.reshape(n_rows, n_t), has.reshape(n_rows, n_t)
+
+    def _has(self, idx: np.ndarray, n_rows: int) -> np.ndarray:
+        if self.always.all():
+            return np.ones((n_rows, self.n_targets), bool)
+        return np.bincount(idx, minlength=n_rows * self.n_targets).reshape(n_rows, -1) > 0
 
     def _reduce_columns(self, val: np.ndarray, agg: int) -> tuple[np.ndarray, np.ndarray]:
         n_rows = val.shape[0]
