@@ -111,7 +111,8 @@ def _binary(s, has, base, post, binary_case, all_positive):
         # onnxruntime: with a positive score, s1 = b1 + s0 and s0 = -s1 (b0 unused).
         new1 = np.where(h1, base[1] + s0, s1 + base[1])
         s0 = np.where(h1, -new1, s0 + base[0])
-        s1 = new1
+        s1 = np.where(h1, new1, 0.0)  # without a score, onnxruntime writes 0 there
+        s0 = np.where(h0 | h1, s0, 0.0)
     elif len(base) == 1:
         s0 = s0 + base[0]
         keep_two = h1
@@ -124,7 +125,7 @@ def _binary(s, has, base, post, binary_case, all_positive):
         rule = np.where(won, 0, 1) if all_positive else np.where(won, 2, 3)
     else:
         won = pos > 0
-    z = apply_post(np.stack([s0, s1], axis=1), post)
+    z = apply_post(np.stack([np.where(h0 | (len(base) == 2) & h1, s0, 0.0), s1], axis=1), post)
     one = ~keep_two
     if one.any():
         z[one] = two_columns(s0[one], post, rule[one])

@@ -4,7 +4,7 @@ Evaluated by the shared vectorised evaluator (``_tree_eval``). The scores follow
 onnxruntime: with one target only PROBIT transforms the score (the other post
 transforms are left out, as onnxruntime's single-target path does), base_values
 apply only when there is one per target (or a single one for a single target),
-and MIN/MAX give a target no leaf reached its base value.
+and a target no leaf reached scores 0.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ def tree_ensemble_regressor(node: NodeInfo, xp: Any):
     def run(x):
         x2 = rows_2d(np.asarray(x), "TreeEnsembleRegressor")
         f = forest(compare_dtype(x2.dtype))
-        s, _ = f.scores(f.leaves(x2), agg, first_only=one)
+        s, has = f.scores(f.leaves(x2), agg, first_only=one)
         if one:
             origin = base[0] if len(base) == 1 else 0.0
             s = s + origin
             return ((probit(s) if post == PROBIT else s).astype(np.float32),)
         if len(base) == n_targets:
-            s = s + base  # a target no leaf reached scores 0 (MIN, MAX) before its base
+            s = s + base
+        # onnxruntime writes 0 for a target no leaf reached, base value or not.
+        s = np.where(has, s, 0.0)
         return (apply_post(s, post).astype(np.float32),)
 
     return run
