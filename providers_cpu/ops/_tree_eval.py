@@ -44,8 +44,8 @@ AVERAGE, SUM, MIN, MAX = range(4)
 AGGREGATES = {"AVERAGE": AVERAGE, "SUM": SUM, "MIN": MIN, "MAX": MAX}
 
 _DENSE_LIMIT = 1 << 22  # leaves x targets held as a dense table up to this many entries
-_DENSE_TARGETS = 16
-_BLOCK = 1 << 15  # rows x trees per block of the traversal  # beyond this many targets, weights add up through one bincount
+_DENSE_TARGETS = 16  # beyond this many targets, weights add up through one bincount
+_BLOCK = 1 << 15  # rows x trees per block of the traversal
 
 
 @dataclass
