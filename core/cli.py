@@ -131,6 +131,13 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 0 if unexpected == 0 else 1
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from .coverage import coverage, format_coverage
+
+    print(format_coverage(coverage(args.providers, args.domains.split(","))))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import bench
 
@@ -230,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", type=cli_args.regex, default=None, help="regex on case names")
     p.set_defaults(fn=cmd_conformance)
+    p = sub.add_parser("coverage", help="per domain, each op's kernels by provider, or why not")
+    p.add_argument("--providers", type=cli_args.names, default="cpu")
+    p.add_argument("--domains", default="ai.onnx.ml,com.microsoft")
+    p.set_defaults(fn=cmd_coverage)
     p = sub.add_parser("parity", help="compare a model's outputs on providers with a reference")
     p.add_argument("model", type=cli_args.model_file)
     p.add_argument(

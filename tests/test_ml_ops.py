@@ -291,3 +291,21 @@ def test_tree_model_errors_name_the_problem():
     with pytest.raises(onnxep.errors.RunError, match="reads feature 2, but the input has 2"):
         sess.run(None, {"X": np.zeros((3, 2), np.float32)})
     onnx.checker  # noqa: B018 - the models above are built with onnx.helper
+
+
+def test_coverage_report_lists_every_ml_op(capsys):
+    import onnx
+
+    from onnxep.cli import main
+    from onnxep.coverage import coverage
+
+    rows = coverage(["cpu"], ["ai.onnx.ml", "com.microsoft"])
+    ml = {r.op: r for r in rows if r.domain == "ai.onnx.ml"}
+    schema_ops = {s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ML}
+    assert set(ml) >= schema_ops
+    assert all(r.covered for r in ml.values())
+    assert ml["TreeEnsembleClassifier"].deprecated_from == 5
+    assert any(r.domain == "com.microsoft" for r in rows)
+    assert main(["coverage", "--domains", "ai.onnx.ml"]) == 0
+    out = capsys.readouterr().out
+    assert "ai.onnx.ml: 19 of 19 ops have a kernel" in out
