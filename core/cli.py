@@ -67,8 +67,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for arg, value in zip(sess.get_outputs(), outs):
         if isinstance(value, np.ndarray):
             print(f"output {arg.name}: {value.dtype} {list(value.shape)}\n{value}")
+        elif isinstance(value, list) and len(value) > 3:
+            # A sequence (of maps, for a classifier's ZipMap): its length and first entries.
+            head = ", ".join(repr(v) for v in value[:3])
+            print(f"output {arg.name}: {arg.type}, {len(value)} entries\n[{head}, ...]")
         else:
-            print(f"output {arg.name}: {value!r}")
+            print(f"output {arg.name}: {arg.type}\n{value!r}")
     print()
     print(sess.placement().format(max_nodes=args.max_nodes))
     return 0
@@ -132,6 +136,13 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             tag = f"excluded: {why}" if why else r.reason
             print(f"FAIL [{r.category}] {r.name}: {tag}")
     return 0 if unexpected == 0 else 1
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from .coverage import coverage, format_coverage
+
+    print(format_coverage(coverage(args.providers, args.domains.split(","))))
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -233,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", type=cli_args.regex, default=None, help="regex on case names")
     p.set_defaults(fn=cmd_conformance)
+    p = sub.add_parser("coverage", help="per domain, each op's kernels by provider, or why not")
+    p.add_argument("--providers", type=cli_args.names, default="cpu")
+    p.add_argument("--domains", default="ai.onnx.ml,com.microsoft")
+    p.set_defaults(fn=cmd_coverage)
     p = sub.add_parser("parity", help="compare a model's outputs on providers with a reference")
     p.add_argument("model", type=cli_args.model_file)
     p.add_argument(

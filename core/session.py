@@ -20,9 +20,10 @@ from .axis_checks import check_axes
 from .captured import CaptureConfig, CapturedRunner, graph_id_of
 from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
-from .errors import InvalidArgument, InvalidGraph
+from .errors import InvalidArgument, InvalidGraph, with_cause
 from .iobinding import IOBinding
 from .loading import ModelLike, check_model, load_external_data, read_model
+from .map_types import restore_map_types, strip_map_types
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .partition import ownership
@@ -64,10 +65,13 @@ def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _to_ir(proto: onnx.ModelProto) -> ir.Model:
+    # onnx-ir has no map types: they are taken off before and put back after (map_types).
+    proto, maps = strip_map_types(proto)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:
-        raise InvalidGraph(f"the model could not be read into onnx-ir: {exc}") from exc
+        raise InvalidGraph(f"the model could not be read into onnx-ir: {with_cause(exc)}") from exc
+    restore_map_types(model, maps)
     if model.functions:
         ir.passes.common.InlinePass()(model)
     return model
