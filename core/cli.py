@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +62,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cli_args.check_dims(sess.get_inputs(), dims)
     feeds = random_inputs(sess, dims, seed=args.seed)
     outs = sess.run(None, feeds)
+    if args.json:
+        print(json.dumps(run_json(model, sess, feeds, outs)))
+        return 0
     print(f"model: {model}")
     for name, value in feeds.items():
         print(f"input  {name}: {value.dtype} {list(value.shape)}")
@@ -76,6 +81,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     print(sess.placement().format(max_nodes=args.max_nodes))
     return 0
+
+
+def _jsonable(value: Any) -> Any:
+    """An output as JSON: a tensor's dtype, shape and values; maps and sequences as they are."""
+    if isinstance(value, np.ndarray):
+        data = value.astype(str) if value.dtype.kind in "OSUV" else value
+        if data.dtype.kind == "f":
+            data = np.where(np.isfinite(data), data, np.nan).astype(np.float64)
+            flat = [None if np.isnan(x) else float(x) for x in data.reshape(-1)]
+            values: Any = np.array(flat, dtype=object).reshape(data.shape).tolist()
+        else:
+            values = data.tolist()
+        return {"dtype": str(value.dtype), "shape": list(value.shape), "values": values}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def run_json(model: Any, sess: Any, feeds: dict, outs: list) -> dict:
+    """``onnxep run --json``: the inputs' dtypes and shapes, every output, the placement."""
+    return {
+        "model": str(model),
+        "providers": sess.get_providers(),
+        "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()},
+        "outputs": {a.name: _jsonable(v) for a, v in zip(sess.get_outputs(), outs)},
+        "placement": sess.placement().counts(),
+    }
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -193,6 +229,12 @@ def cmd_parity(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     dim_help = (
         f"symbolic dim value, NAME=INT (repeatable); 0 to {cli_args.MAX_DIM}, and the random "
@@ -200,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     providers_help = "comma-separated, priority order (default: plugins.toml)"
     ap = cli_args.Parser(prog="onnxep", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"onnxep {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("providers", help="discovered providers, availability, load failures")
     p.set_defaults(fn=cmd_providers)
@@ -209,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
     p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     p.add_argument("--max-nodes", type=cli_args.non_negative_int, default=40)
+    p.add_argument("--json", action="store_true", help="outputs and placement as one JSON object")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("explain", help="placement report: providers, copies, fallback reasons")
     p.add_argument("model", type=cli_args.model_file)
