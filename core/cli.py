@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -323,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return args.fn(args)
+    except BrokenPipeError:
+        # the reader went away (onnxep explain ... | head): no traceback, as coreutils do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except cli_args.UsageError as exc:
         print(f"onnxep: error: {exc}\n{exc.usage}", end="", file=sys.stderr)
         return 2

@@ -31,22 +31,11 @@ from onnxep.providers.inplace import array_address
 
 from .aliasing import guard, root_ids
 from .errors import InvalidArgument
+from .model_io import host_array, is_device_array
 from .ortvalue import OrtValue, device_kind, element_dtype
 
 #: the name IO binding's results had before OrtValue took the role
 BoundValue = OrtValue
-
-
-def _is_device_array(x: Any) -> bool:
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
-    probe = getattr(x, "__dlpack_device__", None)
-    if probe is None:
-        return False
-    try:
-        return int(probe()[0]) != 1  # kDLCPU
-    except Exception:
-        return False
 
 
 def _same_memory(a: Any, b: Any) -> bool:
@@ -57,14 +46,6 @@ def _same_memory(a: Any, b: Any) -> bool:
         return False
     at = array_address(a)
     return a.strides == b.strides and at is not None and at == array_address(b)
-
-
-def _host_array(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "__dlpack__") and not _is_device_array(x):
-        return np.from_dlpack(x)
-    return np.asarray(x)
 
 
 @dataclass
@@ -149,10 +130,10 @@ class IOBinding:
     def bind_input_array(self, name: str, arr: Any) -> None:
         """Bind any array (NumPy or a device array) as input ``name``."""
         arg = self._check_input(name)
-        if _is_device_array(arr):
+        if is_device_array(arr):
             arr = self._device_provider(f"input {name!r} is a device array").adopt(arr)
         elif not isinstance(arr, np.ndarray):
-            arr = _host_array(arr)
+            arr = host_array(arr)
         self._check_feed(arg, arr)
         self._inputs[name] = arr
         self._note_input(name, arr)
@@ -199,12 +180,12 @@ class IOBinding:
         self._bind_buffer(name, value.array if isinstance(value, OrtValue) else value)
 
     def _bind_buffer(self, name: str, buf: Any) -> None:
-        if _is_device_array(buf):
+        if is_device_array(buf):
             arr = self._device_provider(f"the buffer for output {name!r} is a device array")
             view = arr.adopt(buf)
             device = "cuda"
         else:
-            view = _host_array(buf)
+            view = host_array(buf)
             device = "cpu"
             if not view.flags.writeable:
                 # DLPack imports of read-only memory (an onnxruntime OrtValue, say) are read-only.
@@ -301,7 +282,7 @@ class IOBinding:
         sess = self._session
         names = list(self._outputs) or [o.name for o in sess.get_outputs()]
         feeds = self._inputs
-        host_read = [n for n in self._host_read_inputs() if _is_device_array(feeds.get(n))]
+        host_read = [n for n in self._host_read_inputs() if is_device_array(feeds.get(n))]
         if host_read:
             # A host kernel (shape math, control flow) reads these inputs: it gets a copy.
             provider = self._device_provider("a bound input is on the device")
@@ -377,7 +358,7 @@ class IOBinding:
         if last is not None and last[0] is value:
             return last[1]  # the very array found in its bound buffer last run
         bound = self._outputs.get(name) or _OutputBinding()
-        on_host = not _is_device_array(value)
+        on_host = not is_device_array(value)
         provider = None
         if not on_host or bound.device != "cpu":
             provider = self._device_provider(f"output {name!r} is on the device")

@@ -121,6 +121,35 @@ def _is_integer(dtype: np.dtype) -> bool:
     return True
 
 
+def is_device_array(x: Any) -> bool:
+    """Whether ``x`` lives in device memory (CUDA array interface, or DLPack off the CPU)."""
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    probe = getattr(x, "__dlpack_device__", None)
+    if probe is None:
+        return False
+    try:
+        return int(probe()[0]) != 1  # kDLCPU
+    except Exception:
+        return False
+
+
+def host_array(x: Any, name: str = "") -> np.ndarray:
+    """A NumPy view of a host array from another library (DLPack or the array interface)."""
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        if hasattr(x, "__dlpack__"):
+            return np.from_dlpack(x)
+        return np.asarray(x)
+    except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+        what = f"input {name!r}" if name else "the array"
+        raise InvalidArgument(
+            f"{what} is a {type(x).__name__} that NumPy cannot read ({exc}); pass a NumPy "
+            "array (for a torch tensor: .detach().cpu().numpy())"
+        ) from None
+
+
 class FeedCheck:
     """Checks one graph input's feed: kind, dtype, rank, and the dims the model fixes."""
 
@@ -148,8 +177,10 @@ class FeedCheck:
                 feed = np.asarray(feed)  # a NumPy scalar has a dtype: checked like an array
             elif isinstance(feed, (list, tuple, int, float, bool, complex, str)):
                 feed = python_to_array(feed, self.dtype, self.name, self.arg.type)
-            elif hasattr(feed, "__array__") or hasattr(feed, "__dlpack__"):
+            elif is_device_array(feed):
                 return feed  # a device array; its provider checks it
+            elif hasattr(feed, "__dlpack__") or hasattr(feed, "__array__"):
+                feed = host_array(feed, self.name)  # a torch CPU tensor, say: no copy
             else:
                 raise InvalidArgument(
                     f"input {self.name!r} must be a numpy array, got {type(feed).__name__}"
