@@ -59,9 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     model = args.model or bundled_model()
     sess = InferenceSession(model, providers=args.providers)
-    dims = cli_args.dims_dict(args.dim)
-    cli_args.check_dims(sess.get_inputs(), dims)
-    feeds = random_inputs(sess, dims, seed=args.seed)
+    made = cli_args.feed_options(args, model)
+    cli_args.check_dims(sess.get_inputs(), made["dims"])
+    feeds = random_inputs(sess, made.pop("dims"), seed=args.seed, **made)
     outs = sess.run(None, feeds)
     if args.json:
         print(json.dumps(run_json(model, sess, feeds, outs)))
@@ -185,9 +185,9 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import bench
 
-    dims = cli_args.dims_dict(args.dim)
-    if dims:
-        cli_args.check_dims(cli_args.declared_inputs(args.model), dims)
+    made = cli_args.feed_options(args, args.model)
+    if made["dims"]:
+        cli_args.check_dims(cli_args.declared_inputs(args.model), made["dims"])
     result = bench(
         args.model,
         providers=args.providers,
@@ -196,7 +196,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         decode=args.decode,
         context=args.context,
-        dims=dims,
+        feeds=made["given"] or None,
+        dims=made["dims"],
+        shapes=made["shapes"],
+        int_ranges=made["int_ranges"],
         profile=args.profile,
         json_path=args.json,
         plot=args.plot,
@@ -212,14 +215,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_parity(args: argparse.Namespace) -> int:
     from .parity import parity_report
 
-    dims = cli_args.dims_dict(args.dim)
-    if dims:
-        cli_args.check_dims(cli_args.declared_inputs(args.model), dims)
+    made = cli_args.feed_options(args, args.model)
+    if made["dims"]:
+        cli_args.check_dims(cli_args.declared_inputs(args.model), made["dims"])
     report = parity_report(
         args.model,
         [args.providers],
         reference=args.reference,
-        dims=dims,
+        inputs=made["given"] or None,
+        dims=made["dims"],
+        shapes=made["shapes"],
+        int_ranges=made["int_ranges"],
         seed=args.seed,
         rtol=args.rtol,
         atol=args.atol,
@@ -250,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a model on random inputs (a bundled one by default)")
     p.add_argument("model", nargs="?", type=cli_args.model_file)
     p.add_argument("--providers", type=cli_args.names, help=providers_help)
-    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    cli_args.add_feed_options(p, dim_help)
     p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     p.add_argument("--max-nodes", type=cli_args.non_negative_int, default=40)
     p.add_argument("--json", action="store_true", help="outputs and placement as one JSON object")
@@ -274,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=cli_args.non_negative_int, default=5)
     p.add_argument("--decode", type=cli_args.positive_int, default=None, metavar="STEPS")
     p.add_argument("--context", type=cli_args.positive_int, default=16, metavar="N")
-    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    cli_args.add_feed_options(p, dim_help)
     p.add_argument("--json", type=cli_args.output_file, default=None, metavar="F")
     p.add_argument("--plot", type=cli_args.plot_file, default=None, metavar="F.png")
     p.add_argument("--profile", action="store_true", help="print the top ops by time")
@@ -307,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="cpu",
         help="comma-separated reference providers",
     )
-    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    cli_args.add_feed_options(p, dim_help)
     p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     p.add_argument(
         "--rtol", type=cli_args.tolerance, default=None, help="override the per-dtype rtol"

@@ -302,8 +302,13 @@ def parity_report(
     seed: int = 0,
     rtol: float | None = None,
     atol: float | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> ParityReport:
-    """Run ``model`` on each provider list and on ``reference``; compare every output."""
+    """Run ``model`` on each provider list and on ``reference``; compare every output.
+
+    ``inputs`` are used as they are; inputs they leave out are random (``dims``,
+    ``shapes``, ``int_ranges`` shape them, as in ``random_inputs``)."""
     from .options import SessionOptions
     from .random_inputs import random_inputs
     from .session import InferenceSession
@@ -311,7 +316,9 @@ def parity_report(
     # A provider under test that is missing here is an error, never a quiet CPU-against-CPU run.
     quiet = SessionOptions(log_severity_level=3, strict_providers=True)
     ref_sess = InferenceSession(model, sess_options=quiet, providers=list(reference))
-    feeds = dict(inputs) if inputs is not None else random_inputs(ref_sess, dims, seed=seed)
+    feeds = random_inputs(
+        ref_sess, dims, seed=seed, shapes=shapes, int_ranges=int_ranges, given=inputs
+    )
     names = [o.name for o in ref_sess.get_outputs()]
     # NaN and inf are values to compare here, not accidents to warn about.
     with np.errstate(all="ignore"):
