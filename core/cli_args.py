@@ -186,6 +186,17 @@ def feed_options(args: argparse.Namespace, model: str) -> dict[str, Any]:
     }
 
 
+def fraction(text: str) -> float:
+    """A number from 0 to 1 (--min-coverage)."""
+    try:
+        f = float(text)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1, e.g. 0.9")
+    return f
+
+
 def names(text: str) -> list[str]:
     """A comma-separated list with at least one name (--providers, --reference)."""
     out = [p.strip() for p in text.split(",") if p.strip()]

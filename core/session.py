@@ -445,9 +445,26 @@ class InferenceSession:
                 CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
             ]
         report.rewrites = dict(self._rewrites)
+        report.output_nodes = self._output_nodes()
         report.skipped_rewrites = list(self._skipped)
         report.fusions = list(self._fusions)
         return report
+
+    def _output_nodes(self) -> dict[str, tuple[str, ...]]:
+        """Each graph output's ancestry: the placed nodes of the main graph it depends on."""
+        name_of = {id(p.node): p.name for p in self._main.placed}
+        out: dict[str, tuple[str, ...]] = {}
+        for value in self._model.graph.outputs:
+            seen: set[int] = set()
+            stack = [value.producer()]
+            while stack:
+                node = stack.pop()
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                stack += [v.producer() for v in node.inputs if v is not None]
+            out[value.name or ""] = tuple(name_of[i] for i in seen if i in name_of)
+        return out
 
     def capture_stats(self) -> dict[str, Any]:
         """Capture counters (captures, replays, fallbacks, invalidations, segments) and the
