@@ -107,7 +107,9 @@ def probe_names(path: Path, level: str) -> list[tuple[str, str, str]]:
         what = n.name[m.end() :] if m else n.name.lstrip("/")
         if level == "layers":
             if n.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"):
-                norm = what.rsplit("/", 1)[0].removesuffix("/LayerNorm").removesuffix("/SkipLayerNorm")
+                norm = (
+                    what.rsplit("/", 1)[0].removesuffix("/LayerNorm").removesuffix("/SkipLayerNorm")
+                )
                 out.append((n.output[0], layer, f"{norm} (normed)"))
                 if len(n.output) > 3 and n.output[3]:
                     out.append((n.output[3], layer, f"{norm} (residual in)"))
@@ -166,15 +168,20 @@ def print_steps(rows: list[dict], traces: list[Trace]) -> None:
         cells = " | ".join(
             f"{r[lab]['max_abs']:>18.4g} {'y' if r[lab]['agree'] else 'N'} " for lab in labels
         )
-        print(f"{r['step']:>4} {r['ref_token']:>7} {r['margin']:>8.4g} {r['floor']:>8.4g} | {cells}")
+        print(
+            f"{r['step']:>4} {r['ref_token']:>7} {r['margin']:>8.4g} {r['floor']:>8.4g} | {cells}"
+        )
 
 
 def print_summary(summ: dict[str, dict]) -> None:
-    print("\nside                    agree  agree where margin > 2*floor  parts at  median/max dlogit")
+    print(
+        "\nside                    agree  agree where margin > 2*floor  parts at  median/max dlogit"
+    )
     for lab, s in summ.items():
         print(
-            f"{lab:<22} {s['agree']:>3}/{s['steps']:<3} {s['agree_decided']:>14}/{s['decided_steps']:<14}"
-            f" {str(s['first_parting']):>8}  {s['median_max_abs']:.4g}/{s['max_max_abs']:.4g}"
+            f"{lab:<22} {s['agree']:>3}/{s['steps']:<3} "
+            f"{s['agree_decided']:>14}/{s['decided_steps']:<14} {str(s['first_parting']):>8}  "
+            f"{s['median_max_abs']:.4g}/{s['max_max_abs']:.4g}"
         )
         print(f"{'':<22} state: {s['state_path']}")
 
@@ -184,7 +191,9 @@ def probes(args, paths, ref: Trace, traces: list[Trace]) -> list[dict]:
     values = [n for n, _, _ in names]
     probe_paths = {}
     for v in {tr.side.variant for tr in traces} | {"fp32"}:
-        probe_paths[v] = probe_model(paths[v], values, paths[v].with_name(f"probe-{args.probe}.onnx"))
+        probe_paths[v] = probe_model(
+            paths[v], values, paths[v].with_name(f"probe-{args.probe}.onnx")
+        )
     (ref_vals,), ref_fusions = run_probe(REFERENCE, probe_paths["fp32"], values, [ref.probe_feeds])
     if ref_fusions != ref.fusions:
         print(f"note: probing changed the reference's fusions: {ref.fusions} -> {ref_fusions}")
@@ -226,17 +235,36 @@ def print_probes(rows: list[dict], labels: list[str], step: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="qwen3.5-0.8b", choices=sorted(HYBRID_SIZES))
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=N",
-                   help="override a HybridConfig field (layers=8, vocab=32000)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=N",
+        help="override a HybridConfig field (layers=8, vocab=32000)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--positions", choices=("2d", "3d"), default="3d",
-                   help="rotary position ids: 3d is the builder's MRotaryEmbedding")  # fmt: skip
+    p.add_argument(
+        "--positions",
+        choices=("2d", "3d"),
+        default="3d",
+        help="rotary position ids: 3d is the builder's MRotaryEmbedding",
+    )
     p.add_argument("--prompt", type=int, default=8, help="prompt tokens")
     p.add_argument("--tokens", type=int, default=48, help="decode steps (the prefill included)")
-    p.add_argument("--providers", action="append", default=[], metavar="LIST[:EXPORT]",
-                   help="a side: onnxep providers, or ort; export fp16 (default), fp32, fp32w16")  # fmt: skip
-    p.add_argument("--floor", action="append", default=[], metavar="SIDE",
-                   help=f"a noise-floor side (default: {' and '.join(DEFAULT_FLOORS)}; none: no floor)")  # fmt: skip
+    p.add_argument(
+        "--providers",
+        action="append",
+        default=[],
+        metavar="LIST[:EXPORT]",
+        help="a side: onnxep providers or ort, then :fp16 (default), :fp32 or :fp32w16",
+    )
+    p.add_argument(
+        "--floor",
+        action="append",
+        default=[],
+        metavar="SIDE",
+        help="a noise-floor side (default: ort:fp16 and cpu:fp32w16; none: no floor)",
+    )
     p.add_argument("--probe", choices=("layers", "ops", "none"), default="layers")
     p.add_argument("--probe-step", type=int, default=4)
     p.add_argument("--models", type=Path, default=Path("/tmp/onnxep-hybrid-divergence"))
@@ -249,26 +277,32 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.probe_step < args.tokens:
         p.error(f"--probe-step must be in [0, {args.tokens})")
     tag = "-".join([args.size, *args.set, f"s{args.seed}", args.positions])
-    paths = build(cfg, args.seed, args.positions, args.models / tag,
-                  {s.variant for s in sides + floors})  # fmt: skip
+    paths = build(
+        cfg, args.seed, args.positions, args.models / tag, {s.variant for s in sides + floors}
+    )
     prompt = np.random.default_rng(args.seed).integers(1, cfg.vocab, (1, args.prompt))
     probe_step = None if args.probe == "none" else args.probe_step
 
     t0 = time.perf_counter()
     ref = teacher_forced(REFERENCE, paths["fp32"], prompt, args.tokens, None, probe_step)
-    print(f"reference {REFERENCE.label}: {args.tokens} tokens in {time.perf_counter() - t0:.1f} s",
-          flush=True)  # fmt: skip
+    print(
+        f"reference {REFERENCE.label}: {args.tokens} tokens in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     traces = []
     for side in sides + floors:
         t0 = time.perf_counter()
-        traces.append(teacher_forced(side, paths[side.variant], prompt, args.tokens, ref.top1,
-                                     probe_step))  # fmt: skip
+        traces.append(
+            teacher_forced(side, paths[side.variant], prompt, args.tokens, ref.top1, probe_step)
+        )
         print(f"{side.label}: {time.perf_counter() - t0:.1f} s", flush=True)
     floor_traces = [t for t in traces if t.side in floors]
     rows = step_table(ref, traces, floor_traces)
     summ = summaries(rows, traces)
-    print(f"\n{args.size} {' '.join(args.set)} seed {args.seed}, {args.positions} positions, "
-          f"prompt {prompt.tolist()[0]}")  # fmt: skip
+    print(
+        f"\n{args.size} {' '.join(args.set)} seed {args.seed}, {args.positions} positions, "
+        f"prompt {prompt.tolist()[0]}"
+    )
     print_steps(rows, traces)
     print_summary(summ)
     probe_rows: list[dict] = []
@@ -277,12 +311,24 @@ def main(argv: list[str] | None = None) -> int:
         print_probes(probe_rows, [t.side.label for t in traces], args.probe_step)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "size": args.size, "set": args.set, "seed": args.seed, "positions": args.positions,
-            "prompt": prompt.tolist()[0], "reference": REFERENCE.label, "steps": rows,
-            "summary": summ, "probe_step": probe_step, "probes": probe_rows,
-            "fusions": {t.side.label: t.fusions for t in [ref, *traces]},
-        }, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "size": args.size,
+                    "set": args.set,
+                    "seed": args.seed,
+                    "positions": args.positions,
+                    "prompt": prompt.tolist()[0],
+                    "reference": REFERENCE.label,
+                    "steps": rows,
+                    "summary": summ,
+                    "probe_step": probe_step,
+                    "probes": probe_rows,
+                    "fusions": {t.side.label: t.fusions for t in [ref, *traces]},
+                },
+                indent=1,
+            )
+        )
         print(f"wrote {args.json}")
     return 0
 
