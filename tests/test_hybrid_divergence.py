@@ -115,3 +115,23 @@ def test_fp16_residual_stream_per_layer_stays_within_the_bound(runs, tmp_path):
             f"{name}: RMS error {e_cpu:.3g} vs onnxruntime {e_ort:.3g}"
         )
         assert e_cpu < 0.05, f"{name}: fp16 residual stream {e_cpu:.3g} from fp32"
+
+
+def test_the_bench_script_reports_steps_summary_and_layers(tmp_path, capsys):
+    import json
+
+    from bench.hybrid_divergence import main
+
+    out = tmp_path / "out.json"
+    args = ["--size", "tiny", "--tokens", "4", "--probe-step", "2", "--models", str(tmp_path)]
+    assert main([*args, "--providers", "cpu", "--providers", "cpu:fp32", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "agree where margin > 2*floor" in printed and "residual in" in printed
+    assert "note:" not in printed  # probing changed no fusion and no logit
+    got = json.loads(out.read_text())
+    assert [s["step"] for s in got["steps"]] == [0, 1, 2, 3]
+    # the same export on the same provider, teacher-forced, is the reference exactly
+    assert all(s["cpu:fp32"]["max_abs"] == 0 for s in got["steps"])
+    assert all(r["cpu:fp32"]["carried"]["max_abs"] == 0 for r in got["probes"])
+    assert set(got["summary"]) == {"cpu:fp16", "cpu:fp32", "ort:fp16", "cpu:fp32w16"}
+    assert all(0 < s["cpu:fp16"]["max_abs"] < 0.05 for s in got["steps"])
