@@ -280,7 +280,7 @@ _SCALAR = {"int": (np.int32, ctypes.c_int32), "long long": (np.int64, ctypes.c_i
 #: Pointer element types and the array dtypes each accepts (bf16_t: ml_dtypes' bfloat16, or
 #: its bits as uint16, as the GPU tests hand CuPy arrays).
 _POINTEE = {"int": (np.int32,), "long long": (np.int64,), "float": (np.float32,),
-            "__half": (np.float16,), "unsigned char": (np.uint8,),
+            "__half": (np.float16,), "unsigned char": (np.uint8,), "unsigned": (np.uint32,),
             "bf16_t": (np.dtype(ml_dtypes.bfloat16), np.uint16)}  # fmt: skip
 #: Dynamic shared memory a kernel may opt in to (an H200 block's limit).
 OPT_IN_LIMIT = 227 * 1024
