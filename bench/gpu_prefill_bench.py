@@ -7,9 +7,11 @@
 Per head shape (query heads / KV heads / head size), length and dtype, one JSON line:
 
 * ``flash_ms``: the tensor-core kernel alone (``_flash_prefill.plan``), a first prompt of
-  ``length`` tokens per batch row (causal, and ``--bidirectional`` adds non-causal rows);
-  ``flash_tflops``: its useful FLOPs (4 * D per attended query-key pair: Q.K^T and P.V)
-  over that time;
+  ``length`` tokens per batch row (causal, and ``--bidirectional`` adds non-causal rows),
+  in the tile shape the plan picks (``flash_tiles``); ``flash_tflops``: its useful FLOPs
+  (4 * D per attended query-key pair: Q.K^T and P.V) over that time; up to head size 64
+  ``flash_ms_1tile`` / ``flash_ms_2tile`` time both shapes (one or two m16 tiles per warp),
+  so the plan's rule (``_flash_prefill.m_tiles``) can be checked;
 * ``step_flash_ms`` / ``step_tiled_ms``: GroupQueryAttention's whole prefill step (packed
   QKV in, rotary, cache append, attention) through ``_gqa_step.plan_step`` with the
   tensor-core kernel and with the tiled one (float16; the tiled one only up to
@@ -91,9 +93,10 @@ def gemm_tflops(cupy: Any, n: int = 8192, repeats: int = 10) -> float:
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
-def build_flash(xp, kernels, dt, b, nh, nkv, d, s, causal, rand):
+def build_flash(xp, kernels, dt, b, nh, nkv, d, s, causal, rand, sms=1, tiles=None):
     """The kernel alone, one call: Q (B, Hq, S, D), caches (B, Hkv, S, D), first prompts of
-    s tokens; ``rand(shape)`` makes inputs (bfloat16 as their bits). Returns the call."""
+    s tokens; ``rand(shape)`` makes inputs (bfloat16 as their bits); ``tiles`` m16 tiles per
+    warp (None: the plan's choice on ``sms`` SMs). Returns the call (``call.geometry``)."""
     from onnxep.providers_cuda.ops import _flash_prefill as fp
 
     store = np.uint16 if dt.name == "bfloat16" else dt  # CuPy has no bfloat16: its bits
@@ -105,7 +108,7 @@ def build_flash(xp, kernels, dt, b, nh, nkv, d, s, causal, rand):
         kernels, xp, dt, b=b, nh=nh, nkv=nkv, d=d, sq=s, sk=s,
         q_strides=(nh * s * d, s * d, d), k_strides=kv, v_strides=kv,
         y_strides=(s * nh * d, d, nh * d), mode=fp.MODE_GQA, causal=causal,
-        scale=1.0 / math.sqrt(d), kv_limit=s,
+        scale=1.0 / math.sqrt(d), kv_limit=s, sms=sms, tiles=tiles,
     )  # fmt: skip
     args = (q, k, v, seqlens, None, None, None, None, None, None, None, y)
 
@@ -114,6 +117,7 @@ def build_flash(xp, kernels, dt, b, nh, nkv, d, s, causal, rand):
             raise RuntimeError("the flash kernel declined its (aligned) arrays")
         return y
 
+    call.geometry = run.geometry
     return call
 
 
@@ -240,11 +244,16 @@ def main(argv: list[str] | None = None) -> int:
                     }  # fmt: skip
                     shape = (dt, a.batch, nh, nkv, d, s, causal)
                     if route.flash:
-                        call = build_flash(cupy, kernels, *shape, _randn(cupy, dt))
+                        call = build_flash(cupy, kernels, *shape, _randn(cupy, dt), sms)
                         ms = _events_ms(cupy, call, a.repeats)
                         tf = flops / (ms * 1e-3) / 1e12
                         row.update(flash_ms=round(ms, 4), flash_tflops=round(tf, 1),
-                                   of_dense_gemm=round(tf / gemm, 3))  # fmt: skip
+                                   of_dense_gemm=round(tf / gemm, 3),
+                                   flash_tiles=call.geometry.describe())  # fmt: skip
+                        if d <= fp.MAX_TWO_TILE_HEAD:  # both tile shapes, to check the choice
+                            for mt in (1, 2):
+                                c = build_flash(cupy, kernels, *shape, _randn(cupy, dt), sms, mt)
+                                row[f"flash_ms_{mt}tile"] = round(_events_ms(cupy, c, a.repeats), 4)
                     if dt.name == "float16":
                         call, r = build_step(cupy, *shape, kernels, _randn(cupy, dt), sms)
                         sf = _events_ms(cupy, call, a.repeats)

@@ -206,7 +206,7 @@ def test_keys_split_stay_on_the_tiled_kernel_and_the_route_says_why(cuda_ops, em
         cuda_ops.flash.Kernels("Attention"), cuda_ops.xp, np.float16,
         types.SimpleNamespace(causal=True, softcap=0.0, left=-1, right=-1), b=1, hq=2, hkv=1,
         d=16, dv=16, sq=2, total=292, past=290, split=3, strides=((0,) * 3,) * 4, mask=None,
-        nonpad_offset=False, scale=0.25,
+        nonpad_offset=False, scale=0.25, sms=SMS,
     )[0]  # fmt: skip
     assert not r.flash and "splits the keys 3 ways" in r.reason
 
@@ -215,7 +215,7 @@ def test_local_window_zero_stays_on_the_tiled_kernel(cuda_ops):
     cfg = types.SimpleNamespace(window=0, num_heads=2, kv_num_heads=1)
     r, run = cuda_ops.flash.plan_gqa(
         cuda_ops.flash.Kernels("GroupQueryAttention"), cuda_ops.xp, np.float16, cfg, b=1, s=4,
-        d=16, cap=4, kv_limit=4, bias_strides=(0, 0, 0, 0), scale=0.25,
+        d=16, cap=4, kv_limit=4, bias_strides=(0, 0, 0, 0), scale=0.25, sms=SMS,
     )  # fmt: skip
     assert run is None and "local_window_size 0" in r.reason
 
@@ -223,14 +223,28 @@ def test_local_window_zero_stays_on_the_tiled_kernel(cuda_ops):
 # ---------------------------------------------------------------------------- bfloat16
 
 
-@pytest.mark.parametrize("case", _param(fc.DIRECT_CASES))
-def test_bfloat16_prefill(case, cuda_ops):
+def _direct(case, dtype, cuda_ops, tiles=None):
     name, b, s, nh, nkv, hd = case[:6]
-    q, k, v, seqlens = fc.direct_feeds(case, fc.BF16, np.random.default_rng(3))
+    q, k, v, seqlens = fc.direct_feeds(case, dtype, np.random.default_rng(3))
     want = fc.direct_expected(case, q, k, v, seqlens)
-    run = fc.plan_flash_direct(cuda_ops.flash.Kernels("test"), cuda_ops.xp, case, fc.BF16)
-    y = nan_empty((b, s, nh * hd), fc.BF16)
+    run = fc.plan_flash_direct(cuda_ops.flash.Kernels("test"), cuda_ops.xp, case, dtype, tiles)
+    y = nan_empty((b, s, nh * hd), dtype)
     qb, kb, vb = fc.heads_first(q, nh), fc.heads_first(k, nkv), fc.heads_first(v, nkv)
     assert run(qb, kb, vb, seqlens, None, None, None, None, None, None, None, y)
-    atol, rtol = fc.TOL["bfloat16"]
+    atol, rtol = fc.TOL[np.dtype(dtype).name]
     np.testing.assert_allclose(y.astype(np.float64), want, atol=atol, rtol=rtol, err_msg=name)
+    return run.geometry
+
+
+@pytest.mark.parametrize("case", _param(fc.DIRECT_CASES))
+def test_bfloat16_prefill(case, cuda_ops):
+    _direct(case, fc.BF16, cuda_ops)
+
+
+@pytest.mark.parametrize("tiles", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float16, fc.BF16], ids=["fp16", "bf16"])
+def test_one_and_two_m16_tiles_per_warp(dtype, tiles, cuda_ops):
+    """Both tile shapes of head size 64: 64 query rows per block, or 128 (two tiles of
+    70 rows' blocks, the second mostly past the prompt)."""
+    geo = _direct(fc.DIRECT_CASES[0], dtype, cuda_ops, tiles)
+    assert (geo.m_tiles, geo.bq) == (tiles, 64 * tiles)

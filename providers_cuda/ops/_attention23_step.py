@@ -196,7 +196,7 @@ def plan_step(
         flash, xp, dt, cfg, b=b, hq=hq, hkv=hkv, d=d, dv=dv, sq=sq, total=total, past=pl,
         split=nsplit, strides=(qst, kst, vst, yst),
         mask=None if mask is None else mst, nonpad_offset=nonpad is not None and not has_past,
-        scale=scale,
+        scale=scale, sms=sms,
     )  # fmt: skip
     attn, reduce_ = fns["att_prefill"], fns["att_reduce"]
     grid = (qtiles * nsplit, hq, b)

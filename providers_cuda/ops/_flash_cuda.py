@@ -1,11 +1,14 @@
 """CUDA C of the tensor-core attention prefill (FlashAttention-2's schedule, written here).
 
-One block of 4 warps per (query tile of 64 rows, query head, batch); each warp
-owns 16 query rows. Key/value tiles of BK rows stream through shared memory
-(``cp.async``, 16-byte copies, rows padded by 8 elements so ``ldmatrix`` reads
-hit distinct banks); the V tile's copy overlaps Q.K^T and the next K tile's
-copy overlaps P.V. Scores and the output accumulate in float32 registers
-through ``mma.sync.aligned.m16n8k16`` (fp16 or bf16 operands); the online
+One block of 4 warps per (query tile, query head, batch); each warp owns one or
+two m16 tiles of query rows (``MT``: two halve the shared-memory reads per product,
+one K or V fragment serving both, at the price of twice the registers and half the
+blocks; the plan picks, ``_flash_prefill.m_tiles``). Key/value tiles of BK rows
+stream through shared memory (``cp.async``, 16-byte copies, rows padded by 8
+elements so ``ldmatrix`` reads hit distinct banks); the V tile's copy overlaps
+Q.K^T and the next K tile's copy overlaps P.V. Scores and the output accumulate
+in float32 registers through ``mma.sync.aligned.m16n8k16`` (fp16 or bf16
+operands); the online
 softmax keeps each row's running max (in log2 units) and its sum in
 registers, and the probabilities become the P.V product's A fragments in
 place (the C layout of two n8 tiles is the A layout of one k16 step), rounded
@@ -147,9 +150,11 @@ __device__ __forceinline__ void flash_load(T* dst, const T* src, long long strid
   }
 }
 
-// Block (query tile, query head h, batch b): 4 warps of 16 query rows. At most one of
-// mask_b (bool as bytes), mask_f, mask_h and mask_t (T, GroupQueryAttention's bias) is set.
-template <typename T, int D, int BK, int QREG>
+// Block (query tile, query head h, batch b): 4 warps of MT m16 tiles of query rows each.
+// At most one of mask_b (bool as bytes), mask_f, mask_h and mask_t (T, GroupQueryAttention's
+// bias) is set. Per warp, tile i's accumulators 0, 1 are row g of the tile, 2, 3 row g + 8
+// (g = lane / 4), columns 2 (lane % 4) and +1 of each n8 block.
+template <typename T, int D, int BK, int QREG, int MT>
 __global__ void __launch_bounds__(128) flash_prefill(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
@@ -157,11 +162,12 @@ __global__ void __launch_bounds__(128) flash_prefill(
     const float* __restrict__ mask_f, const __half* __restrict__ mask_h,
     const T* __restrict__ mask_t, const T* __restrict__ sink, T* __restrict__ y,
     const FlashParams* __restrict__ prm) {
-  constexpr int BQ = 64, LD = D + 8, KT = D / 16, NT = BK / 8, DT = D / 8;
+  constexpr int WR = 16 * MT, BQ = 4 * WR, LD = D + 8, KT = D / 16, NT = BK / 8, DT = D / 8;
+  constexpr bool ALIAS = QREG && BQ <= BK;  // Q's tile is V's buffer until Q is in registers
   extern __shared__ float smem[];
   T* ks = reinterpret_cast<T*>(smem);  // BK x LD
   T* vs = ks + BK * LD;                // BK x LD
-  T* qs = QREG ? vs : vs + BK * LD;    // BQ x LD; with QREG it is V's buffer until Q is loaded
+  T* qs = ALIAS ? vs : vs + BK * LD;   // BQ x LD
 
   const long long msb = prm->msb, msh = prm->msh, mss = prm->mss, msj = prm->msj;
   const int Sq = prm->Sq, Sk = prm->Sk, nh = prm->nh, nkv = prm->nkv;
@@ -197,8 +203,9 @@ __global__ void __launch_bounds__(128) flash_prefill(
   const int j_hi = (int)lclamp(hi, j_lo, Sk);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
-  const int ra = warp * 16 + (lane >> 2);  // tile row of accumulators 0, 1; ra + 8 of 2, 3
-  const long long wpos = off + s0 + warp * 16;  // position of the warp's first row
+  const int w0 = warp * WR;                     // the warp's first tile row
+  const int ra = w0 + (lane >> 2);              // this lane's row in the warp's first m16 tile
+  const long long wpos = off + s0 + w0;         // position of the warp's first row
   const T* qb = q + b * prm->qsb + h * prm->qsh;
   const T* kb = k + b * prm->ksb + hk * prm->ksh;
   const T* vb = v + b * prm->vsb + hk * prm->vsh;
@@ -211,11 +218,16 @@ __global__ void __launch_bounds__(128) flash_prefill(
   const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
   const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
 
-  unsigned qf[QREG ? KT : 1][4];
-  float o[DT][4];
+  unsigned qf[MT][QREG ? KT : 1][4];
+  float o[MT][DT][4];
+  float m[MT][2], l[MT][2];  // each row's running max (log2 units) and this lane's sum share
 #pragma unroll
-  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = ONNXEP_NEG_INF, m1 = ONNXEP_NEG_INF, l0 = 0.f, l1 = 0.f;  // log2 units
+  for (int t = 0; t < MT; ++t) {
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[t][i][0] = o[t][i][1] = o[t][i][2] = o[t][i][3] = 0.f;
+    m[t][0] = m[t][1] = ONNXEP_NEG_INF;
+    l[t][0] = l[t][1] = 0.f;
+  }
 
   if (j_lo < j_hi) {
     flash_load<T, D, BQ>(qs, qb, prm->qss, s0, rows);
@@ -228,109 +240,124 @@ __global__ void __launch_bounds__(128) flash_prefill(
     if constexpr (QREG) {
       if (jt == j_lo) {
 #pragma unroll
-        for (int kk = 0; kk < KT; ++kk)
-          ldsm_x4(qf[kk], qs + (warp * 16 + a_row) * LD + kk * 16 + a_col);
-        __syncthreads();  // Q is in every warp's registers before V's copy overwrites it
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+          for (int kk = 0; kk < KT; ++kk)
+            ldsm_x4(qf[t][kk], qs + (w0 + 16 * t + a_row) * LD + kk * 16 + a_col);
+        if constexpr (ALIAS) __syncthreads();  // Q is in registers before V's copy lands
       }
     }
     flash_load<T, D, BK>(vs, vb, vss, jt, imin(BK, j_hi - jt));
     cp_async_commit();
 
-    float s[NT][4];
+    float s[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int i = 0; i < NT; ++i) s[t][i][0] = s[t][i][1] = s[t][i][2] = s[t][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
-      unsigned a[4];
-      if constexpr (QREG) {
-        a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
-      } else {
-        ldsm_x4(a, qs + (warp * 16 + a_row) * LD + kk * 16 + a_col);
+      unsigned a[MT][4];
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        if constexpr (QREG) {
+          a[t][0] = qf[t][kk][0], a[t][1] = qf[t][kk][1];
+          a[t][2] = qf[t][kk][2], a[t][3] = qf[t][kk][3];
+        } else {
+          ldsm_x4(a[t], qs + (w0 + 16 * t + a_row) * LD + kk * 16 + a_col);
+        }
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
-        unsigned kf[4];
+        unsigned kf[4];  // one K fragment serves the warp's MT tiles
         ldsm_x4(kf, ks + (np * 16 + b_row) * LD + kk * 16 + b_col);
-        mma16816<T>(s[2 * np], a, kf[0], kf[1]);
-        mma16816<T>(s[2 * np + 1], a, kf[2], kf[3]);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          mma16816<T>(s[t][2 * np], a[t], kf[0], kf[1]);
+          mma16816<T>(s[t][2 * np + 1], a[t], kf[2], kf[3]);
+        }
       }
     }
 
     // Scores in log2 units; a tile inside every row's window and mask takes no checks.
     const bool full = plain && jt + BK <= j_hi && (!causal || jt + BK - 1 <= wpos) &&
-                      (left < 0 || wpos + 15 - jt <= left) &&
+                      (left < 0 || wpos + WR - 1 - jt <= left) &&
                       (right < 0 || jt + BK - 1 - wpos <= right);
-    if (full) {
 #pragma unroll
-      for (int i = 0; i < NT; ++i)
-        for (int c = 0; c < 4; ++c) s[i][c] *= scale2;
-    } else {
+    for (int t = 0; t < MT; ++t) {
+      if (full) {
 #pragma unroll
-      for (int i = 0; i < NT; ++i) {
+        for (int i = 0; i < NT; ++i)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int j = jt + i * 8 + 2 * t4 + (c & 1);
-          const int r = ra + (c >> 1) * 8;
-          const long long pos = wpos + (r - warp * 16);
-          bool ok = r < rows && j < j_hi && (!causal || j <= pos) &&
-                    (left < 0 || pos - j <= left) && (right < 0 || j - pos <= right);
-          float x = ONNXEP_NEG_INF;
-          if (ok && has_mask) {
-            const long long mi = b * msb + h * msh + (long long)(s0 + r) * mss + j * msj;
-            if (mask_b != nullptr) ok = mask_b[mi] != 0;
-            if (ok) {
-              x = s[i][c] * scale;
+          for (int c = 0; c < 4; ++c) s[t][i][c] *= scale2;
+      } else {
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int j = jt + i * 8 + 2 * t4 + (c & 1);
+            const int r = ra + 16 * t + (c >> 1) * 8;
+            const long long pos = wpos + (r - w0);
+            bool ok = r < rows && j < j_hi && (!causal || j <= pos) &&
+                      (left < 0 || pos - j <= left) && (right < 0 || j - pos <= right);
+            float x = ONNXEP_NEG_INF;
+            if (ok && has_mask) {
+              const long long mi = b * msb + h * msh + (long long)(s0 + r) * mss + j * msj;
+              if (mask_b != nullptr) ok = mask_b[mi] != 0;
+              if (ok) {
+                x = s[t][i][c] * scale;
+                if (softcap > 0.f) x = tanhf(x / softcap) * softcap;
+                if (mask_f != nullptr) x += mask_f[mi];
+                if (mask_h != nullptr) x += to_f(mask_h[mi]);
+                if (mask_t != nullptr) x += to_f(mask_t[mi]);
+                x *= FLASH_LOG2E;
+              }
+            } else if (ok) {
+              x = s[t][i][c] * scale;
               if (softcap > 0.f) x = tanhf(x / softcap) * softcap;
-              if (mask_f != nullptr) x += mask_f[mi];
-              if (mask_h != nullptr) x += to_f(mask_h[mi]);
-              if (mask_t != nullptr) x += to_f(mask_t[mi]);
               x *= FLASH_LOG2E;
             }
-          } else if (ok) {
-            x = s[i][c] * scale;
-            if (softcap > 0.f) x = tanhf(x / softcap) * softcap;
-            x *= FLASH_LOG2E;
+            s[t][i][c] = x;
           }
-          s[i][c] = x;
         }
       }
-    }
 
-    // Online softmax: the quad of lanes sharing a row meets by shuffles.
-    float mx0 = m0, mx1 = m1;
+      // Online softmax: the quad of lanes sharing a row meets by shuffles.
+      float mx0 = m[t][0], mx1 = m[t][1];
 #pragma unroll
-    for (int i = 0; i < NT; ++i) {
-      mx0 = fmaxf(mx0, fmaxf(s[i][0], s[i][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[i][2], s[i][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // a row with no key so far subtracts 0: its scores are all -inf, exp2 gives zeros
-    const float mu0 = mx0 == ONNXEP_NEG_INF ? 0.f : mx0;
-    const float mu1 = mx1 == ONNXEP_NEG_INF ? 0.f : mx1;
-    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-    m0 = mx0;
-    m1 = mx1;
-    float ps0 = 0.f, ps1 = 0.f;  // this lane's share of the rows' sums (met at the end)
+      for (int i = 0; i < NT; ++i) {
+        mx0 = fmaxf(mx0, fmaxf(s[t][i][0], s[t][i][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[t][i][2], s[t][i][3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      // a row with no key so far subtracts 0: its scores are all -inf, exp2 gives zeros
+      const float mu0 = mx0 == ONNXEP_NEG_INF ? 0.f : mx0;
+      const float mu1 = mx1 == ONNXEP_NEG_INF ? 0.f : mx1;
+      const float al0 = exp2f(m[t][0] - mu0), al1 = exp2f(m[t][1] - mu1);
+      m[t][0] = mx0;
+      m[t][1] = mx1;
+      float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
-    for (int i = 0; i < NT; ++i) {
-      s[i][0] = exp2f(s[i][0] - mu0);
-      s[i][1] = exp2f(s[i][1] - mu0);
-      s[i][2] = exp2f(s[i][2] - mu1);
-      s[i][3] = exp2f(s[i][3] - mu1);
-      ps0 += s[i][0] + s[i][1];
-      ps1 += s[i][2] + s[i][3];
-    }
-    l0 = l0 * al0 + ps0;
-    l1 = l1 * al1 + ps1;
+      for (int i = 0; i < NT; ++i) {
+        s[t][i][0] = exp2f(s[t][i][0] - mu0);
+        s[t][i][1] = exp2f(s[t][i][1] - mu0);
+        s[t][i][2] = exp2f(s[t][i][2] - mu1);
+        s[t][i][3] = exp2f(s[t][i][3] - mu1);
+        ps0 += s[t][i][0] + s[t][i][1];
+        ps1 += s[t][i][2] + s[t][i][3];
+      }
+      l[t][0] = l[t][0] * al0 + ps0;
+      l[t][1] = l[t][1] * al1 + ps1;
 #pragma unroll
-    for (int i = 0; i < DT; ++i) {
-      o[i][0] *= al0;
-      o[i][1] *= al0;
-      o[i][2] *= al1;
-      o[i][3] *= al1;
+      for (int i = 0; i < DT; ++i) {
+        o[t][i][0] *= al0;
+        o[t][i][1] *= al0;
+        o[t][i][2] *= al1;
+        o[t][i][3] *= al1;
+      }
     }
 
     cp_async_wait_all();
@@ -341,46 +368,58 @@ __global__ void __launch_bounds__(128) flash_prefill(
     }
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-      const unsigned a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                             pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      unsigned a[MT][4];
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        a[t][0] = pack2<T>(s[t][2 * kk][0], s[t][2 * kk][1]);
+        a[t][1] = pack2<T>(s[t][2 * kk][2], s[t][2 * kk][3]);
+        a[t][2] = pack2<T>(s[t][2 * kk + 1][0], s[t][2 * kk + 1][1]);
+        a[t][3] = pack2<T>(s[t][2 * kk + 1][2], s[t][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
-        unsigned vf[4];
+        unsigned vf[4];  // one V fragment serves the warp's MT tiles
         ldsm_x4_t(vf, vs + (kk * 16 + a_row) * LD + dp * 16 + a_col);
-        mma16816<T>(o[2 * dp], a, vf[0], vf[1]);
-        mma16816<T>(o[2 * dp + 1], a, vf[2], vf[3]);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          mma16816<T>(o[t][2 * dp], a[t], vf[0], vf[1]);
+          mma16816<T>(o[t][2 * dp + 1], a[t], vf[2], vf[3]);
+        }
       }
     }
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  float f0, f1;  // the factor each row's accumulator is scaled by
-  if (sink != nullptr || prm->smooth != 0) {
-    const float sk = sink != nullptr ? to_f(sink[h]) * FLASH_LOG2E : 0.f;
-    const float mf0 = fmaxf(m0, sk), mf1 = fmaxf(m1, sk);
-    const float a0 = exp2f(m0 - mf0), a1 = exp2f(m1 - mf1);
-    f0 = a0 / (l0 * a0 + exp2f(sk - mf0));
-    f1 = a1 / (l1 * a1 + exp2f(sk - mf1));
-  } else {
-    f0 = l0 > 0.f ? 1.f / l0 : 0.f;
-    f1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  }
+  const bool has_sink = sink != nullptr || prm->smooth != 0;
+  const float sk = sink != nullptr ? to_f(sink[h]) * FLASH_LOG2E : 0.f;
   T* yb = y + b * prm->ysb + h * prm->ysh;
   const long long yss = prm->yss;
 #pragma unroll
-  for (int i = 0; i < DT; ++i) {
-    const int d = i * 8 + 2 * t4;
-    if (ra < rows)
-      *reinterpret_cast<unsigned*>(yb + (long long)(s0 + ra) * yss + d) =
-          pack2<T>(o[i][0] * f0, o[i][1] * f0);
-    if (ra + 8 < rows)
-      *reinterpret_cast<unsigned*>(yb + (long long)(s0 + ra + 8) * yss + d) =
-          pack2<T>(o[i][2] * f1, o[i][3] * f1);
+  for (int t = 0; t < MT; ++t) {
+    float f[2];  // the factor each of the lane's two rows is scaled by
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float lt = l[t][e];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+      if (has_sink) {
+        const float mf = fmaxf(m[t][e], sk);
+        const float a = exp2f(m[t][e] - mf);
+        f[e] = a / (lt * a + exp2f(sk - mf));
+      } else {
+        f[e] = lt > 0.f ? 1.f / lt : 0.f;
+      }
+    }
+    const int r = ra + 16 * t;
+#pragma unroll
+    for (int i = 0; i < DT; ++i) {
+      const int d = i * 8 + 2 * t4;
+      if (r < rows)
+        *reinterpret_cast<unsigned*>(yb + (long long)(s0 + r) * yss + d) =
+            pack2<T>(o[t][i][0] * f[0], o[t][i][1] * f[0]);
+      if (r + 8 < rows)
+        *reinterpret_cast<unsigned*>(yb + (long long)(s0 + r + 8) * yss + d) =
+            pack2<T>(o[t][i][2] * f[1], o[t][i][3] * f[1]);
+    }
   }
 }
 """
@@ -390,6 +429,6 @@ __global__ void __launch_bounds__(128) flash_prefill(
 FLASH_CTYPES = {"float16": "__half", "bfloat16": "bf16_t"}
 
 
-def kernel_name(ctype: str, d: int, bk: int, q_in_registers: bool) -> str:
+def kernel_name(ctype: str, d: int, bk: int, q_in_registers: bool, m_tiles: int) -> str:
     """The template instantiation for one element type and tile shape."""
-    return f"flash_prefill<{ctype}, {d}, {bk}, {int(q_in_registers)}>"
+    return f"flash_prefill<{ctype}, {d}, {bk}, {int(q_in_registers)}, {m_tiles}>"

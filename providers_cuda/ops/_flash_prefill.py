@@ -29,8 +29,13 @@ from ._reduce_cuda import all_aligned
 
 _log = logging.getLogger("onnxep.cuda.attention")
 
-#: Query rows per block (4 warps of 16) and threads per block.
-BQ, THREADS = 64, 128
+#: Query rows per warp's m16 tile, warps per block and threads per block.
+TILE_ROWS, WARPS, THREADS = 16, 4, 128
+#: Query rows per block with one m16 tile per warp.
+BQ = WARPS * TILE_ROWS
+#: Largest head size whose warps hold two m16 tiles (their Q, scores and output fragments
+#: twice over: 2 * (d/4 + 32 + d/2) registers, about 220 with addressing at 64).
+MAX_TWO_TILE_HEAD = 64
 #: Largest head size, and the step between sizes (one k16 step of the MMA).
 MAX_HEAD_SIZE, HEAD_STEP = 256, 16
 #: Compute capability the kernel needs: mma.sync m16n8k16 with fp16/bf16, cp.async (sm_80).
@@ -43,22 +48,42 @@ FLASH_PATH, TILED_PATH = "flash", "tiled"
 
 @dataclass(frozen=True)
 class Geometry:
-    """Tile shape of one head size: keys per tile, Q in registers, shared memory bytes."""
+    """Tile shape of one head size: keys per tile, Q in registers, m16 tiles per warp, query
+    rows per block, shared memory bytes."""
 
     d: int
     bk: int
     q_in_registers: bool
+    m_tiles: int
+    bq: int
     smem: int
 
+    def describe(self) -> str:
+        return f"{self.bq}-row query tiles ({self.m_tiles} m16 per warp) x {self.bk}-row key tiles"
 
-def geometry(d: int, itemsize: int = 2) -> Geometry:
+
+def geometry(d: int, m_tiles: int = 1, itemsize: int = 2) -> Geometry:
     """Key tiles of 64 rows up to head size 128, where a warp's Q fragments (d/4 registers)
     fit beside the output's (d/2) and the scores' (32); beyond, 32-row key tiles and Q read
-    from shared memory each step, so the accumulators keep their registers."""
+    from shared memory each step, so the accumulators keep their registers. Q's shared tile
+    is V's buffer when it fits there (it moves to registers before V's first copy)."""
+    if m_tiles not in (1, 2) or (m_tiles == 2 and d > MAX_TWO_TILE_HEAD):
+        raise ValueError(f"{m_tiles} m16 tiles per warp at head size {d}")
     qreg = d <= 128
     bk = 64 if qreg else 32
-    rows = bk + max(bk, BQ) if qreg else 2 * bk + BQ  # K, then V (Q's buffer first) [, Q]
-    return Geometry(d, bk, qreg, rows * (d + 8) * itemsize)
+    bq = BQ * m_tiles
+    alias = qreg and bq <= bk
+    rows = 2 * bk + (0 if alias else bq)  # K, V [, Q]
+    return Geometry(d, bk, qreg, m_tiles, bq, rows * (d + 8) * itemsize)
+
+
+def m_tiles(d: int, b: int, nh: int, sq: int, sms: int) -> int:
+    """Two m16 tiles per warp where the head size leaves the registers and the blocks of
+    twice the rows still fill every SM once; else one (more, smaller blocks)."""
+    if d > MAX_TWO_TILE_HEAD:
+        return 1
+    blocks = -(-sq // (2 * BQ)) * nh * b
+    return 2 if blocks >= sms else 1
 
 
 @dataclass(frozen=True)
@@ -93,17 +118,13 @@ def route(dtype: Any, d: int, dv: int, arch: int, smem_optin: int) -> Route:
             TILED_PATH,
             f"head size {d} is not a multiple of {HEAD_STEP} up to {MAX_HEAD_SIZE}",
         )
-    geo = geometry(d)
-    if geo.smem > max(DEFAULT_SMEM, smem_optin):
+    need = max(geometry(d, mt).smem for mt in (1, 2) if mt == 1 or d <= MAX_TWO_TILE_HEAD)
+    if need > max(DEFAULT_SMEM, smem_optin):
         return Route(
-            TILED_PATH, f"head size {d} needs {geo.smem} bytes of shared memory, the device "
+            TILED_PATH, f"head size {d} needs {need} bytes of shared memory, the device "
             f"lets a block have {smem_optin}"
         )  # fmt: skip
-    return Route(
-        FLASH_PATH,
-        f"tensor-core flash kernel: {name}, head size {d}, {BQ}-row query tiles x "
-        f"{geo.bk}-row key tiles",
-    )
+    return Route(FLASH_PATH, f"tensor-core flash kernel: {name}, head size {d}")
 
 
 _facts: dict[int, tuple[int, int]] = {}
@@ -135,25 +156,28 @@ class Kernels:
     def route(self, dtype: Any, d: int, dv: int | None = None) -> Route:
         return route(dtype, d, d if dv is None else dv, self.arch, self.smem_optin)
 
-    def function(self, dtype: Any, d: int) -> Any:
-        """The compiled instantiation for ``dtype`` and head size ``d`` (compiled once)."""
+    def function(self, dtype: Any, geo: Geometry) -> Any:
+        """The compiled instantiation for ``dtype`` and a tile shape (compiled once)."""
         from onnxep.providers_cuda import nvrtc
 
         name = np.dtype(dtype).name
-        fn = self._fns.get((name, d))
+        key = (name, geo.d, geo.m_tiles)
+        fn = self._fns.get(key)
         if fn is None:
-            geo = geometry(d)
-            inst = kernel_name(FLASH_CTYPES[name], d, geo.bk, geo.q_in_registers)
+            inst = kernel_name(FLASH_CTYPES[name], geo.d, geo.bk, geo.q_in_registers, geo.m_tiles)
             fn = nvrtc.function(FLASH_SOURCE, inst, (inst,))
             if geo.smem > DEFAULT_SMEM:
                 fn.max_dynamic_shared_size_bytes = geo.smem
-            self._fns[(name, d)] = fn
+            self._fns[key] = fn
         return fn
 
     def prepare(self, dtype: Any, d: int | None, dv: int | None = None) -> None:
-        """Compile now (session creation) what a prefill of this dtype and head size runs."""
-        if dtype is not None and d is not None and self.route(dtype, d, dv).flash:
-            self.function(dtype, d)
+        """Compile now (session creation) what a prefill of this dtype and head size may
+        run: every tile shape its lengths choose between."""
+        if dtype is None or d is None or not self.route(dtype, d, dv).flash:
+            return
+        for mt in (1, 2) if d <= MAX_TWO_TILE_HEAD else (1,):
+            self.function(dtype, geometry(d, mt))
 
 
 def plan(
@@ -183,9 +207,13 @@ def plan(
     mask_strides: tuple[int, int, int, int] = (0, 0, 0, 0),
     mask_cols: int | None = None,
     smooth: bool = False,
+    sms: int = 1,
+    tiles: int | None = None,
 ):
     """The launcher of one prefill: ``run(q, k, v, seqlens_k, q_seqlens, nonpad, mask_b,
-    mask_f, mask_h, mask_t, sink, y) -> bool`` (False: an array is misaligned, nothing ran).
+    mask_f, mask_h, mask_t, sink, y) -> bool`` (False: an array is misaligned, nothing ran);
+    its tile shape is ``run.geometry``: ``tiles`` m16 tiles per warp, or :func:`m_tiles`'
+    choice for ``sms`` SMs.
 
     Strides are element strides (batch, head, row) of Q, K, V and Y (channels contiguous);
     ``sk`` is the keys K and V hold per (batch, head); mode 0 (GroupQueryAttention) reads
@@ -193,8 +221,8 @@ def plan(
     ``kv_limit`` keys, mode 1 (Attention) has ``past`` rows before the queries, or
     ``nonpad_kv_seqlen``'s. ``left``/``right``: window sizes (``pos - j <= left``,
     ``j - pos <= right``; -1 for none)."""
-    fn = kernels.function(dtype, d)
-    geo = geometry(d)
+    geo = geometry(d, m_tiles(d, b, nh, sq, sms) if tiles is None else tiles)
+    fn = kernels.function(dtype, geo)
     strides = (*q_strides, *k_strides, *v_strides, *y_strides)
     if any(st % 8 for st in strides):  # rows of 16 bytes: every stride a multiple of 8
         raise ValueError(f"{kernels.op}: flash strides {strides} are not multiples of 8")
@@ -208,17 +236,19 @@ def plan(
         left=left, right=right, mask_cols=sk if mask_cols is None else mask_cols, mode=mode,
         nonpad_offset=int(nonpad_offset), smooth=int(smooth), scale=scale, softcap=softcap,
     )  # fmt: skip
-    grid, block, smem = ((sq + BQ - 1) // BQ, nh, b), (THREADS,), geo.smem
-    if b == 0 or sq == 0 or nh == 0:
-        return lambda *arrays: True  # nothing to compute
+    grid, block, smem = ((sq + geo.bq - 1) // geo.bq, nh, b), (THREADS,), geo.smem
+    empty = b == 0 or sq == 0 or nh == 0  # nothing to compute
 
     def run(q, k, v, seqlens, qseq, nonpad, mask_b, mask_f, mask_h, mask_t, sink, y) -> bool:
+        if empty:
+            return True
         if not all_aligned((q, k, v)):
             return False
         fn(grid, block, (q, k, v, seqlens, qseq, nonpad, mask_b, mask_f, mask_h, mask_t, sink, y,
                          prm), shared_mem=smem)  # fmt: skip
         return True
 
+    run.geometry = geo  # type: ignore[attr-defined]
     return run
 
 
@@ -239,6 +269,7 @@ def plan_gqa(
     kv_limit: int,
     bias_strides: tuple[int, int, int, int],
     scale: float,
+    sms: int,
 ):
     """(route, launcher or None) of a GroupQueryAttention prefill: Q from gqa_prepare's
     (B, Hq, S, D) buffer, K/V from the (B, Hkv, cap, D) cache, Y as (B, S, Hq * D); the
@@ -255,9 +286,9 @@ def plan_gqa(
         q_strides=(nh * s * d, s * d, d), k_strides=kv, v_strides=kv,
         y_strides=(s * nh * d, d, nh * d), mode=MODE_GQA, causal=cfg.causal, scale=scale,
         softcap=cfg.softcap, left=cfg.window - 1 if cfg.window > 0 else -1,
-        kv_limit=kv_limit, mask_strides=bias_strides, smooth=cfg.smooth,
+        kv_limit=kv_limit, mask_strides=bias_strides, smooth=cfg.smooth, sms=sms,
     )  # fmt: skip
-    return r, run
+    return Route(FLASH_PATH, f"{r.reason}, {run.geometry.describe()}"), run
 
 
 def plan_attention(
@@ -279,6 +310,7 @@ def plan_attention(
     mask: tuple[int, int, int, int] | None,
     nonpad_offset: bool,
     scale: float,
+    sms: int,
 ):
     """(route, launcher or None) of an ONNX Attention call: ``strides`` are Q's, K's, V's
     and Y's (batch, head, row) element strides; ``mask`` the mask's (batch, head, row)
@@ -298,6 +330,6 @@ def plan_attention(
         scale=scale, softcap=cfg.softcap, left=cfg.left, right=cfg.right, past=past,
         nonpad_offset=nonpad_offset,
         mask_strides=(0, 0, 0, 0) if mask is None else (*mask[:3], 1),
-        mask_cols=None if mask is None else mask[3],
+        mask_cols=None if mask is None else mask[3], sms=sms,
     )  # fmt: skip
-    return r, run
+    return Route(FLASH_PATH, f"{r.reason}, {run.geometry.describe()}"), run

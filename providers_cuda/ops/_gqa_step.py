@@ -212,7 +212,7 @@ def plan_step(
         qbuf_shape = (b, nh, s, d)
         route, fast = (None, None) if flash is None else plan_gqa(
             flash, xp, dt, cfg, b=b, s=s, d=d, cap=cap, kv_limit=kv_limit,
-            bias_strides=bias_strides, scale=scale,
+            bias_strides=bias_strides, scale=scale, sms=sms,
         )  # fmt: skip
 
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):

@@ -210,9 +210,10 @@ def direct_expected(case, q, k, v, seqlens):
     return cpu_gqa(node, np)(*[f[n] if n else None for n in names])[0]
 
 
-def plan_flash_direct(kernels, xp, case, dtype):
+def plan_flash_direct(kernels, xp, case, dtype, tiles=None):
     """The kernel's launcher for a direct case: Q as (B, Hq, S, D), K/V as (B, Hkv, S, D)
-    caches of capacity S, Y as (B, S, Hq * D)."""
+    caches of capacity S, Y as (B, S, Hq * D); ``tiles`` m16 tiles per warp (None: the
+    plan's choice for 8 SMs)."""
     from onnxep.providers_cuda.ops import _flash_prefill as fp
 
     _, b, s, nh, nkv, hd, causal, _ = case
@@ -221,7 +222,7 @@ def plan_flash_direct(kernels, xp, case, dtype):
         kernels, xp, dtype, b=b, nh=nh, nkv=nkv, d=hd, sq=s, sk=s,
         q_strides=(nh * s * hd, s * hd, hd), k_strides=kv, v_strides=kv,
         y_strides=(s * nh * hd, hd, nh * hd), mode=fp.MODE_GQA, causal=causal,
-        scale=float(1 / np.sqrt(hd)), kv_limit=s,
+        scale=float(1 / np.sqrt(hd)), kv_limit=s, sms=8, tiles=tiles,
     )  # fmt: skip
 
 

@@ -115,14 +115,14 @@ def test_bfloat16_cases(case):
     _bf16_direct(case, np.random.default_rng(3))
 
 
-def _bf16_direct(case, rng):
+def _bf16_direct(case, rng, tiles=None):
     from onnxep.providers_cuda.ops import _flash_prefill as fp
 
     cupy = _cupy()
     name, b, s, nh, nkv, hd = case[:6]
     q, k, v, seqlens = fc.direct_feeds(case, fc.BF16, rng)
     want = fc.direct_expected(case, q, k, v, seqlens)
-    run = fc.plan_flash_direct(fp.Kernels("test"), cupy, case, fc.BF16)
+    run = fc.plan_flash_direct(fp.Kernels("test"), cupy, case, fc.BF16, tiles)
     y = cupy.empty((b, s, nh * hd), np.uint16)
     qb, kb, vb = (_dev(fc.heads_first(x, n)) for x, n in ((q, nh), (k, nkv), (v, nkv)))
     assert run(qb, kb, vb, cupy.asarray(seqlens), None, None, None, None, None, None, None, y)
@@ -161,10 +161,10 @@ def test_real_size_prefill_sessions(case):
         _assert_close(g, w, F16, f"{name} {o}")
 
 
-@pytest.mark.parametrize("hd", [64, 128, 256])
-def test_real_size_bfloat16(hd):
+@pytest.mark.parametrize("hd,tiles", [(64, 1), (64, 2), (128, None), (256, None)])
+def test_real_size_bfloat16(hd, tiles):
     case = (f"bf16_h{hd}_ragged", 2, 700, 8, 2, hd, True, True)
-    _bf16_direct(case, np.random.default_rng(hd))
+    _bf16_direct(case, np.random.default_rng(hd), tiles)
 
 
 def test_real_size_attention_with_past_and_mask():
