@@ -10,10 +10,11 @@ step calls; a launcher declines (returns False) only when an array does not
 start on a 16-byte boundary, which the 16-byte copies need, and the caller
 then runs the scalar kernel.
 
-Kernels compile through ``nvrtc`` once per process, element type and head
-size (a template argument), at session creation when the head size is known
-there, else when a signature is planned (before any capture: capture follows
-warm-up runs).
+Kernels compile through ``nvrtc`` once per process, element type, head size
+and tile shape (template arguments), at session creation when the head size is
+known there, else when a signature is planned (before any capture: capture
+follows warm-up runs). :func:`m_tiles` picks the tile shape of a call from its
+shape and the SM count.
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ def device_facts() -> tuple[int, int]:
     dev = cupy.cuda.runtime.getDevice()
     facts = _facts.get(dev)
     if facts is None:
-        attrs = cupy.cuda.Device(dev).attributes
-        arch = 10 * attrs["ComputeCapabilityMajor"] + attrs["ComputeCapabilityMinor"]
-        facts = _facts[dev] = (arch, int(attrs["MaxSharedMemoryPerBlockOptin"]))
+        device = cupy.cuda.Device(dev)
+        arch = int(device.compute_capability)  # "90": major and minor digits
+        facts = _facts[dev] = (arch, int(device.attributes["MaxSharedMemoryPerBlockOptin"]))
     return facts
 
 
@@ -151,7 +152,7 @@ class Kernels:
     def __init__(self, op: str) -> None:
         self.op = op
         self.arch, self.smem_optin = device_facts()
-        self._fns: dict[tuple[str, int], Any] = {}
+        self._fns: dict[tuple[str, int, int], Any] = {}
 
     def route(self, dtype: Any, d: int, dv: int | None = None) -> Route:
         return route(dtype, d, d if dv is None else dv, self.arch, self.smem_optin)
