@@ -248,3 +248,36 @@ def test_one_and_two_m16_tiles_per_warp(dtype, tiles, cuda_ops):
     70 rows' blocks, the second mostly past the prompt)."""
     geo = _direct(fc.DIRECT_CASES[0], dtype, cuda_ops, tiles)
     assert (geo.m_tiles, geo.bq) == (tiles, 64 * tiles)
+
+
+# ------------------------------------------------------------------------------ a whole model
+
+
+def test_tiny_fp16_decoder_greedy_tokens_equal_the_cpu_providers(cuda_ops, emulator, tmp_path):
+    """The factory's tiny genai decoder in float16 (head size 32), GroupQueryAttention on the
+    emulated CUDA kernels (the prefill on tensor cores), every other node on the CPU: a
+    100-token prompt decodes the CPU provider's greedy tokens."""
+    import sys
+    from pathlib import Path
+
+    import cuda_emulator as emu
+
+    import onnxep
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.factory import build_genai_decoder
+
+    path = tmp_path / "tiny" / "model.onnx"
+    build_genai_decoder("tiny", seed=3, dtype="fp16", out_path=path)
+    prompt = np.random.default_rng(11).integers(0, 512, 100)
+    cpu = onnxep.InferenceSession(str(path), providers=["cpu"])
+    want = onnxep.generate(cpu, prompt, 5, progress=False).tokens
+    with emu.registered_for("gqaemu", {("com.microsoft", "GroupQueryAttention")}) as name:
+        sess = onnxep.InferenceSession(str(path), providers=[name, "cpu"])
+        placed = {n.op_type: n.provider for n in sess.placement()}
+        assert placed["GroupQueryAttention"] == name
+        before = emulator.launches()
+        got = onnxep.generate(sess, prompt, 5, progress=False).tokens
+    ran = _ran(emulator, before)
+    assert sum(n for k, n in ran.items() if k.startswith("flash_prefill<__half, 32")) == 2, ran
+    assert got == want
