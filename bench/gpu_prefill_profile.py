@@ -197,7 +197,17 @@ def profile_model(model: str, args: argparse.Namespace, emit) -> None:
     dims = model_dims(model)
     args.vocab = vocabulary(model)
     theirs: dict[int, tuple[float, str]] = {}
-    if args.vs == "onnxruntime":
+    vs = args.vs
+    if vs == "onnxruntime" and cupy is not None:
+        import onnxruntime
+
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            # a CPU peer is no figure to set a GPU's beside (and takes minutes at 8000 tokens)
+            emit({"bench": "peer", "skipped": f"onnxruntime {onnxruntime.__version__} has no "
+                  "CUDAExecutionProvider here: install onnxruntime-gpu "
+                  "(../shared/gpu/stage_peers.sh)"})  # fmt: skip
+            vs = "none"
+    if vs == "onnxruntime":
         ort = OrtPrefill(model)
         for length in args.lengths:
             feeds = ort.feeds(_prompt(args.vocab, length), dims)
@@ -233,7 +243,7 @@ def profile_model(model: str, args: argparse.Namespace, emit) -> None:
 
         prompt = _prompt(args.vocab, length, seed=1)
         row = {"bench": "decode", "model": model, "length": length, "steps": args.steps}
-        if args.vs == "onnxruntime":
+        if vs == "onnxruntime":
             base = _device_used(cupy)
             tokens, used, who = ort_tokens(model, prompt, args.steps, dims, cupy)
             row.update(onnxruntime_tokens=tokens, onnxruntime=who)
