@@ -101,11 +101,11 @@ class InferenceSession:
         host = next((p for p in self._providers if p.name == "cpu"), None)
 
         loaded = read_model(model)
-        check_model(loaded.proto)
+        self._load_notes: list[str] = check_model(loaded.proto)
         proto = _infer_shapes(loaded.proto)
         check_axes(proto)
         loaded.proto = proto
-        load_external_data(loaded)
+        load_external_data(loaded, self._load_notes)
         self._proto_meta = proto
         self._model = _to_ir(proto)
         self._model_path = loaded.path
@@ -367,6 +367,7 @@ class InferenceSession:
             report.copies += [
                 CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
             ]
+        report.load_notes = list(self._load_notes)
         report.rewrites = dict(self._rewrites)
         report.skipped_rewrites = list(self._skipped)
         report.fusions = list(self._fusions)
