@@ -71,6 +71,21 @@ def resolve_pads(auto_pad, in_sp, kernel, strides, dilations, pb, pe):
     return b, e
 
 
+def conv_out_sizes(op: str, in_sp, pb, pe, kernel, dilations, strides) -> list[int]:
+    """A convolution's output spatial sizes; a ValueError when the dilated kernel does not fit
+    in the padded input (onnxruntime refuses that input shape too)."""
+    out = []
+    for axis, (n, b, e, k, d, s) in enumerate(zip(in_sp, pb, pe, kernel, dilations, strides)):
+        span = (k - 1) * d + 1
+        if n + b + e < span:
+            raise ValueError(
+                f"{op}: spatial axis {axis} of the input has size {n} (pads {b}, {e}), smaller "
+                f"than the kernel's extent {span} (kernel {k}, dilation {d})"
+            )
+        out.append((n + b + e - span) // s + 1)
+    return out
+
+
 def pool_geometry(in_sp, kernel, strides, dilations, pb, pe, ceil_mode, auto_pad="NOTSET"):
     """Output sizes and the extra end padding ceil_mode needs (beyond ``pe``)."""
     out, extra = [], []

@@ -29,6 +29,15 @@ def _pad(xp, x, pads, axes, mode, value):
         if value is None:
             value = string_zero(x.dtype)
         return xp.pad(x, width, mode="constant", constant_values=value)
+    if mode == "reflect":
+        # A reflection has size - 1 values to mirror; NumPy would reflect again past them,
+        # onnxruntime refuses (the spec defines no more).
+        for axis, (b, e) in enumerate(width):
+            if max(b, e) > x.shape[axis] - 1:
+                raise ValueError(
+                    f"Pad: reflect pads ({b}, {e}) on axis {axis} of shape {list(x.shape)} "
+                    f"exceed the {x.shape[axis] - 1} values a reflection can mirror"
+                )
     return xp.pad(x, width, mode=mode)
 
 
