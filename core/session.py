@@ -67,14 +67,7 @@ def _to_ir(proto: onnx.ModelProto) -> ir.Model:
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:
-        # onnx-ir wraps the cause once per level it was reading ("Error calling
-        # _deserialize_graph with: <id>"): name the innermost error, which says what failed.
-        root = exc
-        while root.__cause__ is not None:
-            root = root.__cause__
-        raise InvalidGraph(
-            f"the model could not be read into onnx-ir: {type(root).__name__}: {root}"
-        ) from exc
+        raise InvalidGraph(f"the model could not be read into onnx-ir: {exc}") from exc
     if model.functions:
         ir.passes.common.InlinePass()(model)
     return model

@@ -38,7 +38,7 @@ from onnx import helper
 ROOT = Path(__file__).resolve().parents[1]
 #: ``expect_fail`` values: why the model cannot run yet, and what onnxep's error says.
 CONTRIB = ("needs com.microsoft DynamicQuantizeLSTM (branch contrib)", "DynamicQuantizeLSTM")
-ZIPMAP = ("needs ai.onnx.ml ZipMap and map-typed values (branch ml)", "Map types")
+ZIPMAP = ("needs ai.onnx.ml ZipMap and map-typed values (branch ml)", "onnx-ir")
 TREES = ("needs ai.onnx.ml TreeEnsembleClassifier (branch ml)", "TreeEnsembleClassifier")
 
 
