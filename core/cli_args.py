@@ -43,6 +43,20 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(message, self.format_usage())
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an unknown flag is reported with its subcommand's usage
+        (``onnxep run --bogus`` shows run's options, not the list of commands)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            (self._chosen(ns) or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
+
+    def _chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):  # argparse's subcommand table
+                return action.choices.get(getattr(ns, action.dest, None))
+        return None
+
 
 def _int(text: str, what: str) -> int:
     try:

@@ -5,7 +5,9 @@ random inputs built from its declared inputs, and run by both; the outputs
 must match within the dtype's tolerance. A model onnxruntime refuses must be
 refused by onnxep too, with an onnxep error (never a bare exception). A model
 that needs another branch's work is an xfail while onnxep refuses it with the
-error its entry names, and fails once it runs. The test is marked
+error its entry names, and fails once it runs; a model onnxep refuses on
+purpose (onnxruntime runs it, but not to the model's result) must be refused
+with the error its entry names. The test is marked
 ``realmodels`` and left out of the default run, since the first run downloads
 about 200 MB: ``python -m pytest -q -m realmodels``.
 """
@@ -94,6 +96,10 @@ def test_real_model_matches_onnxruntime(model: RealModel):
     inputs = feeds(model, proto)
 
     want = _onnxruntime(path, inputs)
+    if model.refused:
+        with pytest.raises(OnnxepError, match=model.refused[1]):
+            onnxep.InferenceSession(str(path), providers=["cpu"]).run(None, inputs)
+        return
     try:
         sess = onnxep.InferenceSession(str(path), providers=["cpu"])
         got = sess.run(None, inputs)

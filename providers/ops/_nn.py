@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from onnxep.errors import NotSupported
+from onnxep.errors import InvalidArgument, NotSupported
 
 # Dtypes BLAS and the ufuncs handle natively; anything else is computed in float32.
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -71,19 +71,20 @@ def resolve_pads(auto_pad, in_sp, kernel, strides, dilations, pb, pe):
     return b, e
 
 
-def conv_out_sizes(op: str, in_sp, pb, pe, kernel, dilations, strides) -> list[int]:
-    """A convolution's output spatial sizes; a ValueError when the dilated kernel does not fit
-    in the padded input (onnxruntime refuses that input shape too)."""
+def conv_out_dims(op, in_sp, pb, pe, kernel, dilations, strides) -> tuple[int, ...]:
+    """Conv's output sizes; an input shorter than the dilated kernel (with its pads) is an
+    error naming the axis, as onnxruntime's "Invalid input shape" is, not an empty output."""
     out = []
-    for axis, (n, b, e, k, d, s) in enumerate(zip(in_sp, pb, pe, kernel, dilations, strides)):
+    for axis, (n, a, e, k, d, s) in enumerate(zip(in_sp, pb, pe, kernel, dilations, strides)):
         span = (k - 1) * d + 1
-        if n + b + e < span:
-            raise ValueError(
-                f"{op}: spatial axis {axis} of the input has size {n} (pads {b}, {e}), smaller "
-                f"than the kernel's extent {span} (kernel {k}, dilation {d})"
+        if n + a + e < span:
+            raise InvalidArgument(
+                f"{op}: the input's spatial axis {axis + 2} has {n} elements ({a} + {e} with "
+                f"its pads), fewer than the kernel's extent {span} (kernel {k}, dilation {d}); "
+                f"feed at least {max(span - a - e, 1)} there, or pad the input"
             )
-        out.append((n + b + e - span) // s + 1)
-    return out
+        out.append((n + a + e - span) // s + 1)
+    return tuple(out)
 
 
 def pool_geometry(in_sp, kernel, strides, dilations, pb, pe, ceil_mode, auto_pad="NOTSET"):

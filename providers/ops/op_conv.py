@@ -8,7 +8,7 @@ from onnxep.providers.kernel import kernel
 from ._nn import (
     auto_pad_of,
     compute_dtype,
-    conv_out_sizes,
+    conv_out_dims,
     im2col,
     pad_spatial,
     resolve_pads,
@@ -40,7 +40,7 @@ def conv(node, xp):
         k = ksh or list(w.shape[2:])
         in_sp = x.shape[2:]
         pb, pe = resolve_pads(auto_pad, in_sp, k, strides, dil, pb0, pe0)
-        out = conv_out_sizes("Conv", in_sp, pb, pe, k, dil, strides)
+        out = list(conv_out_dims(node.op_type, in_sp, pb, pe, k, dil, strides))
         dt = x.dtype
         cdt = compute_dtype(dt)
         xc = x.astype(cdt, copy=False)
