@@ -14,8 +14,9 @@ shape inference, with a load note. A graph input or output with an element
 type outside ONNX's is refused (onnxruntime refuses it too), and so is a
 value_info entry with one for a value a node computes; one for any other
 name (unused, or a graph output's twin) onnxruntime ignores, so it is
-dropped with a note. An
-attribute's value is read by its declared type, so a type that disagrees
+dropped with a note.
+
+An attribute's value is read by its declared type, so a type that disagrees
 with the field set is read as nothing. Such models are refused here, naming
 the field, value or node.
 """
@@ -226,13 +227,13 @@ def _value_types(graph: onnx.GraphProto, where: str, negative: list[str], droppe
     # onnxruntime reads a value_info entry's type for a value that a node produces and the
     # graph does not output; other entries it ignores, and a fault there is dropped.
     outputs = {vi.name for vi in graph.output}
-    inner = {o for node in graph.node for o in node.output} - outputs
+    computed = {o for node in graph.node for o in node.output} - outputs
     for i in reversed(range(len(graph.value_info))):
         vi = graph.value_info[i]
         fault = _type_fault(vi.type) if vi.HasField("type") else None
         if fault is None:
             continue
-        if vi.name in inner:
+        if vi.name in computed:
             raise InvalidModel(f"{where}: value {vi.name!r} declares {fault}")
         dropped.append(f"{vi.name!r} in {where} declares {fault.split(',')[0]}")
         del graph.value_info[i]

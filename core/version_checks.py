@@ -84,7 +84,6 @@ def import_used_domains(proto: onnx.ModelProto, notes: list[str]) -> None:
         users.setdefault(domain, []).append(node.op_type)
     for domain, ops in users.items():
         proto.opset_import.append(onnx.helper.make_opsetid(domain, known[domain]))
-        imported.add(domain)
         notes.append(
             f"{len(ops)} node(s) ({', '.join(sorted(set(ops)))}) use {_domain_label(domain)}, "
             f"which the model does not import; read at its opset {known[domain]}, "
