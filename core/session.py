@@ -130,12 +130,12 @@ class InferenceSession:
         host = next((p for p in self._providers if p.name == "cpu"), None)
 
         loaded = read_model(model)
-        check_model(loaded.proto)
+        self._load_notes: list[str] = check_model(loaded.proto)
         _override_free_dims(loaded.proto, self._options.free_dimension_overrides)
         proto = _infer_shapes(loaded.proto)
         check_axes(proto)
         loaded.proto = proto
-        load_external_data(loaded)
+        load_external_data(loaded, self._load_notes)
         self._proto_meta = proto
         self._model = _to_ir(proto)
         self._model_path = loaded.path
@@ -444,6 +444,7 @@ class InferenceSession:
             report.copies += [
                 CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
             ]
+        report.load_notes = list(self._load_notes)
         report.rewrites = dict(self._rewrites)
         report.output_nodes = self._output_nodes()
         report.skipped_rewrites = list(self._skipped)
