@@ -106,7 +106,7 @@ def teacher_forced(
     if side.is_ort:
         _ort_loop(sess, trace, prompt, steps, forced, probe_step)
     else:
-        from onnxep.generate import GreedyDecoder
+        from onnxep.generation.greedy import GreedyDecoder
 
         trace.fusions = fusion_counts(sess)
         dec = GreedyDecoder(sess, prompt, steps)
@@ -131,7 +131,7 @@ def _record(trace: Trace, logits: np.ndarray) -> None:
 
 
 def _ort_loop(sess, trace, prompt, steps, forced, probe_step) -> None:
-    from onnxep.benchmark.decode import DecodeState, decode_spec
+    from onnxep.generation.spec import DecodeState, decode_spec
 
     spec = decode_spec(sess.get_inputs(), sess.get_outputs())
     names = [o.name for o in sess.get_outputs()]

@@ -65,7 +65,7 @@ decode_stage() {
       if [ "$ctx" = 16 ] && [ "$profile" = yes ]; then extra=(--profile); fi
       b0=$(date +%s)
       echo "== $dtype context $ctx" >>"$OUT/$name.log"
-      env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.cli bench \
+      env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.tools.cli bench \
         "$model" --providers cuda,cpu --vs torch,onnxep-graph,torch-graph \
         --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
         --json "$OUT/${name}_${dtype}_ctx${ctx}.json" >>"$OUT/$name.log" 2>&1 || rc=$?
@@ -73,7 +73,7 @@ decode_stage() {
       SUMMARY+=("$name: $dtype ctx $ctx bench took $(( $(date +%s) - b0 )) s")
     done
   done
-  SUMMARY+=("$name (rc $rc):" "$(python3 -m onnxep.benchmark.decode_report "$OUT" \
+  SUMMARY+=("$name (rc $rc):" "$(python3 -m onnxep.tools.benchmark.decode_report "$OUT" \
     --pattern "${name}_*_ctx*.json" 2>&1)")
 }
 

@@ -32,8 +32,8 @@ def _run(case: Any, providers: list[str], strict: bool) -> tuple[str, str]:
     from onnx.backend.test.runner import Runner
 
     import onnxep
-    from onnxep.conformance import _case_data, _case_model
     from onnxep.errors import FallbackError, NotImplementedOp
+    from onnxep.tools.conformance import _case_data, _case_model
 
     model = _case_model(case)
     names = [i.name for i in model.graph.input]
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     a = ap.parse_args()
 
-    from onnxep.conformance import load_cases, select_cases
+    from onnxep.tools.conformance import load_cases, select_cases
 
     t0 = time.time()
     cases = select_cases(load_cases("node"), a.pattern)

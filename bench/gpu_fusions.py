@@ -204,7 +204,7 @@ def _sync(sess: Any) -> None:
 def run_case(
     name: str, path: Path, args: argparse.Namespace, capture: str, profiler: KernelProfiler | None
 ) -> dict[str, Any]:
-    from onnxep.generate import GreedyDecoder
+    from onnxep.generation.greedy import GreedyDecoder
 
     providers = _providers(args.providers, capture)
     sides = {"off": _session(path, providers, False), "on": _session(path, providers, True)}

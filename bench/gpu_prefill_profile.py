@@ -63,7 +63,7 @@ def onnxep_session(model: str, providers: list[str], profile: bool = False):
 
 def onnxep_prefill_ms(sess: Any, prompt: np.ndarray) -> float:
     """One prefill as generate runs it: ids in, the token id back on the host."""
-    from onnxep.generate import GreedyDecoder
+    from onnxep.generation.greedy import GreedyDecoder
 
     dec = GreedyDecoder(sess, prompt, 1)
     dec.step()
@@ -128,7 +128,7 @@ class OrtPrefill:
         self.version = ort.__version__
 
     def feeds(self, prompt: np.ndarray, dims: dict[str, int]) -> dict[str, np.ndarray]:
-        from onnxep.benchmark.decode import DecodeState, decode_spec
+        from onnxep.generation.spec import DecodeState, decode_spec
 
         spec = decode_spec(self.session.get_inputs(), self.session.get_outputs())
         return DecodeState(spec, prompt.shape[1], prompt=prompt, dims=dims).feeds()
@@ -148,8 +148,8 @@ class OrtPrefill:
 def ort_tokens(model: str, prompt: np.ndarray, steps: int, dims: dict[str, int], cupy: Any):
     """onnxruntime's greedy tokens (host feeds, the bench's own loop) from a fresh session,
     and the device memory in use when they are done."""
-    from onnxep.benchmark.decode import decode_spec
-    from onnxep.benchmark.sides import OrtSide
+    from onnxep.generation.spec import decode_spec
+    from onnxep.tools.benchmark.sides import OrtSide
 
     side = OrtSide(model, want_cuda=True)
     spec = decode_spec(side.session.get_inputs(), side.session.get_outputs())
@@ -189,7 +189,7 @@ def _free(cupy: Any) -> None:
 
 def profile_model(model: str, args: argparse.Namespace, emit) -> None:
     """Every figure for one model; each side's memory from a fresh session of its own."""
-    from onnxep.benchmark.decode import model_dims
+    from onnxep.generation.spec import model_dims
 
     cupy = None
     if "cuda" in args.providers:

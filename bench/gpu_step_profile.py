@@ -29,7 +29,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     import onnxep
-    from onnxep.generate import GreedyDecoder
+    from onnxep.generation.greedy import GreedyDecoder
 
     sess = onnxep.InferenceSession(
         args.model, providers=[("cuda", {"capture": args.capture}), "cpu"]

@@ -5,7 +5,7 @@
 Writes bench/results/<date>-<machine>.json (every sample) and .md (the table),
 then rebuilds docs/benchmarks.md from every results file, latest per machine.
 Each entry runs onnxep and its peers interleaved on identical inputs
-(`onnxep.benchmark.bench`).
+(`onnxep.tools.benchmark.bench`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from onnxep.benchmark import bench  # noqa: E402
+from onnxep.tools.benchmark import bench  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 RESULTS = ROOT / "bench" / "results"

@@ -1,14 +1,13 @@
 """onnxep: a Python runtime for ONNX models in which every device is a plugin."""
 
 from . import errors
-from .benchmark import BenchResult, bench
-from .generate import GenerateResult, generate
+from .compile.placement import PlacementReport
+from .generation.greedy import GenerateResult, generate
 from .iobinding import IOBinding
 from .model_io import NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
-from .placement import PlacementReport
-from .registry_api import (
+from .plugins.registration import (
     ProviderStatus,
     get_all_providers,
     get_available_providers,
@@ -17,6 +16,7 @@ from .registry_api import (
     register_provider,
 )
 from .session import InferenceSession, ModelMetadata
+from .tools.benchmark import BenchResult, bench
 
 __version__ = "0.1.0"
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from onnxep.providers.inplace import array_address
 
-from .aliasing import guard, root_ids
 from .errors import InvalidArgument
+from .execute.aliasing import guard, root_ids
 from .model_io import host_array, is_device_array
 from .ortvalue import OrtValue, device_kind, element_dtype
 

@@ -13,7 +13,7 @@ import onnx_ir as ir
 from onnxep.providers.dtypes import dtype_name, np_dtype
 
 from .errors import InvalidArgument
-from .map_types import MapType
+from .loading.map_types import MapType
 
 
 def _elem_name(dtype: Any) -> str:

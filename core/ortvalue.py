@@ -57,10 +57,10 @@ def device_provider(device_id: int) -> Any:
     with _device_lock:
         provider = _device_providers.get(device_id)
         if provider is None:
-            from onnxep.providers.discovery import get_host
+            from onnxep.plugins.host import get_host
 
-            from .config import load_config
-            from .providers_select import select_providers
+            from .plugins.config import load_config
+            from .plugins.selection import select_providers
 
             host = get_host(load_config())
             select_providers(host, ["cuda"], None, strict=True)  # one sentence if missing

@@ -13,26 +13,26 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxep.providers.discovery import PluginHost, get_host, register_plugin
+from onnxep.plugins.host import PluginHost, get_host, register_plugin
 from onnxep.providers.inplace import donating
 from onnxep.providers.provider import Provider
 from onnxep.providers.rewrite import FusionPass
 
-from .axis_checks import check_axes
-from .captured import CaptureConfig, CapturedRunner, graph_id_of
-from .compile import CompileContext, CompiledGraph, compile_graph
-from .config import load_config
+from .capture.runner import CaptureConfig, CapturedRunner, graph_id_of
+from .compile.graph import CompileContext, CompiledGraph, compile_graph
+from .compile.partition import ownership
+from .compile.placement import CopyPlacement, FusionReport, NodePlacement, PlacementReport
 from .errors import InvalidArgument, InvalidGraph, with_cause
+from .execute.profiling import Profiler
 from .iobinding import IOBinding
-from .loading import ModelLike, check_model, load_external_data, read_model
-from .map_types import restore_map_types, strip_map_types
+from .loading.axis_checks import check_axes
+from .loading.map_types import restore_map_types, strip_map_types
+from .loading.read import ModelLike, check_model, load_external_data, read_model
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
-from .partition import ownership
-from .placement import CopyPlacement, FusionReport, NodePlacement, PlacementReport
-from .profiling import Profiler
-from .providers_select import create_providers, select_providers
+from .plugins.config import load_config
+from .plugins.selection import create_providers, select_providers
 from .rewrites import RewriteManager
 from .rewrites.plugin import plugin as _basic_rewrites
 

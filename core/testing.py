@@ -6,12 +6,12 @@
 - :func:`backend_suite` runs the ONNX backend node suite for a provider,
   skipping (with the decline reason) the cases it does not take whole.
 
-The pytest plugin (``onnxep.pytest_plugin``, loaded automatically) adds
+The pytest plugin (``onnxep.tools.pytest_plugin``, loaded automatically) adds
 ``--onnxep-providers`` and the ``onnxep_provider`` fixture.
 """
 
-from .node_suite import BackendSuite, CaseOutcome, backend_suite
-from .parity import (
+from .tools.node_suite import BackendSuite, CaseOutcome, backend_suite
+from .tools.parity import (
     TOLERANCES,
     OutputParity,
     ParityReport,
@@ -20,7 +20,7 @@ from .parity import (
     parity_report,
     tolerance,
 )
-from .random_inputs import random_inputs
+from .tools.random_inputs import random_inputs
 
 __all__ = [
     "TOLERANCES",

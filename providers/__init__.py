@@ -1,6 +1,7 @@
 """The onnxep provider SDK: everything a provider package needs, and nothing from the session."""
 
-from .discovery import GROUP, DiscoveredProvider, PluginFailure, PluginHost
+from onnxep.plugins.host import GROUP, DiscoveredProvider, PluginFailure, PluginHost
+
 from .dtypes import (
     ALL_TYPES,
     FLOAT8_TYPES,

@@ -55,9 +55,9 @@ class CUDAPlugin:
         """CUDA graphs for this provider's steps, as its ``capture`` options say."""
         if provider.name != "cuda":
             return None
-        from onnxep.captured import CaptureConfig
+        from onnxep.capture.runner import CaptureConfig
 
-        from .capture import CudaGraphBackend
+        from .graphs import CudaGraphBackend
 
         opts = provider.cuda_options
         return CaptureConfig(

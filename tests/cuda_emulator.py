@@ -419,7 +419,7 @@ def registered() -> Iterator[str]:
     """The ``cudaemu`` provider registered for the block (the test skips where g++ cannot
     build the kernels); yields its name."""
     import onnxep
-    from onnxep.providers.discovery import unregister_plugin
+    from onnxep.plugins.host import unregister_plugin
 
     why = why_unavailable()
     if why:
@@ -441,8 +441,8 @@ def registered_for(
     kernels emulated and every other node on the CPU. ``rewrites()`` makes the extended-level
     passes it contributes. Yields its name."""
     import onnxep
+    from onnxep.plugins.host import unregister_plugin
     from onnxep.providers import Decline, Provider, ProviderInfo, hookimpl
-    from onnxep.providers.discovery import unregister_plugin
     from onnxep.providers_cuda.library import cuda_library
 
     class _Some(Provider):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from onnxep.benchmark import bench
-from onnxep.cli import bundled_model
+from onnxep.tools.benchmark import bench
+from onnxep.tools.cli import bundled_model
 
 DATA = Path(__file__).parent / "data"
 pytest.importorskip("onnxruntime")
@@ -81,7 +81,7 @@ def test_cli_bench_prints_table(tmp_path):
         [
             sys.executable,
             "-m",
-            "onnxep.cli",
+            "onnxep.tools.cli",
             "bench",
             str(bundled_model()),
             "--vs",

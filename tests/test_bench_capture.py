@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onnxep.benchmark import bench
+from onnxep.tools.benchmark import bench
 
 DATA = Path(__file__).parent / "data"
 
@@ -26,7 +26,7 @@ def test_graph_side_needs_cuda_and_decode_records_capture_counters():
 
 
 def test_graph_side_providers_set_capture_on_cuda_entries_only():
-    from onnxep.benchmark.sides import with_capture
+    from onnxep.tools.benchmark.sides import with_capture
 
     assert with_capture(["cuda", "cpu"], "auto") == [("cuda", {"capture": "auto"}), "cpu"]
     assert with_capture(None, "off") is None

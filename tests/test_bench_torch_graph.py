@@ -19,10 +19,10 @@ import pytest
 from onnx import numpy_helper
 
 import onnxep
-from onnxep.benchmark import bench
-from onnxep.benchmark.decode import DecodeState, decode_spec, model_dims
-from onnxep.benchmark.decode_report import floor_line, floor_ms, report, weight_bytes
 from onnxep.errors import NotSupported
+from onnxep.generation.spec import DecodeState, decode_spec, model_dims
+from onnxep.tools.benchmark import bench
+from onnxep.tools.benchmark.decode_report import floor_line, floor_ms, report, weight_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ is imported from the repo root, not installed
@@ -41,8 +41,8 @@ def tiny(request, tmp_path_factory):
 
 def _concat_decode(model: str, prompt: np.ndarray, steps: int):
     """The concatenating peer through host feeds: tokens and each run's last logits."""
-    from onnxep.benchmark.sides import to_numpy
-    from onnxep.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.sides import to_numpy
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     peer = load_torch_peer(model)
     sess = onnxep.InferenceSession(model, providers=["cpu"])
@@ -65,8 +65,8 @@ def _concat_decode(model: str, prompt: np.ndarray, steps: int):
 
 
 def test_static_cache_steps_equal_the_concatenating_peer(tiny):
-    from onnxep.benchmark.torch_peer import load_torch_peer
-    from onnxep.benchmark.torch_static import StaticDecoder
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.torch_static import StaticDecoder
 
     prompt = np.random.default_rng(1).integers(0, 512, (2, 7))
     steps = 6
@@ -112,8 +112,8 @@ class _FakeCuda:
 def test_capture_bookkeeping_and_fallback_keep_the_eager_tokens(tiny, fail):
     """Warm-up steps advance the hybrid's conv and recurrent states; the capture undoes
     them, so replays (or the eager steps after a failed capture) give the eager tokens."""
-    from onnxep.benchmark.torch_peer import load_torch_peer
-    from onnxep.benchmark.torch_static import StaticDecoder
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.torch_static import StaticDecoder
 
     peer = load_torch_peer(tiny)
     prompt = np.random.default_rng(2).integers(0, 512, (1, 5))
@@ -136,22 +136,22 @@ def test_capture_bookkeeping_and_fallback_keep_the_eager_tokens(tiny, fail):
 
 
 def test_static_decoder_refuses_a_graph_without_cuda(tiny):
-    from onnxep.benchmark.torch_peer import load_torch_peer
-    from onnxep.benchmark.torch_static import StaticDecoder
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.torch_static import StaticDecoder
 
     with pytest.raises(NotSupported, match="CUDA"):
         StaticDecoder(load_torch_peer(tiny), np.zeros((1, 3), np.int64), 2, graph=True)
 
 
 def test_torch_graph_is_a_peer_the_cli_accepts():
-    from onnxep import cli_args
+    from onnxep.tools import cli_args
 
     assert cli_args.peers("torch,torch-graph") == ["torch", "torch-graph"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reason given without CUDA")
 def test_torch_graph_without_cuda_says_why(tiny):
-    from onnxep.benchmark.sides import make_peer
+    from onnxep.tools.benchmark.sides import make_peer
 
     with pytest.raises(NotSupported, match=r"torch-graph needs CUDA graphs: torch .*"):
         make_peer("torch-graph", tiny, want_cuda=True)

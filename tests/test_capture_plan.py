@@ -11,11 +11,11 @@ from conftest import make_model, tensor
 from onnx import helper
 
 import onnxep
-from onnxep.capture_plan import CaptureRefused, check_mode
-from onnxep.captured import CaptureConfig, graph_id_of
+from onnxep.capture.plan import CaptureRefused, check_mode
+from onnxep.capture.runner import CaptureConfig, graph_id_of
 from onnxep.errors import ConfigError
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 
 
 class Dev(np.ndarray):
@@ -364,7 +364,7 @@ def test_an_upload_of_shape_math_is_baked_in(fake):
 def test_explain_shows_the_segmentation(fake, tmp_path, capsys):
     import onnx
 
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     path = tmp_path / "chain.onnx"
     onnx.save(_chain("Neg"), path)
@@ -410,8 +410,8 @@ def test_cuda_capture_options(monkeypatch):
 
 
 def test_hand_built_plan_roles():
-    from onnxep.capture_plan import plan_capture, segments_of
-    from onnxep.plan import Plan, Step
+    from onnxep.capture.plan import plan_capture, segments_of
+    from onnxep.compile.plan import Plan, Step
 
     def step(name, op, ins, outs, provider="gpu", kind="kernel", **kw):
         return Step(lambda *a: a, ins, outs, name, op, provider, kind, **kw)

@@ -9,8 +9,8 @@ from onnx import TensorProto, helper
 
 import onnxep
 from onnxep.errors import RunError
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 
 
 @kernel("Relu", since=6)

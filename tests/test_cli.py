@@ -14,7 +14,7 @@ DATA = Path(__file__).parent / "data"
 
 def onnxep(*args, env=None, cwd=None):
     exe = Path(sys.executable).parent / "onnxep"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "onnxep.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "onnxep.tools.cli"]
     return subprocess.run(
         [*cmd, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
     )
@@ -105,7 +105,7 @@ def small_model(tmp_path, add_relu_model):
 
 
 def user_error(capsys, argv):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     rc = main(argv)
     err = capsys.readouterr().err
@@ -147,7 +147,7 @@ def test_dim_given_twice(capsys, small_model):
 
 
 def test_good_dims_still_run(capsys, small_model):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     assert main(["run", small_model, "--dim", "N=3", "--dim", "N=3"]) == 0
     assert "input  x: float32 [3, 4]" in capsys.readouterr().out

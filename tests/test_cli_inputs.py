@@ -20,7 +20,10 @@ GENAI = ROOT / "tests" / "data" / "genai" / "qwen2_fp32"
 
 def _cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "onnxep.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "onnxep.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import onnxep
-from onnxep.conformance import excluded_reason, load_cases, run_case
+from onnxep.tools.conformance import excluded_reason, load_cases, run_case
 
 
 @pytest.mark.parametrize("category", ["node", "pytorch-converted", "pytorch-operator"])

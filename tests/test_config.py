@@ -7,8 +7,8 @@ from conftest import make_model, tensor
 from onnx import helper
 
 import onnxep
-from onnxep.config import default_config_path, load_config
 from onnxep.errors import ConfigError, ProviderError
+from onnxep.plugins.config import default_config_path, load_config
 
 
 def test_default_config_is_the_repository_file():

@@ -1,4 +1,4 @@
-"""The official ONNX backend test suite, run against onnxep.backend with providers=["cpu"].
+"""The official ONNX backend test suite, run against onnxep.tools.backend with providers=["cpu"].
 
 Cases listed in onnxep's conformance_exclusions.toml are excluded (each has its
 reason there); every other node, simple, pytorch-converted and
@@ -12,8 +12,8 @@ import warnings
 import numpy as np
 import onnx.backend.test
 
-from onnxep.backend import OnnxepBackend
-from onnxep.conformance import exclusions
+from onnxep.tools.backend import OnnxepBackend
+from onnxep.tools.conformance import exclusions
 
 warnings.filterwarnings("ignore", category=RuntimeWarning)
 np.seterr(all="ignore")

@@ -338,7 +338,7 @@ class _Plugin:
 
 @pytest.fixture(scope="module")
 def provider(available):
-    from onnxep.providers.discovery import unregister_plugin
+    from onnxep.plugins.host import unregister_plugin
 
     plugin = _Plugin()
     onnxep.register_provider(plugin, name="index-emulator")

@@ -139,7 +139,7 @@ def test_register_provider_at_run_time(add_relu_model):
         (out,) = sess.run(None, {"x": x, "y": -3 * x})
         np.testing.assert_allclose(out, np.full((2, 4), 0.25, np.float32))
     finally:
-        from onnxep.providers.discovery import unregister_plugin
+        from onnxep.plugins.host import unregister_plugin
 
         unregister_plugin(plugin)
 
@@ -168,6 +168,6 @@ def test_hook_that_raises_is_reported(add_relu_model):
         assert sess.get_providers() == ["cpu"]
         assert any(f.hook == "onnxep_create_provider" for f in onnxep.plugin_failures())
     finally:
-        from onnxep.providers.discovery import unregister_plugin
+        from onnxep.plugins.host import unregister_plugin
 
         unregister_plugin(plugin)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import onnxep
-from onnxep.providers import discovery
+from onnxep.plugins import host as discovery
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDES = [ROOT / "docs" / "providers.md"]

@@ -191,7 +191,7 @@ def test_kernel_returning_a_bare_array_is_caught():
         def onnxep_kernels(self, provider):
             return relu.__onnxep_kernels__ if provider.name == "buggy" else None
 
-    from onnxep.providers.discovery import unregister_plugin
+    from onnxep.plugins.host import unregister_plugin
 
     plugin = Plugin()
     onnxep.register_provider(plugin)

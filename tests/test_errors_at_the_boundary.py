@@ -19,7 +19,7 @@ from onnxep.errors import RunError
 
 def _cli(*args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "onnxep.cli", *args], capture_output=True, text=True, **kw
+        [sys.executable, "-m", "onnxep.tools.cli", *args], capture_output=True, text=True, **kw
     )
 
 
@@ -49,7 +49,7 @@ def test_explain_into_a_closed_pipe_leaves_no_traceback(tmp_path):
     nodes.append(helper.make_node("Identity", ["t2999"], ["y"]))
     onnx.save(make_model(nodes, [tensor("x", [2])], [tensor("y", [2])]), str(path))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "onnxep.cli", "explain", str(path), "--max-nodes", "3000"],
+        [sys.executable, "-m", "onnxep.tools.cli", "explain", str(path), "--max-nodes", "3000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -24,8 +24,8 @@ from conftest import make_model, tensor
 from onnx import TensorProto, helper
 
 import onnxep
-from onnxep.conformance import exclusions
 from onnxep.testing import assert_parity, backend_suite
+from onnxep.tools.conformance import exclusions
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {"onnxep-torch": "onnxep_torch", "onnxep-swish": "onnxep_swish"}
@@ -100,7 +100,7 @@ def test_examples_are_discovered_through_entry_points(installed):
 
 
 def test_cli_lists_the_torch_provider(installed, capsys):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     assert main(["providers"]) == 0
     out = capsys.readouterr().out
@@ -379,7 +379,7 @@ def _run_py(py: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_fresh_venv_lists_the_example_providers(fresh_env):
     py, tmp = fresh_env
     res = subprocess.run(
-        [str(py), "-m", "onnxep.cli", "providers"], capture_output=True, text=True, cwd=tmp
+        [str(py), "-m", "onnxep.tools.cli", "providers"], capture_output=True, text=True, cwd=tmp
     )
     assert res.returncode == 0, res.stderr
     assert "onnxep_torch.plugin:plugin" in res.stdout

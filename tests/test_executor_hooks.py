@@ -13,8 +13,8 @@ from onnx import helper
 
 import onnxep
 from onnxep.errors import RunError
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 
 
 class ToyArray(np.ndarray):

@@ -265,8 +265,8 @@ def test_quantization_matches_onnxruntime():
 @pytest.mark.parametrize("variant", ["fp32", "fp16", "int4-exact", "tied-fp32", "tied-int4-exact"])
 def test_torch_peer_matches_onnxruntime(tmp_path, variant):
     pytest.importorskip("torch")
-    from onnxep.benchmark.sides import to_numpy
-    from onnxep.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.sides import to_numpy
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     path = tmp_path / "model.onnx"
     dtype = build_variant(path, variant, seed=2)
@@ -284,7 +284,7 @@ def test_torch_peer_matches_onnxruntime(tmp_path, variant):
 
 
 def test_torch_peer_refuses_models_the_factory_did_not_make(tmp_path):
-    from onnxep.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     proto = build_genai_decoder("tiny")
     del proto.metadata_props[:]
@@ -296,7 +296,7 @@ def test_torch_peer_refuses_models_the_factory_did_not_make(tmp_path):
 @pytest.mark.parametrize("kind", ["genai", "hybrid"])
 def test_bench_decodes_against_onnxruntime_and_torch(tmp_path, kind):
     pytest.importorskip("torch")
-    from onnxep.benchmark import bench
+    from onnxep.tools.benchmark import bench
 
     path = tmp_path / "model.onnx"
     build = build_genai_decoder if kind == "genai" else build_hybrid_decoder
@@ -336,8 +336,8 @@ def test_hybrid_runs_in_onnxruntime_with_states_fed_back(tmp_path, positions):
 
 def test_hybrid_in_onnxep_and_torch_peer_match_onnxruntime(tmp_path):
     pytest.importorskip("torch")
-    from onnxep.benchmark.sides import to_numpy
-    from onnxep.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.sides import to_numpy
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     path = tmp_path / "model.onnx"
     build_hybrid_decoder("tiny", out_path=path, seed=3)

@@ -173,7 +173,7 @@ def test_greedy_tokens_match_the_unfused_decode(make, name):
 
 
 def test_explain_shows_it_firing(make, capsys):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     assert main(["explain", str(DATA / "llama_kv.onnx"), "--providers", NAME]) == 0
     assert f"{NAME}/{PASS}: fired 2" in capsys.readouterr().out

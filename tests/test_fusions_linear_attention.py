@@ -233,7 +233,7 @@ QWEN35 = Path(__file__).parent / "data" / "genai" / "qwen3_5_fp32" / "model.onnx
 
 
 def test_fires_on_the_genai_builders_qwen3_5_export_and_explain_shows_it(make, capsys):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     fused = session(str(QWEN35), make)
     assert (fusion(fused, GATES).fired, fusion(fused, L2).fired) == (3, 6)

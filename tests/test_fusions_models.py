@@ -69,7 +69,7 @@ def test_decoder_fusions_fire_and_match(make, name):
 
 
 def test_explain_shows_the_decoder_fusions(make, capsys):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     assert main(["explain", str(DATA / "llama_kv.onnx"), "--providers", NAME]) == 0
     out = capsys.readouterr().out

@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 from test_fusions_graphs import make_model, tensor
 
 import onnxep
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
-from onnxep.providers.discovery import unregister_plugin
 from onnxep.providers.fusions import PatternFusionPass, standard_fusions
 from onnxep.providers.fusions.reporting import (
     ANOTHER_CONSUMER,
@@ -274,7 +274,7 @@ def test_report_formats_and_serialises(fusions):
 
 
 def test_explain_prints_fires_and_refusals(fusions, tmp_path, capsys):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     path = tmp_path / "silu.onnx"
     path.write_bytes(_silu_model("consumer").SerializeToString())

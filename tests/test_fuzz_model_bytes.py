@@ -95,7 +95,7 @@ def _structure(data: bytes, proto: onnx.ModelProto) -> tuple[tuple[int, int], ..
 
 
 def seeds() -> list[Seed]:
-    from onnxep.benchmark.decode import model_dims
+    from onnxep.generation.spec import model_dims
 
     found = []
     for path in sorted(DATA.glob("*.onnx")) + sorted(DATA.glob("genai/*/model.onnx")):

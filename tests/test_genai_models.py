@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import onnxep
-from onnxep.benchmark.decode import DecodeState, decode_spec, model_dims
+from onnxep.generation.spec import DecodeState, decode_spec, model_dims
 
 DATA = Path(__file__).parent / "data" / "genai"
 STEPS = 16

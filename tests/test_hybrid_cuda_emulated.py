@@ -117,8 +117,8 @@ ONNX_NODE_CASES = _onnx_node_cases()
 @pytest.mark.parametrize("name", sorted(ONNX_NODE_CASES))
 def test_onnx_node_cases_match_their_recorded_outputs(name, emulated, launches):
     """ONNX's own cases for its LinearAttention, CausalConvWithState and LpNormalization."""
-    from onnxep.conformance import _case_data, _case_model
     from onnxep.testing import compare_output
+    from onnxep.tools.conformance import _case_data, _case_model
 
     case = ONNX_NODE_CASES[name]
     model = _case_model(case)

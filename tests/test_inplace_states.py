@@ -21,10 +21,10 @@ from test_generate import (
 )
 
 import onnxep
-from onnxep.benchmark.decode import decode_spec, model_dims
-from onnxep.generate import SHARED, GreedyDecoder
+from onnxep.generation.greedy import SHARED, GreedyDecoder
+from onnxep.generation.spec import decode_spec, model_dims
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 from onnxep.providers.inplace import array_address, donating, may_overwrite, not_donating
 from onnxep.providers.ops.op_causal_conv_with_state import causal_conv_with_state as cpu_conv
 from onnxep.providers.ops.op_linear_attention import linear_attention as cpu_la

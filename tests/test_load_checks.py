@@ -21,7 +21,7 @@ from onnx import TensorProto, checker, helper, numpy_helper
 
 import onnxep
 from onnxep.errors import InvalidArgument, InvalidModel
-from onnxep.schema_checks import UNCHECKED_ATTRIBUTES
+from onnxep.loading.schema_checks import UNCHECKED_ATTRIBUTES
 
 
 def session(model):

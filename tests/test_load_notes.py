@@ -223,7 +223,7 @@ def test_external_data_key_given_twice_reads_the_last(tmp_path):
 
 
 def test_load_notes_are_in_explain_and_its_json(tmp_path, capsys):
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     path = str(save(relu_neg([-1, 3], [-1, 3]), tmp_path / "m.onnx"))
     assert main(["explain", path, "--providers", "cpu"]) == 0

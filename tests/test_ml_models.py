@@ -72,8 +72,8 @@ def test_converted_model_matches_onnxruntime(name):
 
 
 def test_zipmap_model_through_parity_kit_and_cli(tmp_path, capsys):
-    from onnxep.cli import main
     from onnxep.testing import assert_parity
+    from onnxep.tools.cli import main
 
     model, feeds = CORPUS["skl_random_forest_string_labels"]()
     path = tmp_path / "rf.onnx"

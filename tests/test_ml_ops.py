@@ -296,8 +296,8 @@ def test_tree_model_errors_name_the_problem():
 def test_coverage_report_lists_every_ml_op(capsys):
     import onnx
 
-    from onnxep.cli import main
-    from onnxep.coverage import coverage
+    from onnxep.tools.cli import main
+    from onnxep.tools.coverage import coverage
 
     rows = coverage(["cpu"], ["ai.onnx.ml", "com.microsoft"])
     ml = {r.op: r for r in rows if r.domain == "ai.onnx.ml"}

@@ -83,7 +83,10 @@ def test_optimized_model_filepath_writes_a_model_that_runs(tmp_path):
 
 def _cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "onnxep.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "onnxep.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -8,7 +8,7 @@ from conftest import make_model, tensor
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
-from onnxep.aliasing import FEED, KEPT, OutputRule
+from onnxep.execute.aliasing import FEED, KEPT, OutputRule
 
 I64 = np.int64
 LEVELS = [

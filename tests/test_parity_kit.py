@@ -10,9 +10,8 @@ from conftest import make_model, tensor
 from onnx import TensorProto, helper
 
 import onnxep
-from onnxep.cli import main
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 from onnxep.testing import (
     ParityReport,
     assert_parity,
@@ -21,6 +20,7 @@ from onnxep.testing import (
     random_inputs,
     tolerance,
 )
+from onnxep.tools.cli import main
 
 
 def _relu_model():

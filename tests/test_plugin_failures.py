@@ -11,12 +11,12 @@ from conftest import make_model, tensor
 from onnx import helper
 
 import onnxep
-from onnxep.cli import main
 from onnxep.errors import NotImplementedOp, ProviderError
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import FusionPass, KernelSpec, Provider, ProviderInfo, hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 from onnxep.providers.registry import KernelRegistry
 from onnxep.rewrites.contract import GraphState
+from onnxep.tools.cli import main
 
 #: naming an unusable provider is an error only under disable_fallback (else a warning)
 STRICT = onnxep.SessionOptions(disable_fallback=True)

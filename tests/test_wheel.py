@@ -124,13 +124,13 @@ def test_wheel_discovers_providers_and_reads_its_plugins_toml(fresh_env):
     py, tmp = fresh_env
     code = (
         "import onnxep\n"
-        "from onnxep.config import default_config_path\n"
+        "from onnxep.plugins.config import default_config_path\n"
         "p = default_config_path(); print(p)\n"
         "st = {s.name: s for s in onnxep.get_all_providers()}\n"
         "assert st['cpu'].available, st\n"
         "assert not st['cuda'].available and 'CuPy' in st['cuda'].reason, st['cuda']\n"
         "import numpy as np\n"
-        "from onnxep.cli import bundled_model\n"
+        "from onnxep.tools.cli import bundled_model\n"
         "s = onnxep.InferenceSession(str(bundled_model()))\n"
         "out = s.run(None, {'image': np.zeros((1, 3, 32, 32), np.float32)})[0]\n"
         "assert out.shape == (1, 10)\n"

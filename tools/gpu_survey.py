@@ -22,8 +22,8 @@ import cupy
 import numpy as np
 
 import onnxep
-from onnxep.conformance import _case_data, _case_model, load_cases
 from onnxep.providers import Decline, KernelLibrary, Provider, ProviderInfo, hookimpl
+from onnxep.tools.conformance import _case_data, _case_model, load_cases
 
 _OK_KINDS = "biufc"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import collections
 
-from onnxep.conformance import run_suite
+from onnxep.tools.conformance import run_suite
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import onnx_ir as ir
 
 from onnxep.providers.provider import Claim
 
-from ..nodeinfo import make_node_info
+from ..compile.nodeinfo import make_node_info
 from .base import RewritePass
 
 _RANDOM = {

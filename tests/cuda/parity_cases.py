@@ -51,7 +51,7 @@ def custom() -> Any:
 
 @functools.cache
 def node_cases() -> dict[str, Any]:
-    from onnxep.conformance import load_cases
+    from onnxep.tools.conformance import load_cases
 
     return {c.name: c for c in load_cases("node")}
 
@@ -118,7 +118,7 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def node_case(name: str, dtype: str, seed: int = 0) -> tuple[onnx.ModelProto, dict]:
     """A node-suite case's model and perturbed inputs (retyped to float16 when asked)."""
-    from onnxep.conformance import _case_data, _case_model
+    from onnxep.tools.conformance import _case_data, _case_model
 
     case = node_cases()[name]
     model = _case_model(case)

@@ -155,7 +155,7 @@ def declined_reason(name: str) -> str | None:
 
 def check_node_case(case, provider: str, ran) -> None:
     """Run one node case on ``[provider, "cpu"]``; ``ran()`` says whether the kernel launched."""
-    from onnxep.conformance import _case_data, _case_model
+    from onnxep.tools.conformance import _case_data, _case_model
 
     model = _case_model(case)
     ins, outs = _case_data(case)[0]

@@ -15,9 +15,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxep
-from onnxep.benchmark.decode import decode_spec
+from onnxep.generation.spec import decode_spec
+from onnxep.plugins.host import unregister_plugin
 from onnxep.providers import hookimpl, kernel
-from onnxep.providers.discovery import unregister_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "test.capture"
@@ -124,7 +124,7 @@ def test_an_unsafe_step_in_the_middle_runs_segmented(test_kernels, tmp_path, cap
     assert s["captures"] == 1 and s["replays"] == 3 and s["segments"] == 2, s
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
-    from onnxep.cli import main
+    from onnxep.tools.cli import main
 
     monkeypatch.setenv("ONNXEP_CUDA_CAPTURE", "auto")  # explain takes the default options
     assert main(["explain", str(path), "--providers", "cuda,cpu"]) == 0

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import onnxep
-from onnxep.benchmark.decode import decode_spec
-from onnxep.generate import SHARED
+from onnxep.generation.greedy import SHARED
+from onnxep.generation.spec import decode_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GENAI = ROOT / "tests" / "data" / "genai"

@@ -539,7 +539,7 @@ def greedy(sess, prompt, steps, check_against=None, tol=(1e-4, 1e-3)):
     ``check_against``, each step's feeds also run on that session and every output of the
     step (logits, conv and recurrent states, KV cache) must match it within ``tol`` (atol,
     rtol), so a wrong kernel is named by the first output it spoils."""
-    from onnxep.benchmark.decode import DecodeState, decode_spec, model_dims
+    from onnxep.generation.spec import DecodeState, decode_spec, model_dims
 
     spec = decode_spec(sess.get_inputs(), sess.get_outputs())
     names = [o.name for o in sess.get_outputs()]

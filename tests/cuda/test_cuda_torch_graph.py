@@ -33,8 +33,8 @@ def model(request, tmp_path_factory) -> str:
 
 
 def test_captured_step_replays_the_eager_static_steps_tokens(model):
-    from onnxep.benchmark.torch_peer import load_torch_peer
-    from onnxep.benchmark.torch_static import StaticDecoder
+    from onnxep.tools.benchmark.torch_peer import load_torch_peer
+    from onnxep.tools.benchmark.torch_static import StaticDecoder
 
     peer = load_torch_peer(model, "cuda")
     prompt = np.random.default_rng(5).integers(0, 512, (1, 8))
@@ -51,7 +51,7 @@ def test_captured_step_replays_the_eager_static_steps_tokens(model):
 
 
 def test_bench_reports_the_torch_graph_side(model):
-    from onnxep.benchmark import bench
+    from onnxep.tools.benchmark import bench
 
     res = bench(
         model,

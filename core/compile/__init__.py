@@ -1,0 +1,1 @@
+"""Compiling: a graph partitioned among the providers, planned once into steps."""

@@ -1,0 +1,489 @@
+"""``onnxep.generate``: greedy decoding with the model's state kept where the model runs.
+
+On a session whose first provider has a device, every past/present pair
+that GroupQueryAttention can share (its present IS the past buffer when the
+past has a fixed capacity) is allocated once, at ``capacity`` rows, on the
+device, and bound with IO binding as both the past input and the present
+output, so a step writes only its new rows and copies nothing. Fixed-size
+states (a conv or recurrent state) are fed back from the step's device
+outputs, and so is every state of a model whose cache no kernel shares (a
+torch export's ``present = Concat(past, new)``): nothing crosses the host.
+Logits stay on the device and the argmax runs there, so a step reads back
+one token id per sequence. On the CPU provider the same loop runs on NumPy
+and feeds the state back, which is the NumPy kernels' fast path.
+
+Each step feeds ``input_ids``, an ``attention_mask`` and ``position_ids``
+when the model has them. The builder's graph takes ``total_sequence_length``
+from the mask's shape on the host and ``seqlens_k`` from its sum on the
+device. The prefill's mask is all ones, of the prompt's length. On the
+shared-buffer path every decode step's mask has the buffers' full capacity,
+ones for the rows filled so far and the new token, zeros after: the step's
+input shapes never change, so GroupQueryAttention plans once and a session
+with CUDA-graph capture on replays one graph per step (GroupQueryAttention
+attends only ``seqlens_k + 1`` keys, so the tokens are the same). Where the
+cache grows instead, the mask grows with it (past + new, all ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from ..progress import progress_bar
+from .spec import DecodeSpec, StateInput, decode_spec, model_dims, state_shape
+
+#: state paths a decode can take (GenerateResult.state_path)
+SHARED = "shared-buffer"
+FEED_BACK = "feed-back"
+
+
+@dataclass
+class GenerateResult:
+    """The new tokens, how the state was kept, and what every run cost.
+
+    Per-run lists hold one entry per model run: the prefill first, then one
+    per decode step. ``step_ms`` is wall time from binding the step's inputs
+    to the token being on the host; ``host_ms`` ends when the run call
+    returned (the host's share when device work is queued asynchronously).
+    Transfer counts come from the providers' own counters (None when no
+    provider counts its copies).
+    """
+
+    token_ids: np.ndarray  # int64 [batch, new tokens]
+    prompt_length: int
+    state_path: str
+    state_note: str
+    device: str
+    capacity: int | None
+    compute_nodes: int = 0
+    step_ms: list[float] = field(default_factory=list)
+    host_ms: list[float] = field(default_factory=list)
+    device_to_host_reads: list[int] | None = None
+    host_to_device_copies: list[int] | None = None
+    #: outputs each run copied into their bound buffers (0 when every state is shared in place)
+    copied_outputs: list[int] = field(default_factory=list)
+    #: the session's capture counters over this decode (captures, replays, fallbacks,
+    #: invalidations, rebinds, the copies replays made) and the policy with its reason
+    capture_stats: dict[str, Any] = field(default_factory=dict)
+    #: True when decode steps fed a full-capacity mask (fixed input shapes)
+    full_mask: bool = False
+
+    @property
+    def tokens(self) -> list[int]:
+        """The first (often the only) sequence's new token ids."""
+        return [int(t) for t in self.token_ids[0]]
+
+    @property
+    def decode_ms(self) -> float:
+        """Median wall ms of a decode step (the prefill left out)."""
+        steps = self.step_ms[1:]
+        return float(np.median(steps)) if steps else float("nan")
+
+    @property
+    def tokens_per_second(self) -> float:
+        return 1000.0 / self.decode_ms if self.step_ms[1:] else float("nan")
+
+    @property
+    def host_us_per_op(self) -> float:
+        """Median host time of a decode step's run call, executor included, per compute node."""
+        steps = self.host_ms[1:]
+        if not steps or not self.compute_nodes:
+            return float("nan")
+        return float(np.median(steps)) * 1000.0 / self.compute_nodes
+
+    def summary(self) -> str:
+        reads = self.device_to_host_reads[1:] if self.device_to_host_reads else []
+        per_step = f"{max(reads)}" if reads else "n/a"
+        return (
+            f"{self.token_ids.shape[1]} tokens after a {self.prompt_length}-token prompt on "
+            f"{self.device}: {self.decode_ms:.3f} ms/step ({self.tokens_per_second:.1f} tok/s), "
+            f"host {self.host_us_per_op:.1f} us/op over {self.compute_nodes} nodes, "
+            f"device-to-host reads per step {per_step}; state: {self.state_path} "
+            f"({self.state_note})"
+        )
+
+
+def _prompt(input_ids: Any) -> np.ndarray:
+    ids = np.asarray(input_ids)
+    if ids.ndim == 1:
+        ids = ids[None]
+    if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1 or ids.dtype.kind not in "iu":
+        raise InvalidArgument(
+            f"input_ids must be token ids, 1-D [sequence] or 2-D [batch, sequence] integers "
+            f"with at least one token, got {ids.dtype} of shape {list(ids.shape)}"
+        )
+    return ids.astype(np.int64)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _unshared_caches(session: Any, spec: DecodeSpec) -> list[str]:
+    """Growing states whose present is not GroupQueryAttention's view of the past buffer.
+
+    GroupQueryAttention's present_key/present_value (outputs 1, 2) have the
+    length ``max(total_sequence_length, past capacity)``, and its kernels
+    write the new rows into the past buffer (inputs 3, 4) when that fits.
+    """
+    outputs = {v.name: v for v in session._model.graph.outputs}  # noqa: SLF001 - same package
+    unshared = []
+    for s in spec.states:
+        if s.grow_axis is None:
+            continue
+        v = outputs.get(s.output)
+        node = v.producer() if v is not None else None
+        ok = (
+            node is not None
+            and node.op_type == "GroupQueryAttention"
+            and node.domain == "com.microsoft"
+            and v.index() in (1, 2)
+            and len(node.inputs) > v.index() + 2
+            and node.inputs[v.index() + 2] is not None
+            and node.inputs[v.index() + 2].name == s.name
+        )
+        if not ok:
+            what = f"{node.op_type} node {node.name!r}" if node is not None else "a graph input"
+            unshared.append(f"{s.output} (made by {what})")
+    return unshared
+
+
+@contextlib.contextmanager
+def _entered(provider: Any) -> Iterator[None]:
+    """The provider's device, stream and pool made current (CuPy keeps them per thread)."""
+    cm = provider.run_context()
+    if cm is None:
+        yield
+    else:
+        with cm:
+            yield
+
+
+class GreedyDecoder:
+    """One greedy decode of ``session``: each :meth:`step` is one run and one new token per row.
+
+    The first step runs the whole prompt (the prefill); ``max_new_tokens``
+    steps make that many tokens. Used by :func:`generate` and by ``onnxep
+    bench --decode``, which interleaves steps of several runtimes.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        input_ids: Any,
+        max_new_tokens: int,
+        *,
+        capacity: int | None = None,
+        dims: Mapping[str, int] | None = None,
+        share_on_host: bool = False,
+    ) -> None:
+        """``share_on_host`` takes the shared-buffer path on the CPU provider too (host
+        buffers bound as past and present, full-capacity masks): the device's path,
+        checked on the CPU; an error when no GroupQueryAttention shares the cache."""
+        ids = _prompt(input_ids)
+        steps = _positive_int("max_new_tokens", max_new_tokens)
+        # the last token is never fed back, so the cache holds one fewer
+        need = ids.shape[1] + steps - 1
+        if capacity is not None:
+            capacity = _positive_int("capacity", capacity)
+            if capacity < need:
+                raise InvalidArgument(
+                    f"capacity {capacity} is too small: the cache must hold the "
+                    f"{ids.shape[1]}-token prompt and the {steps - 1} generated tokens fed "
+                    f"back after it, {need} rows; give capacity >= {need} or None"
+                )
+        spec = decode_spec(session.get_inputs(), session.get_outputs())
+        if not spec.states:
+            raise InvalidArgument(
+                "greedy decoding needs a model with a KV cache (past*/present* input/output "
+                "pairs); "
+                f"this model's inputs are {[a.name for a in session.get_inputs()]}"
+            )
+        self.session, self.spec = session, spec
+        self.batch, self.max_new_tokens = ids.shape[0], steps
+        self.prompt_length = ids.shape[1]
+        self.ids, self.past = ids, 0
+        self.provider = session.providers[0]
+        self.on_device = self.provider.device != "cpu"
+        # IO binding leaves arrays on a device only through a provider that adopts them
+        self._state_on_device = self.on_device and hasattr(self.provider, "adopt")
+        self._dims = {**(model_dims(session.model_path) if session.model_path else {})}
+        self._dims.update(dims or {})
+        self._counted = [p for p in session.providers if hasattr(p, "transfer_counts")]
+        self._share_on_host = bool(share_on_host)
+        self._in_place = self._updated_in_place()
+        self.state_path, self.state_note = self._choose_path()
+        self.capacity = None
+        if self.state_path == SHARED:
+            self.capacity = capacity if capacity is not None else ids.shape[1] + steps
+        #: decode steps feed the mask at full capacity (fixed shapes; see the module's note)
+        self.full_mask = self.state_path == SHARED and spec.mask is not None
+        self._capture_start = self._capture_counters()
+        self._tokens: list[np.ndarray] = []
+        self.result = GenerateResult(
+            token_ids=np.zeros((self.batch, 0), np.int64),
+            prompt_length=self.prompt_length,
+            state_path=self.state_path,
+            state_note=self.state_note,
+            device=f"{self.provider.name} ({self.provider.device})",
+            capacity=self.capacity,
+            device_to_host_reads=[] if self._counted else None,
+            host_to_device_copies=[] if self._counted else None,
+            full_mask=self.full_mask,
+        )
+        self._bind()
+
+    # -- setting up ---------------------------------------------------------------------
+    def _choose_path(self) -> tuple[str, str]:
+        p = self.provider
+        fixed = sum(1 for s in self.spec.states if s.grow_axis is None)
+        in_place = len(self._in_place)
+        fed = "".join(
+            [
+                f"; {in_place} fixed-size state(s) updated in place" if in_place else "",
+                f"; {fixed - in_place} fixed-size state(s) fed back" if fixed > in_place else "",
+            ]
+        )
+        if self._share_on_host and not self._state_on_device:
+            unshared = _unshared_caches(self.session, self.spec)
+            if unshared or fixed == len(self.spec.states):
+                raise InvalidArgument(
+                    "share_on_host needs every growing cache to be GroupQueryAttention's "
+                    "shared past buffer; not shared: "
+                    + (", ".join(unshared[:3]) if unshared else "no state grows")
+                    + "; leave share_on_host off"
+                )
+            return SHARED, (
+                f"{len(self.spec.states) - fixed} past/present host buffer(s) bound in place "
+                f"(share_on_host){fed}"
+            )
+        if not self.on_device:
+            return FEED_BACK, f"{p.name} provider: outputs fed back as inputs in host memory"
+        if not hasattr(p, "adopt"):
+            return FEED_BACK, (
+                f"provider {p.name!r} takes no bound device arrays (no adopt()), so IO binding "
+                "leaves the state in host memory"
+            )
+        unshared = _unshared_caches(self.session, self.spec)
+        if unshared:
+            return FEED_BACK, (
+                "device outputs fed back as inputs: no GroupQueryAttention shares the cache of "
+                + ", ".join(unshared[:3])
+                + (f" and {len(unshared) - 3} more" if len(unshared) > 3 else "")
+            )
+        caches = len(self.spec.states) - fixed
+        if not caches:
+            return FEED_BACK, "device outputs fed back as inputs: no state grows"
+        return SHARED, f"{caches} past/present buffer(s) shared in place{fed}"
+
+    def _zeros(self, shape: tuple, dtype: np.dtype) -> Any:
+        if not self._state_on_device:
+            return np.zeros(shape, dtype)
+        with _entered(self.provider):
+            return self.provider.xp.zeros(shape, dtype=dtype)
+
+    def _bind(self) -> None:
+        spec = self.spec
+        io = self.io = self.session.io_binding()
+        # IOBinding calls every device "cuda", as onnxruntime's device_type does
+        where = "cuda" if self._state_on_device else "cpu"
+        io.bind_output(spec.logits, where)
+        self._fed_back: list[tuple[StateInput, int]] = []
+        self.states: dict[str, Any] = {}
+        for k, s in enumerate(spec.states, start=1):  # output k: logits come first
+            grows = self.state_path == SHARED and s.grow_axis is not None
+            shared = grows or s.name in self._in_place
+            rows = self.capacity if shared else 0
+            buf = self.states[s.name] = self._zeros(
+                state_shape(s, self.batch, rows, self._dims), s.dtype
+            )
+            io.bind_input(s.name, buf)
+            if shared:
+                io.bind_output(s.output, buf)
+            else:
+                io.bind_output(s.output, where)
+                self._fed_back.append((s, k))
+
+    def _updated_in_place(self) -> set[str]:
+        """Fixed-size states (conv, recurrent) a kernel updates where they are when one
+        device buffer is bound as the past input and the present output."""
+        if not self._state_on_device:
+            return set()
+        pairs = self.session.inplace_pairs()
+        return {
+            s.name
+            for s in self.spec.states
+            if s.grow_axis is None and pairs.get(s.name) == s.output
+        }
+
+    # -- running ------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return len(self._tokens) >= self.max_new_tokens
+
+    def _counts(self) -> tuple[int, int] | None:
+        if not self._counted:
+            return None
+        snaps = [p.transfer_counts() for p in self._counted]
+        return sum(c["device_to_host"] for c in snaps), sum(c["host_to_device"] for c in snaps)
+
+    def _step_feeds(self) -> dict[str, np.ndarray]:
+        """The next run's ids, mask and positions (small host arrays, copied up by the run)."""
+        spec = self.spec
+        n = self.ids.shape[1]
+        f = {spec.ids: self.ids}
+        if spec.mask and self.full_mask and self.past:
+            # capacity was checked to hold past + n rows
+            mask = np.zeros((self.batch, self.capacity), spec.mask_dtype)
+            mask[:, : self.past + n] = 1
+            f[spec.mask] = mask
+        elif spec.mask:
+            f[spec.mask] = np.ones((self.batch, self.past + n), spec.mask_dtype)
+        if spec.positions:
+            pos = np.arange(self.past, self.past + n, dtype=np.int64)[None].repeat(self.batch, 0)
+            f[spec.positions] = pos if spec.positions_rank == 2 else np.stack([pos] * 3)
+        return f
+
+    def _argmax(self, logits: Any) -> np.ndarray:
+        """The last position's argmax per row, computed where the logits are; one read."""
+        if logits.ndim != 3:
+            raise InvalidArgument(
+                f"logits output {self.spec.logits!r} has shape {list(logits.shape)}; "
+                "generate needs [batch, sequence, vocabulary]"
+            )
+        if not self._state_on_device:
+            return np.argmax(np.asarray(logits)[:, -1], axis=-1).astype(np.int64)
+        p = self.provider
+        with _entered(p):
+            last = logits[:, -1]
+            if last.shape[0] == 1:
+                # A whole-array argmax takes CuPy's device-wide (CUB) reduction; one along an
+                # axis gives each row a single block: 110 us of a 2.3 ms step on the H200 for
+                # a 151936-token vocabulary (bench/gpu_step_profile.py).
+                ids = p.xp.argmax(last.reshape(-1))
+            else:
+                ids = p.xp.argmax(last, axis=-1)
+        return np.array(p.to_host(ids), dtype=np.int64).reshape(self.batch)
+
+    def step(self) -> np.ndarray:
+        """Run once and return the new token id of every row (int64 [batch])."""
+        if self.done:
+            raise InvalidArgument(
+                f"all {self.max_new_tokens} tokens were generated; make a new GreedyDecoder"
+            )
+        n = self.ids.shape[1]
+        before = self._counts()
+        t0 = time.perf_counter()
+        for name, value in self._step_feeds().items():
+            self.io.bind_cpu_input(name, value)
+        self.session.run_with_iobinding(self.io)
+        t1 = time.perf_counter()
+        outs = self.io.get_outputs()
+        token = self._argmax(outs[0].array)
+        t2 = time.perf_counter()
+        after = self._counts()
+        r = self.result
+        r.host_ms.append((t1 - t0) * 1000.0)
+        r.step_ms.append((t2 - t0) * 1000.0)
+        r.copied_outputs.append(len(self.io.copied_outputs))
+        if before is not None and after is not None:
+            r.device_to_host_reads.append(after[0] - before[0])  # type: ignore[union-attr]
+            r.host_to_device_copies.append(after[1] - before[1])  # type: ignore[union-attr]
+        for s, k in self._fed_back:
+            self.states[s.name] = outs[k].array
+            self.io.bind_input(s.name, outs[k].array)
+        self.past += n
+        self.ids = token[:, None]
+        self._tokens.append(token)
+        return token
+
+    # -- reporting ----------------------------------------------------------------------
+    _COUNTERS = ("captures", "replays", "fallbacks", "invalidations", "rebinds", "copies")
+
+    def _capture_counters(self) -> dict[str, Any]:
+        stats = getattr(self.session, "capture_stats", None)
+        return dict(stats()) if stats is not None else {}
+
+    def capture_delta(self) -> dict[str, Any]:
+        """The session's capture counters over this decode, with the policy and its reason.
+
+        The counters are the session's: runs of other decodes on the same
+        session in between are counted too."""
+        now = self._capture_counters()
+        out = {k: now.get(k, 0) - self._capture_start.get(k, 0) for k in self._COUNTERS}
+        out.update(policy=now.get("policy", "off"), reason=now.get("reason", ""))
+        seen = len(self._capture_start.get("failures", []))
+        out["failures"] = list(now.get("failures", []))[seen:]
+        return out
+
+    @property
+    def tokens(self) -> list[int]:
+        """The first row's tokens so far."""
+        return [int(t[0]) for t in self._tokens]
+
+    def finish(self) -> GenerateResult:
+        """The result so far, with the token ids and the compute node count filled in."""
+        r = self.result
+        if self._tokens:
+            r.token_ids = np.stack(self._tokens, axis=1)
+        r.compute_nodes = sum(1 for n in self.session.placement() if n.role == "compute")
+        r.capture_stats = self.capture_delta()
+        return r
+
+    def host_feeds(self) -> dict[str, np.ndarray]:
+        """The next run's feeds in host memory (for a profiled run outside any timing)."""
+        f = self._step_feeds()
+        to_host = self.provider.to_host
+        for name, value in self.states.items():
+            f[name] = value if isinstance(value, np.ndarray) else np.asarray(to_host(value))
+        return f
+
+
+def generate(
+    session: Any,
+    input_ids: Sequence[int] | np.ndarray,
+    max_new_tokens: int,
+    *,
+    capacity: int | None = None,
+    progress: bool | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> GenerateResult:
+    """Greedy decoding: ``max_new_tokens`` new token ids after ``input_ids``.
+
+    ``session`` runs a decoder with a KV cache, genai format
+    (``past_key_values.N.key`` -> ``present.N.key``) or a torch export
+    (``past_*`` -> ``present_*``); ``input_ids`` is one prompt (1-D) or a
+    batch of equal-length prompts (2-D). ``capacity`` is the rows of the
+    fixed KV buffers on a device (default: prompt + ``max_new_tokens``);
+    it is unused where the cache grows instead (the CPU provider, caches no
+    kernel shares), and an error when it cannot hold the prompt and the
+    tokens fed back. ``progress`` shows a tqdm bar (None: on a terminal, for
+    64 tokens or more). ``dims`` settles symbolic state dims (head size)
+    that no genai_config.json beside the model gives.
+
+    The result holds the token ids, which state path was taken and why,
+    per-run timings and transfer counts, and the session's capture counters
+    over the decode (see :class:`GenerateResult`). On a session whose CUDA
+    provider captures graphs (option ``capture``, ``$ONNXEP_CUDA_CAPTURE``),
+    decode steps after the first few replay one graph. The graph reads and
+    writes this decode's KV buffers in place (no cache copy per step), so it
+    is captured on them: a later decode, with buffers of its own, captures
+    once more at its first decode step (no warm-up), then replays.
+    """
+    decoder = GreedyDecoder(session, input_ids, max_new_tokens, capacity=capacity, dims=dims)
+    bar = progress_bar(decoder.max_new_tokens, progress, desc="generate", unit="tok")
+    try:
+        while not decoder.done:
+            decoder.step()
+            bar.update(1)
+    finally:
+        bar.close()
+    return decoder.finish()

@@ -1,0 +1,1 @@
+"""The plugin host: discovery, starting providers, failures, selection, plugins.toml."""

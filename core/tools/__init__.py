@@ -1,0 +1,1 @@
+"""Tooling on top of the runtime: the CLI, conformance, parity, the benchmark, pytest."""
