@@ -843,7 +843,7 @@ def test_matmul_nbits_bfloat16(zp_kind):
 
 @pytest.mark.parametrize("const", [True, False])
 def test_matmul_nbits_dequantizes_constants_once(const, monkeypatch):
-    from onnxep.providers.ops import _contrib
+    from onnxep.providers.ops import contrib as _contrib
 
     calls = []
     real = _contrib.dequantize_nbits

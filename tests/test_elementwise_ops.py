@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import onnxep
 from onnxep.providers.dtypes import elem_type
-from onnxep.providers.ops import _elementwise as ew
+from onnxep.providers.ops import elementwise as ew
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import onnxep
 from onnxep.providers.dtypes import elem_type
-from onnxep.providers.ops import _shape
+from onnxep.providers.ops import shape as _shape
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

@@ -39,7 +39,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from ..ops._fused import DOMAIN
+from ..ops.fused import DOMAIN
 from . import rule_checks as C
 from .attention_inputs import Key, key_of, peel_scale, repeated_heads
 from .pattern_pass import PatternFusionPass

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from ..ops._fused import DOMAIN
+from ..ops.fused import DOMAIN
 from . import rule_checks as C
 from .linear_attention_gates import attrs_of
 from .pattern_pass import PatternFusionPass

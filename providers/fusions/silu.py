@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from onnxscript.rewriter import pattern
 
-from ..ops._fused import DOMAIN
+from ..ops.fused import DOMAIN
 from . import rule_checks as C
 from .pattern_pass import PatternFusionPass
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..ops._fused import DOMAIN
+from ..ops.fused import DOMAIN
 from . import rule_checks as C
 from .graph_edits import drop_unread_initializers, new_initializer, take_over
 from .naming import Names, graphs

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import unary
+from .elementwise import unary
 
 
 @kernel("Acosh", since=(9, 22))

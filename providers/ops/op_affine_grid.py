@@ -6,7 +6,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import compute_dtype
+from .nn import compute_dtype
 
 
 def _axis(length, align):

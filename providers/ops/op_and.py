@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import binary
+from .elementwise import binary
 
 
 @kernel("And", since=(1, 7))

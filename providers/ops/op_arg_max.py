@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import norm_axis
+from .shape import norm_axis
 
 
 def build_arg(node, xp, fn_name: str):

@@ -10,7 +10,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.dtypes import np_dtype
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import (
+from onnxep.providers.ops.attention import (
     additive,
     compute_dtype,
     grouped_context,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import PoolSpec, avg_divisor, compute_dtype, pad_spatial, pool_windows
+from .nn import PoolSpec, avg_divisor, compute_dtype, pad_spatial, pool_windows
 
 
 @kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))

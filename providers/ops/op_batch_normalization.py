@@ -7,7 +7,7 @@ returns the updated running statistics, whatever ``momentum`` says.
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import compute_dtype, moments
+from .reduce import compute_dtype, moments
 
 
 @kernel("BatchNormalization", since=(1, 6, 7, 9, 14, 15))

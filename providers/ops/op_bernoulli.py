@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import HostRng, random_dtype
+from .quant import HostRng, random_dtype
 
 
 @kernel(

@@ -2,7 +2,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.dtypes import dtype_name
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import onnx_to_dtype
+from .elementwise import onnx_to_dtype
 
 
 def _bits(dt) -> int:

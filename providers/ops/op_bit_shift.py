@@ -1,7 +1,7 @@
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import binary
+from .elementwise import binary
 
 
 @kernel("BitShift", since=(11, 28))

@@ -1,7 +1,7 @@
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import cast_numeric, onnx_to_dtype
+from .elementwise import cast_numeric, onnx_to_dtype
 
 CAST_VERSIONS = (1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
 

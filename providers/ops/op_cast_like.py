@@ -1,7 +1,7 @@
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import cast_numeric
+from .elementwise import cast_numeric
 from .op_cast import cast_options, is_string
 
 CAST_LIKE_VERSIONS = (15, 19, 21, 23, 24, 25)

@@ -17,7 +17,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _contrib as C
+from . import contrib as C
 
 
 def _str(v: Any) -> str:

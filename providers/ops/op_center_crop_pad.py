@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints, norm_axes, string_zero
+from .shape import ints, norm_axes, string_zero
 
 
 @kernel("CenterCropPad", since=18, host_inputs=(1,))

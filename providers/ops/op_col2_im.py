@@ -6,7 +6,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import col2im_add, crop_spatial, prod
+from .nn import col2im_add, crop_spatial, prod
 
 
 @kernel("Col2Im", since=18, host_inputs=(1, 2))

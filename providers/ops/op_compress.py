@@ -8,7 +8,7 @@ exist, and dropping it silently would hide the mistake.
 
 from onnxep.providers.kernel import kernel
 
-from ._shape import norm_axis
+from .shape import norm_axis
 
 _NOTE = "the output size depends on the data, read back to the host"
 

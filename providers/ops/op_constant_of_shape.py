@@ -2,7 +2,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints
+from .shape import ints
 
 
 @kernel("ConstantOfShape", since=9, host_inputs=(0,))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import (
+from .nn import (
     auto_pad_of,
     compute_dtype,
     conv_out_dims,

@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import conv_nd, conv_params
+from .quant import conv_nd, conv_params
 
 
 @kernel("ConvInteger", since=10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import auto_pad_of, col2im_add, compute_dtype, crop_spatial, spatial_attrs
+from .nn import auto_pad_of, col2im_add, compute_dtype, crop_spatial, spatial_attrs
 
 
 @kernel("ConvTranspose", since=(1, 11, 22))

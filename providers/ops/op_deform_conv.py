@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import compute_dtype
+from .nn import compute_dtype
 
 
 @kernel("DeformConv", since=(19, 22))

@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import expand_param, onnx_dtype, to_float
+from .quant import expand_param, onnx_dtype, to_float
 
 
 @kernel("DequantizeLinear", since=(10, 13, 19, 21, 23, 24, 25, 28))

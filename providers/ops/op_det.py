@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import widen
+from .reduce import widen
 
 
 @kernel("Det", since=(11, 22))

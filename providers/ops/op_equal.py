@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import binary
+from .elementwise import binary
 
 
 # Strings are object arrays on the CPU, which ``equal`` compares too.

@@ -2,7 +2,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints
+from .shape import ints
 
 
 @kernel("Expand", since=8, host_inputs=(1,))

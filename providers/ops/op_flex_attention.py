@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.dtypes import np_dtype
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import (
+from onnxep.providers.ops.attention import (
     grouped_context,
     grouped_scores,
     softmax_rows,

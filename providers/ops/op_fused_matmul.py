@@ -13,7 +13,7 @@ from typing import Any
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _contrib as C
+from . import contrib as C
 
 
 def _operand(x: Any, trans: bool, trans_batch: bool, xp: Any) -> Any:

@@ -15,7 +15,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _contrib as C
+from . import contrib as C
 
 
 @kernel("GatedRMSNorm", domain="com.microsoft", dtypes=("float", "float16", "bfloat16"))

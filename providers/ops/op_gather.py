@@ -1,7 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._indices import checked_indices
-from ._shape import norm_axis
+from .indices import checked_indices
+from .shape import norm_axis
 
 
 @kernel("Gather", since=1)

@@ -23,7 +23,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._shape import norm_axis
+from .shape import norm_axis
 
 
 def _unpack(xp: Any, packed: Any, bits: int, axis: int) -> Any:

@@ -1,7 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._indices import check_element_shapes, checked_indices
-from ._shape import grid, norm_axis
+from .indices import check_element_shapes, checked_indices
+from .shape import grid, norm_axis
 
 
 @kernel("GatherElements", since=11)

@@ -2,7 +2,7 @@ import math
 
 from onnxep.providers.kernel import kernel
 
-from ._indices import check_nd_shapes, checked_index_tuples
+from .indices import check_nd_shapes, checked_index_tuples
 
 
 @kernel("GatherND", since=(11, 12))

@@ -3,7 +3,7 @@ import math
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from . import _elementwise as ew
+from . import elementwise as ew
 
 
 @kernel("Gelu", since=20)

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import widen
+from .reduce import widen
 
 
 @kernel("Gemm", since=(1, 6, 7, 9, 11, 13))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import compute_dtype
+from .nn import compute_dtype
 
 
 @kernel("GlobalLpPool", since=(1, 2, 22))

@@ -12,7 +12,7 @@ import itertools
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import compute_dtype, str_attr
+from .nn import compute_dtype, str_attr
 
 _MODES = {
     "bilinear": "linear",

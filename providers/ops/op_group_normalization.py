@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import compute_dtype, moments, stash_dtype
+from .reduce import compute_dtype, moments, stash_dtype
 
 
 @kernel("GroupNormalization", since=(18, 21))

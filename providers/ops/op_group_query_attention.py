@@ -20,7 +20,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import (
+from onnxep.providers.ops.attention import (
     compute_dtype,
     default_scale,
     grouped_context,

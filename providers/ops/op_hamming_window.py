@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import cosine_window
+from .nn import cosine_window
 
 
 @kernel("HammingWindow", since=17, host_inputs=(0,))

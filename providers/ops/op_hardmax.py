@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import norm_axis
+from .reduce import norm_axis
 
 
 @kernel("Hardmax", since=(1, 11, 13))

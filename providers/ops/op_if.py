@@ -5,7 +5,7 @@ Every value crosses in host memory, as subgraphs take and return (see ``_flow``)
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import CONTROL_NOTE, HOST_ALL, truth
+from .flow import CONTROL_NOTE, HOST_ALL, truth
 
 
 @kernel(

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import compute_dtype, moments
+from .reduce import compute_dtype, moments
 
 
 @kernel("InstanceNormalization", since=(1, 6, 22))

@@ -3,7 +3,7 @@
 from onnxep.providers.dtypes import np_dtype
 from onnxep.providers.kernel import kernel
 
-from ._reduce import compute_dtype, moments, norm_axis, out_dtype, stash_dtype
+from .reduce import compute_dtype, moments, norm_axis, out_dtype, stash_dtype
 
 
 @kernel("LayerNormalization", since=17)

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import binary
+from .elementwise import binary
 
 
 @kernel("Less", since=(1, 7, 9, 13))

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import coerced_axes, log_softmax, widen
+from .reduce import coerced_axes, log_softmax, widen
 
 
 @kernel("LogSoftmax", since=(1, 11, 13))

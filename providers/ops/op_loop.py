@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import CONTROL_NOTE, HOST_ALL, host_int, stack, truth
+from .flow import CONTROL_NOTE, HOST_ALL, host_int, stack, truth
 
 
 @kernel(

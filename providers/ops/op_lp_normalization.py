@@ -3,7 +3,7 @@
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._reduce import norm_axis, widen
+from .reduce import norm_axis, widen
 
 
 @kernel("LpNormalization", since=(1, 22))

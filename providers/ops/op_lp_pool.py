@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import PoolSpec, compute_dtype, pad_spatial, pool_windows
+from .nn import PoolSpec, compute_dtype, pad_spatial, pool_windows
 
 
 @kernel("LpPool", since=(1, 2, 11, 18, 22))

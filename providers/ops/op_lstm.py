@@ -3,7 +3,7 @@
 from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
-from ._flow import clipper, project, recurrent
+from .flow import clipper, project, recurrent
 
 
 @kernel("LSTM", since=(1, 7, 14, 22), dtypes=FLOAT_TYPES)

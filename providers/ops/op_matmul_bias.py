@@ -8,7 +8,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_add, op_mat_mul
-from ._fused import FLOATS
+from .fused import FLOATS
 
 
 @kernel("MatMulBias", domain="onnxep", dtypes=FLOATS)

@@ -6,7 +6,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import PoolSpec, lowest, pad_spatial, pool_windows, prod
+from .nn import PoolSpec, lowest, pad_spatial, pool_windows, prod
 
 
 def _flat_index(spec: PoolSpec, kpos, pb, out, in_sp, storage_order):

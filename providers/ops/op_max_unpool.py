@@ -6,8 +6,8 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._indices import checked_indices
-from ._nn import prod
+from .indices import checked_indices
+from .nn import prod
 
 
 @kernel("MaxUnpool", since=(9, 11, 22), host_inputs=(2,))

@@ -2,7 +2,7 @@ import functools
 
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import F32, NARROW_FLOATS
+from .elementwise import F32, NARROW_FLOATS
 
 
 @kernel("Mean", since=(1, 6, 8, 13))

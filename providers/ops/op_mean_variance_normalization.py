@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import norm_axes, widen
+from .reduce import norm_axes, widen
 
 
 @kernel("MeanVarianceNormalization", since=(9, 13))

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import variadic
+from .elementwise import variadic
 
 
 @kernel("Min", since=(1, 6, 8, 12, 13))

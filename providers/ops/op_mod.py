@@ -1,7 +1,7 @@
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import binary
+from .elementwise import binary
 
 
 @kernel("Mod", since=(10, 13, 28))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import (
+from onnxep.providers.ops.attention import (
     compute_dtype,
     contrib_mask_bias,
     contrib_sdpa,

@@ -14,7 +14,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import HostRng, random_dtype
+from .quant import HostRng, random_dtype
 
 
 @kernel(

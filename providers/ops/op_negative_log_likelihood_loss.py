@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import loss_attrs, nll_loss, widen
+from .reduce import loss_attrs, nll_loss, widen
 
 
 @kernel("NegativeLogLikelihoodLoss", since=(12, 13, 22))

@@ -9,7 +9,7 @@ refused, since it cannot size the new axis.
 
 from onnxep.providers.kernel import kernel
 
-from ._shape import norm_axis, scalar_int
+from .shape import norm_axis, scalar_int
 
 
 @kernel("OneHot", since=(9, 11), host_inputs=(1,))

@@ -11,7 +11,7 @@ import math
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import compute_dtype, widen
+from onnxep.providers.ops.attention import compute_dtype, widen
 
 _RULES = ("linear", "gated", "delta", "gated_delta")
 

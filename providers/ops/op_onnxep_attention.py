@@ -19,7 +19,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_attention
-from ._fused import FLOATS
+from .fused import FLOATS
 
 #: Attention-23's inputs; opset 24's ``nonpad_kv_seqlen`` is not part of the contract.
 _INPUTS = 6

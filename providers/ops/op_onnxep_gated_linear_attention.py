@@ -34,7 +34,7 @@ from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _contrib as C
+from . import contrib as C
 from .op_linear_attention import linear_attention
 from .op_lp_normalization import lp_normalization
 

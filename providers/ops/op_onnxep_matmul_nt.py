@@ -22,7 +22,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_add, op_mat_mul, op_onnxep_swiglu
-from ._fused import FLOATS
+from .fused import FLOATS
 
 ACTIVATIONS = ("none", "swiglu")
 

@@ -14,7 +14,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_mul
-from ._fused import FLOATS
+from .fused import FLOATS
 from .op_silu import silu
 
 

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import OPTIONAL_NOTE
+from .flow import OPTIONAL_NOTE
 
 
 @kernel("OptionalGetElement", since=(15, 18, 28), capture_safe=False, capture_note=OPTIONAL_NOTE)

@@ -4,7 +4,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import OPTIONAL_NOTE
+from .flow import OPTIONAL_NOTE
 
 
 @kernel(

@@ -1,7 +1,7 @@
 from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints, norm_axes, string_zero
+from .shape import ints, norm_axes, string_zero
 
 _MODES = ("constant", "reflect", "edge", "wrap")
 

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import F32, F64, NARROW_FLOATS, align_legacy, legacy_axis
+from .elementwise import F32, F64, NARROW_FLOATS, align_legacy, legacy_axis
 
 
 def _int_pow(xp, x, y):

@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import conv_nd, conv_params, saturate_cast
+from .quant import conv_nd, conv_params, saturate_cast
 
 
 def _per_channel(p: Any, rank: int) -> Any:

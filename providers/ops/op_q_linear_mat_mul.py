@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import is_int_dtype, saturate_cast, to_float
+from .quant import is_int_dtype, saturate_cast, to_float
 
 
 def _row(p: Any) -> Any:

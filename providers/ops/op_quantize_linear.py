@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import expand_param, is_int_dtype, onnx_dtype, saturate_cast, to_float
+from .quant import expand_param, is_int_dtype, onnx_dtype, saturate_cast, to_float
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 

@@ -7,7 +7,7 @@ from typing import Any
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._quant import HostRng, like_dtype, random_dtype
+from .quant import HostRng, like_dtype, random_dtype
 
 
 @kernel(

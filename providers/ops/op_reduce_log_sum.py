@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import build_reduce
+from .reduce import build_reduce
 
 
 @kernel("ReduceLogSum", since=(1, 11, 13))

@@ -2,7 +2,7 @@ import math
 
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints
+from .shape import ints
 
 
 def target_shape(shape: list[int], in_shape: tuple, allowzero: bool) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import apply_resize_plan, make_resize_plan, str_attr
+from .nn import apply_resize_plan, make_resize_plan, str_attr
 
 _MODES = ("nearest", "linear", "cubic")
 

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._indices import checked_indices
+from .indices import checked_indices
 
 
 @kernel("ReverseSequence", since=10)

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import compute_dtype, norm_axis, stash_dtype
+from .reduce import compute_dtype, norm_axis, stash_dtype
 
 
 @kernel("RMSNormalization", since=23)

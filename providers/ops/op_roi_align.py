@@ -14,8 +14,8 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._indices import checked_indices
-from ._nn import compute_dtype, str_attr
+from .indices import checked_indices
+from .nn import compute_dtype, str_attr
 
 
 def _samples(start, bin_size, out_len, grid, length):

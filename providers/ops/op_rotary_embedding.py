@@ -5,8 +5,8 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import compute_dtype, rotate, widen
-from onnxep.providers.ops._indices import checked_indices
+from onnxep.providers.ops.attention import compute_dtype, rotate, widen
+from onnxep.providers.ops.indices import checked_indices
 
 
 @kernel("RotaryEmbedding", since=23, dtypes=("float", "float16", "bfloat16"))

@@ -18,8 +18,8 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import compute_dtype, rotate, widen
-from onnxep.providers.ops._indices import checked_indices
+from onnxep.providers.ops.attention import compute_dtype, rotate, widen
+from onnxep.providers.ops.indices import checked_indices
 
 _FLOATS = ("float", "float16", "bfloat16")
 

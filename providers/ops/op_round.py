@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import unary
+from .elementwise import unary
 
 
 # xp.round rounds halves to even, as ONNX Round does.

@@ -8,7 +8,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_reciprocal, op_sqrt
-from ._fused import FLOATS
+from .fused import FLOATS
 
 
 @kernel("Rsqrt", domain="onnxep", dtypes=FLOATS)

@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import CONTROL_NOTE, HOST_ALL, empty_output, norm_axis, stack
+from .flow import CONTROL_NOTE, HOST_ALL, empty_output, norm_axis, stack
 
 
 def _scan(body, states, xs, axes, reverse, steps, outer, n_out):

@@ -1,7 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._indices import check_element_shapes, checked_indices
-from ._shape import check_reduction, grid, norm_axis, scatter
+from .indices import check_element_shapes, checked_indices
+from .shape import check_reduction, grid, norm_axis, scatter
 
 
 def build_scatter_elements(node, xp, reduction: str):

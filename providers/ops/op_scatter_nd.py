@@ -1,7 +1,7 @@
 from onnxep.providers.kernel import kernel
 
-from ._indices import check_nd_shapes, checked_index_tuples
-from ._shape import check_reduction, scatter
+from .indices import check_nd_shapes, checked_index_tuples
+from .shape import check_reduction, scatter
 
 
 @kernel("ScatterND", since=(11, 16))

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import HALF_FLOATS, unary
+from .elementwise import HALF_FLOATS, unary
 
 
 @kernel("Selu", since=(1, 6, 22))

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import SEQUENCE_NOTE, host_int, norm_position
+from .flow import SEQUENCE_NOTE, host_int, norm_position
 
 
 @kernel(

@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import SEQUENCE_NOTE
+from .flow import SEQUENCE_NOTE
 
 
 @kernel("SequenceConstruct", since=11, capture_safe=False, capture_note=SEQUENCE_NOTE)

@@ -4,7 +4,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import SEQUENCE_NOTE
+from .flow import SEQUENCE_NOTE
 
 
 @kernel(

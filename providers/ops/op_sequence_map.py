@@ -6,7 +6,7 @@ output becomes a sequence. Values are host-side (see ``_flow``).
 
 from onnxep.providers.kernel import kernel
 
-from ._flow import CONTROL_NOTE, HOST_ALL
+from .flow import CONTROL_NOTE, HOST_ALL
 
 
 @kernel(

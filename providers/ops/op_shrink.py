@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._elementwise import F32, F64, NARROW_FLOATS
+from .elementwise import F32, F64, NARROW_FLOATS
 
 
 @kernel("Shrink", since=9)

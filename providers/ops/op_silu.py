@@ -8,7 +8,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import op_mul, op_sigmoid
-from ._fused import FLOATS
+from .fused import FLOATS
 
 
 @kernel("SiLU", domain="onnxep", dtypes=FLOATS)

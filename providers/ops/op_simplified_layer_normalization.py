@@ -13,7 +13,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _contrib as C
+from . import contrib as C
 
 _FLOATS = ("float", "float16", "bfloat16", "double")
 

@@ -7,7 +7,7 @@ from typing import Any
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _contrib as C
+from . import contrib as C
 
 
 @kernel(

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints, norm_axes, onnx_slice
+from .shape import ints, norm_axes, onnx_slice
 
 
 def _slice(x, starts, ends, axes, steps):

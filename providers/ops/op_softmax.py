@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import coerced_axes, softmax, widen
+from .reduce import coerced_axes, softmax, widen
 
 
 @kernel("Softmax", since=(1, 11, 13))

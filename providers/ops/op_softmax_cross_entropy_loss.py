@@ -2,7 +2,7 @@
 
 from onnxep.providers.kernel import kernel
 
-from ._reduce import log_softmax, loss_attrs, nll_loss, widen
+from .reduce import log_softmax, loss_attrs, nll_loss, widen
 
 
 @kernel("SoftmaxCrossEntropyLoss", since=(12, 13))

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from . import _elementwise as ew
+from . import elementwise as ew
 
 
 @kernel("Softplus", since=(1, 22))

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints, norm_axis, slice_along
+from .shape import ints, norm_axis, slice_along
 
 
 def _parts(dim: int, split: list[int] | None, n: int, num_outputs: int | None) -> list[int]:

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints, norm_axes
+from .shape import ints, norm_axes
 
 
 def _squeeze(xp, x, axes):

@@ -6,7 +6,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._nn import from_complex, to_complex
+from .nn import from_complex, to_complex
 
 
 @kernel("STFT", since=17, host_inputs=(1, 3))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import compute_dtype, widen
+from onnxep.providers.ops.attention import compute_dtype, widen
 
 
 @kernel("SwiGLU", since=28, dtypes=("float", "float16", "bfloat16", "double"))

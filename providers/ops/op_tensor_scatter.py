@@ -8,8 +8,8 @@ the cache: onnxruntime refuses both. Circular mode wraps positions by design.
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._indices import checked_indices
-from ._shape import grid, norm_axis
+from .indices import checked_indices
+from .shape import grid, norm_axis
 
 
 @kernel("TensorScatter", since=24)

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import ints, norm_axis, scalar_int
+from .shape import ints, norm_axis, scalar_int
 
 
 @kernel("Tile", since=1, host_inputs=(1, 2))

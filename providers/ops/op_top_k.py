@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import norm_axis, scalar_int, slice_along
+from .shape import norm_axis, scalar_int, slice_along
 
 
 def top_k(xp, x, k, axis, largest):

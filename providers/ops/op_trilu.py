@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from ._shape import scalar_int
+from .shape import scalar_int
 
 
 @kernel("Trilu", since=14, host_inputs=(1,))

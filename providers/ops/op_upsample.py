@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import str_attr
+from .nn import str_attr
 from .op_resize import legacy_run
 
 

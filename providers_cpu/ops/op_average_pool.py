@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxep.providers.kernel import kernel
-from onnxep.providers.ops._nn import PoolSpec, avg_divisor, compute_dtype
+from onnxep.providers.ops.nn import PoolSpec, avg_divisor, compute_dtype
 
 from ._nn_cpu import pad_input, window_reduce
 

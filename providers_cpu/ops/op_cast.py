@@ -8,7 +8,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_cast, op_cast_like
-from onnxep.providers.ops._elementwise import F64, cast_numeric, onnx_to_dtype
+from onnxep.providers.ops.elementwise import F64, cast_numeric, onnx_to_dtype
 
 # The literals the Cast spec reserves for the special float values.
 _SPECIAL = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from onnxep.providers.kernel import kernel
-from onnxep.providers.ops._nn import compute_dtype, conv_out_dims, resolve_pads
+from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
 from ._nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view

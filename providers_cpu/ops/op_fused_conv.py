@@ -10,7 +10,7 @@ import numpy as np
 
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
-from onnxep.providers.ops._nn import str_attr
+from onnxep.providers.ops.nn import str_attr
 
 from .op_conv import build_conv
 

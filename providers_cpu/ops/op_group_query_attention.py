@@ -14,7 +14,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._attention import default_scale, rotate, split_qkv
+from onnxep.providers.ops.attention import default_scale, rotate, split_qkv
 from onnxep.providers.ops.op_group_query_attention import group_query_attention as generic
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxep.providers.kernel import kernel
-from onnxep.providers.ops._nn import PoolSpec, lowest
+from onnxep.providers.ops.nn import PoolSpec, lowest
 from onnxep.providers.ops.op_max_pool import max_pool as generic_max_pool
 
 from ._nn_cpu import pad_input, window_reduce

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxep.providers.ops._reduce import norm_axes
+from onnxep.providers.ops.reduce import norm_axes
 
 from ._attention_cuda import sm_count
 from ._reduce_routing import LIBRARY, ReduceRoute, cub_enabled, route_reduction

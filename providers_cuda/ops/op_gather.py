@@ -20,7 +20,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_gather as generic
-from onnxep.providers.ops._shape import norm_axis
+from onnxep.providers.ops.shape import norm_axis
 
 from . import _index_cuda as ix
 from ._reduce_cuda import PlanCache

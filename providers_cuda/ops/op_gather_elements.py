@@ -19,8 +19,8 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_gather_elements as generic
-from onnxep.providers.ops._indices import check_element_shapes
-from onnxep.providers.ops._shape import norm_axis
+from onnxep.providers.ops.indices import check_element_shapes
+from onnxep.providers.ops.shape import norm_axis
 
 from . import _index_cuda as ix
 from ._reduce_cuda import PlanCache

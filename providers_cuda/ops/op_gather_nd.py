@@ -20,7 +20,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_gather_nd as generic
-from onnxep.providers.ops._indices import check_nd_shapes
+from onnxep.providers.ops.indices import check_nd_shapes
 
 from . import _index_cuda as ix
 from ._reduce_cuda import PlanCache

@@ -20,7 +20,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_lp_normalization as generic
-from onnxep.providers.ops._reduce import norm_axis
+from onnxep.providers.ops.reduce import norm_axis
 
 from . import _reduce_cuda as K
 from ._hybrid_cuda import (

@@ -15,7 +15,7 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import FLOATS
+from onnxep.providers.ops.fused import FLOATS
 
 from .. import blas
 from . import op_add, op_mat_mul

@@ -14,7 +14,7 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import FLOATS
+from onnxep.providers.ops.fused import FLOATS
 from onnxep.providers.ops.op_onnxep_matmul_nt import activation, check_operands
 
 from .. import blas

@@ -10,7 +10,7 @@ from typing import Any
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
-from onnxep.providers.ops._fused import FLOATS
+from onnxep.providers.ops.fused import FLOATS
 
 from . import op_reciprocal, op_sqrt
 from ._fused_cuda import unary_runner

@@ -22,7 +22,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_softmax as generic
-from onnxep.providers.ops._reduce import norm_axis
+from onnxep.providers.ops.reduce import norm_axis
 
 from . import _reduce_cuda as K
 from ._reduce_source import COMMON, CTYPE

@@ -16,7 +16,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.dtypes import np_dtype
 
-from ._indices import checked_indices
+from .indices import checked_indices
 
 # Half-width floats lose too much in long sums: compute in float32, round once.
 _NARROW_FLOATS = frozenset(
