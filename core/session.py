@@ -18,7 +18,7 @@ from onnxep.providers.inplace import donating
 from onnxep.providers.provider import Provider
 from onnxep.providers.rewrite import FusionPass
 
-from .capture.runner import CaptureConfig, CapturedRunner, graph_id_of
+from .capture.runner import CapturedRunner, graph_id_of
 from .compile.graph import CompileContext, CompiledGraph, compile_graph
 from .compile.partition import ownership
 from .compile.placement import CopyPlacement, FusionReport, NodePlacement, PlacementReport
@@ -236,16 +236,15 @@ class InferenceSession:
         for p in self._providers:
             if p.device == "cpu":
                 continue
-            opts = self._provider_options.get(p.name, {})
-            for _, cfg in self._host.call_each("onnxep_capture_policy", provider=p, options=opts):
-                if isinstance(cfg, CaptureConfig):
-                    ex = self._main.executor
-                    return CapturedRunner(
-                        self._main.plan,
-                        cfg,
-                        self._eager_run,
-                        ex._enter_contexts,  # noqa: SLF001 - the runner enters what a run enters
-                    )
+            cfg = self._host.capture_policy(p, self._provider_options.get(p.name, {}))
+            if cfg is not None:
+                ex = self._main.executor
+                return CapturedRunner(
+                    self._main.plan,
+                    cfg,
+                    self._eager_run,
+                    ex._enter_contexts,  # noqa: SLF001 - the runner enters what a run enters
+                )
         return None
 
     def _eager_run(self, feeds: list[Any], on_device: bool, protect: bool) -> list[Any]:

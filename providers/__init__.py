@@ -1,7 +1,11 @@
-"""The onnxep provider SDK: everything a provider package needs, and nothing from the session."""
+"""The onnxep provider SDK: everything a provider package needs, and nothing from the session.
 
-from onnxep.plugins.host import GROUP, DiscoveredProvider, PluginFailure, PluginHost
+Every contract a provider implements is here (hookspecs, ``Provider``, ``@kernel``, the
+registry, rewrite passes, the capture contract); the machinery that discovers and starts
+plugins is the core's (``onnxep.plugins``).
+"""
 
+from .capture import CAPTURE_MODES, CaptureBackend, CaptureConfig
 from .dtypes import (
     ALL_TYPES,
     FLOAT8_TYPES,
@@ -24,9 +28,11 @@ from .rewrite import FusionPass, RewritePass
 
 __all__ = [
     "ALL_TYPES",
+    "CAPTURE_MODES",
+    "CaptureBackend",
+    "CaptureConfig",
     "FLOAT8_TYPES",
     "FLOAT_TYPES",
-    "GROUP",
     "INT_TYPES",
     "NUMERIC_TYPES",
     "SIGNED_INT_TYPES",
@@ -34,14 +40,11 @@ __all__ = [
     "Claim",
     "Decline",
     "FusionPass",
-    "DiscoveredProvider",
     "KernelConflict",
     "KernelLibrary",
     "KernelRegistry",
     "KernelSpec",
     "NodeInfo",
-    "PluginFailure",
-    "PluginHost",
     "Provider",
     "ProviderInfo",
     "RewritePass",

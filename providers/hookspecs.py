@@ -8,9 +8,15 @@ which is how a plugin adds kernels to another provider.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+if TYPE_CHECKING:
+    from .capture import CaptureConfig
+    from .kernel import KernelSpec
+    from .provider import Provider, ProviderInfo
 
 PROJECT = "onnxep"
 
@@ -19,12 +25,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def onnxep_provider_info() -> Any:
+def onnxep_provider_info() -> ProviderInfo | None:
     """Return a :class:`ProviderInfo` for the provider this plugin offers, or None."""
 
 
 @hookspec
-def onnxep_create_provider(options: dict) -> Any:
+def onnxep_create_provider(options: dict) -> Provider:
     """Return the :class:`Provider` instance for one session, configured by ``options``.
 
     Called only on the plugin whose ``onnxep_provider_info`` named the provider.
@@ -32,12 +38,12 @@ def onnxep_create_provider(options: dict) -> Any:
 
 
 @hookspec
-def onnxep_kernels(provider: Any) -> Any:
+def onnxep_kernels(provider: Provider) -> Iterable[KernelSpec] | None:
     """Return kernel specs (an iterable of :class:`KernelSpec`) to add to ``provider``."""
 
 
 @hookspec
-def onnxep_graph_rewrites(provider: Any, level: str) -> Any:
+def onnxep_graph_rewrites(provider: Provider | None, level: str) -> Iterable[Any] | None:
     """Return rewrite passes for ``provider`` at ``level`` (``"basic"`` or ``"extended"``).
 
     ``basic`` passes run on the whole graph before partitioning; they are asked
@@ -48,10 +54,10 @@ def onnxep_graph_rewrites(provider: Any, level: str) -> Any:
 
 
 @hookspec
-def onnxep_capture_policy(provider: Any, options: dict) -> Any:
-    """Return the capture policy for ``provider`` (how plan segments are captured), or None."""
+def onnxep_capture_policy(provider: Provider, options: dict) -> CaptureConfig | None:
+    """Return a :class:`CaptureConfig` (how ``provider``'s plan segments are recorded as
+    device graphs, and the backend that does it), or None.
 
-
-@hookspec
-def onnxep_run_observers(session: Any) -> Any:
-    """Return an observer for the session's runs (profilers, tracers), or None."""
+    Asked for each device provider of a session, in priority order; the first config
+    wins. Anything else returned is recorded as the plugin's failure and ignored.
+    """

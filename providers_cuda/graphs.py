@@ -1,4 +1,4 @@
-"""CUDA graphs for :mod:`onnxep.capture.runner`: capture on the provider's stream, a private pool.
+"""CUDA graphs (an ``onnxep.providers.CaptureBackend``): capture on the provider's stream, a pool.
 
 Each cache entry gets its own ``cupy.cuda.MemoryPool``, made the allocator
 while its graphs are captured and its fixed buffers allocated, and kept
@@ -42,7 +42,7 @@ class _GraphMemory:
 
 
 class CudaGraphBackend:
-    """The :class:`onnxep.capture.runner.CaptureBackend` of one CUDA provider."""
+    """The :class:`onnxep.providers.CaptureBackend` of one CUDA provider."""
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onnxep.errors import ConfigError
+from onnxep.providers import CAPTURE_MODES
 
 KNOWN = (
     "device_id",
@@ -33,7 +34,6 @@ KNOWN = (
     "capture_cache",
     "enable_cuda_graph",
 )
-CAPTURE_MODES = ("off", "whole", "segmented", "auto")
 #: Sessions capture where they can unless told otherwise: warm-up runs, then whole or
 #: segmented graphs (validated on the H200: decode in one graph, 2026-12-01).
 DEFAULT_CAPTURE = "auto"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onnxep.providers import ProviderInfo, hookimpl
+from onnxep.providers import CaptureConfig, ProviderInfo, hookimpl
 
 from .availability import unavailable_reason
 
@@ -55,8 +55,6 @@ class CUDAPlugin:
         """CUDA graphs for this provider's steps, as its ``capture`` options say."""
         if provider.name != "cuda":
             return None
-        from onnxep.capture.runner import CaptureConfig
-
         from .graphs import CudaGraphBackend
 
         opts = provider.cuda_options

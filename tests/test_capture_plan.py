@@ -12,10 +12,10 @@ from onnx import helper
 
 import onnxep
 from onnxep.capture.plan import CaptureRefused, check_mode
-from onnxep.capture.runner import CaptureConfig, graph_id_of
+from onnxep.capture.runner import graph_id_of
 from onnxep.errors import ConfigError
 from onnxep.plugins.host import unregister_plugin
-from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
+from onnxep.providers import CaptureConfig, Provider, ProviderInfo, hookimpl, kernel
 
 
 class Dev(np.ndarray):
@@ -515,3 +515,29 @@ def test_bound_in_place_graphs_stay_within_the_cache(fake):
         np.testing.assert_allclose(np.asarray(buf), want, rtol=1e-6)
     s = sess.capture_stats()
     assert (s["captures"], s["rebinds"], s["invalidations"]) == (3, 2, 1), s
+
+
+class WrongPolicy:
+    """A plugin whose capture policy is not a CaptureConfig: its failure, recorded."""
+
+    @hookimpl
+    def onnxep_capture_policy(self, provider, options):
+        return {"mode": "whole"} if provider.name == "fakegpu" else None
+
+
+def test_a_wrong_capture_policy_is_the_plugins_recorded_failure(fake):
+    wrong = WrongPolicy()
+    onnxep.register_provider(wrong, name="wrong-capture-plugin")
+    try:
+        sess = _session(_chain(), capture="whole", warmup=0)
+        feeds = _feeds(0)
+        np.testing.assert_allclose(
+            sess.run(None, feeds)[0], _expected(feeds["x"], feeds["y"], "Relu"), rtol=1e-6
+        )
+        # the right plugin's config still applies; the wrong answer is set aside, recorded
+        assert sess.capture_stats()["policy"] == "whole"
+        (failure,) = [f for f in onnxep.plugin_failures() if f.name == "wrong-capture-plugin"]
+        assert failure.hook == "onnxep_capture_policy" and failure.provider == "fakegpu"
+        assert "returned a dict, not a CaptureConfig or None" in failure.error
+    finally:
+        unregister_plugin(wrong)

@@ -91,7 +91,7 @@ def test_conformance_prints_counts_and_reasons():
     assert "FAIL [node] test_bernoulli: excluded: the output is random" in res.stdout
 
 
-# --- user errors, through onnxep.cli.main: exit 2, one "onnxep: error:" line, no traceback ---
+# --- user errors, through onnxep.tools.cli.main: exit 2, one "onnxep: error:" line, no trace ---
 
 
 @pytest.fixture

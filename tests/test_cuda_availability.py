@@ -71,7 +71,7 @@ def test_a_cpu_session_never_imports_cupy(tmp_path):
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
         s = onnxep.InferenceSession(m, providers=["cpu"])
         s.run(None, {"x": np.ones(2, np.float32)})
-        rows = {r.name: r for r in onnxep.registry_api.get_all_providers()}
+        rows = {r.name: r for r in onnxep.get_all_providers()}
         print(rows["cuda"].available, rows["cuda"].reason)
         print("cupy" in sys.modules)
         """

@@ -23,13 +23,12 @@ from conftest import make_model, tensor
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
-from onnxep.capture.runner import CaptureConfig
 from onnxep.errors import InvalidArgument
 from onnxep.generation.greedy import FEED_BACK, SHARED, GreedyDecoder
 from onnxep.generation.spec import DecodeState, decode_spec, model_dims
 from onnxep.plugins.host import unregister_plugin
 from onnxep.progress import progress_bar, wants_bar
-from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl, kernel
+from onnxep.providers import CaptureConfig, KernelLibrary, Provider, ProviderInfo, hookimpl, kernel
 from onnxep.providers_cpu.ops.op_group_query_attention import group_query_attention as cpu_gqa
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from onnxep.providers.capture import CAPTURE_MODES as MODES
+
 from ..compile.plan import HOST, Plan
 from ..errors import ConfigError
-
-MODES = ("off", "whole", "segmented", "auto")
 
 #: Ops whose subgraphs run through the host, whatever their kernel declares.
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})

@@ -39,10 +39,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from onnxep.providers.capture import CaptureBackend, CaptureConfig
 from onnxep.providers.inplace import not_donating
 
 from ..compile.plan import HOST, Plan
@@ -51,51 +52,6 @@ from .plan import CapturePlan, Segment, plan_capture
 
 #: ``RunOptions`` config key onnxruntime uses for the graph id; -1 skips capture.
 GRAPH_ID_KEY = "gpu_graph_id"
-
-
-class CaptureBackend(Protocol):
-    """The device side of capture (the CUDA provider's lives in providers_cuda/capture.py)."""
-
-    def memory(self) -> Any:
-        """A private memory scope for one cache entry, with ``allocating()`` (a context
-        manager making it the allocator); kept alive as long as the entry's graphs."""
-
-    def capture(self, run: Callable[[], None], state: list, outputs: Sequence[int]) -> Any:
-        """Record ``run`` as a graph; end the capture even when ``run`` raises."""
-
-    def launch(self, graph: Any) -> None: ...
-
-    def constant(self, value: Any, memory: Any) -> Any:
-        """Upload, inside a capture, a host value that is the same on every replay."""
-
-    def fixed(self, value: Any) -> Any:
-        """A new buffer holding a copy of ``value`` (a device array, or host data to upload)."""
-
-    def copy_into(self, dst: Any, src: Any) -> None:
-        """Write ``src`` (host or device) into the buffer ``dst`` of the same shape."""
-
-    def duplicate(self, value: Any) -> Any:
-        """A copy of a device buffer, handed to the caller."""
-
-    def is_device(self, value: Any) -> bool: ...
-
-    def address(self, value: Any) -> int:
-        """Where a device array's data starts (what a graph recorded reading it bakes in).
-        Optional: without it, every feed is copied into a fixed buffer."""
-
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    """What a provider's capture-policy hook returns."""
-
-    mode: str
-    backend: Callable[[], CaptureBackend]
-    #: the names and devices of the providers whose steps may be captured
-    capturing: frozenset[str]
-    warmup: int = 2
-    cache_size: int = 8
-    #: where the mode came from, for the reason shown ("option", "environment", "default")
-    source: str = "option"
 
 
 @dataclass

@@ -28,8 +28,7 @@ from typing import Any
 import pluggy
 from stevedore.named import NamedExtensionManager
 
-from onnxep.providers import hookspecs
-from onnxep.providers.provider import Provider, ProviderInfo
+from onnxep.providers import CaptureConfig, Provider, ProviderInfo, hookspecs
 
 from .failures import CONTRACT, FailureLog, PluginFailure, forget_logged, not_yet_logged
 from .starting import OwnHookRaised, ProviderStartError, describe, refusals, start_provider
@@ -360,6 +359,31 @@ class PluginHost:
                 effect="the pass was rolled back and left out of the session",
             )
         )
+
+    # -- capture ---------------------------------------------------------------
+    def capture_policy(self, provider: Provider, options: dict) -> CaptureConfig | None:
+        """The first :class:`CaptureConfig` a plugin returns for ``provider``, or None.
+
+        Any other answer but None is that plugin's failure, recorded (the hook's
+        contract is ``CaptureConfig | None``), and set aside.
+        """
+        found = None
+        kwargs = {"provider": provider, "options": options}
+        for plugin, cfg in self.call_each("onnxep_capture_policy", **kwargs):
+            if isinstance(cfg, CaptureConfig):
+                found = found or cfg
+                continue
+            self.record(
+                PluginFailure(
+                    plugin,
+                    self.source_of(plugin),
+                    f"returned a {type(cfg).__name__}, not a CaptureConfig or None",
+                    "onnxep_capture_policy",
+                    provider=provider.name,
+                    effect="its answer was ignored: no graph capture from this plugin",
+                )
+            )
+        return found
 
     def default_names(self) -> list[str]:
         """The providers a session takes when none are named: plugins.toml's ``order``.
