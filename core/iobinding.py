@@ -75,7 +75,7 @@ class IOBinding:
     # -- the device provider --------------------------------------------------------------
     def _device_provider(self, why: str) -> Any:
         for p in self._session.providers:
-            if p.device != "cpu" and hasattr(p, "adopt"):
+            if p.device != "cpu" and p.implements("adopt"):
                 return p
         raise InvalidArgument(
             f"{why}, but this session has no device provider "

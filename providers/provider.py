@@ -132,5 +132,37 @@ class Provider:
         """
         return None
 
+    # -- device arrays: IO binding and onnxep.generate ---------------------------------
+    # A device provider overrides these to take a caller's arrays without a copy; the core
+    # asks ``implements(name)`` first and never calls a default, which names what is missing.
+    def adopt(self, value: Any) -> Any:
+        """This provider's view of a caller's device array (its own kind, an object with
+        ``__cuda_array_interface__``, a DLPack producer), without a copy."""
+        raise NotSupported(f"provider {self.name!r} takes no bound device arrays (adopt)")
+
+    def wrap_pointer(self, ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An array over device memory the caller owns (onnxruntime's ``buffer_ptr`` form)."""
+        raise NotSupported(
+            f"provider {self.name!r} cannot wrap a raw device pointer (wrap_pointer)"
+        )
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Write ``src`` (host or device) into this provider's array ``dst`` in place."""
+        raise NotSupported(
+            f"provider {self.name!r} cannot write into a bound device buffer (copy_into)"
+        )
+
+    def transfer_counts(self) -> dict[str, int]:
+        """Copies made so far (cumulative): ``device_to_host``, ``host_to_device``."""
+        raise NotSupported(f"provider {self.name!r} does not count its copies (transfer_counts)")
+
+    def implements(self, method: str) -> bool:
+        """True when this provider (its class, or the instance itself) overrides the base
+        class's ``method``: ``adopt``, ``wrap_pointer``, ``copy_into``, ``transfer_counts``,
+        ``run_context``."""
+        base = getattr(Provider, method)
+        own = getattr(self, method, None)
+        return own is not None and getattr(own, "__func__", own) is not base
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"

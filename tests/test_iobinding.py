@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import make_model, tensor
@@ -153,3 +155,33 @@ def test_read_only_dlpack_import_of_an_ortvalue():
     else:
         with pytest.raises(InvalidArgument, match="read-only"):
             io.bind_output("z", out)
+
+
+def test_provider_declares_the_device_methods_io_binding_uses():
+    """The SDK's Provider declares adopt, wrap_pointer, copy_into and transfer_counts: a
+    provider that does not override one says which feature it lacks, and the core asks
+    ``implements`` before it calls one."""
+    from onnxep.errors import NotSupported
+    from onnxep.providers import Provider
+
+    class Plain(Provider):
+        pass
+
+    class Adopting(Provider):
+        def adopt(self, value):
+            return value
+
+    plain = Plain("plain", device="elsewhere")
+    for method, args, feature in [
+        ("adopt", (np.ones(2),), "takes no bound device arrays (adopt)"),
+        ("wrap_pointer", (0, (2,), np.float32), "cannot wrap a raw device pointer"),
+        ("copy_into", (np.ones(2), np.ones(2)), "cannot write into a bound device buffer"),
+        ("transfer_counts", (), "does not count its copies"),
+    ]:
+        assert not plain.implements(method)
+        with pytest.raises(NotSupported, match=re.escape(f"provider 'plain' {feature}")):
+            getattr(plain, method)(*args)
+    assert Adopting("a").implements("adopt") and not Adopting("a").implements("copy_into")
+    on_instance = Plain("p")
+    on_instance.run_context = lambda: None  # an option may set one on the instance
+    assert on_instance.implements("run_context") and not plain.implements("run_context")

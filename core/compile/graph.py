@@ -29,11 +29,7 @@ def _syncs(providers: Sequence[Provider]) -> dict:
 def _run_contexts(providers: Sequence[Provider]) -> tuple[RunContext, ...]:
     """The providers that override ``run_context`` (on the class, or on the instance when an
     option asks for one); a session without any pays nothing per run."""
-    return tuple(
-        (p.name, p.run_context)
-        for p in providers
-        if getattr(p.run_context, "__func__", None) is not Provider.run_context
-    )
+    return tuple((p.name, p.run_context) for p in providers if p.implements("run_context"))
 
 
 class ConstCache:

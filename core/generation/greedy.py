@@ -214,10 +214,10 @@ class GreedyDecoder:
         self.provider = session.providers[0]
         self.on_device = self.provider.device != "cpu"
         # IO binding leaves arrays on a device only through a provider that adopts them
-        self._state_on_device = self.on_device and hasattr(self.provider, "adopt")
+        self._state_on_device = self.on_device and self.provider.implements("adopt")
         self._dims = {**(model_dims(session.model_path) if session.model_path else {})}
         self._dims.update(dims or {})
-        self._counted = [p for p in session.providers if hasattr(p, "transfer_counts")]
+        self._counted = [p for p in session.providers if p.implements("transfer_counts")]
         self._share_on_host = bool(share_on_host)
         self._in_place = self._updated_in_place()
         self.state_path, self.state_note = self._choose_path()
@@ -267,7 +267,7 @@ class GreedyDecoder:
             )
         if not self.on_device:
             return FEED_BACK, f"{p.name} provider: outputs fed back as inputs in host memory"
-        if not hasattr(p, "adopt"):
+        if not p.implements("adopt"):
             return FEED_BACK, (
                 f"provider {p.name!r} takes no bound device arrays (no adopt()), so IO binding "
                 "leaves the state in host memory"

@@ -89,7 +89,7 @@ class OnnxepSide(Side):
         """Device-to-host reads of one more run with the last feeds, from the providers'
         own transfer counters (None when no provider counts its copies)."""
         counters = [
-            p.transfer_counts for p in self.session.providers if hasattr(p, "transfer_counts")
+            p.transfer_counts for p in self.session.providers if p.implements("transfer_counts")
         ]
         if not counters or self._last_feeds is None:
             return None
