@@ -61,7 +61,6 @@ class IOBinding:
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, _OutputBinding] = {}
         self._results: list[OrtValue] = []
-        self._host_read: set[str] | None = None
         #: outputs the last run copied into their bound buffers (a shared one needs none)
         self.copied_outputs: list[str] = []
         # where each bound output buffer starts, and the inputs bound to one of those buffers
@@ -278,7 +277,8 @@ class IOBinding:
             )
 
     # -- running --------------------------------------------------------------------------
-    def _run(self, run_options: Any = None) -> None:
+    def run(self, run_options: Any = None) -> None:
+        """Run with these bindings (what ``InferenceSession.run_with_iobinding`` calls)."""
         sess = self._session
         names = list(self._outputs) or [o.name for o in sess.get_outputs()]
         feeds = self._inputs
@@ -290,7 +290,7 @@ class IOBinding:
         if self._shared_inputs:
             outs = self._run_sharing(feeds, names, run_options)
         else:
-            outs = sess._run_on_device(feeds, names, run_options)  # noqa: SLF001 - same package
+            outs = sess.compiled.run(feeds, names, on_device=True, run_options=run_options)
         self.copied_outputs = []
         self._results = [self._deliver(n, v) for n, v in zip(names, outs)]
 
@@ -303,14 +303,18 @@ class IOBinding:
         output not written into a bound buffer is copied here when it does, as
         a plain run would copy it.
         """
-        sess = self._session
-        inputs = sess._feeds(feeds)  # noqa: SLF001 - same package
-        pick = sess._pick(names)  # noqa: SLF001
+        compiled = self._session.compiled
+        inputs = compiled.feeds(feeds)
+        pick = compiled.pick(names)
         # Shared device buffers are read in place by a captured graph too: no cache copy.
-        order = sess._input_order  # noqa: SLF001
+        order = compiled.input_names
         shared = [i for i, n in enumerate(order) if n in self._shared_inputs]
-        outs = sess._device_run(  # noqa: SLF001
-            inputs, run_options, protect=False, in_place=shared, donated=self._donated(feeds)
+        outs = compiled.run_on_device(
+            inputs,
+            run_options=run_options,
+            protect=False,
+            in_place=shared,
+            donated=self._donated(feeds),
         )
         roots = root_ids(inputs)
         result = []
@@ -328,7 +332,7 @@ class IOBinding:
         last = self._donation
         if last is not None and last[0] == names and all(map(operator.is_, last[1], arrays)):
             return last[2]
-        pairs = self._session._inplace  # noqa: SLF001 - same package
+        pairs = self._session.compiled.inplace
         out: dict[str, int] = {}
         for name in self._shared_inputs & pairs.keys():
             node, output = pairs[name]
@@ -341,17 +345,7 @@ class IOBinding:
 
     def _host_read_inputs(self) -> set[str]:
         """Graph inputs that some host-side step of the plan reads directly."""
-        if getattr(self, "_host_read", None) is None:
-            sess = self._session
-            plan = sess._main.plan  # noqa: SLF001 - same package
-            device = {p.name: p.device for p in sess.providers}
-            slot_name = {s: n for s, n in zip(plan.input_slots, sess._input_order)}  # noqa: SLF001
-            read: set[str] = set()
-            for step in plan.steps:
-                if step.kind == "kernel" and device.get(step.provider) == "cpu":
-                    read.update(slot_name[s] for s in step.inputs if s in slot_name)
-            self._host_read = read
-        return self._host_read
+        return self._session.compiled.host_read_inputs()
 
     def _deliver(self, name: str, value: Any) -> OrtValue:
         last = self._in_place.get(name)

@@ -32,13 +32,13 @@ class _GraphMemory:
         # provider's allocator: point it here too, so nothing a graph uses comes from the
         # session pool, which would hand it out again once its Python object is gone.
         p = self._provider
-        saved = p._malloc  # noqa: SLF001 - the provider's allocator, swapped for the capture
-        p._malloc = self.pool.malloc  # noqa: SLF001
+        saved = p._malloc
+        p._malloc = self.pool.malloc
         try:
             with self._cupy.cuda.using_allocator(self.pool.malloc):
                 yield
         finally:
-            p._malloc = saved  # noqa: SLF001
+            p._malloc = saved
 
 
 class CudaGraphBackend:
@@ -46,7 +46,7 @@ class CudaGraphBackend:
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
-        self._cupy = provider._cupy  # noqa: SLF001 - the provider's own CuPy module
+        self._cupy = provider._cupy
 
     def memory(self) -> _GraphMemory:
         return _GraphMemory(self._cupy, self.provider)

@@ -291,8 +291,8 @@ def test_outputs_are_not_the_graphs_buffers(fake):
     (z1,) = sess.run(None, f)
     (z2,) = sess.run(None, _feeds(1))
     np.testing.assert_allclose(z1, _expected(f["x"], f["y"], "Relu"), rtol=1e-6)
-    outs = sess._run_on_device(_feeds(2))  # noqa: SLF001
-    outs2 = sess._run_on_device(_feeds(3))  # noqa: SLF001
+    outs = sess.compiled.run(_feeds(2), on_device=True)
+    outs2 = sess.compiled.run(_feeds(3), on_device=True)
     assert outs[0] is not outs2[0]
     f2 = _feeds(2)
     np.testing.assert_allclose(outs[0], _expected(f2["x"], f2["y"], "Relu"), rtol=1e-6)

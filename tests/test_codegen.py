@@ -34,7 +34,7 @@ def test_shape_cache_hits_and_keys_by_shape():
             f[arg.name] = rng.standard_normal((1, 2, past, 64)).astype(np.float32)
         return f
 
-    steps = [s for s in sess._main.plan.steps if s.shape_only]  # noqa: SLF001
+    steps = [s for s in sess.compiled.plan.steps if s.shape_only]
     assert any(s.op_type == "Shape" for s in steps)
     assert any(s.op_type == "Range" for s in steps)
     a, b = feeds(3, 5), feeds(4, 2)
@@ -43,5 +43,5 @@ def test_shape_cache_hits_and_keys_by_shape():
         for f, want in ((a, want_a), (b, want_b)):
             for x, y in zip(sess.run(None, f), want):
                 np.testing.assert_array_equal(x, y)
-    cache = sess._main.executor.shape_cache  # noqa: SLF001
+    cache = sess.compiled.executor.shape_cache
     assert cache.hits >= 4 and len(cache.entries) == 2

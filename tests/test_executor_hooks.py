@@ -146,7 +146,7 @@ def test_run_context_on_the_profiled_and_device_paths(toydev, chain, tmp_path):
     sess = toydev(chain, sess_options=so)
     f = _feeds()
     np.testing.assert_array_equal(sess.run(None, f)[0], _want(f)[0])
-    np.testing.assert_array_equal(sess._run_on_device(f)[0], _want(f)[0])  # noqa: SLF001
+    np.testing.assert_array_equal(sess.compiled.run(f, on_device=True)[0], _want(f)[0])
     assert sess.providers[0].entered == 2
 
 
@@ -162,23 +162,23 @@ def test_a_failing_run_context_names_the_provider_and_leaves_the_session_usable(
 
 def test_providers_without_a_run_context_add_nothing(add_relu_model):
     sess = onnxep.InferenceSession(add_relu_model, providers=["cpu"])
-    assert sess._main.executor._contexts == ()  # noqa: SLF001
+    assert sess.compiled.executor.contexts == ()
 
 
 def test_outputs_stay_on_the_device_that_made_them(toydev, chain):
     sess = toydev(chain)
     f = _feeds()
     for _ in range(3):  # the checked first run, then the generated function
-        r, out = sess._run_on_device(f)  # noqa: SLF001
+        r, out = sess.compiled.run(f, on_device=True)
         assert type(r) is ToyArray  # made by the toy provider, not copied to the host
         assert type(out) is np.ndarray  # made by the CPU provider
         for got, want in zip((r, out), _want(f)):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
         host_r, _ = sess.run(None, f)
         assert type(host_r) is np.ndarray
-    (only_out,) = sess._run_on_device(f, ["out"])  # noqa: SLF001
+    (only_out,) = sess.compiled.run(f, ["out"], on_device=True)
     np.testing.assert_allclose(only_out, _want(f)[1], rtol=1e-6)
-    plan = sess._main.plan  # noqa: SLF001
+    plan = sess.compiled.plan
     assert plan.output_copies == 1
     assert len(plan.on_device().steps) == len(plan.steps) - 1
 
@@ -198,7 +198,7 @@ def test_on_device_keeps_an_output_whose_host_copy_is_made_early(toydev):
     sess = toydev(m)
     x = np.array([-1, 0, 2], np.float32)
     for _ in range(2):
-        r, out = sess._run_on_device({"x": x})  # noqa: SLF001
+        r, out = sess.compiled.run({"x": x}, on_device=True)
         assert type(r) is ToyArray and type(out) is ToyArray
         np.testing.assert_array_equal(np.asarray(r), np.maximum(x, 0))
         np.testing.assert_allclose(np.asarray(out), sess.run(None, {"x": x})[1])
@@ -207,6 +207,6 @@ def test_on_device_keeps_an_output_whose_host_copy_is_made_early(toydev):
 def test_run_on_device_checks_feeds_like_run(toydev, chain):
     sess = toydev(chain)
     with pytest.raises(onnxep.errors.InvalidArgument, match="missing input 'y'"):
-        sess._run_on_device({"x": _feeds()["x"]})  # noqa: SLF001
+        sess.compiled.run({"x": _feeds()["x"]}, on_device=True)
     with pytest.raises(onnxep.errors.InvalidArgument, match="unknown output 'q'"):
-        sess._run_on_device(_feeds(), ["q"])  # noqa: SLF001
+        sess.compiled.run(_feeds(), ["q"], on_device=True)

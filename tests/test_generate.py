@@ -273,7 +273,7 @@ def test_full_capacity_mask_on_shared_host_buffers_gives_the_growing_decode(name
     assert dec.state_path == SHARED and dec.full_mask, dec.state_note
     masks = []
     while not dec.done:
-        feeds = dec._step_feeds()  # noqa: SLF001 - the mask this step binds
+        feeds = dec.step_feeds()
         masks.append(feeds[dec.spec.mask])
         dec.step()
     assert dec.finish().tokens == grown.tokens

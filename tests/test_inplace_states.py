@@ -132,7 +132,7 @@ def test_a_plain_run_never_writes_over_its_feeds(updating):
     """Donations come only from IO binding: ``run`` with the same arrays leaves them as given."""
     sess = onnxep.InferenceSession(HYBRID, providers=["fakedev"])
     dec = GreedyDecoder(sess, PROMPT, 2, capacity=12, dims=model_dims(HYBRID))
-    feeds = {**dec._step_feeds(), **dec.states}  # noqa: SLF001 - the first run's feeds
+    feeds = {**dec.step_feeds(), **dec.states}
     fixed = [s.name for s in _fixed_states(sess)]
     before = {k: np.array(feeds[k], copy=True) for k in fixed}
     sess.run(None, feeds)

@@ -209,7 +209,7 @@ def test_outputs_on_the_device_path_do_not_alias_feeds_either():
     sess = _session(model)
     x = _feed(model)
     for _ in range(3):
-        (y,) = sess._run_on_device({"x": x})  # noqa: SLF001
+        (y,) = sess.compiled.run({"x": x}, on_device=True)
         assert not np.shares_memory(y, x)
 
 
@@ -267,7 +267,7 @@ def test_plan_time_rules():
         [tensor("x", [3]), tensor("r", [3]), tensor("z", [3]), tensor("n", [2])],
     )
     sess = _session(model, onnxep.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    x_rule, r_rule, z_rule, n_rule = sess._main.executor._host.rules  # noqa: SLF001
+    x_rule, r_rule, z_rule, n_rule = sess.compiled.executor.rules
     assert x_rule.copy
     assert r_rule == OutputRule(r_rule.slot, check=FEED)
     assert z_rule == OutputRule(z_rule.slot)

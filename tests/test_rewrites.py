@@ -82,7 +82,7 @@ def test_large_transpose_of_a_weight_folds_contiguous():
     )
     sess = onnxep.InferenceSession(m, providers=["cpu"])
     assert [n.node for n in sess.placement()] == ["g"]
-    plan = sess._main.plan  # noqa: SLF001
+    plan = sess.compiled.plan
     tables = [v for v in plan.template if isinstance(v, np.ndarray) and v.size == w.size]
     assert tables and all(t.flags.c_contiguous for t in tables)
     (y,) = sess.run(None, {"ids": np.array([3, 1999])})

@@ -98,17 +98,19 @@ class Executor:
         self.plan = plan
         self.profiler = profiler
         self._sync = sync or {}
-        self._contexts = tuple(contexts)
+        self.contexts = tuple(contexts)
         self._protect_feeds = protect_feeds
         self._host = _Variant(plan, protect_feeds)
         self._device: _Variant | None = None  # built on the first run_on_device
         self._device_shared: _Variant | None = None  # run_on_device(protect_feeds=False)
         self.shape_cache = self._host.shape_cache
+        #: the output rules of host runs (aliasing: which outputs are copied, and why)
+        self.rules = self._host.rules
 
     def run(self, feeds: Sequence[Any]) -> list[Any]:
         """Run the plan; every output is in host memory."""
-        if self._contexts:
-            with self._enter_contexts():
+        if self.contexts:
+            with self.enter_contexts():
                 return self._run(self._host, feeds)
         return self._run(self._host, feeds)
 
@@ -127,8 +129,8 @@ class Executor:
             variant = self._device_shared
             if variant is None:
                 variant = self._device_shared = _Variant(self.plan.on_device(), False)
-        if self._contexts:
-            with self._enter_contexts():
+        if self.contexts:
+            with self.enter_contexts():
                 return self._run(variant, feeds)
         return self._run(variant, feeds)
 
@@ -147,9 +149,9 @@ class Executor:
         except Exception as exc:
             raise self._error(v, exc) from exc
 
-    def _enter_contexts(self) -> ExitStack:
+    def enter_contexts(self) -> ExitStack:
         stack = ExitStack()
-        for name, make in self._contexts:
+        for name, make in self.contexts:
             try:
                 cm = make()
                 if cm is not None:

@@ -134,7 +134,7 @@ def _unshared_caches(session: Any, spec: DecodeSpec) -> list[str]:
     length ``max(total_sequence_length, past capacity)``, and its kernels
     write the new rows into the past buffer (inputs 3, 4) when that fits.
     """
-    outputs = {v.name: v for v in session._model.graph.outputs}  # noqa: SLF001 - same package
+    outputs = {v.name: v for v in session.compiled.model.graph.outputs}
     unshared = []
     for s in spec.states:
         if s.grow_axis is None:
@@ -335,7 +335,7 @@ class GreedyDecoder:
         snaps = [p.transfer_counts() for p in self._counted]
         return sum(c["device_to_host"] for c in snaps), sum(c["host_to_device"] for c in snaps)
 
-    def _step_feeds(self) -> dict[str, np.ndarray]:
+    def step_feeds(self) -> dict[str, np.ndarray]:
         """The next run's ids, mask and positions (small host arrays, copied up by the run)."""
         spec = self.spec
         n = self.ids.shape[1]
@@ -382,7 +382,7 @@ class GreedyDecoder:
         n = self.ids.shape[1]
         before = self._counts()
         t0 = time.perf_counter()
-        for name, value in self._step_feeds().items():
+        for name, value in self.step_feeds().items():
             self.io.bind_cpu_input(name, value)
         self.session.run_with_iobinding(self.io)
         t1 = time.perf_counter()
@@ -440,7 +440,7 @@ class GreedyDecoder:
 
     def host_feeds(self) -> dict[str, np.ndarray]:
         """The next run's feeds in host memory (for a profiled run outside any timing)."""
-        f = self._step_feeds()
+        f = self.step_feeds()
         to_host = self.provider.to_host
         for name, value in self.states.items():
             f[name] = value if isinstance(value, np.ndarray) else np.asarray(to_host(value))

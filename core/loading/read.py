@@ -77,12 +77,22 @@ def read_model(model: ModelLike) -> LoadedModel:
     )
 
 
+def _all_tensors(graph: onnx.GraphProto):
+    """Every tensor of ``graph``: initializers and attribute tensors, subgraphs' included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            for g in [a.g] if a.HasField("g") else []:
+                yield from _all_tensors(g)
+            for g in a.graphs:
+                yield from _all_tensors(g)
+
+
 def _external_tensors(proto: onnx.ModelProto):
-    return [
-        t
-        for t in external_data_helper._get_all_tensors(proto)
-        if external_data_helper.uses_external_data(t)
-    ]
+    return [t for t in _all_tensors(proto.graph) if external_data_helper.uses_external_data(t)]
 
 
 def _refuse_external(proto: onnx.ModelProto, what: str) -> None:

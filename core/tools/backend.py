@@ -64,9 +64,10 @@ class OnnxepBackend(Backend):
             providers = ["cuda", "cpu"] if device.upper() == "CUDA" else list(cls.default_providers)
         sess = InferenceSession(model, sess_options=sess_options, providers=providers)
         proto = model if isinstance(model, onnx.ModelProto) else None
-        names = (
-            [i.name for i in proto.graph.input] if proto is not None else sess._input_order  # noqa: SLF001 - same package
-        )
+        if proto is not None:
+            names = [i.name for i in proto.graph.input]
+        else:
+            names = sess.compiled.input_names
         return OnnxepBackendRep(sess, names)
 
     @classmethod

@@ -53,8 +53,11 @@ class Parser(argparse.ArgumentParser):
 
     def _chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser | None:
         for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):  # argparse's subcommand table
-                return action.choices.get(getattr(ns, action.dest, None))
+            # the subcommand table: an action whose choices are the subcommands' parsers
+            table = action.choices if isinstance(action.choices, dict) else {}
+            chosen = table.get(getattr(ns, action.dest, None))
+            if isinstance(chosen, argparse.ArgumentParser):
+                return chosen
         return None
 
 

@@ -97,7 +97,7 @@ def _index_bounds(sess: Any) -> dict[str, int]:
     Token ids, token types and positions then stay inside their embedding tables.
     """
     out: dict[str, int] = {}
-    graph = sess._model.graph  # noqa: SLF001 - same package
+    graph = sess.compiled.model.graph
     for value in graph.inputs:
         for use in value.uses():
             node = use.node

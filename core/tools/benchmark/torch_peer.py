@@ -135,7 +135,7 @@ class _DecoderBase:
             f"model.layers.{cfg['layers']}.final_norm_layernorm.weight", torch.float32
         )
 
-    def _in(self, feeds: Mapping[str, Any], name: str, dtype: Any = None) -> Any:
+    def feed_in(self, feeds: Mapping[str, Any], name: str, dtype: Any = None) -> Any:
         v = feeds[name]
         t = v if isinstance(v, self.torch.Tensor) else self.torch.from_numpy(np.asarray(v))
         return t.to(self.device, dtype) if dtype is not None else t.to(self.device)
@@ -201,17 +201,17 @@ class _DecoderBase:
     def run(self, feeds: Mapping[str, Any]) -> list[Any]:
         """One run on the model's feeds: past state in, present state out (concatenated)."""
         torch = self.torch
-        ids = self._in(feeds, "input_ids", torch.long)
+        ids = self.feed_in(feeds, "input_ids", torch.long)
         past = self._past(feeds)
         if "position_ids" in feeds:
-            positions = self._in(feeds, "position_ids", torch.long)
+            positions = self.feed_in(feeds, "position_ids", torch.long)
             if positions.dim() == 3:
                 positions = positions[0]  # text: the three MRoPE rows are equal
         else:
             b, s = ids.shape
             positions = torch.arange(past, past + s, device=self.device)[None].expand(b, s)
         outputs: dict[str, Any] = {}
-        cache = ConcatCache(self, feeds, outputs, self._in(feeds, "attention_mask"), past)
+        cache = ConcatCache(self, feeds, outputs, self.feed_in(feeds, "attention_mask"), past)
         outputs["logits"] = self.forward(ids, positions, cache)
         return self.finish(outputs)
 
@@ -233,8 +233,9 @@ class ConcatCache:
     def kv(self, i: int, k: Any, v: Any) -> tuple[Any, Any, Any]:
         """Layer ``i``'s keys and values with the new rows k, v [B, KV, S, D], and the mask."""
         torch, s = self.torch, k.shape[2]
-        k = torch.cat([self.peer._in(self.feeds, f"past_key_values.{i}.key", k.dtype), k], dim=2)
-        v = torch.cat([self.peer._in(self.feeds, f"past_key_values.{i}.value", v.dtype), v], 2)
+        past = self.peer.feed_in
+        k = torch.cat([past(self.feeds, f"past_key_values.{i}.key", k.dtype), k], dim=2)
+        v = torch.cat([past(self.feeds, f"past_key_values.{i}.value", v.dtype), v], 2)
         self.outputs[f"present.{i}.key"], self.outputs[f"present.{i}.value"] = k, v
         total = k.shape[2]
         q_pos = torch.arange(self.past, self.past + s, device=k.device)[:, None]
@@ -243,13 +244,13 @@ class ConcatCache:
         return k, v, allowed
 
     def conv(self, i: int, dtype: Any) -> Any:
-        return self.peer._in(self.feeds, f"past.{i}.conv", dtype)
+        return self.peer.feed_in(self.feeds, f"past.{i}.conv", dtype)
 
     def set_conv(self, i: int, value: Any) -> None:
         self.outputs[f"present.{i}.conv"] = value
 
     def recurrent(self, i: int) -> Any:
-        return self.peer._in(self.feeds, f"past.{i}.recurrent", self.torch.float32)
+        return self.peer.feed_in(self.feeds, f"past.{i}.recurrent", self.torch.float32)
 
     def set_recurrent(self, i: int, value: Any) -> None:
         self.outputs[f"present.{i}.recurrent"] = value
