@@ -71,8 +71,8 @@ def measure(
 ) -> dict:
     import cupy
 
-    from onnxep.providers_cuda.ops._attention_cuda import sm_count
-    from onnxep.providers_cuda.ops._gqa_geometry import decode_splits, plan_decode
+    from onnxep.providers_cuda.ops.attention_cuda import sm_count
+    from onnxep.providers_cuda.ops.gqa_geometry import decode_splits, plan_decode
     from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 
     nh, nkv, d = MODELS[model]

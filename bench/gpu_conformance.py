@@ -33,9 +33,9 @@ def _run(case: Any, providers: list[str], strict: bool) -> tuple[str, str]:
 
     import onnxep
     from onnxep.errors import FallbackError, NotImplementedOp
-    from onnxep.tools.conformance import _case_data, _case_model
+    from onnxep.tools.conformance import case_data, case_model
 
-    model = _case_model(case)
+    model = case_model(case)
     names = [i.name for i in model.graph.input]
     opts = onnxep.SessionOptions(disable_fallback=strict, log_severity_level=3)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -47,7 +47,7 @@ def _run(case: Any, providers: list[str], strict: bool) -> tuple[str, str]:
         except Exception as exc:
             return "failed", f"session: {type(exc).__name__}: {exc}"[:400]
         try:
-            for ins, outs in _case_data(case):
+            for ins, outs in case_data(case):
                 got = sess.run(None, dict(zip(names, ins)))
                 Runner.assert_similar_outputs(outs, got, case.rtol, case.atol, case.model_dir)
         except Exception as exc:

@@ -9,7 +9,7 @@ Qwen2.5-1.5B's (1536 -> 2048, 1536 -> 1536, 1536 -> 8960, 8960 -> 1536, 1536 -> 
 Cases, each on the same activations:
 
 * ``fp16_cublas``: ``x @ W`` with W ``[K, N]`` float16 through ``providers_cuda.blas``;
-* ``fp16_gemv``: the same product through the GEMV kernel (``_gemv_cuda.Gemv``: one launch,
+* ``fp16_gemv``: the same product through the GEMV kernel (``gemv_cuda.Gemv``: one launch,
   split K merged by the last block of each tile), checked to agree with cuBLAS; a session's
   plain MatMul runs cuBLAS, onnxep::MatMulBias this kernel;
 * ``fp16_cublas_bias`` / ``fp16_gemv_bias``: ``x @ W + bias`` as MatMulBias would run it
@@ -21,7 +21,7 @@ Cases, each on the same activations:
   for comparison;
 * ``fp16_nt``: the same product through onnxep::MatMulNT's CUDA kernel on W^T stored
   ``[N, K]`` (what ``fuse_transposed_weights`` makes): the warp-per-output GEMV where its
-  routing rule (``_gemv_nt_cuda.use_warps``) says so, else cuBLAS with ``trans_b``; the row's
+  routing rule (``gemv_nt_cuda.use_warps``) says so, else cuBLAS with ``trans_b``; the row's
   ``route`` says which; checked to agree with cuBLAS;
 * ``fp16_nt_swiglu`` (joined gate/up shapes only): MatMulNT with ``activation="swiglu"``,
   the SwiGLU in the GEMV's epilogue, against ``fp16_cublas`` plus one SwiGLU launch.
@@ -149,7 +149,7 @@ def _copy_tbs(cupy, replays: int) -> float:
 
 def _fp16_cases(cupy, k: int, n: int, x):
     from onnxep.providers_cuda import blas, nvrtc
-    from onnxep.providers_cuda.ops._gemv_cuda import Gemv
+    from onnxep.providers_cuda.ops.gemv_cuda import Gemv
     from onnxep.providers_cuda.xp import cuda_namespace
 
     w = (cupy.random.standard_normal((k, n), dtype=cupy.float32) * 0.05).astype(cupy.float16)
@@ -189,7 +189,7 @@ def _nt_case(cupy, x, wt, activation: str):
     its routing rule takes; the plain product is checked against cuBLAS first."""
     from onnxep.providers.node import NodeInfo, ValueInfo
     from onnxep.providers_cuda import blas
-    from onnxep.providers_cuda.ops._gemv_nt_cuda import GemvNT
+    from onnxep.providers_cuda.ops.gemv_nt_cuda import GemvNT
     from onnxep.providers_cuda.ops.op_onnxep_matmul_nt import matmul_nt
     from onnxep.providers_cuda.xp import cuda_namespace
 

@@ -46,7 +46,7 @@ def main() -> dict:
 
     res = {
         "piece_flags_c_contiguous": per_call_us(lambda: a.flags.c_contiguous),
-        "piece__c_contiguous": per_call_us(lambda: getattr(a, "_c_contiguous", None)),
+        "piece__c_contiguous": per_call_us(lambda: getattr(a, "c_contiguous", None)),
         "piece_dtype_name": per_call_us(lambda: a.dtype.name),
         "piece_data_ptr": per_call_us(lambda: a.data.ptr),
         "piece_get_current_stream_ptr": per_call_us(

@@ -6,14 +6,14 @@
 
 Per head shape (query heads / KV heads / head size), length and dtype, one JSON line:
 
-* ``flash_ms``: the tensor-core kernel alone (``_flash_prefill.plan``), a first prompt of
+* ``flash_ms``: the tensor-core kernel alone (``flash_prefill.plan``), a first prompt of
   ``length`` tokens per batch row (causal, and ``--bidirectional`` adds non-causal rows),
   in the tile shape the plan picks (``flash_tiles``); ``flash_tflops``: its useful FLOPs
   (4 * D per attended query-key pair: Q.K^T and P.V) over that time; up to head size 64
   ``flash_ms_1tile`` / ``flash_ms_2tile`` time both shapes (one or two m16 tiles per warp),
-  so the plan's rule (``_flash_prefill.m_tiles``) can be checked;
+  so the plan's rule (``flash_prefill.m_tiles``) can be checked;
 * ``step_flash_ms`` / ``step_tiled_ms``: GroupQueryAttention's whole prefill step (packed
-  QKV in, rotary, cache append, attention) through ``_gqa_step.plan_step`` with the
+  QKV in, rotary, cache append, attention) through ``gqa_step.plan_step`` with the
   tensor-core kernel and with the tiled one (float16; the tiled one only up to
   ``--tiled-max`` tokens, it is slow), and ``speedup`` between the two;
 * ``torch_sdpa_ms`` / ``torch_tflops``: torch's ``scaled_dot_product_attention`` (its
@@ -97,7 +97,7 @@ def build_flash(xp, kernels, dt, b, nh, nkv, d, s, causal, rand, sms=1, tiles=No
     """The kernel alone, one call: Q (B, Hq, S, D), caches (B, Hkv, S, D), first prompts of
     s tokens; ``rand(shape)`` makes inputs (bfloat16 as their bits); ``tiles`` m16 tiles per
     warp (None: the plan's choice on ``sms`` SMs). Returns the call (``call.geometry``)."""
-    from onnxep.providers_cuda.ops import _flash_prefill as fp
+    from onnxep.providers_cuda.ops import flash_prefill as fp
 
     store = np.uint16 if dt.name == "bfloat16" else dt  # CuPy has no bfloat16: its bits
     q, k, v = rand((b, nh, s, d)), rand((b, nkv, s, d)), rand((b, nkv, s, d))
@@ -123,11 +123,11 @@ def build_flash(xp, kernels, dt, b, nh, nkv, d, s, causal, rand, sms=1, tiles=No
 
 def build_step(xp, dt, b, nh, nkv, d, s, causal, flash, rand, sms):
     """GroupQueryAttention's prefill step (packed QKV, rotary, cache append, attention) with
-    the tensor-core kernel (``flash``: a ``_flash_prefill.Kernels``) or the tiled one (None).
+    the tensor-core kernel (``flash``: a ``flash_prefill.Kernels``) or the tiled one (None).
     Returns (the call, giving the step's outputs, and the step's route)."""
-    from onnxep.providers_cuda.ops._attention_cuda import kernels_by_dtype
-    from onnxep.providers_cuda.ops._gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
-    from onnxep.providers_cuda.ops._gqa_step import plan_step
+    from onnxep.providers_cuda.ops.attention_cuda import kernels_by_dtype
+    from onnxep.providers_cuda.ops.gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
+    from onnxep.providers_cuda.ops.gqa_step import plan_step
     from onnxep.providers_cuda.ops.op_group_query_attention import GqaConfig
 
     cfg = GqaConfig(num_heads=nh, kv_num_heads=nkv, scale=0.0, softcap=0.0, window=-1,
@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
     import ml_dtypes  # noqa: F401 - registers numpy's "bfloat16"
 
-    from onnxep.providers_cuda.ops import _flash_prefill as fp
-    from onnxep.providers_cuda.ops._attention_cuda import sm_count
+    from onnxep.providers_cuda.ops import flash_prefill as fp
+    from onnxep.providers_cuda.ops.attention_cuda import sm_count
 
     sms = sm_count()
     torch = None if a.no_torch else _torch()

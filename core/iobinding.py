@@ -137,6 +137,13 @@ class IOBinding:
         self._inputs[name] = arr
         self._note_input(name, arr)
 
+    def bound_input(self, name: str) -> Any:
+        """The array a run feeds as input ``name``: a bound device array is the provider's
+        view of the caller's memory, not a copy of it."""
+        if name not in self._inputs:
+            raise InvalidArgument(f"input {name!r} is not bound")
+        return self._inputs[name]
+
     def bind_ortvalue_input(self, name: str, value: Any) -> None:
         self.bind_input_array(name, value.array if isinstance(value, OrtValue) else value)
 

@@ -19,7 +19,7 @@ import sys
 from urllib.parse import unquote, urlparse
 
 
-def _checkout() -> str | None:
+def source_checkout() -> str | None:
     """The folder onnxep is installed from in editable mode (``pip install -e``), if it is."""
     # Every onnxep distribution on the path: a checkout's own onnxep.egg-info (the
     # current folder) has no direct_url.json, the installed editable record has.
@@ -35,7 +35,7 @@ def _checkout() -> str | None:
 
 def install_command(extra: str) -> str:
     """How to add ``extra`` the way this onnxep was installed: from a checkout or the index."""
-    where = _checkout()
+    where = source_checkout()
     if where is not None:
         return f'pip install -e ".[{extra}]" (in the checkout {where})'
     return f'pip install "onnxep[{extra}]"'

@@ -35,12 +35,12 @@ __all__ = ["BlasError", "SUPPORTED_DTYPES", "gemm", "matmul", "supports"]
 SUPPORTED_DTYPES = frozenset({"float32", "float16", "float64"})
 
 # cuBLAS / CUDA enum values (cublas_api.h, library_types.h).
-_OP_N, _OP_T = 0, 1
-_CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F = 0, 1, 2
+OP_N, OP_T = 0, 1
+CUDA_R_32F, CUDA_R_64F, CUDA_R_16F = 0, 1, 2
 _COMPUTE_32F, _COMPUTE_64F = 68, 70
 _GEMM_DEFAULT = -1
 _INT_MAX = 2**31 - 1
-_DTYPE_CODE = {"float32": _CUDA_R_32F, "float16": _CUDA_R_16F, "float64": _CUDA_R_64F}
+_DTYPE_CODE = {"float32": CUDA_R_32F, "float16": CUDA_R_16F, "float64": CUDA_R_64F}
 _COMPUTE = {"float32": _COMPUTE_32F, "float16": _COMPUTE_32F, "float64": _COMPUTE_64F}
 # alpha and beta have the compute type's C type.
 _SCALAR = {"float32": ctypes.c_float, "float16": ctypes.c_float, "float64": ctypes.c_double}
@@ -232,9 +232,9 @@ def _matrix_layout(x: Any) -> tuple[int, int] | None:
     item = x.itemsize
     sr, sc = x.strides[-2], x.strides[-1]
     if (sc == item or c == 1) and sr % item == 0 and sr // item >= max(c, 1):
-        return _OP_N, max(sr // item, c, 1)
+        return OP_N, max(sr // item, c, 1)
     if (sr == item or r == 1) and sc % item == 0 and sc // item >= max(r, 1):
-        return _OP_T, max(sc // item, r, 1)
+        return OP_T, max(sc // item, r, 1)
     return None
 
 

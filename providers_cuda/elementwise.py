@@ -18,7 +18,7 @@ from typing import Any
 
 from . import nvrtc
 from .launch import Launcher
-from .ops._attention_cuda import sm_count
+from .ops.attention_cuda import sm_count
 
 #: Binary ops: name -> C expression of floats ``x`` and ``y``.
 BINARY = {"add": "x + y", "sub": "x - y", "mul": "x * y", "div": "x / y"}
@@ -88,7 +88,7 @@ def _max_grid() -> int:
     return sm_count() * 32
 
 
-def _launchers(op: str, sig: str) -> dict[Any, Launcher]:
+def launchers(op: str, sig: str) -> dict[Any, Launcher]:
     """This op's kernel per dtype (keyed by the NumPy dtype), loaded on the current device."""
     import numpy as np
 
@@ -98,15 +98,15 @@ def _launchers(op: str, sig: str) -> dict[Any, Launcher]:
     }
 
 
-def _c_contiguous() -> Callable[[Any], bool]:
+def c_contiguous() -> Callable[[Any], bool]:
     """The cheapest C-contiguity test this CuPy offers (``flags`` builds an object per call)."""
     import operator
 
     import cupy
 
     probe = cupy.empty(1)
-    if isinstance(getattr(probe, "_c_contiguous", None), bool):
-        return operator.attrgetter("_c_contiguous")
+    if isinstance(getattr(probe, "c_contiguous", None), bool):
+        return operator.attrgetter("c_contiguous")
     return lambda x: x.flags.c_contiguous
 
 
@@ -144,15 +144,15 @@ def binary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tupl
     """``run(a, b)`` through the raw kernel where it applies, else ``fallback``."""
     import cupy
 
-    launchers = _launchers(op, "pppqqqqq")
+    table = launchers(op, "pppqqqqq")
     grid_cap = _max_grid()
     empty = cupy.ndarray  # allocates from the current pool, one Python frame less
-    stream_ptr = _stream_ptr_fn()
-    contiguous = _c_contiguous()
+    stream_ptr = stream_ptr_fn()
+    contiguous = c_contiguous()
 
     def run(a: Any, b: Any) -> tuple:
         dt = a.dtype
-        la = launchers.get(dt)
+        la = table.get(dt)
         if la is None or b.dtype != dt or not (contiguous(a) and contiguous(b)):
             return fallback(a, b)
         sa, sb = a.shape, b.shape
@@ -185,14 +185,14 @@ def unary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tuple
     """``run(x)`` through the raw kernel for contiguous float32/float16, else ``fallback``."""
     import cupy
 
-    launchers = _launchers(op, "ppq")
+    table = launchers(op, "ppq")
     grid_cap = _max_grid()
     empty = cupy.ndarray  # allocates from the current pool, one Python frame less
-    stream_ptr = _stream_ptr_fn()
-    contiguous = _c_contiguous()
+    stream_ptr = stream_ptr_fn()
+    contiguous = c_contiguous()
 
     def run(x: Any) -> tuple:
-        la = launchers.get(x.dtype)
+        la = table.get(x.dtype)
         if la is None or not contiguous(x):
             return fallback(x)
         out = empty(x.shape, x.dtype)
@@ -205,7 +205,7 @@ def unary_runner(op: str, fallback: Callable[..., tuple]) -> Callable[..., tuple
     return run
 
 
-def _stream_ptr_fn() -> Callable[[], int]:
+def stream_ptr_fn() -> Callable[[], int]:
     from cupy_backends.cuda import stream as stream_module
 
     fast = getattr(stream_module, "get_current_stream_ptr", None)

@@ -15,7 +15,7 @@ record so the session stays usable. A session without index kernels never
 copies the record.
 
 Record layout (int32 words, little-endian; 64-bit fields are word pairs,
-low word first), written by ``ix_report`` in ``ops/_index_cuda.py``:
+low word first), written by ``ix_report`` in ``ops/index_cuda.py``:
 
 ====  ========================================================================
 0     state: 0 clear, 1 set (the kernel thread that sets it writes the rest)

@@ -19,7 +19,7 @@ import numpy as np
 
 class _GraphMemory:
     def __init__(self, cupy: Any, provider: Any) -> None:
-        self._cupy = cupy
+        self.cupy = cupy
         self._provider = provider
         with cupy.cuda.Device(provider.device_id):
             self.pool = cupy.cuda.MemoryPool()
@@ -32,13 +32,13 @@ class _GraphMemory:
         # provider's allocator: point it here too, so nothing a graph uses comes from the
         # session pool, which would hand it out again once its Python object is gone.
         p = self._provider
-        saved = p._malloc
-        p._malloc = self.pool.malloc
+        saved = p.malloc
+        p.malloc = self.pool.malloc
         try:
-            with self._cupy.cuda.using_allocator(self.pool.malloc):
+            with self.cupy.cuda.using_allocator(self.pool.malloc):
                 yield
         finally:
-            p._malloc = saved
+            p.malloc = saved
 
 
 class CudaGraphBackend:
@@ -46,10 +46,10 @@ class CudaGraphBackend:
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
-        self._cupy = provider._cupy
+        self.cupy = provider.cupy
 
     def memory(self) -> _GraphMemory:
-        return _GraphMemory(self._cupy, self.provider)
+        return _GraphMemory(self.cupy, self.provider)
 
     def capture(self, run: Callable[[], None], state: list, outputs: Sequence[int]) -> Any:
         stream = self.provider.stream
@@ -67,7 +67,7 @@ class CudaGraphBackend:
     def constant(self, value: Any, memory: _GraphMemory) -> Any:
         """Upload a value that is the same on every replay (shape math), inside a capture:
         from a pinned host copy kept with the graph, which each replay copies again."""
-        cp = self._cupy
+        cp = self.cupy
         if isinstance(value, cp.ndarray):
             return value
         host = np.ascontiguousarray(value)
@@ -86,13 +86,13 @@ class CudaGraphBackend:
         graph.launch(self.provider.stream)
 
     def fixed(self, value: Any) -> Any:
-        cp = self._cupy
+        cp = self.cupy
         if isinstance(value, cp.ndarray):
             return value.copy()
         return cp.asarray(np.ascontiguousarray(value))
 
     def copy_into(self, dst: Any, src: Any) -> None:
-        if isinstance(src, self._cupy.ndarray):
+        if isinstance(src, self.cupy.ndarray):
             dst[...] = src  # on the current stream: the provider's, inside the run context
         else:
             self.provider.copy_into(dst, np.ascontiguousarray(src, dtype=dst.dtype))
@@ -101,7 +101,7 @@ class CudaGraphBackend:
         return value.copy()
 
     def is_device(self, value: Any) -> bool:
-        return isinstance(value, self._cupy.ndarray)
+        return isinstance(value, self.cupy.ndarray)
 
     def address(self, value: Any) -> int:
         return int(value.data.ptr)

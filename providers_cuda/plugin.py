@@ -45,7 +45,7 @@ class CUDAPlugin:
         if level != "extended" or provider is None or provider.name != "cuda":
             return None
         # Every fusion in onnxep.providers.fusions: each replaces several launches by one
-        # (kernels in .ops: _fused_cuda, the norm kernels, cuBLAS for the GEMMs).
+        # (kernels in .ops: fused_cuda, the norm kernels, cuBLAS for the GEMMs).
         from onnxep.providers.fusions import standard_fusions
 
         return standard_fusions()

@@ -66,7 +66,7 @@ class CUDAProvider(Provider):
         super().__init__("cuda", options, device="cuda", xp=cuda_namespace())
         self.cuda_options = opts
         self.device_id = opts.device_id
-        self._cupy = cupy
+        self.cupy = cupy
         with cupy.cuda.Device(self.device_id):
             self.pool = cupy.cuda.MemoryPool()
             if opts.gpu_mem_limit is not None:
@@ -77,14 +77,14 @@ class CUDAProvider(Provider):
                 self.stream = cupy.cuda.Stream(non_blocking=True)
             with cupy.cuda.using_allocator(self.pool.malloc):
                 self.error_flag = error_flag.ErrorFlag.on_device(cupy, self.stream)
-        self._malloc = self.pool.malloc
+        self.malloc = self.pool.malloc
         self._nesting = threading.local()
         self.transfers = PinnedTransfers(cupy, self.stream, self.device_id)
         props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
         self.device_name = props["name"].decode(errors="replace")
 
     def _external_stream(self, stream: Any) -> Any:
-        cp = self._cupy
+        cp = self.cupy
         if isinstance(stream, cp.cuda.Stream | cp.cuda.ExternalStream):
             return stream
         return cp.cuda.ExternalStream(stream_handle(stream), self.device_id)
@@ -98,7 +98,7 @@ class CUDAProvider(Provider):
         run, and the caller's stream waits for the run's work, so device
         arrays flow both ways without a host synchronization.
         """
-        cp = self._cupy
+        cp = self.cupy
         outermost = not getattr(self._nesting, "depth", 0)
         with cp.cuda.Device(self.device_id):
             caller = cp.cuda.get_current_stream()
@@ -108,7 +108,7 @@ class CUDAProvider(Provider):
                 own.wait_event(caller.record())
             self._nesting.depth = getattr(self._nesting, "depth", 0) + 1
             try:
-                with own, cp.cuda.using_allocator(self._malloc):
+                with own, cp.cuda.using_allocator(self.malloc):
                     yield
             except BaseException as exc:
                 # Only the outermost context speaks: an upload inside a run is part of the run.
@@ -134,7 +134,7 @@ class CUDAProvider(Provider):
             )
             fix = "run smaller inputs, free device arrays you hold, or raise gpu_mem_limit"
         else:
-            free, total = self._cupy.cuda.runtime.memGetInfo()
+            free, total = self.cupy.cuda.runtime.memGetInfo()
             cap = f"the GPU's memory ({free} of {total} bytes free)"
             fix = "run smaller inputs or free device memory held elsewhere"
         return DeviceOutOfMemory(
@@ -145,7 +145,7 @@ class CUDAProvider(Provider):
     def synchronize(self) -> None:
         """Wait for the stream; raises RunError if an index kernel met a bad index since the
         last check (the record is cleared, so the session stays usable)."""
-        with self._cupy.cuda.Device(self.device_id):
+        with self.cupy.cuda.Device(self.device_id):
             self.error_flag.before_sync()
             self.stream.synchronize()
             self.transfers.release_all()
@@ -182,7 +182,7 @@ class CUDAProvider(Provider):
     def to_host(self, value: Any) -> Any:
         """A host copy of a device array; raises RunError (after the copy's own wait) if an
         index kernel met a bad index since the last check."""
-        cp = self._cupy
+        cp = self.cupy
         if isinstance(value, cp.ndarray):
             with cp.cuda.Device(self.device_id), self.stream:
                 if not value.flags.c_contiguous:
@@ -198,7 +198,7 @@ class CUDAProvider(Provider):
     def from_host(self, value: Any) -> Any:
         if value is None or isinstance(value, list):
             return value  # an empty optional, or a sequence: both stay on the host
-        cp = self._cupy
+        cp = self.cupy
         if isinstance(value, cp.ndarray):
             if value.device.id == self.device_id:
                 return value
@@ -222,7 +222,7 @@ class CUDAProvider(Provider):
         pycuda-style) and DLPack producers on CUDA (torch); the array must be
         on this provider's device.
         """
-        cp = self._cupy
+        cp = self.cupy
         if isinstance(value, cp.ndarray):
             arr = value
         elif hasattr(value, "__cuda_array_interface__"):
@@ -244,7 +244,7 @@ class CUDAProvider(Provider):
 
     def wrap_pointer(self, ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """A CuPy array over device memory the caller owns (onnxruntime's ``buffer_ptr``)."""
-        cp = self._cupy
+        cp = self.cupy
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         mem = cp.cuda.UnownedMemory(ptr, nbytes, None, self.device_id)

@@ -31,7 +31,7 @@ barrier is reported instead of hanging; the kernels here are built through
 what only ``cuda_emulation`` has (see its docstring). The g++ build and its
 cache are shared: ``gxx_build``.
 
-:func:`install` points ``providers_cuda.ops._reduce_cuda`` at the emulator
+:func:`install` points ``providers_cuda.ops.reduce_cuda`` at the emulator
 (its ``compile_kernels`` and ``sm_count``), and :func:`make_plugin` offers a
 provider, ``cudaemu``, whose kernels are the CUDA provider's kernel library
 on NumPy arrays, declining what the CUDA provider declines.
@@ -225,7 +225,7 @@ template <class... P> static const char* signature(void (*)(P...)) {
 extern "C" const char* emu_error() { return emu::error.c_str(); }
 """
 
-#: Host stand-ins for ``_reduce_source.PRIMITIVES`` (same names, same behaviour).
+#: Host stand-ins for ``reduce_source.PRIMITIVES`` (same names, same behaviour).
 PRIMITIVES = r"""
 typedef long long i64;
 static inline float to_f(float x) { return x; }
@@ -354,7 +354,7 @@ class EmulatedKernel:
 
 
 def compile_kernels(body: str, names: Sequence[str]) -> dict[str, EmulatedKernel]:
-    """Stand-in for ``_reduce_cuda.compile_kernels``: every instantiation of ``body`` at once."""
+    """Stand-in for ``reduce_cuda.compile_kernels``: every instantiation of ``body`` at once."""
     every = ALL_NAMES.get(body, tuple(names))
     missing = [n for n in names if n not in every]
     if missing:
@@ -369,13 +369,18 @@ def compile_kernels(body: str, names: Sequence[str]) -> dict[str, EmulatedKernel
 
 def install(monkeypatch: Any) -> None:
     """Route the kernels' compilation and device query to the emulator for one test."""
-    from onnxep.providers_cuda.ops import _norm_cuda, _reduce_cuda, _reduce_source, op_softmax
+    from onnxep.providers_cuda.ops import (
+        norm_cuda,
+        op_softmax,
+        reduce_cuda,
+        reduce_source,
+    )
 
-    ALL_NAMES.setdefault(_reduce_source.REDUCE_BODY, _reduce_source.ALL_REDUCE_NAMES)
-    ALL_NAMES.setdefault(_norm_cuda.NORM_BODY, _norm_cuda.NORM_NAMES)
+    ALL_NAMES.setdefault(reduce_source.REDUCE_BODY, reduce_source.ALL_REDUCE_NAMES)
+    ALL_NAMES.setdefault(norm_cuda.NORM_BODY, norm_cuda.NORM_NAMES)
     ALL_NAMES.setdefault(op_softmax.SOFTMAX_BODY, op_softmax.SOFTMAX_NAMES)
-    monkeypatch.setattr(_reduce_cuda, "compile_kernels", compile_kernels)
-    monkeypatch.setattr(_reduce_cuda, "sm_count", lambda: EMULATED_SMS)
+    monkeypatch.setattr(reduce_cuda, "compile_kernels", compile_kernels)
+    monkeypatch.setattr(reduce_cuda, "sm_count", lambda: EMULATED_SMS)
 
 
 # --------------------------------------------------------------------------- the provider

@@ -43,11 +43,11 @@ def cuda_attention(emulator, monkeypatch):
     capability 7.5, so every case runs the tiled kernel (the tensor-core one, which sm_80
     devices take for float16, has its own tests: tests/test_flash_prefill_emulated.py)."""
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import _flash_prefill, op_attention
+    from onnxep.providers_cuda.ops import flash_prefill, op_attention
 
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     monkeypatch.setattr(op_attention, "sm_count", lambda: 8)
-    monkeypatch.setattr(_flash_prefill, "device_facts", lambda: (75, 64 * 1024))
+    monkeypatch.setattr(flash_prefill, "device_facts", lambda: (75, 64 * 1024))
     return op_attention
 
 

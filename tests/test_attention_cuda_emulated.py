@@ -26,7 +26,7 @@ if _WHY_NOT:
 
 # the GPU tests' feeds, so the emulated cases are the GPU cases' inputs
 gpu = gpu_test_module("test_cuda_attention")
-_rope_cache, _gqa_feeds = gpu._rope_cache, gpu._gqa_feeds
+rope_cache, gqa_feeds = gpu.rope_cache, gpu.gqa_feeds
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +40,15 @@ def cuda_ops(request, emulator, monkeypatch):
     capability 7.5, so prefills run the tiled kernel (the tensor-core one, which sm_80
     devices take for float16, has its own tests: tests/test_flash_prefill_emulated.py)."""
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import _attention_cuda, _flash_prefill, _rotary_cuda
+    from onnxep.providers_cuda.ops import attention_cuda, flash_prefill, rotary_cuda
     from onnxep.providers_cuda.ops import op_group_query_attention as gqa
     from onnxep.providers_cuda.ops import op_rotary_embedding as rope23
     from onnxep.providers_cuda.ops import op_rotary_embedding_contrib as rope
 
     monkeypatch.setattr(nvrtc, "function", emulator.function)
-    for mod in (gqa, _rotary_cuda, _attention_cuda):
+    for mod in (gqa, rotary_cuda, attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: request.param)
-    monkeypatch.setattr(_flash_prefill, "device_facts", lambda: (75, 64 * 1024))
+    monkeypatch.setattr(flash_prefill, "device_facts", lambda: (75, 64 * 1024))
     xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     xp.empty = nan_empty
     xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
@@ -85,7 +85,7 @@ GQA_CASES = [
 def test_gqa_emulated_matches_cpu_kernel(case, cuda_ops):
     name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, kind = case
     dt = np.float16 if "fp16" in extras else np.float32
-    f, names = _gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap, attrs,
+    f, names = gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap, attrs,
                           extras, dt)  # fmt: skip
     attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
     ins = tuple(ValueInfo(n, "tensor", f[n].dtype, f[n].shape) if n else None for n in names)
@@ -137,11 +137,11 @@ def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
     """A single-token step is one launch (plus a fresh cache's fill), split or not; run twice,
     as a graph replays it, so the split counters must be back at zero after a step."""
     from onnxep.providers_cuda.ops import op_group_query_attention as gqa_mod
-    from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
+    from onnxep.providers_cuda.ops.gqa_geometry import plan_decode
 
     name, b, nh, nkv, hd, past_lens, cap, attrs, extras = case
     dt = np.float16 if "fp16" in extras else np.float32
-    f, names = _gqa_feeds(np.random.default_rng(4), b, 1, nh, nkv, hd, past_lens, cap, attrs,
+    f, names = gqa_feeds(np.random.default_rng(4), b, 1, nh, nkv, hd, past_lens, cap, attrs,
                           extras, dt)  # fmt: skip
     if "total_is_capacity" in extras:
         f["total_sequence_length"] = np.array(cap, np.int32)
@@ -174,7 +174,7 @@ def test_gqa_decode_is_one_fused_launch_matching_cpu(case, cuda_ops):
 def test_decode_cases_take_one_split_and_many(sms):
     """The cases above reach both ends: rows whose block writes the output, rows merged
     from several splits."""
-    from onnxep.providers_cuda.ops._gqa_geometry import decode_splits, plan_decode
+    from onnxep.providers_cuda.ops.gqa_geometry import decode_splits, plan_decode
 
     used = set()
     for _, b, nh, nkv, hd, past_lens, cap, _, extras in DECODE_CASES:
@@ -200,7 +200,7 @@ def test_rotary_contrib_emulated_is_bit_exact(case, dt, cuda_ops):
     name, op, rank, b, s, nh, hd, rot, il, pos_kind, extra = case
     rng = np.random.default_rng(1)
     x = rng.standard_normal((b, s, nh * hd) if rank == 3 else (b, nh, s, hd)).astype(dt)
-    cos, sin = _rope_cache(24, rot or hd, dt)
+    cos, sin = rope_cache(24, rot or hd, dt)
     pos = {
         "1d": np.array([3], np.int64),
         "2d": rng.integers(0, 24, size=(b, s)),
@@ -220,7 +220,7 @@ def test_rotary_onnx23_emulated_is_bit_exact(rank, il, with_pos, cuda_ops):
     rng = np.random.default_rng(2)
     b, s, nh, hd = 2, 5, 3, 16
     x = rng.standard_normal((b, s, nh * hd) if rank == 3 else (b, nh, s, hd)).astype(np.float32)
-    cos, sin = _rope_cache(20, hd, np.float32)
+    cos, sin = rope_cache(20, hd, np.float32)
     pos = rng.integers(0, 20, size=(b, s)).astype(np.int64)
     feeds = (x, cos, sin, pos) if with_pos else (x, cos[pos], sin[pos])
     attrs = {"interleaved": il, **({"num_heads": nh} if rank == 3 else {})}
@@ -236,7 +236,7 @@ def test_rotary_position_outside_the_cache_gives_nan(cuda_ops):
     rng = np.random.default_rng(3)
     b, s, nh, hd = 2, 4, 2, 16
     x = rng.standard_normal((b, s, nh * hd)).astype(np.float32)
-    cos, sin = _rope_cache(24, hd // 2, np.float32)
+    cos, sin = rope_cache(24, hd // 2, np.float32)
     pos = rng.integers(0, 24, size=(b, s)).astype(np.int64)
     pos[1, 2] = 24
     attrs = {"num_heads": nh, "rotary_embedding_dim": hd // 2}

@@ -20,13 +20,13 @@ import pytest
 from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers import KernelLibrary
 from onnxep.providers.node import NodeInfo, ValueInfo
-from onnxep.providers_cuda.ops import _gqa_cuda as gqa_src
-from onnxep.providers_cuda.ops import _gqa_geometry as gqa
-from onnxep.providers_cuda.ops._gqa_cuda import LANE_CHANNELS
-from onnxep.providers_cuda.ops._rotary_cuda import ROPE_SOURCE
+from onnxep.providers_cuda.ops import gqa_cuda as gqa_src
+from onnxep.providers_cuda.ops import gqa_geometry as gqa
+from onnxep.providers_cuda.ops.gqa_cuda import LANE_CHANNELS
 from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 from onnxep.providers_cuda.ops.op_rotary_embedding import rotary_embedding
 from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import rotary_embedding_contrib
+from onnxep.providers_cuda.ops.rotary_cuda import ROPE_SOURCE
 
 _MSFT = "com.microsoft"
 
@@ -199,8 +199,8 @@ def test_cuda_source_compiles(which, tmp_path):
 def test_parameter_blocks_match_the_c_layout(tmp_path):
     """Each kernel parameter struct: NumPy's field offsets and size are the C compiler's
     (nvcc lays out these plain structs as the host compiler does)."""
-    from onnxep.providers_cuda.ops._gqa_cuda import ATTN, DECODE, FILL, PREPARE
-    from onnxep.providers_cuda.ops._rotary_cuda import ROPE
+    from onnxep.providers_cuda.ops.gqa_cuda import ATTN, DECODE, FILL, PREPARE
+    from onnxep.providers_cuda.ops.rotary_cuda import ROPE
 
     structs = (PREPARE, FILL, ATTN, DECODE, ROPE)
     lines = ["#include <stdio.h>", "#include <stddef.h>", *(p.source for p in structs)]

@@ -100,7 +100,7 @@ class _FakeCuda:
         return nullcontext()
 
     def CUDAGraph(self):  # noqa: N802 - torch's name
-        return SimpleNamespace(replay=self.decoder._decode_body)
+        return SimpleNamespace(replay=self.decoder.decode_body)
 
     def graph(self, g):
         if self.fail:

@@ -26,7 +26,9 @@ def test_missing_cupy_says_how_to_install(monkeypatch):
 
 @pytest.mark.parametrize("editable", [True, False])
 def test_install_hint_follows_the_install_mode(monkeypatch, editable):
-    monkeypatch.setattr(availability, "_checkout", lambda: "/src/onnxep" if editable else None)
+    monkeypatch.setattr(
+        availability, "source_checkout", lambda: "/src/onnxep" if editable else None
+    )
     hint = availability.install_hint()
     if editable:
         assert 'pip install -e ".[cuda12]" (in the checkout /src/onnxep)' in hint

@@ -28,19 +28,19 @@ class FakeCublas:
     """``cublasGemmEx`` and ``cublasGemmStridedBatchedEx`` over host memory."""
 
     DT = {
-        blas._CUDA_R_32F: np.dtype(np.float32),
-        blas._CUDA_R_16F: np.dtype(np.float16),
-        blas._CUDA_R_64F: np.dtype(np.float64),
+        blas.CUDA_R_32F: np.dtype(np.float32),
+        blas.CUDA_R_16F: np.dtype(np.float16),
+        blas.CUDA_R_64F: np.dtype(np.float64),
     }
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
     def _one(self, opa, opb, m, n, k, alpha_p, pa, dt, lda, pb, ldb, beta_p, pc, ldc):
-        a = _col_major(pa, *((m, k) if opa == blas._OP_N else (k, m)), lda, dt)
-        b = _col_major(pb, *((k, n) if opb == blas._OP_N else (n, k)), ldb, dt)
-        a = a if opa == blas._OP_N else a.T
-        b = b if opb == blas._OP_N else b.T
+        a = _col_major(pa, *((m, k) if opa == blas.OP_N else (k, m)), lda, dt)
+        b = _col_major(pb, *((k, n) if opb == blas.OP_N else (n, k)), ldb, dt)
+        a = a if opa == blas.OP_N else a.T
+        b = b if opb == blas.OP_N else b.T
         scalar = ctypes.c_double if dt == np.float64 else ctypes.c_float
         alpha = scalar.from_address(alpha_p).value
         beta = scalar.from_address(beta_p).value

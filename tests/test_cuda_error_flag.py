@@ -17,7 +17,7 @@ import pytest
 from onnxep.errors import RunError
 from onnxep.providers_cuda import error_flag
 from onnxep.providers_cuda.error_flag import ErrorFlag, IndexFault, decode, encode
-from onnxep.providers_cuda.ops import _index_cuda as ix
+from onnxep.providers_cuda.ops import index_cuda as ix
 
 # ----------------------------------------------------------------------------- the record
 

@@ -4,7 +4,7 @@ The cases are the GPU tests' own (tests/cuda/test_cuda_index.py): each
 kernel built directly, launches counted, outputs compared with the CPU
 provider's generic kernel, bad indices reported through the error flag. The
 CUDA C is compiled with g++ by tests/cuda_emulator.py, with
-:data:`HOST_PRIMITIVES` standing in for ``_index_cuda.PRIMITIVES`` (fibers
+:data:`HOST_PRIMITIVES` standing in for ``index_cuda.PRIMITIVES`` (fibers
 of one block never interleave between two statements, so plain
 read-modify-writes stand in for atomics). A one-node session on a provider
 that runs these kernels on NumPy arrays, with the CUDA provider's flag hooks
@@ -23,13 +23,13 @@ import onnxep
 from onnxep.errors import RunError
 from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
 from onnxep.providers_cuda import error_flag
-from onnxep.providers_cuda.ops import _index_cuda
+from onnxep.providers_cuda.ops import index_cuda
 from onnxep.providers_cuda.ops import op_scatter_elements as scatter_elements
 from onnxep.providers_cuda.ops import op_scatter_nd as scatter_nd
 
 gpu_index = emu.gpu_test_module("test_cuda_index")
 
-#: Host stand-ins for ``_index_cuda.PRIMITIVES`` (same names, same results).
+#: Host stand-ins for ``index_cuda.PRIMITIVES`` (same names, same results).
 HOST_PRIMITIVES = r"""
 static inline bool ix_claim(int* flag) { if (*flag) return false; *flag = 1; return true; }
 static inline float ix_h2f(__half x) { return __half2float(x); }
@@ -73,7 +73,7 @@ static inline void ix_atomic_min(long long* p, long long v) { if (v < *p) *p = v
 
 
 class EmulatedDevice:
-    """``_index_cuda.Device`` on the host: NumPy arrays, kernels run by the emulator."""
+    """``index_cuda.Device`` on the host: NumPy arrays, kernels run by the emulator."""
 
     sms = emu.EMULATED_SMS
 
@@ -131,7 +131,7 @@ def available():
 @pytest.fixture
 def device(available, monkeypatch):
     counting = gpu_index.CountingDevice(EmulatedDevice())
-    monkeypatch.setattr(_index_cuda, "device_for", lambda xp: counting if xp is np else None)
+    monkeypatch.setattr(index_cuda, "device_for", lambda xp: counting if xp is np else None)
     return counting
 
 
@@ -217,35 +217,35 @@ def _random_case(rng, i):
     ds = tuple(int(v) for v in rng.integers(1, 6, r))
     red = ("none", "add", "mul", "max", "min")[rng.integers(5)] if dt in REDUCIBLE else "none"
     exact = dt == np.float16 and red in ("add", "mul")  # sums and products exact in any order
-    data = gpu_index._quarters(ds, dt, i) if exact else gpu_index._data(ds, dt, i)
+    data = gpu_index.quarter_data(ds, dt, i) if exact else gpu_index.random_data(ds, dt, i)
 
     def idx(dim, shape):
         return rng.integers(-dim, dim, shape).astype(it)
 
     def upd(shape):
         u = (
-            gpu_index._quarters(shape, dt, i + 1) / 2
+            gpu_index.quarter_data(shape, dt, i + 1) / 2
             if exact
-            else gpu_index._data(shape, dt, i + 1)
+            else gpu_index.random_data(shape, dt, i + 1)
         )
         return (u % 3 if red == "mul" and np.dtype(dt).kind == "i" else u).astype(dt)
 
     a = int(rng.integers(-r, r))
     if op == "Gather":
         ishape = tuple(int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3))))
-        return gpu_index._gather(f"r{i}", data, idx(ds[a], ishape), axis=a)
+        return gpu_index.gather_case(f"r{i}", data, idx(ds[a], ishape), axis=a)
     if op == "GatherND":
         b = int(rng.integers(0, r))
         k = int(rng.integers(1, r - b + 1))
         lead = ds[:b] + tuple(int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3))))
         tuples = np.stack([idx(ds[b + c], lead) for c in range(k)], -1)
-        return gpu_index._nd(f"r{i}", data, tuples, b=b)
+        return gpu_index.nd_case(f"r{i}", data, tuples, b=b)
     if op == "GatherElements":
         ishape = tuple(
             int(rng.integers(1, 6)) if d == a % r else int(rng.integers(1, m + 1))
             for d, m in enumerate(ds)
         )
-        return gpu_index._elements(f"r{i}", data, idx(ds[a], ishape), axis=a)
+        return gpu_index.elements_case(f"r{i}", data, idx(ds[a], ishape), axis=a)
     if op == "ScatterElements":
         ishape = tuple(int(rng.integers(1, m + 1)) for m in ds)
         if red == "none":  # distinct targets along the axis: a prefix of a permutation
@@ -254,7 +254,7 @@ def _random_case(rng, i):
             ix = np.where(rng.random(ix.shape) < 0.5, ix - ds[a], ix).astype(it)
         else:
             ix = idx(ds[a], ishape)
-        return gpu_index._scatter(f"r{i}", data, ix, upd(ishape), axis=a, reduction=red)
+        return gpu_index.scatter_case(f"r{i}", data, ix, upd(ishape), axis=a, reduction=red)
     k = int(rng.integers(1, r + 1))
     n = int(rng.integers(1, 5))
     if red == "none":  # distinct tuples
@@ -264,7 +264,7 @@ def _random_case(rng, i):
         ix = np.where(rng.random(ix.shape) < 0.5, ix - np.array(ds[:k]), ix).astype(it)
     else:
         ix = np.stack([idx(ds[c], n) for c in range(k)], -1)
-    return gpu_index._scatter_nd(f"r{i}", data, ix, upd((n, *ds[k:])), reduction=red)
+    return gpu_index.scatter_nd_case(f"r{i}", data, ix, upd((n, *ds[k:])), reduction=red)
 
 
 @pytest.mark.parametrize("seed", range(4))

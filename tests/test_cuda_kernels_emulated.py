@@ -25,9 +25,9 @@ import pytest
 
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops import op_reduce_sum as cpu_sum
-from onnxep.providers_cuda.ops import _norm_runners as N
-from onnxep.providers_cuda.ops import _reduce_cuda as K
+from onnxep.providers_cuda.ops import norm_runners as N
 from onnxep.providers_cuda.ops import op_reduce_sum as cuda_sum
+from onnxep.providers_cuda.ops import reduce_cuda as K
 
 F32, F16 = np.float32, np.float16
 
@@ -46,7 +46,7 @@ def launches(emulated, monkeypatch):
 def _quick_reduce(c) -> bool:
     """A representative subset for the default run (every path, both dtypes, every length for
     one sum and one max); the rest run with ``-m slow``."""
-    if c.op not in gpu_reduce._BASIC:
+    if c.op not in gpu_reduce.BASIC_REDUCTIONS:
         return c.dtype == np.float16 or c.values == "special" or c.opset < 18 or c.axes_input
     if c.shape == (300, 2000):
         return c.op == "ReduceMax"
@@ -142,7 +142,7 @@ def test_misaligned_norm_operands(dt, which, emulated):
 
 
 def test_the_emulator_reports_a_wrongly_typed_argument(emulated):
-    from onnxep.providers_cuda.ops import _reduce_source as S
+    from onnxep.providers_cuda.ops import reduce_source as S
 
     fns = K.compile_kernels(S.REDUCE_BODY, ["reduce_rows<float, 0>"])
     x, y = np.ones((2, 8), np.float32), np.empty(2, np.float32)
@@ -154,7 +154,7 @@ def test_the_emulator_reports_a_wrongly_typed_argument(emulated):
 
 
 def test_the_emulator_reports_out_of_bounds_writes_and_misaligned_vectors(emulated):
-    from onnxep.providers_cuda.ops import _reduce_source as S
+    from onnxep.providers_cuda.ops import reduce_source as S
 
     fns = K.compile_kernels(S.REDUCE_BODY, ["reduce_rows<float, 0>"])
     x, y = np.ones((4, 8), np.float32), np.empty(2, np.float32)
@@ -302,9 +302,9 @@ def test_builders_import_and_decline_without_touching_the_device(monkeypatch):
 def test_cuda_source_compiles_with_nvcc(which, tmp_path):
     """The emulator compiles the kernels with g++; nvcc (NVRTC's front end) checks the CUDA
     itself, every template instantiation, for sm_90."""
-    from onnxep.providers_cuda.ops import _reduce_source as S
     from onnxep.providers_cuda.ops import op_softmax
-    from onnxep.providers_cuda.ops._norm_cuda import NORM_BODY, NORM_NAMES
+    from onnxep.providers_cuda.ops import reduce_source as S
+    from onnxep.providers_cuda.ops.norm_cuda import NORM_BODY, NORM_NAMES
 
     body, names = {
         "reduce": (S.REDUCE_BODY, S.ALL_REDUCE_NAMES),

@@ -72,7 +72,7 @@ def test_cuda_install_hint_matches_how_onnxep_was_installed():
     from onnxep.providers_cuda import availability
 
     hint = availability.install_hint()
-    if availability._checkout() is not None:
+    if availability.source_checkout() is not None:
         assert 'pip install -e ".[cuda12]"' in hint
     else:
         assert 'pip install "onnxep[cuda12]"' in hint

@@ -25,7 +25,7 @@ def test_python_blocks_run_in_order(guide, tmp_path, monkeypatch):
     code = blocks(guide, "python")
     assert code, f"{guide} has no python blocks"
     monkeypatch.chdir(tmp_path)
-    before = list(discovery._runtime_plugins)
+    before = discovery.runtime_plugins()
     namespace: dict = {"__name__": "guide"}
     try:
         for i, src in enumerate(code):
@@ -34,8 +34,8 @@ def test_python_blocks_run_in_order(guide, tmp_path, monkeypatch):
             except Exception as exc:
                 raise AssertionError(f"python block {i} of {guide.name} failed:\n{src}") from exc
     finally:
-        for plugin, _ in list(discovery._runtime_plugins):
-            if not any(plugin is p for p, _ in before):
+        for plugin in discovery.runtime_plugins():
+            if not any(plugin is p for p in before):
                 discovery.unregister_plugin(plugin)
         onnxep.rediscover()
 

@@ -1,4 +1,4 @@
-"""The tensor-core attention prefill (providers_cuda/ops/_flash_cuda.py) run on the CPU.
+"""The tensor-core attention prefill (providers_cuda/ops/flash_cuda.py) run on the CPU.
 
 Its CUDA C runs on the thread emulator (tests/cuda_emulation.py), whose host
 ``mma.sync``/``ldmatrix``/``cp.async`` follow the PTX ISA's fragment layouts,
@@ -49,18 +49,18 @@ def emulator():
 def cuda_ops(emulator, monkeypatch):
     """The CUDA attention op modules wired to the emulator on an sm_90 device of 8 SMs."""
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import _attention_cuda, _flash_prefill, op_attention
+    from onnxep.providers_cuda.ops import attention_cuda, flash_prefill, op_attention
     from onnxep.providers_cuda.ops import op_group_query_attention as gqa
 
     monkeypatch.setattr(nvrtc, "function", emulator.function)
-    for mod in (gqa, op_attention, _attention_cuda):
+    for mod in (gqa, op_attention, attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: SMS)
-    monkeypatch.setattr(_flash_prefill, "device_facts", lambda: FACTS)
+    monkeypatch.setattr(flash_prefill, "device_facts", lambda: FACTS)
     xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     xp.empty = nan_empty  # an element the kernel never writes shows as NaN
     xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
     return types.SimpleNamespace(
-        xp=xp, gqa=gqa.group_query_attention, attention=op_attention.attention, flash=_flash_prefill
+        xp=xp, gqa=gqa.group_query_attention, attention=op_attention.attention, flash=flash_prefill
     )
 
 
@@ -112,7 +112,7 @@ def test_emulator_reports_a_read_past_an_argument(emulator):
 @pytest.mark.parametrize("case", _param(fc.GQA_CASES))
 def test_group_query_attention_prefill_on_tensor_cores(case, cuda_ops, emulator):
     name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras = case
-    f, names = gqa_gpu._gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap,
+    f, names = gqa_gpu.gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap,
                                   attrs, extras, np.float16)  # fmt: skip
     node = fc.gqa_node(name, nh, nkv, attrs, f, names)
     want = fc.cpu_gqa(node, np)(*[f[n] if n else None for n in names])
@@ -134,7 +134,7 @@ def test_misaligned_cache_runs_the_tiled_kernel(cuda_ops, emulator):
     """16-byte copies need aligned rows: a cache starting 2 bytes off takes gqa_prefill."""
     case = ("misaligned", 1, 9, 2, 1, 16, [4], 16, {}, ())
     name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras = case
-    f, names = gqa_gpu._gqa_feeds(np.random.default_rng(1), b, s, nh, nkv, hd, past_lens, cap,
+    f, names = gqa_gpu.gqa_feeds(np.random.default_rng(1), b, s, nh, nkv, hd, past_lens, cap,
                                   attrs, extras, np.float16)  # fmt: skip
     node = fc.gqa_node(name, nh, nkv, attrs, f, names)
     want = fc.cpu_gqa(node, np)(*[f[n] if n else None for n in names])
@@ -184,7 +184,7 @@ def test_attention_on_tensor_cores(case, cuda_ops, emulator):
     ],
 )
 def test_route_from_dtype_head_size_and_device(dtype, d, dv, arch, why):
-    from onnxep.providers_cuda.ops import _flash_prefill as fp
+    from onnxep.providers_cuda.ops import flash_prefill as fp
 
     r = fp.route(dtype, d, dv, arch, 99 * 1024)
     assert r.flash == (why is None), r

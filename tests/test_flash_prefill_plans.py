@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from onnxep.providers_cuda.ops import _flash_cuda as src
-from onnxep.providers_cuda.ops import _flash_prefill as fp
+from onnxep.providers_cuda.ops import flash_cuda as src
+from onnxep.providers_cuda.ops import flash_prefill as fp
 
 HEAD_SIZES = list(range(16, 257, 16))
 #: Registers a thread may hold at 128 threads per block (the kernel's launch bound).

@@ -1,4 +1,4 @@
-"""The fused ops' CUDA kernels (``providers_cuda/ops/_fused_cuda.py``) on the CPU emulator.
+"""The fused ops' CUDA kernels (``providers_cuda/ops/fused_cuda.py``) on the CPU emulator.
 
 The exact fusions (Rsqrt, SiLU, SwiGLU) must give, byte for byte, what the CUDA kernels of
 the nodes they replace give. Those kernels are ``providers_cuda/elementwise.py``'s; their C
@@ -18,7 +18,7 @@ import pytest
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops import op_bias_gelu, op_fast_gelu, op_gelu_contrib
 from onnxep.providers_cuda import elementwise as EW
-from onnxep.providers_cuda.ops import _fused_cuda as FC
+from onnxep.providers_cuda.ops import fused_cuda as FC
 from onnxep.testing import TOLERANCES
 
 F32, F16 = np.float32, np.float16

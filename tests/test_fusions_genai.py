@@ -172,7 +172,7 @@ def test_checked_in_genai_decoders_fuse_their_mlps(make, name):
 
 def test_joined_matmul_nbits_reads_the_concatenated_tables(factory, make):
     fused = session(str(factory["int4-zp"]), make)
-    nbits = [n for n in fused._model.graph if n.op_type == "MatMulNBits"]
+    nbits = [n for n in fused.compiled.model.graph if n.op_type == "MatMulNBits"]
     joined = [n for n in nbits if "joined" in (n.name or "")]
     assert len(joined) == 2
     for n in joined:

@@ -258,7 +258,7 @@ def test_refusals_of_a_match_fused_later_are_forgotten():
     model = _silu_model("output")
     run_pass(p, model)
     assert p.refusals == {GRAPH_OUTPUT: ["mul"]}
-    p.fire(next(iter(p._refused.values()))[0], "silu")
+    p.fire(next(iter(p.refused.values()))[0], "silu")
     assert p.refusals == {}
 
 

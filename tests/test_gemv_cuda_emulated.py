@@ -1,7 +1,7 @@
-"""The CUDA GEMV (``_gemv_cuda.Gemv``, which MatMulBias runs for few rows of A) on the CPU.
+"""The CUDA GEMV (``gemv_cuda.Gemv``, which MatMulBias runs for few rows of A) on the CPU.
 
 The kernels are the GEMV itself and the provider's MatMulBias builder on NumPy
-arrays, with ``_reduce_cuda``'s compiler and SM count pointed at
+arrays, with ``reduce_cuda``'s compiler and SM count pointed at
 tests/cuda_emulator.py (4 SMs, so modest shapes split K across blocks). Each
 product is compared with NumPy in float64; the emulator also reports
 misaligned 16-byte loads, out-of-bounds writes and barrier misuse.
@@ -15,7 +15,7 @@ import pytest
 
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops import op_add as generic_add
-from onnxep.providers_cuda.ops import _gemv_cuda as G
+from onnxep.providers_cuda.ops import gemv_cuda as G
 from onnxep.providers_cuda.ops import op_matmul_bias
 
 F32, F16 = np.float32, np.float16
@@ -106,7 +106,7 @@ def test_gemv_matches_numpy_in_one_launch(lead, k, n, dtype, emulated, monkeypat
     # A split K merges in the kernel's last block per tile: one launch either way, and the
     # tickets are back at zero for the next launch (a CUDA graph replays on them).
     assert launches == {"gemv_kn": 1}
-    for p, done in gemv._plans._plans.values():
+    for p, done in gemv.plans.plans.values():
         assert not done.any() and (p.splits == 1 or done.size == p.tiles)
 
 
@@ -229,9 +229,9 @@ def test_driver_launch_signatures_match_the_kernels(emulated, monkeypatch):
             made.append((fn.name, fn.signature, signature))
 
     monkeypatch.setattr(launch, "Launcher", Recorder)
-    monkeypatch.setattr(elementwise, "_stream_ptr_fn", lambda: lambda: 0)
+    monkeypatch.setattr(elementwise, "stream_ptr_fn", lambda: lambda: 0)
     gemv = G.Gemv(np, None)
-    gemv._driver(list(gemv.fns))
+    gemv.driver(list(gemv.fns))
     assert len(made) == len(G.GEMV_NAMES)
     for name, real, packed in made:
         assert packed == real, name

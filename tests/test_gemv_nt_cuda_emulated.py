@@ -1,4 +1,4 @@
-"""The CUDA MatMulNT (``_gemv_nt_cuda.GemvNT`` and its op builder) on the CPU kernel emulator.
+"""The CUDA MatMulNT (``gemv_nt_cuda.GemvNT`` and its op builder) on the CPU kernel emulator.
 
 Products are compared with NumPy in float64; the SwiGLU epilogue is compared byte for
 byte with the emulated ``swiglu_k`` (the one-launch SwiGLU the unfused graph runs) applied
@@ -15,8 +15,8 @@ import pytest
 
 from onnxep.errors import InvalidArgument, InvalidModel
 from onnxep.providers.node import NodeInfo, ValueInfo
-from onnxep.providers_cuda.ops import _fused_cuda as FC
-from onnxep.providers_cuda.ops import _gemv_nt_cuda as G
+from onnxep.providers_cuda.ops import fused_cuda as FC
+from onnxep.providers_cuda.ops import gemv_nt_cuda as G
 from onnxep.providers_cuda.ops import op_onnxep_matmul_nt as op
 
 F32, F16 = np.float32, np.float16
@@ -35,13 +35,13 @@ def emulated(monkeypatch):
 
 def _launches(monkeypatch):
     names: list[str] = []
-    real = G.GemvNT._emulated
+    real = G.GemvNT.emulated
 
     def counted(self, dt, name, grid, arrays, ints):
         names.append(name)
         return real(self, dt, name, grid, arrays, ints)
 
-    monkeypatch.setattr(G.GemvNT, "_emulated", counted)
+    monkeypatch.setattr(G.GemvNT, "emulated", counted)
     return names
 
 

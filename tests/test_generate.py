@@ -29,7 +29,9 @@ from onnxep.generation.spec import DecodeState, decode_spec, model_dims
 from onnxep.plugins.host import unregister_plugin
 from onnxep.progress import progress_bar, wants_bar
 from onnxep.providers import CaptureConfig, KernelLibrary, Provider, ProviderInfo, hookimpl, kernel
-from onnxep.providers_cpu.ops.op_group_query_attention import group_query_attention as cpu_gqa
+from onnxep.providers_cpu.ops.op_group_query_attention import (
+    group_query_attention as cpu_gqa,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

@@ -25,7 +25,7 @@ import pytest
 import onnxep
 from onnxep.errors import NotSupported
 from onnxep.providers.node import NodeInfo, ValueInfo
-from onnxep.providers_cuda.ops import _linear_attention_cuda as LA
+from onnxep.providers_cuda.ops import linear_attention_cuda as LA
 from onnxep.providers_cuda.ops import op_causal_conv_with_state as conv_op
 from onnxep.providers_cuda.ops import op_gated_rms_norm as norm_op
 from onnxep.providers_cuda.ops import op_linear_attention as la_op
@@ -106,7 +106,7 @@ def _onnx_node_cases() -> dict:
             "lpnormalization")  # fmt: skip
     return {
         c.name: c
-        for c in node._NodeTestCases
+        for c in node._NodeTestCases  # noqa: SLF001 - onnx collects them there; its public collector imports every op
         if any(k in c.name for k in keys) and not c.name.endswith("_expanded")
     }
 
@@ -118,11 +118,11 @@ ONNX_NODE_CASES = _onnx_node_cases()
 def test_onnx_node_cases_match_their_recorded_outputs(name, emulated, launches):
     """ONNX's own cases for its LinearAttention, CausalConvWithState and LpNormalization."""
     from onnxep.testing import compare_output
-    from onnxep.tools.conformance import _case_data, _case_model
+    from onnxep.tools.conformance import case_data, case_model
 
     case = ONNX_NODE_CASES[name]
-    model = _case_model(case)
-    ins, outs = _case_data(case)[0]
+    model = case_model(case)
+    ins, outs = case_data(case)[0]
     opts = onnxep.SessionOptions(disable_fallback=True)
     sess = onnxep.InferenceSession(model, opts, [emulated])
     got = sess.run(None, dict(zip([i.name for i in model.graph.input], ins)))
@@ -139,9 +139,9 @@ def test_onnx_node_cases_match_their_recorded_outputs(name, emulated, launches):
 def test_linear_attention_with_an_h200s_sm_count(case, launches, monkeypatch):
     """132 SMs: a decode step's few heads get 64-thread blocks of 8 columns (8 lanes each),
     the geometry the GPU runs and the 4-SM emulated device never picks."""
-    from onnxep.providers_cuda.ops import _reduce_cuda
+    from onnxep.providers_cuda.ops import reduce_cuda
 
-    monkeypatch.setattr(_reduce_cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(reduce_cuda, "sm_count", lambda: 132)
     hq, hkv, _, dk, dv = case.heads
     geo = LA.la_geometry(case.batch, hkv, dk, dv, 1, dk, True, True, 132)
     assert (geo.lanes, geo.columns, geo.block) == (8, 8, 64)

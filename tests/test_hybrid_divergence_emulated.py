@@ -49,11 +49,11 @@ def hybrid_and_rope(emulated, monkeypatch):
     from onnxep.providers.fusions.linear_attention_gates import FuseLinearAttentionGates
     from onnxep.providers.fusions.linear_attention_l2_norm import FuseLinearAttentionL2Norm
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import _rotary_cuda
+    from onnxep.providers_cuda.ops import rotary_cuda
 
     emulator = Emulator()
     monkeypatch.setattr(nvrtc, "function", emulator.function)
-    monkeypatch.setattr(_rotary_cuda, "sm_count", lambda: emu.EMULATED_SMS)
+    monkeypatch.setattr(rotary_cuda, "sm_count", lambda: emu.EMULATED_SMS)
     ops = gpu.HYBRID_OPS | set(gpu.FUSED_HYBRID) | {ROPE}
     passes = lambda: [FuseLinearAttentionGates(), FuseLinearAttentionL2Norm()]  # noqa: E731
     with emu.registered_for("hybridropeemu", ops, passes) as name:

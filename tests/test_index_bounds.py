@@ -14,7 +14,7 @@ from onnx import helper
 import onnxep
 from onnxep.errors import RunError
 from onnxep.providers.dtypes import elem_type
-from onnxep.providers.ops import _indices
+from onnxep.providers.ops import indices as _indices
 
 I64 = np.int64
 F32 = np.float32

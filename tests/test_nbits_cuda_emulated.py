@@ -17,7 +17,7 @@ import cuda_emulator as emu
 import numpy as np
 import pytest
 
-from onnxep.providers_cuda.ops import _nbits_cuda as K_
+from onnxep.providers_cuda.ops import nbits_cuda as K_
 from onnxep.providers_cuda.ops import op_matmul_nbits
 
 gpu_quant = emu.gpu_test_module("test_cuda_quant")
@@ -114,7 +114,7 @@ def _params():
 
 @pytest.mark.parametrize(("case", "dtype"), _params())
 def test_gemv_matches_cpu_builder(case, dtype, launches):
-    gpu_quant._check_nbits(*case, dtype, rows=GEMV_ROWS)
+    gpu_quant.check_nbits(*case, dtype, rows=GEMV_ROWS)
     assert set(launches) == {"nbits_gemv"}
 
 
@@ -135,19 +135,19 @@ SPLIT_CASES = [
 def runners(monkeypatch):
     """Every MatMulNBits runner built in the test (to look at its split tickets)."""
     built = []
-    real = op_matmul_nbits._Runner.__init__
+    real = op_matmul_nbits.NBitsRunner.__init__
 
     def init(self, *args, **kw):
         real(self, *args, **kw)
         built.append(self)
 
-    monkeypatch.setattr(op_matmul_nbits._Runner, "__init__", init)
+    monkeypatch.setattr(op_matmul_nbits.NBitsRunner, "__init__", init)
     return built
 
 
 @pytest.mark.parametrize(("case", "dtype"), SPLIT_CASES, ids=str)
 def test_split_k_matches_cpu_builder(case, dtype, launches, split_k, runners):
-    gpu_quant._check_nbits(*case, dtype, rows=(1, 3, 8))
+    gpu_quant.check_nbits(*case, dtype, rows=(1, 3, 8))
     # The last split of each block's tasks merges in the same launch: one launch per product,
     # and every ticket back at zero for the next launch (a CUDA graph replays on them).
     assert launches == ["nbits_gemv"] * 3
@@ -159,7 +159,7 @@ def test_split_k_matches_cpu_builder(case, dtype, launches, split_k, runners):
 
 def test_split_k_repeats_bit_for_bit(launches, split_k, runners):
     """Splits are added in split order whichever block merges: run to run the same bits."""
-    gpu_quant._check_nbits(4, 32, "packed", 200, 37, np.float16, rows=(3,))
+    gpu_quant.check_nbits(4, 32, "packed", 200, 37, np.float16, rows=(3,))
     (run,) = runners
     rng = np.random.default_rng(7)
     a = rng.standard_normal((3, 200)).astype(np.float16)
@@ -174,7 +174,7 @@ def test_split_k_repeats_bit_for_bit(launches, split_k, runners):
 
 def test_split_k_segments_of_a(launches, split_k):
     """A split longer than one shared-memory segment of A (8 rows of 8960 values)."""
-    gpu_quant._check_nbits(4, 32, "packed", 4000, 5, np.float16, rows=(8,))
+    gpu_quant.check_nbits(4, 32, "packed", 4000, 5, np.float16, rows=(8,))
     geometry = K_.gemv_geometry(5, 125, 4, 8, 4)
     assert geometry.cps > geometry.seg_chunks and geometry.splits == 3
     assert launches == ["nbits_gemv"]
@@ -185,12 +185,12 @@ def test_split_k_segments_of_a(launches, split_k):
 )
 @pytest.mark.parametrize("bias_kind", ["const", "input"])
 def test_gemv_bias(bias_kind, dtype, launches):
-    gpu_quant._check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind=bias_kind, rows=GEMV_ROWS)
+    gpu_quant.check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind=bias_kind, rows=GEMV_ROWS)
 
 
 @pytest.mark.parametrize("bias_kind", ["const", "input"])
 def test_split_k_adds_the_bias_once(bias_kind, launches, split_k):
-    gpu_quant._check_nbits(4, 32, "packed", 200, 37, np.float16, bias_kind=bias_kind, rows=(2,))
+    gpu_quant.check_nbits(4, 32, "packed", 200, 37, np.float16, bias_kind=bias_kind, rows=(2,))
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_split_k_adds_the_bias_once(bias_kind, launches, split_k):
 )
 @pytest.mark.slow  # the int8 rounding kernel is unchanged by the GEMV's work; one build each
 def test_gemv_accuracy_level_4(case, launches):
-    gpu_quant._check_nbits(*case, np.float16, accuracy_level=4, rows=(1, 3))
+    gpu_quant.check_nbits(*case, np.float16, accuracy_level=4, rows=(1, 3))
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -237,7 +237,7 @@ def test_rows_past_one_launch_run_one_launch_per_eight(launches):
     bits, block, zp, k, n = 4, 16, "packed", 72, 19
     most = op_matmul_nbits.gemv_rows(k, n, bits, block, 4, 4)  # float32 A and scales
     assert most == 16, most  # (1140 packed + 2 x 5472 dense bytes) / 1140 x 0.25: 2 launches
-    gpu_quant._check_nbits(bits, block, zp, k, n, np.float32, rows=(9, most))
+    gpu_quant.check_nbits(bits, block, zp, k, n, np.float32, rows=(9, most))
     assert launches == ["nbits_gemv"] * 4
 
 

@@ -25,13 +25,13 @@ def test_cuda_kernel_reads_joined_tables_as_one_wider_n(launches, zp_kind, bias,
     with fusions_provider() as register:
         name = register()
         fused, plain = session(model, name), session(model, name, off=ALL)
-    (joined,) = [n for n in fused._model.graph if n.op_type == "MatMulNBits"]
+    (joined,) = [n for n in fused.compiled.model.graph if n.op_type == "MatMulNBits"]
     tables = [None if v is None else v.const_value.numpy() for v in joined.inputs[1:]]
     tables += [None] * (5 - len(tables))
     b, scales, zp, g_idx, joined_bias = tables
     assert g_idx is None and joined.attributes["N"].value == 64
-    _, cuda = gpu_quant._builders()
-    node = gpu_quant._nbits_node(K, 64, 4, BLOCK, np.float32, b, scales, zp, bias=joined_bias)
+    _, cuda = gpu_quant.builders()
+    node = gpu_quant.nbits_node(K, 64, 4, BLOCK, np.float32, b, scales, zp, bias=joined_bias)
     fn = cuda(node, np)
     a = np.random.default_rng(1).standard_normal((3, K)).astype(np.float32)
     want = np.concatenate(plain.run(None, {"a": a}), axis=-1)

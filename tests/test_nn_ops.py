@@ -319,8 +319,8 @@ def test_fused_conv_parity(rng, act, params, with_z):
 )
 def test_cpu_conv_wide_and_standard_im2col_agree(rng, xs, ws, pads, dil):
     """Both stride-1 im2col layouts the CPU Conv times against each other give the same result."""
-    from onnxep.providers_cpu.ops._nn_cpu import Scratch, TunedMatmul
-    from onnxep.providers_cpu.ops.op_conv import _standard, _wide
+    from onnxep.providers_cpu.ops.nn_cpu import Scratch, TunedMatmul
+    from onnxep.providers_cpu.ops.op_conv import im2col_standard, im2col_wide
 
     x, w, b = f32(rng, *xs), f32(rng, *ws), f32(rng, ws[0])
     k = list(ws[2:])
@@ -330,8 +330,8 @@ def test_cpu_conv_wide_and_standard_im2col_agree(rng, xs, ws, pads, dil):
     args = (k, dil, pads[:2], pads[2:], (oh, ow), ws[0])
     scratch = Scratch()
     for _ in range(2):  # the second run reuses the scratch buffers
-        wide = _wide(scratch, x, aug, *args)
-        std = _standard(scratch, x, aug, k, [1, 1], *args[1:])
+        wide = im2col_wide(scratch, x, aug, *args)
+        std = im2col_standard(scratch, x, aug, k, [1, 1], *args[1:])
         np.testing.assert_allclose(wide, std, rtol=1e-5, atol=1e-5)
     want = run_both("Conv", [x, w, b], dict(pads=pads, dilations=dil))[0][0]
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)

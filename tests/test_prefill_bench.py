@@ -82,11 +82,11 @@ def test_nbits_bench_nodes_are_valid_matmul_nbits():
 def test_attention_bench_builders_agree_on_the_emulator(monkeypatch):
     """The tensor-core step and the tiled step of the bench give the same attention."""
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import _flash_prefill
+    from onnxep.providers_cuda.ops import flash_prefill
 
     emulator = Emulator()
     monkeypatch.setattr(nvrtc, "function", emulator.function)
-    monkeypatch.setattr(_flash_prefill, "device_facts", lambda: (90, 227 * 1024))
+    monkeypatch.setattr(flash_prefill, "device_facts", lambda: (90, 227 * 1024))
     xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     xp.empty = nan_empty
     dt = np.dtype(np.float16)
@@ -96,7 +96,7 @@ def test_attention_bench_builders_agree_on_the_emulator(monkeypatch):
         return lambda shape: rng.standard_normal(shape).astype(dt)
 
     shape = (dt, 1, 4, 2, 64, 70, True)
-    kernels = _flash_prefill.Kernels("bench")
+    kernels = flash_prefill.Kernels("bench")
     flash_step, route = gpu_prefill_bench.build_step(xp, *shape, kernels, rand_for(1), 8)
     tiled_step, none = gpu_prefill_bench.build_step(xp, *shape, None, rand_for(1), 8)
     assert route.flash and none is None

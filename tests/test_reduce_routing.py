@@ -1,4 +1,4 @@
-"""ReduceSum/ReduceMean routing on CUDA (``providers_cuda/ops/_reduce_routing.py``), on the CPU.
+"""ReduceSum/ReduceMean routing on CUDA (``providers_cuda/ops/reduce_routing.py``), on the CPU.
 
 The rule is a pure function of outputs, group size, dtype and SM count; the
 builder tests run the CUDA builder through the g++ kernel emulator (NumPy
@@ -15,10 +15,10 @@ import pytest
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops import op_reduce_mean as cpu_mean
 from onnxep.providers.ops import op_reduce_sum as cpu_sum
-from onnxep.providers_cuda.ops import _reduce_cuda as K
-from onnxep.providers_cuda.ops import _reduce_routing as R
 from onnxep.providers_cuda.ops import op_reduce_mean as cuda_mean
 from onnxep.providers_cuda.ops import op_reduce_sum as cuda_sum
+from onnxep.providers_cuda.ops import reduce_cuda as K
+from onnxep.providers_cuda.ops import reduce_routing as R
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 H200_SMS = 132

@@ -23,7 +23,7 @@ import numpy as np
 
 import onnxep
 from onnxep.providers import Decline, KernelLibrary, Provider, ProviderInfo, hookimpl
-from onnxep.tools.conformance import _case_data, _case_model, load_cases
+from onnxep.tools.conformance import case_data, case_model, load_cases
 
 _OK_KINDS = "biufc"
 
@@ -80,14 +80,14 @@ def main(out: Path) -> None:
     failures: dict[str, list[str]] = collections.defaultdict(list)
     t0 = time.time()
     for case in load_cases("node"):
-        model = _case_model(case)
+        model = case_model(case)
         ops = sorted({n.op_type for n in model.graph.node})
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 sess = onnxep.InferenceSession(model, providers=["cupy_survey", "cpu"])
                 on_gpu = {n.op_type for n in sess.placement() if n.provider == "cupy_survey"}
-                for ins, outs in _case_data(case):
+                for ins, outs in case_data(case):
                     feeds = dict(zip([i.name for i in model.graph.input], ins))
                     got = sess.run(None, feeds)
                     Runner.assert_similar_outputs(outs, got, case.rtol, case.atol)

@@ -41,6 +41,7 @@ __all__ = [
     "ProviderStartError",
     "get_host",
     "register_plugin",
+    "runtime_plugins",
     "reset_hosts",
     "unregister_plugin",
 ]
@@ -431,6 +432,12 @@ def get_host(config: Any) -> PluginHost:
                 host.register(plugin, name=name)
             _hosts[config.key] = host
         return host
+
+
+def runtime_plugins() -> list[Any]:
+    """The plugins registered at run time (``register_plugin``), in registration order."""
+    with _hosts_lock:
+        return [plugin for plugin, _ in _runtime_plugins]
 
 
 def register_plugin(plugin: Any, name: str | None = None) -> None:

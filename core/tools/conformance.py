@@ -59,7 +59,7 @@ def load_cases(category: str) -> list[Any]:
         return load_model_tests(kind=category)
 
 
-def _case_model(case: Any) -> Any:
+def case_model(case: Any) -> Any:
     import os
 
     import onnx
@@ -70,7 +70,7 @@ def _case_model(case: Any) -> Any:
     return onnx.load(path)
 
 
-def _case_data(case: Any) -> list[tuple[list, list]]:
+def case_data(case: Any) -> list[tuple[list, list]]:
     import glob
     import os
 
@@ -105,7 +105,7 @@ def run_case(case: Any, category: str, providers: Sequence[Any], repeat: int = 1
     from .backend import OnnxepBackend
 
     try:
-        model = _case_model(case)
+        model = case_model(case)
         ops = tuple(sorted({n.op_type for n in model.graph.node}))
     except Exception as exc:
         return CaseResult(case.name, category, False, f"load: {exc}")
@@ -113,7 +113,7 @@ def run_case(case: Any, category: str, providers: Sequence[Any], repeat: int = 1
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             rep = OnnxepBackend.prepare(model, providers=list(providers))
-            for ins, outs in _case_data(case):
+            for ins, outs in case_data(case):
                 for _ in range(repeat):
                     got = rep.run(ins)
                     Runner.assert_similar_outputs(outs, got, case.rtol, case.atol, case.model_dir)
@@ -135,7 +135,7 @@ def select_cases(
             continue
         if want is not None:
             try:
-                names = {n.op_type for n in _case_model(case).graph.node}
+                names = {n.op_type for n in case_model(case).graph.node}
             except Exception:
                 names = set()
             if not names & want:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .conformance import _case_data, _case_model, exclusions, load_cases, select_cases
+from .conformance import case_data, case_model, exclusions, load_cases, select_cases
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -171,7 +171,7 @@ def run_node_case(
         if re.search(pattern, case.name):
             return CaseOutcome(case.name, SKIPPED, f"excluded: {why}")
     try:
-        model = _case_model(case)
+        model = case_model(case)
     except Exception as exc:
         return CaseOutcome(case.name, FAILED, f"load: {exc}")
     ops = tuple(sorted({n.op_type for n in model.graph.node}))
@@ -193,7 +193,7 @@ def run_node_case(
             return CaseOutcome(case.name, SKIPPED, why, ops)
         names = [i.name for i in model.graph.input]
         try:
-            for ins, outs in _case_data(case):
+            for ins, outs in case_data(case):
                 got = sess.run(None, dict(zip(names, ins)))
                 Runner.assert_similar_outputs(outs, got, case.rtol, case.atol, case.model_dir)
         except Exception as exc:

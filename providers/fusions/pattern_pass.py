@@ -89,7 +89,8 @@ class _Signature:
         self.op: tuple[str, str] | None = None
         self.producers: list[tuple[int, tuple[str, str]]] = []
         try:
-            root = rule._target_pattern.output_nodes[0]
+            # onnxscript keeps the compiled pattern private; guarded: without it, no shortcut
+            root = rule._target_pattern.output_nodes[0]  # noqa: SLF001
             self.op = _op_of(root)
             for i, v in enumerate(root.inputs):
                 producer = getattr(v, "producer", None)

@@ -40,21 +40,21 @@ class ReportingFusionPass(FusionPass):
     def __init__(self) -> None:
         super().__init__()
         self.fired: Counter[str] = Counter()
-        self._refused: dict[tuple[int, str], tuple[ir.Node, str]] = {}
+        self.refused: dict[tuple[int, str], tuple[ir.Node, str]] = {}
 
     def refuse(self, anchor: ir.Node, reason: str) -> None:
-        self._refused.setdefault((id(anchor), reason), (anchor, reason))
+        self.refused.setdefault((id(anchor), reason), (anchor, reason))
 
     def fire(self, anchor: ir.Node, rule: str) -> None:
         self.count += 1
         self.fired[rule] += 1
-        for key in [k for k in self._refused if k[0] == id(anchor)]:
-            del self._refused[key]
+        for key in [k for k in self.refused if k[0] == id(anchor)]:
+            del self.refused[key]
 
     @property
     def refusals(self) -> dict[str, list[str]]:
         """Each reason with the refused matches' anchor nodes, in the order first seen."""
         out: dict[str, list[str]] = {}
-        for node, reason in self._refused.values():
+        for node, reason in self.refused.values():
             out.setdefault(reason, []).append(label(node))
         return out

@@ -15,11 +15,11 @@ from onnxep.providers.node import NodeInfo
 
 from . import contrib as C
 
-_FLOATS = ("float", "float16", "bfloat16", "double")
+NORM_TYPES = ("float", "float16", "bfloat16", "double")
 
 
-@kernel("SimplifiedLayerNormalization", since=1, dtypes=_FLOATS)
-@kernel("SimplifiedLayerNormalization", since=1, domain="com.microsoft", dtypes=_FLOATS)
+@kernel("SimplifiedLayerNormalization", since=1, dtypes=NORM_TYPES)
+@kernel("SimplifiedLayerNormalization", since=1, domain="com.microsoft", dtypes=NORM_TYPES)
 def simplified_layer_normalization(node: NodeInfo, xp: Any):
     axis = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))

@@ -7,7 +7,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import PoolSpec, avg_divisor, compute_dtype
 
-from ._nn_cpu import pad_input, window_reduce
+from .nn_cpu import pad_input, window_reduce
 
 
 @kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))

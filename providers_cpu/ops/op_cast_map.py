@@ -11,7 +11,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import enum_attr
+from .ml_common import enum_attr
 
 _CAST = {"TO_FLOAT": 0, "TO_STRING": 1, "TO_INT64": 2}
 _FORM = {"DENSE": 0, "SPARSE": 1}

@@ -10,7 +10,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import str_list, to_str
+from .misc import str_list, to_str
 
 
 @kernel("CategoryMapper", since=1, domain="ai.onnx.ml", dtypes=["string", "int64"])

@@ -3,7 +3,7 @@
 Constant weights are reshaped to (group, M/group, C/group * prod(kernel)) once;
 with group 1 the bias joins them as one more column (against a row of ones in
 the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
-convolutions, which im2col layout (``_wide`` or ``_standard``) runs is timed
+convolutions, which im2col layout (``im2col_wide`` or ``im2col_standard``) runs is timed
 once per input shape, among the variants that give the same bits (so a
 result never depends on timing). 1x1 stride-1 unpadded convolutions skip
 im2col; depthwise ones run as multiply-adds.
@@ -19,7 +19,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
-from ._nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
+from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -111,15 +111,17 @@ def build_conv(node, post=None):
                         how = strategy.get(x.shape)
                         if how is None:
                             how = strategy[x.shape] = _pick_layout(
-                                lambda v: _wide(scratch, v, aug, k, dil, pb, pe, out, m),
-                                lambda v: _standard(
+                                lambda v: im2col_wide(scratch, v, aug, k, dil, pb, pe, out, m),
+                                lambda v: im2col_standard(
                                     scratch, v, aug, k, strides, dil, pb, pe, out, m
                                 ),
                                 xc,
                             )
                 if how == 0:
-                    return finish(_wide(scratch, xc, aug, k, dil, pb, pe, out, m), dt, z)
-                return finish(_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z)
+                    return finish(im2col_wide(scratch, xc, aug, k, dil, pb, pe, out, m), dt, z)
+                return finish(
+                    im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
+                )
             xpad = scratch.padded(xc, pb, pe)
             if group > 1 and group == c and group == m:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
@@ -130,7 +132,9 @@ def build_conv(node, post=None):
                 return finish(y, dt, z)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
             if aug is not None:
-                return finish(_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z)
+                return finish(
+                    im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
+                )
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
@@ -147,7 +151,7 @@ def build_conv(node, post=None):
     return run
 
 
-def _standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
+def im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
     """im2col into a buffer whose last row is ones, then one tuned GEMM with the bias column."""
     n = xc.shape[0]
     xpad = scratch.padded(xc, pb, pe)
@@ -161,7 +165,7 @@ def _standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
     return aug(buf[0] if n == 1 else buf).reshape(n, m, *out)
 
 
-def _wide(scratch, xc, aug, k, dil, pb, pe, out, m):
+def im2col_wide(scratch, xc, aug, k, dil, pb, pe, out, m):
     """Stride-1 2-D im2col over full padded rows.
 
     Each im2col row is then one contiguous run of the flat padded plane (a

@@ -11,7 +11,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import str_list, to_str
+from .misc import str_list, to_str
 
 _NAN = object()  # the one dict key every NaN input maps to
 

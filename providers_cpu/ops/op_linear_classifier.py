@@ -13,7 +13,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import PROBIT, apply_post, class_labels, floats, post_transform, probit, rows_2d
+from .ml_common import PROBIT, apply_post, class_labels, floats, post_transform, probit, rows_2d
 
 
 @kernel(

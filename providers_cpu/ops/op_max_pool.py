@@ -11,7 +11,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import PoolSpec, lowest
 from onnxep.providers.ops.op_max_pool import max_pool as generic_max_pool
 
-from ._nn_cpu import pad_input, window_reduce
+from .nn_cpu import pad_input, window_reduce
 
 
 @kernel("MaxPool", since=(1, 8, 10, 11, 12, 22))

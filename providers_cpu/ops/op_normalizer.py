@@ -13,7 +13,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import enum_attr
+from .ml_common import enum_attr
 
 _NORMS = {"MAX": 0, "L1": 1, "L2": 2}
 

@@ -14,7 +14,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import as_str_array, str_list
+from .misc import as_str_array, str_list
 
 
 @kernel(

@@ -14,7 +14,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import str_map, to_str
+from .misc import str_map, to_str
 
 
 @kernel("RegexFullMatch", since=20)

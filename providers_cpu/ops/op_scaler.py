@@ -10,7 +10,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import floats
+from .ml_common import floats
 
 
 @kernel("Scaler", since=1, domain="ai.onnx.ml", dtypes=["float", "double", "int64", "int32"])

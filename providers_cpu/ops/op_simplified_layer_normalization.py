@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_simplified_layer_normalization import (
-    _FLOATS,
+    NORM_TYPES,
 )
 from onnxep.providers.ops.op_simplified_layer_normalization import (
     simplified_layer_normalization as generic,
 )
 
-from ._rms_cpu import fast_ok, rms_scaled
+from .rms_cpu import fast_ok, rms_scaled
 
 
-@kernel("SimplifiedLayerNormalization", since=1, dtypes=_FLOATS)
-@kernel("SimplifiedLayerNormalization", since=1, domain="com.microsoft", dtypes=_FLOATS)
+@kernel("SimplifiedLayerNormalization", since=1, dtypes=NORM_TYPES)
+@kernel("SimplifiedLayerNormalization", since=1, domain="com.microsoft", dtypes=NORM_TYPES)
 def simplified_layer_normalization(node, xp):
     general = generic(node, xp)
     eps = float(node.attr("epsilon", 1e-5))

@@ -7,7 +7,7 @@ from onnxep.providers.ops.op_skip_simplified_layer_normalization import (
     skip_simplified_layer_normalization as generic,
 )
 
-from ._rms_cpu import fast_ok, rms_scaled
+from .rms_cpu import fast_ok, rms_scaled
 
 
 @kernel(

@@ -10,7 +10,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import as_str_array, str_list, to_str
+from .misc import as_str_array, str_list, to_str
 
 
 @kernel("StringNormalizer", since=10)

@@ -9,7 +9,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import as_str_array, to_str
+from .misc import as_str_array, to_str
 
 
 @kernel("StringSplit", since=20)

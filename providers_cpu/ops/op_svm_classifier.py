@@ -17,7 +17,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import (
+from .ml_common import (
     NONE,
     PROBIT,
     apply_post,
@@ -29,7 +29,7 @@ from ._ml_common import (
     probit,
     rows_2d,
 )
-from ._svm import SvmKernel
+from .svm import SvmKernel
 
 
 @kernel("SVMClassifier", since=1, domain="ai.onnx.ml", dtypes=["float", "double", "int64", "int32"])

@@ -11,8 +11,8 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import PROBIT, floats, post_transform, probit, rows_2d
-from ._svm import SvmKernel
+from .ml_common import PROBIT, floats, post_transform, probit, rows_2d
+from .svm import SvmKernel
 
 
 @kernel("SVMRegressor", since=1, domain="ai.onnx.ml", dtypes=["float", "double", "int64", "int32"])

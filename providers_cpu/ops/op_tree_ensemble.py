@@ -1,6 +1,6 @@
 """TreeEnsemble (ai.onnx.ml opset 5): evaluate every tree for every row, then aggregate.
 
-The same vectorised evaluator (``_tree_eval``) as TreeEnsembleClassifier and
+The same vectorised evaluator (``tree_eval``) as TreeEnsembleClassifier and
 TreeEnsembleRegressor: nodes and leaves are numbered into one table, and all rows
 and trees advance one level per step as arrays.
 """
@@ -16,9 +16,9 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import LOGISTIC, NONE, PROBIT, SOFTMAX, SOFTMAX_ZERO, apply_post, probit, rows_2d
-from ._tree_eval import MEMBER, Forest, Nodes, compare_dtype
+from .ml_common import LOGISTIC, NONE, PROBIT, SOFTMAX, SOFTMAX_ZERO, apply_post, probit, rows_2d
 from .op_tree_ensemble_classifier import forest_cache
+from .tree_eval import MEMBER, Forest, Nodes, compare_dtype
 
 # Opset 5 numbers its post transforms in another order than the older ops' names.
 _POST = {0: NONE, 1: SOFTMAX, 2: LOGISTIC, 3: SOFTMAX_ZERO, 4: PROBIT}

@@ -1,13 +1,13 @@
 """TreeEnsembleClassifier (ai.onnx.ml opsets 1 and 3): class scores and the top label.
 
-Evaluated by the shared vectorised evaluator (``_tree_eval``). Scores and labels
+Evaluated by the shared vectorised evaluator (``tree_eval``). Scores and labels
 follow onnxruntime's classifier, whose two-class rules the spec leaves open:
 
 - more than two classes: base_values are added, the label is the highest score
   among the classes some leaf (or a base value) scored, then the post transform;
 - two classes whose weights all name one class (LightGBM, XGBoost binary): that
   score decides (> 0.5 when every weight is positive, else > 0) and the two
-  columns are built from it (``_ml_common.two_columns``);
+  columns are built from it (``ml_common.two_columns``);
 - two classes both weighted (scikit-learn forests): label ``classlabels[1]`` when
   the positive score is > 0 (onnxruntime returns 1 or 0 there for int64 labels).
 """
@@ -24,7 +24,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import (
+from .ml_common import (
     apply_post,
     class_labels,
     floats,
@@ -33,7 +33,7 @@ from ._ml_common import (
     rows_2d,
     two_columns,
 )
-from ._tree_eval import Forest, compare_dtype, from_attributes
+from .tree_eval import Forest, compare_dtype, from_attributes
 
 _INPUTS = ["float", "double", "int64", "int32"]
 

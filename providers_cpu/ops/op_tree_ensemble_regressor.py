@@ -1,6 +1,6 @@
 """TreeEnsembleRegressor (ai.onnx.ml opsets 1 and 3): aggregate leaf weights per target.
 
-Evaluated by the shared vectorised evaluator (``_tree_eval``). The scores follow
+Evaluated by the shared vectorised evaluator (``tree_eval``). The scores follow
 onnxruntime: with one target only PROBIT transforms the score (the other post
 transforms are left out, as onnxruntime's single-target path does), base_values
 apply only when there is one per target (or a single one for a single target),
@@ -17,9 +17,9 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import PROBIT, apply_post, enum_attr, floats, post_transform, probit, rows_2d
-from ._tree_eval import AGGREGATES, compare_dtype, from_attributes
+from .ml_common import PROBIT, apply_post, enum_attr, floats, post_transform, probit, rows_2d
 from .op_tree_ensemble_classifier import forest_cache, refuse_after_opset_3
+from .tree_eval import AGGREGATES, compare_dtype, from_attributes
 
 _INPUTS = ["float", "double", "int64", "int32"]
 

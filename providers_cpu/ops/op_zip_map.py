@@ -15,7 +15,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._misc import str_list
+from .misc import str_list
 
 
 @kernel("ZipMap", since=1, domain="ai.onnx.ml", dtypes=["float"])

@@ -3,7 +3,7 @@
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_abs as generic
 
-from ._fast import fast_unary
+from .fast import fast_unary
 
 
 @kernel("Abs", since=(1, 6, 13))

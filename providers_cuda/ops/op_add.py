@@ -3,7 +3,7 @@
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_add as generic
 
-from ._fast import fast_binary
+from .fast import fast_binary
 
 
 @kernel("Add", since=(1, 6, 7, 13, 14))

@@ -16,7 +16,7 @@ from past ones and ``att_reduce`` when the keys are split across blocks
 (decode), without host synchronisation or cuBLAS, so it can be captured in a
 CUDA graph. Float16 calls with one head size, a multiple of 16 up to 256, whose
 keys are not split run the tensor-core flash kernel instead on sm_80 and later
-(``_flash_prefill``); each signature's route is on the kernel (``run.routes``).
+(``flash_prefill``); each signature's route is on the kernel (``run.routes``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
-from ._attention23_step import AttentionConfig, plan_step
-from ._attention_cuda import kernels_by_dtype, sm_count
-from ._flash_prefill import Kernels, Route, log_route
-from ._gqa_geometry import MAX_HEAD_SIZE
+from .attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
+from .attention23_step import AttentionConfig, plan_step
+from .attention_cuda import kernels_by_dtype, sm_count
+from .flash_prefill import Kernels, Route, log_route
+from .gqa_geometry import MAX_HEAD_SIZE
 
 _FLOATS = ("float", "float16")
 _DTYPES = {i: _FLOATS for i in (0, 1, 2, 4, 5)}

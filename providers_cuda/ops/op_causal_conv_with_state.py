@@ -4,7 +4,7 @@ A depthwise causal 1-D convolution over ``[past state | input]`` per (batch,
 channel), its optional SiLU, the present state (the sequence's last
 ``state_length`` positions) and, in com.microsoft, the ``state_window``
 slots and the ``state_update_capacity`` output, all in one grid-stride
-kernel (``causal_conv_state`` in ``_hybrid_cuda``). The semantics are the
+kernel (``causal_conv_state`` in ``hybrid_cuda``). The semantics are the
 CPU kernels' (``providers/ops/op_causal_conv_with_state.py`` and
 ``op_onnx_causal_conv_with_state.py``), including channels-last inputs and
 states, dilation, a channel slice of the input, and the ONNX op's rounding
@@ -32,8 +32,8 @@ from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _reduce_cuda as K
-from ._hybrid_cuda import (
+from . import reduce_cuda as K
+from .hybrid_cuda import (
     FLAT_BLOCK,
     FLOATS,
     contiguity_test,

@@ -12,7 +12,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_fast_gelu as generic
 
-from ._fused_cuda import gelu_runner
+from .fused_cuda import gelu_runner
 
 _FLOATS = ("float", "float16", "bfloat16", "double")
 

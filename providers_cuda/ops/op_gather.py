@@ -22,8 +22,8 @@ from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_gather as generic
 from onnxep.providers.ops.shape import norm_axis
 
-from . import _index_cuda as ix
-from ._reduce_cuda import PlanCache
+from . import index_cuda as ix
+from .reduce_cuda import PlanCache
 
 BODY = (
     ix.COMMON

@@ -22,7 +22,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_gather_block_quantized as generic
 
-from ._quant_cuda import PRELUDE, ctype_of, sm_count
+from .quant_cuda import PRELUDE, ctype_of, sm_count
 
 _THREADS = 256
 

@@ -2,7 +2,7 @@
 
 ``out[c] = data[c with c[axis] = indices[c]]`` for every coordinate ``c`` of
 indices, which may be shorter than data off the axis. Index and data
-coordinates are collapsed to at most six dims (``_index_cuda.collapse_elements``);
+coordinates are collapsed to at most six dims (``index_cuda.collapse_elements``);
 elements are copied as unsigned integers of their width, so every dtype
 goes through one kernel. An index outside ``[-d, d-1]`` gives a zero and is
 recorded in the provider's error flag; nothing is read back on the host.
@@ -22,8 +22,8 @@ from onnxep.providers.ops import op_gather_elements as generic
 from onnxep.providers.ops.indices import check_element_shapes
 from onnxep.providers.ops.shape import norm_axis
 
-from . import _index_cuda as ix
-from ._reduce_cuda import PlanCache
+from . import index_cuda as ix
+from .reduce_cuda import PlanCache
 
 BODY = (
     ix.COMMON

@@ -20,7 +20,7 @@ loop moves only the new rows. Otherwise a fresh cache is filled from the past.
 A single-token (decode) step is one launch, ``gqa_decode`` (rotary, cache
 write, split-K attention and the merge of the splits fused); a longer step is
 two (prepare, prefill): float16 head sizes that are multiples of 16 up to 256
-take the tensor-core flash kernel on sm_80 and later (``_flash_prefill``), the
+take the tensor-core flash kernel on sm_80 and later (``flash_prefill``), the
 rest the tiled kernel, and the route of each signature is on the kernel
 (``run.routes``, logged at debug level). A fresh cache adds one fill. Nothing synchronizes or
 reads device memory on the host, so the step can be captured in a CUDA graph.
@@ -34,11 +34,11 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._attention_cuda import kernels_by_dtype, sm_count
-from ._flash_prefill import Kernels, Route, log_route
-from ._gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
-from ._gqa_geometry import MAX_HEAD_SIZE
-from ._gqa_step import host_total, plan_step
+from .attention_cuda import kernels_by_dtype, sm_count
+from .flash_prefill import Kernels, Route, log_route
+from .gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
+from .gqa_geometry import MAX_HEAD_SIZE
+from .gqa_step import host_total, plan_step
 
 _UNSUPPORTED_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight"}
 _OP = "GroupQueryAttention"

@@ -6,7 +6,7 @@ gated-delta recurrences over a (d_k, d_v) state per KV head, grouped query
 heads (and, in com.microsoft, fewer query than KV heads, fewer key heads
 than KV heads, and ``state_window``). The CPU runs long prefills
 chunk-parallel; this kernel runs every step as the recurrence, token by
-token (``_linear_attention_cuda``), which is the same function.
+token (``linear_attention_cuda``), which is the same function.
 
 The present state overwrites the past one when the caller gave that buffer
 up for the run (``onnxep.providers.inplace``: IO binding bound it as both
@@ -35,9 +35,9 @@ from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _reduce_cuda as K
-from ._hybrid_cuda import FLOATS, contiguity_test, contiguous, float_refusal, signature, type_bits
-from ._linear_attention_cuda import MAX_DK, la_geometry, la_kernel
+from . import reduce_cuda as K
+from .hybrid_cuda import FLOATS, contiguity_test, contiguous, float_refusal, signature, type_bits
+from .linear_attention_cuda import MAX_DK, la_geometry, la_kernel
 
 _OP = "LinearAttention"
 _RULES = ("linear", "gated", "delta", "gated_delta")

@@ -19,8 +19,8 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _reduce_cuda as K
-from ._hybrid_cuda import (
+from . import reduce_cuda as K
+from .hybrid_cuda import (
     FLAT_BLOCK,
     FLOATS,
     contiguity_test,

@@ -22,8 +22,8 @@ from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_lp_normalization as generic
 from onnxep.providers.ops.reduce import norm_axis
 
-from . import _reduce_cuda as K
-from ._hybrid_cuda import (
+from . import reduce_cuda as K
+from .hybrid_cuda import (
     FLAT_BLOCK,
     FLOATS,
     contiguity_test,

@@ -1,6 +1,6 @@
 """MatMul: float16/32/64 through cuBLAS on the provider's stream (capture-safe); others via CuPy.
 
-The GEMV kernel (``_gemv_cuda``) is not used for a plain MatMul: on the H200 it took 4.2-7.5 us
+The GEMV kernel (``gemv_cuda``) is not used for a plain MatMul: on the H200 it took 4.2-7.5 us
 at Qwen2.5 decode shapes against cuBLAS's 3.4-6.4 us (bench/gpu_gemv_bench.py, 2026-12-01); it
 serves onnxep::MatMulBias, where it saves the bias launch (``op_matmul_bias``)."""
 

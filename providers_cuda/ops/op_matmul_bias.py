@@ -1,7 +1,7 @@
 """onnxep::MatMulBias on CUDA: one launch that adds the bias in its float32 accumulator.
 
 Few rows of A by a 2-D float16/32 B run the GEMV kernel with the bias in its
-epilogue (``_gemv_cuda``); other products run one cuBLAS GEMM. There the bias is
+epilogue (``gemv_cuda``); other products run one cuBLAS GEMM. There the bias is
 broadcast into the output first and the GEMM runs with beta = 1 (as the CUDA
 Gemm kernel does with C), so the product is rounded once with the bias in it. Operands
 the GEMM does not take (mixed or other dtypes, a batched right operand, a bias that is
@@ -19,7 +19,7 @@ from onnxep.providers.ops.fused import FLOATS
 
 from .. import blas
 from . import op_add, op_mat_mul
-from ._gemv_cuda import Gemv
+from .gemv_cuda import Gemv
 
 
 @kernel("MatMulBias", domain="onnxep", dtypes=FLOATS)

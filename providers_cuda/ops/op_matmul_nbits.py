@@ -1,7 +1,7 @@
 """com.microsoft MatMulNBits on CUDA: A @ dequantize(B).T (+ bias) with 2-, 4- or 8-bit weights.
 
 Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch (K split across
-blocks inside it, see ``_nbits_cuda``); a few more rows run it once per 8 rows, up to
+blocks inside it, see ``nbits_cuda``); a few more rows run it once per 8 rows, up to
 :func:`gemv_rows`; beyond, a prefill dequantises the weight once per call, a tile of
 at most ``GEMM_TILE_BYTES`` at a time, into scratch from the session's pool (freed
 when the call ends: no dequantised copy outlives a call, the point of a 4-bit weight
@@ -10,7 +10,7 @@ being its memory) and multiplies each tile with one cuBLAS GEMM
 added in the GEMM's float32 epilogue (beta = 1 over the broadcast bias). The weight,
 scales and zero points must be constant initializers, checked once here, at session
 creation, and read from the session's device copies where their layout suits the
-kernels, else repacked once (``_nbits_weights``); a decode step costs one launch and
+kernels, else repacked once (``nbits_weights``); a decode step costs one launch and
 reads each weight byte once. Numerics follow the CPU kernel: float32 accumulation,
 zero points subtracted exactly, and with ``accuracy_level=4`` the activations rounded
 to int8 per block of K first, with the CPU's arithmetic (the rounded activations match
@@ -27,9 +27,9 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from . import _nbits_cuda as K_
-from ._nbits_weights import Weights, fail
-from ._quant_cuda import ctype_of, sm_count
+from . import nbits_cuda as K_
+from .nbits_weights import Weights, fail
+from .quant_cuda import ctype_of, sm_count
 
 _log = logging.getLogger("onnxep.cuda.matmul_nbits")
 
@@ -83,7 +83,7 @@ def matmul_nbits(node: NodeInfo, xp: Any):
     if wts.empty:
         return _omitted_projection(n, xp)
     int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits in (4, 8)
-    return _Runner(wts, a_dtype, out_c, int8_a, has_bias, bias_const, xp)
+    return NBitsRunner(wts, a_dtype, out_c, int8_a, has_bias, bias_const, xp)
 
 
 def _omitted_projection(n: int, xp: Any):
@@ -98,7 +98,7 @@ def _omitted_projection(n: int, xp: Any):
     return run
 
 
-class _Runner:
+class NBitsRunner:
     """The built node: device copies of the weights, compiled kernels, launch plans."""
 
     def __init__(self, w: Weights, a_dtype, out_c, int8_a, has_bias, bias_const, xp) -> None:

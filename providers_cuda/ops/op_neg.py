@@ -3,7 +3,7 @@
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_neg as generic
 
-from ._fast import fast_unary
+from .fast import fast_unary
 
 
 @kernel("Neg", since=(1, 6, 13))

@@ -5,7 +5,7 @@ The op (``providers/ops/op_onnxep_gated_linear_attention.py``) is what
 ``LinearAttentionGate`` (or its primitives), the per-head ``LpNormalization``
 of q and k and com.microsoft ``LinearAttention``. The launch is
 LinearAttention's (``op_linear_attention.plan_launch``, with a's shape for the
-decay and b's for beta); the kernel (``_gated_linear_attention_cuda``) computes
+decay and b's for beta); the kernel (``gated_linear_attention_cuda``) computes
 the gates and norms while it stages each token. Present overwrites the past
 state when the caller gave that buffer up for the run (``onnxep.providers.inplace``,
 as LinearAttention does: the kernel reads each state tile before writing it),
@@ -27,9 +27,9 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.op_onnxep_gated_linear_attention import gated_rule
 
-from . import _reduce_cuda as K
-from ._gated_linear_attention_cuda import GLA_BODY, GLA_NAMES
-from ._hybrid_cuda import F16, contiguity_test, contiguous, float_refusal, signature
+from . import reduce_cuda as K
+from .gated_linear_attention_cuda import GLA_BODY, GLA_NAMES
+from .hybrid_cuda import F16, contiguity_test, contiguous, float_refusal, signature
 from .op_linear_attention import LaConfig, LaLaunch, parse_config, plan_launch, step_outputs
 
 _OP = "onnxep::GatedLinearAttention"

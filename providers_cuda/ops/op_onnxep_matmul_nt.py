@@ -1,6 +1,6 @@
 """onnxep::MatMulNT on CUDA: ``A @ Wt^T (+ bias)`` (then the SwiGLU) over the ``[N, K]`` weight.
 
-Few rows of A, where :func:`_gemv_nt_cuda.use_warps` says the product is bound by
+Few rows of A, where :func:`gemv_nt_cuda.use_warps` says the product is bound by
 latency, run one launch of the warp-per-output GEMV with the bias and the SwiGLU in its
 epilogue. Other products run one cuBLAS GEMM with ``trans_b`` on ``Wt`` (no copy), the
 bias broadcast into the output first and added with beta = 1 (rounded once, as
@@ -19,7 +19,7 @@ from onnxep.providers.ops.op_onnxep_matmul_nt import activation, check_operands
 
 from .. import blas
 from . import op_add, op_mat_mul, op_onnxep_swiglu
-from ._gemv_nt_cuda import GemvNT
+from .gemv_nt_cuda import GemvNT
 
 
 @kernel("MatMulNT", domain="onnxep", dtypes=FLOATS)

@@ -14,7 +14,7 @@ from onnxep.providers.ops.fused import FLOATS
 from onnxep.providers.ops.op_onnxep_swiglu import split_packed
 
 from . import op_mul, op_sigmoid
-from ._fused_cuda import swiglu_runner
+from .fused_cuda import swiglu_runner
 
 
 @kernel("SwiGLU", domain="onnxep", dtypes=FLOATS)

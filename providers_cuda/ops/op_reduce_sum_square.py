@@ -1,4 +1,4 @@
-"""ReduceSumSquare on CUDA: one float32-accumulating kernel for float32/float16 (``_reduce_cuda``).
+"""ReduceSumSquare on CUDA: one float32-accumulating kernel for float32/float16 (``reduce_cuda``).
 
 Axes are an attribute up to opset 13 and a host input from 18; a non-constant axes
 input, other dtypes and axes that are not one contiguous run take the generic kernel.
@@ -7,7 +7,7 @@ input, other dtypes and axes that are not one contiguous run take the generic ke
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_reduce_sum_square as generic
 
-from ._reduce_cuda import build_reduce
+from .reduce_cuda import build_reduce
 
 
 @kernel("ReduceSumSquare", since=(1, 11, 13))

@@ -12,7 +12,7 @@ from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._rotary_cuda import PosMode, RopeKernel
+from .rotary_cuda import PosMode, RopeKernel
 
 
 @kernel("RotaryEmbedding", since=23, dtypes=("float", "float16"), capture_safe=True)

@@ -12,7 +12,7 @@ from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from ._rotary_cuda import PosMode, RopeKernel
+from .rotary_cuda import PosMode, RopeKernel
 
 _FLOATS = ("float", "float16")
 

@@ -13,7 +13,7 @@ from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.fused import FLOATS
 
 from . import op_reciprocal, op_sqrt
-from ._fused_cuda import unary_runner
+from .fused_cuda import unary_runner
 
 
 @kernel("Rsqrt", domain="onnxep", dtypes=FLOATS)

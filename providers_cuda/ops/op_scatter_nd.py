@@ -25,8 +25,8 @@ from onnxep.providers.ops import op_scatter_nd as generic
 from onnxep.providers.ops.indices import check_nd_shapes
 from onnxep.providers.ops.shape import check_reduction
 
-from . import _index_cuda as ix
-from ._reduce_cuda import PlanCache
+from . import index_cuda as ix
+from .reduce_cuda import PlanCache
 
 BODY = (
     ix.COMMON

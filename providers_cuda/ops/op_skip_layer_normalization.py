@@ -4,7 +4,7 @@ LayerNorm(input + skip + bias) * gamma + beta in float32, rounded once, with
 the optional outputs (mean, inv_std_var, input_skip_bias_sum) written by the
 same launch, as the CPU kernel computes them. float32/float16 with skip a
 trailing block of the input and gamma/beta/bias one row take the kernel
-(``_norm_runners``); other broadcasts and mixed types run the generic kernel
+(``norm_runners``); other broadcasts and mixed types run the generic kernel
 on the device.
 """
 
@@ -16,8 +16,8 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_skip_layer_normalization as generic
 
-from ._norm_cuda import LAYER
-from ._norm_runners import skip_norm_runner
+from .norm_cuda import LAYER
+from .norm_runners import skip_norm_runner
 
 
 @kernel(

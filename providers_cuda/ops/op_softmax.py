@@ -24,8 +24,8 @@ from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops import op_softmax as generic
 from onnxep.providers.ops.reduce import norm_axis
 
-from . import _reduce_cuda as K
-from ._reduce_source import COMMON, CTYPE
+from . import reduce_cuda as K
+from .reduce_source import COMMON, CTYPE
 
 SOFTMAX_BODY = (
     COMMON

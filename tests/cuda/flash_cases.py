@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers.ops.op_group_query_attention import group_query_attention as cpu_gqa
-from onnxep.providers_cuda.ops._flash_cuda import FLASH_SOURCE
+from onnxep.providers_cuda.ops.flash_cuda import FLASH_SOURCE
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 #: (atol, rtol) per dtype name: the kernel rounds probabilities to the input type before
@@ -120,7 +120,7 @@ def cp_async_expected(src: np.ndarray, n: int) -> np.ndarray:
 # ------------------------------------------------------------------------ GroupQueryAttention
 
 #: name, b, s, nh, nkv, hd, past lens, capacity, attrs, extras (tests/cuda/test_cuda_attention's
-#: ``_gqa_feeds`` conventions: a first prompt is right-padded, rows 1.. shorter: ragged)
+#: ``gqa_feeds`` conventions: a first prompt is right-padded, rows 1.. shorter: ragged)
 GQA_CASES = [
     ("h64_causal_g7_ragged_packed_rotary", 3, 70, 7, 1, 64, [0, 0, 0], None, {"do_rotary": 1},
      ("packed",)),
@@ -214,7 +214,7 @@ def plan_flash_direct(kernels, xp, case, dtype, tiles=None):
     """The kernel's launcher for a direct case: Q as (B, Hq, S, D), K/V as (B, Hkv, S, D)
     caches of capacity S, Y as (B, S, Hq * D); ``tiles`` m16 tiles per warp (None: the
     plan's choice for 8 SMs)."""
-    from onnxep.providers_cuda.ops import _flash_prefill as fp
+    from onnxep.providers_cuda.ops import flash_prefill as fp
 
     _, b, s, nh, nkv, hd, causal, _ = case
     kv = (nkv * s * hd, s * hd, hd)

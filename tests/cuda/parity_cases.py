@@ -118,11 +118,11 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def node_case(name: str, dtype: str, seed: int = 0) -> tuple[onnx.ModelProto, dict]:
     """A node-suite case's model and perturbed inputs (retyped to float16 when asked)."""
-    from onnxep.tools.conformance import _case_data, _case_model
+    from onnxep.tools.conformance import case_data, case_model
 
     case = node_cases()[name]
-    model = _case_model(case)
-    ins, _ = _case_data(case)[0]
+    model = case_model(case)
+    ins, _ = case_data(case)[0]
     names = [i.name for i in model.graph.input]
     feeds = dict(zip(names, ins))
     if dtype == "float16" and any(

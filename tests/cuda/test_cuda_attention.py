@@ -34,7 +34,7 @@ GQA_ORDER = [
 ]  # fmt: skip
 
 
-def _model(op, names, outputs, attrs, feeds, domain="com.microsoft", opset=21):
+def contrib_model(op, names, outputs, attrs, feeds, domain="com.microsoft", opset=21):
     node = helper.make_node(op, names, outputs, domain=domain, **attrs)
     ins = [
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), None)
@@ -50,7 +50,7 @@ def _model(op, names, outputs, attrs, feeds, domain="com.microsoft", opset=21):
     return m
 
 
-def _run_both(model, feeds):
+def run_both(model, feeds):
     names = [i.name for i in model.graph.input]
     f = {n: feeds[n] for n in names}
     opts = onnxep.SessionOptions(disable_fallback=True)
@@ -59,14 +59,14 @@ def _run_both(model, feeds):
     return got, want
 
 
-def _assert_close(got, want, dtype, what, tol=TOL):
+def assert_close(got, want, dtype, what, tol=TOL):
     atol, rtol = tol[np.dtype(dtype).type]
     res = compare_output(what, np.asarray(got), np.asarray(want), "cuda", "cpu", rtol, atol)
     bad = [r.describe() for r in res if not r.ok]
     assert not bad, "\n".join(bad)
 
 
-def _rope_cache(max_len, rot, dt):
+def rope_cache(max_len, rot, dt):
     inv = 1.0 / (10000 ** (np.arange(0, rot, 2) / rot))
     ang = np.arange(max_len)[:, None] * inv[None, :]
     return np.cos(ang).astype(dt), np.sin(ang).astype(dt)
@@ -75,7 +75,7 @@ def _rope_cache(max_len, rot, dt):
 # ----------------------------------------------------------------------------- GroupQueryAttention
 
 
-def _gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt):
+def gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt):
     """Feeds in the CPU tests' conventions: a first prompt is right-padded (row 0 full);
     otherwise every row appends ``s`` tokens to its own past length."""
     r = rng.standard_normal
@@ -105,7 +105,7 @@ def _gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt):
     f["total_sequence_length"] = np.array(total, np.int32)
     if attrs.get("do_rotary"):
         rot = hd // 2 if "half_rot" in extras else hd
-        f["cos_cache"], f["sin_cache"] = _rope_cache(max(64, total + s + 4), rot, dt)
+        f["cos_cache"], f["sin_cache"] = rope_cache(max(64, total + s + 4), rot, dt)
     if "position_ids" in extras:
         f["position_ids"] = (tot[:, None] - s + np.arange(s)[None, :] + 2).astype(np.int64)
     if "attention_bias" in extras:
@@ -170,32 +170,34 @@ GQA_CASES = [
 def test_group_query_attention(case, dt):
     name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras = case
     rng = np.random.default_rng(0)
-    f, names = _gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt)
+    f, names = gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt)
     outs = ["output", "present_key", "present_value"]
     attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
-    got, want = _run_both(_model("GroupQueryAttention", names, outs, attrs, f), f)
+    got, want = run_both(contrib_model("GroupQueryAttention", names, outs, attrs, f), f)
     for g, w, o in zip(got, want, outs, strict=True):
         assert g.shape == w.shape, f"{name} {o}: shape {g.shape} != {w.shape}"
-        _assert_close(g, w, dt, f"{name} {o}")
+        assert_close(g, w, dt, f"{name} {o}")
 
 
 @pytest.mark.parametrize("dt", [F32, F16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("lens", [[2047], [2047, 900]], ids=["b1", "b2_ragged"])
 def test_group_query_attention_long_context_split_k(lens, dt):
     """A single token over 2048 cached rows (Qwen2.5-0.5B heads) takes the split-K path."""
-    from onnxep.providers_cuda.ops._attention_cuda import sm_count
-    from onnxep.providers_cuda.ops._gqa_geometry import plan_decode
+    from onnxep.providers_cuda.ops.attention_cuda import sm_count
+    from onnxep.providers_cuda.ops.gqa_geometry import plan_decode
 
     b, nh, nkv, hd, cap = len(lens), 14, 2, 64, 2048
     geo = plan_decode(b, nh, nkv, hd, cap, sm_count())  # total_sequence_length == cap here
     assert geo.nsplit > 1, f"expected the split-K path, got {geo}"
     rng = np.random.default_rng(1)
-    f, names = _gqa_feeds(rng, b, 1, nh, nkv, hd, [n - 1 for n in lens], cap, {}, (), dt)
+    f, names = gqa_feeds(rng, b, 1, nh, nkv, hd, [n - 1 for n in lens], cap, {}, (), dt)
     outs = ["output", "present_key", "present_value"]
-    model = _model("GroupQueryAttention", names, outs, {"num_heads": nh, "kv_num_heads": nkv}, f)
-    got, want = _run_both(model, f)
+    model = contrib_model(
+        "GroupQueryAttention", names, outs, {"num_heads": nh, "kv_num_heads": nkv}, f
+    )
+    got, want = run_both(model, f)
     for g, w, o in zip(got, want, outs, strict=True):
-        _assert_close(g, w, dt, f"long context {o}")
+        assert_close(g, w, dt, f"long context {o}")
 
 
 def _gqa_node(f, names, attrs):
@@ -230,7 +232,7 @@ def test_gqa_builder_matches_cpu_kernel(case, dt):
 
     name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, shared = case
     rng = np.random.default_rng(2)
-    f, names = _gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt)
+    f, names = gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt)
     attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
     node = _gqa_node(f, names, attrs)
     want = cpu_gqa(node, np)(*[f[n] if n else None for n in names])
@@ -240,7 +242,7 @@ def test_gqa_builder_matches_cpu_kernel(case, dt):
     past_k = args[names.index("past_key")]
     assert (got[1] is past_k) == shared, f"{name}: present_key shares the past buffer: {shared}"
     for i, o in enumerate(("output", "present_key", "present_value")):
-        _assert_close(cupy.asnumpy(got[i]), want[i], dt, f"{name} {o}")
+        assert_close(cupy.asnumpy(got[i]), want[i], dt, f"{name} {o}")
 
 
 @pytest.mark.parametrize("s", [1, 12], ids=["decode", "prefill"])
@@ -254,7 +256,7 @@ def test_gqa_step_captures_and_replays_with_new_lengths(s):
     b, nh, nkv, hd, cap = 2, 14, 2, 64, 2048
     rng = np.random.default_rng(3)
     attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1}
-    f, names = _gqa_feeds(rng, b, s, nh, nkv, hd, [1200, 700], cap, attrs, (), F16)
+    f, names = gqa_feeds(rng, b, s, nh, nkv, hd, [1200, 700], cap, attrs, (), F16)
     # the capacity bound, as onnxruntime-genai feeds it when it captures a graph
     f["total_sequence_length"] = np.array(cap, np.int32)
     node = _gqa_node(f, names, attrs)
@@ -279,7 +281,7 @@ def test_gqa_step_captures_and_replays_with_new_lengths(s):
         stream.synchronize()
         assert outs[1] is args[i_past]
         for i, o in enumerate(("output", "present_key", "present_value")):
-            _assert_close(cupy.asnumpy(outs[i]), want[i], F16, f"replay {lens} {o}")
+            assert_close(cupy.asnumpy(outs[i]), want[i], F16, f"replay {lens} {o}")
 
 
 # ----------------------------------------------------------------------------- RotaryEmbedding
@@ -288,7 +290,7 @@ def test_gqa_step_captures_and_replays_with_new_lengths(s):
 def _rope_feeds(rng, rank, b, s, nh, hd, rot, pos_kind, dt, max_len=24):
     shape = (b, s, nh * hd) if rank == 3 else (b, nh, s, hd)
     f = {"input": rng.standard_normal(shape).astype(dt)}
-    f["cos_cache"], f["sin_cache"] = _rope_cache(max_len, rot or hd, dt)
+    f["cos_cache"], f["sin_cache"] = rope_cache(max_len, rot or hd, dt)
     if pos_kind == "1d":
         f["position_ids"] = np.array([int(rng.integers(0, max_len - s))], np.int64)
     elif pos_kind == "2d":
@@ -372,8 +374,8 @@ def test_rotary_embedding_contrib(case, dt):
     if rot:
         attrs["rotary_embedding_dim"] = rot
     names = ["input", "position_ids", "cos_cache", "sin_cache"]
-    got, want = _run_both(_model(op, names, ["output"], attrs, f), f)
-    _assert_close(got[0], want[0], dt, name, ROPE_TOL)
+    got, want = run_both(contrib_model(op, names, ["output"], attrs, f), f)
+    assert_close(got[0], want[0], dt, name, ROPE_TOL)
 
 
 ONNX_ROPE_CASES = [
@@ -396,7 +398,7 @@ def test_rotary_embedding_onnx23(case, dt):
     b, s, nh, hd = 2, 5, 3, 16
     shape = (b, s, nh * hd) if rank == 3 else (b, nh, s, hd)
     f = {"X": rng.standard_normal(shape).astype(dt)}
-    cos, sin = _rope_cache(20, rot or hd, dt)
+    cos, sin = rope_cache(20, rot or hd, dt)
     if with_pos:
         f["cos"], f["sin"] = cos, sin
         f["pos"] = rng.integers(0, 20, size=(1 if bcast else b, s)).astype(np.int64)
@@ -410,9 +412,9 @@ def test_rotary_embedding_onnx23(case, dt):
         attrs["num_heads"] = nh
     if rot:
         attrs["rotary_embedding_dim"] = rot
-    model = _model("RotaryEmbedding", names, ["Y"], attrs, f, domain="", opset=23)
-    got, want = _run_both(model, f)
-    _assert_close(got[0], want[0], dt, f"onnx rope {case}", ROPE_TOL)
+    model = contrib_model("RotaryEmbedding", names, ["Y"], attrs, f, domain="", opset=23)
+    got, want = run_both(model, f)
+    assert_close(got[0], want[0], dt, f"onnx rope {case}", ROPE_TOL)
 
 
 def test_rotary_builder_is_capture_safe():
@@ -421,7 +423,9 @@ def test_rotary_builder_is_capture_safe():
     import cupy
 
     from onnxep.providers.ops.op_rotary_embedding_contrib import rotary_embedding_contrib as cpu
-    from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import rotary_embedding_contrib
+    from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import (
+        rotary_embedding_contrib,
+    )
 
     rng = np.random.default_rng(6)
     f = _rope_feeds(rng, 3, 2, 5, 2, 16, 0, "2d", F32)
@@ -445,7 +449,7 @@ def test_rotary_builder_is_capture_safe():
         graph.launch(stream)
         stream.synchronize()
         want = cpu(node, np)(f["input"], pos, f["cos_cache"], f["sin_cache"])[0]
-        _assert_close(cupy.asnumpy(out), want, F32, f"captured rope shift {shift}", ROPE_TOL)
+        assert_close(cupy.asnumpy(out), want, F32, f"captured rope shift {shift}", ROPE_TOL)
 
 
 def test_rotary_position_outside_the_cache_gives_nan():
@@ -453,7 +457,9 @@ def test_rotary_position_outside_the_cache_gives_nan():
     rotates become NaN rather than reading another row."""
     import cupy
 
-    from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import rotary_embedding_contrib
+    from onnxep.providers_cuda.ops.op_rotary_embedding_contrib import (
+        rotary_embedding_contrib,
+    )
 
     rng = np.random.default_rng(7)
     f = _rope_feeds(rng, 3, 2, 5, 2, 16, 0, "2d", F32)

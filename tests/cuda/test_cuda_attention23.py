@@ -135,7 +135,7 @@ def onnx_node_cases() -> dict:
         importlib.import_module("onnx.backend.test.case.node.attention")
     return {
         c.name: c
-        for c in node._NodeTestCases
+        for c in node._NodeTestCases  # noqa: SLF001 - onnx collects them there; its public collector imports every op
         if c.name.startswith("test_attention") and not c.name.endswith("_expanded")
     }
 
@@ -155,10 +155,10 @@ def declined_reason(name: str) -> str | None:
 
 def check_node_case(case, provider: str, ran) -> None:
     """Run one node case on ``[provider, "cpu"]``; ``ran()`` says whether the kernel launched."""
-    from onnxep.tools.conformance import _case_data, _case_model
+    from onnxep.tools.conformance import case_data, case_model
 
-    model = _case_model(case)
-    ins, outs = _case_data(case)[0]
+    model = case_model(case)
+    ins, outs = case_data(case)[0]
     sess = onnxep.InferenceSession(model, providers=[provider, "cpu"])
     placed = [p for p in sess.placement() if p.op_type == "Attention" and p.role == "compute"]
     assert len(placed) == 1

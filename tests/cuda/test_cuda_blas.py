@@ -116,7 +116,7 @@ def _gemv_node(op: str, dtype):
 
 def _gemv_runner(op: str, dtype):
     """``op`` ("Gemv": the kernel itself, "MatMul" or "MatMulBias") as a node's run function."""
-    from onnxep.providers_cuda.ops import _gemv_cuda as G
+    from onnxep.providers_cuda.ops import gemv_cuda as G
     from onnxep.providers_cuda.ops import op_mat_mul, op_matmul_bias
     from onnxep.providers_cuda.xp import cuda_namespace
 
@@ -145,7 +145,7 @@ GEMV_SHAPES = [  # (A's leading dims, K, N): decode shapes, K tails, N without 1
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize(("lead", "k", "n"), GEMV_SHAPES)
 def test_gemv_matches_numpy_and_repeats_bit_for_bit(lead, k, n, dtype, op, monkeypatch):
-    from onnxep.providers_cuda.ops import _gemv_cuda as G
+    from onnxep.providers_cuda.ops import gemv_cuda as G
 
     if op == "MatMul":  # cuBLAS, never the GEMV
 
@@ -203,7 +203,7 @@ def test_gemv_works_inside_stream_capture():
 
 
 def test_more_rows_or_a_batched_weight_go_to_cublas():
-    from onnxep.providers_cuda.ops import _gemv_cuda as G
+    from onnxep.providers_cuda.ops import gemv_cuda as G
 
     gemv = G.Gemv(cupy, "float16")
     b = cupy.zeros((64, 32), cupy.float16)

@@ -1,4 +1,4 @@
-"""The tensor-core attention prefill (providers_cuda/ops/_flash_cuda.py) on the GPU.
+"""The tensor-core attention prefill (providers_cuda/ops/flash_cuda.py) on the GPU.
 
 First the warp-level instructions alone: the probes of ``flash_cases`` run
 ``mma.sync``, ``ldmatrix`` and ``cp.async`` on the hardware against NumPy, the
@@ -17,7 +17,7 @@ from __future__ import annotations
 import flash_cases as fc
 import numpy as np
 import pytest
-from test_cuda_attention import _assert_close, _gqa_feeds, _model, _run_both
+from test_cuda_attention import assert_close, contrib_model, gqa_feeds, run_both
 from test_cuda_attention23 import case_feeds, check_against_cpu, node_info
 
 F16 = np.float16
@@ -83,7 +83,7 @@ def test_group_query_attention_cases(case):
 
     cupy = _cupy()
     name, b, s, nh, nkv, hd, past_lens, cap, attrs, extras = case
-    f, names = _gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap, attrs,
+    f, names = gqa_feeds(np.random.default_rng(0), b, s, nh, nkv, hd, past_lens, cap, attrs,
                           extras, F16)  # fmt: skip
     node = fc.gqa_node(name, nh, nkv, attrs, f, names)
     want = fc.cpu_gqa(node, np)(*[f[n] if n else None for n in names])
@@ -94,7 +94,7 @@ def test_group_query_attention_cases(case):
     (route,) = _routes(run)
     assert route.flash, route
     for g, w, o in zip(got, want[:3], ("output", "present_key", "present_value"), strict=True):
-        _assert_close(cupy.asnumpy(g), w, F16, f"{name} {o}")
+        assert_close(cupy.asnumpy(g), w, F16, f"{name} {o}")
 
 
 @pytest.mark.parametrize("case", fc.ATTENTION_CASES, ids=[c[0] for c in fc.ATTENTION_CASES])
@@ -116,7 +116,7 @@ def test_bfloat16_cases(case):
 
 
 def _bf16_direct(case, rng, tiles=None):
-    from onnxep.providers_cuda.ops import _flash_prefill as fp
+    from onnxep.providers_cuda.ops import flash_prefill as fp
 
     cupy = _cupy()
     name, b, s, nh, nkv, hd = case[:6]
@@ -151,14 +151,14 @@ GQA_NAMES = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
 def test_real_size_prefill_sessions(case):
     """One-node GroupQueryAttention models on ["cuda"] (no fallback) against the CPU provider."""
     name, b, s, nh, nkv, hd, attrs = case
-    f, names = _gqa_feeds(np.random.default_rng(5), b, s, nh, nkv, hd, [0] * b, None, attrs,
+    f, names = gqa_feeds(np.random.default_rng(5), b, s, nh, nkv, hd, [0] * b, None, attrs,
                           ("packed",), F16)  # fmt: skip
     outs = ["output", "present_key", "present_value"]
     attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
-    got, want = _run_both(_model("GroupQueryAttention", names, outs, attrs, f), f)
+    got, want = run_both(contrib_model("GroupQueryAttention", names, outs, attrs, f), f)
     for g, w, o in zip(got, want, outs, strict=True):
         assert g.shape == w.shape, f"{name} {o}"
-        _assert_close(g, w, F16, f"{name} {o}")
+        assert_close(g, w, F16, f"{name} {o}")
 
 
 @pytest.mark.parametrize("hd,tiles", [(64, 1), (64, 2), (128, None), (256, None)])
@@ -181,7 +181,7 @@ def test_flash_prefill_captures_and_replays():
     cupy = _cupy()
     b, s, nh, nkv, hd = 1, 300, 14, 2, 64
     attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1}
-    f, names = _gqa_feeds(np.random.default_rng(6), b, s, nh, nkv, hd, [0], None, attrs,
+    f, names = gqa_feeds(np.random.default_rng(6), b, s, nh, nkv, hd, [0], None, attrs,
                           ("packed",), F16)  # fmt: skip
     node = fc.gqa_node("capture", nh, nkv, attrs, f, names)
     args = [None if not n else f[n] if n == "total_sequence_length" else cupy.asarray(f[n])
@@ -203,4 +203,4 @@ def test_flash_prefill_captures_and_replays():
         want = fc.cpu_gqa(node, np)(*[f[n] if n else None for n in names])
         graph.launch(stream)
         stream.synchronize()
-        _assert_close(cupy.asnumpy(outs[0]), want[0], F16, f"replay {seed}")
+        assert_close(cupy.asnumpy(outs[0]), want[0], F16, f"replay {seed}")

@@ -50,7 +50,7 @@ class IndexCase:
     kernel: str = ""  # the kernel name (without template arguments) it must launch
 
 
-def _data(shape, dtype, seed):
+def random_data(shape, dtype, seed):
     rng = np.random.default_rng(seed)
     if np.dtype(dtype).kind == "b":
         return rng.random(shape) < 0.5
@@ -59,7 +59,7 @@ def _data(shape, dtype, seed):
     return (rng.standard_normal(shape) * 3).astype(dtype)
 
 
-def _quarters(shape, dtype, seed):
+def quarter_data(shape, dtype, seed):
     """Multiples of 1/4 below 8 in size: float16 sums of a few are exact in any order, so a
     reduction's duplicates may be combined in any order (the GPU's atomics pick one)."""
     return (np.random.default_rng(seed).integers(-32, 32, shape) / 4).astype(dtype)
@@ -69,27 +69,27 @@ def _i(values, dtype=I64):
     return np.asarray(values, dtype=dtype)
 
 
-def _gather(id, data, idx, axis=0, **kw):
+def gather_case(id, data, idx, axis=0, **kw):
     return IndexCase(id, "Gather", (data, idx), {"axis": axis}, kernel="ix_gather", **kw)
 
 
-def _elements(id, data, idx, axis=0, **kw):
+def elements_case(id, data, idx, axis=0, **kw):
     return IndexCase(
         id, "GatherElements", (data, idx), {"axis": axis}, kernel="ix_gather_elements", **kw
     )
 
 
-def _nd(id, data, idx, b=0, **kw):
+def nd_case(id, data, idx, b=0, **kw):
     return IndexCase(id, "GatherND", (data, idx), {"batch_dims": b}, kernel="ix_gather_nd", **kw)
 
 
-def _scatter(id, data, idx, upd, axis=0, reduction="none", op="ScatterElements", **kw):
+def scatter_case(id, data, idx, upd, axis=0, reduction="none", op="ScatterElements", **kw):
     attrs = {"axis": axis} | ({} if op == "Scatter" else {"reduction": reduction})
     kw.setdefault("opset", 10 if op == "Scatter" else 18)
     return IndexCase(id, op, (data, idx, upd), attrs, kernel="ix_scatter_elements", **kw)
 
 
-def _scatter_nd(id, data, idx, upd, reduction="none", **kw):
+def scatter_nd_case(id, data, idx, upd, reduction="none", **kw):
     return IndexCase(
         id, "ScatterND", (data, idx, upd), {"reduction": reduction}, kernel="ix_scatter_nd", **kw
     )
@@ -98,162 +98,177 @@ def _scatter_nd(id, data, idx, upd, reduction="none", **kw):
 CASES = [
     # Gather: row copies in units of 4 (f32 rows of 7), 16 (f16 rows of 16 and 896), 8 (i64
     # rows of 3 -> 24 bytes), 1 (bool); negative indices, a scalar index, the last axis.
-    _gather("gather-f32-rows", _data((5, 7), F32, 1), _i([[0, -1], [4, 2]])),
-    _gather("gather-f16-vec16", _data((3, 16), F16, 2), _i([2, -3, 1], I32)),
-    _gather("gather-f16-embedding", _data((50, 896), F16, 3), _i([[7, 49, -50]])),
-    _gather("gather-i64-axis1", _data((2, 5, 3), I64, 4), _i([[-5, 4, 0]], I32), axis=1),
-    _gather("gather-f32-last-axis", _data((4, 6), F32, 5), _i([[5, -6, 0], [1, 2, 3]]), axis=-1),
-    _gather("gather-f16-scalar-index", _data((6, 4), F16, 6), _i(-2)),
-    _gather("gather-bool", _data((3, 5), bool, 7), _i([4, -1]), axis=1),
-    _gather(
-        "gather-f32-bad-high", _data((5, 3), F32, 8), _i([[1, 5], [0, 2]]), bad=(5, (0, 1), 0, 5)
+    gather_case("gather-f32-rows", random_data((5, 7), F32, 1), _i([[0, -1], [4, 2]])),
+    gather_case("gather-f16-vec16", random_data((3, 16), F16, 2), _i([2, -3, 1], I32)),
+    gather_case("gather-f16-embedding", random_data((50, 896), F16, 3), _i([[7, 49, -50]])),
+    gather_case("gather-i64-axis1", random_data((2, 5, 3), I64, 4), _i([[-5, 4, 0]], I32), axis=1),
+    gather_case(
+        "gather-f32-last-axis", random_data((4, 6), F32, 5), _i([[5, -6, 0], [1, 2, 3]]), axis=-1
     ),
-    _gather(
+    gather_case("gather-f16-scalar-index", random_data((6, 4), F16, 6), _i(-2)),
+    gather_case("gather-bool", random_data((3, 5), bool, 7), _i([4, -1]), axis=1),
+    gather_case(
+        "gather-f32-bad-high",
+        random_data((5, 3), F32, 8),
+        _i([[1, 5], [0, 2]]),
+        bad=(5, (0, 1), 0, 5),
+    ),
+    gather_case(
         "gather-f16-bad-low",
-        _data((2, 4, 2), F16, 9),
+        random_data((2, 4, 2), F16, 9),
         _i([0, -5], I32),
         axis=1,
         bad=(-5, (1,), 1, 4),
     ),
     # GatherElements: indices shorter than data off the axis, each axis, both index types.
-    _elements(
+    elements_case(
         "elements-f32-axis1",
-        _data((3, 4, 5), F32, 10),
+        random_data((3, 4, 5), F32, 10),
         np.random.default_rng(11).integers(-4, 4, (3, 2, 5)),
         axis=1,
     ),
-    _elements("elements-f16-short", _data((4, 3, 2), F16, 12), _i([[[1], [-4], [3]]] * 2, I32)),
-    _elements("elements-i64-1d", _data((6,), I64, 13), _i([5, -6, 0, 2])),
-    _elements(
+    elements_case(
+        "elements-f16-short", random_data((4, 3, 2), F16, 12), _i([[[1], [-4], [3]]] * 2, I32)
+    ),
+    elements_case("elements-i64-1d", random_data((6,), I64, 13), _i([5, -6, 0, 2])),
+    elements_case(
         "elements-f32-last",
-        _data((2, 3, 4), F32, 14),
+        random_data((2, 3, 4), F32, 14),
         np.random.default_rng(15).integers(-4, 4, (2, 3, 4)).astype(I32),
         axis=-1,
     ),
-    _elements(
+    elements_case(
         "elements-f32-bad",
-        _data((3, 4), F32, 16),
+        random_data((3, 4), F32, 16),
         _i([[0, 1], [2, -5], [1, 0]]),
         axis=1,
         bad=(-5, (1, 1), 1, 4),
     ),
     # GatherND: scalars, rows, batch dims, a 16-byte slice.
-    _nd("nd-f32-rows", _data((4, 5, 3), F32, 17), _i([[1, -1], [3, 0]])),
-    _nd(
+    nd_case("nd-f32-rows", random_data((4, 5, 3), F32, 17), _i([[1, -1], [3, 0]])),
+    nd_case(
         "nd-f16-batch",
-        _data((2, 3, 4, 8), F16, 18),
+        random_data((2, 3, 4, 8), F16, 18),
         _i([[[2, -1], [0, 3]], [[-3, 1], [1, 1]]], I32),
         b=1,
     ),
-    _nd("nd-i64-scalars", _data((3, 4), I64, 19), _i([[2, 3], [-3, -4]])),
-    _nd("nd-f32-k1", _data((2, 3), F32, 20), _i([[1], [-2], [0]])),
-    _nd("nd-f32-bad", _data((4, 5), F32, 21), _i([[1, 2], [3, 5]]), bad=(5, (1, 1), 1, 5)),
-    # ScatterElements: each reduction, each reducible dtype, the deprecated Scatter.
-    _scatter(
-        "scatter-f32-none",
-        _data((4, 5), F32, 22),
-        _i([[0, -1, 2, 3, 1], [1, 0, -4, 2, 3]]),
-        _data((2, 5), F32, 23),
+    nd_case("nd-i64-scalars", random_data((3, 4), I64, 19), _i([[2, 3], [-3, -4]])),
+    nd_case("nd-f32-k1", random_data((2, 3), F32, 20), _i([[1], [-2], [0]])),
+    nd_case(
+        "nd-f32-bad", random_data((4, 5), F32, 21), _i([[1, 2], [3, 5]]), bad=(5, (1, 1), 1, 5)
     ),
-    _scatter(
+    # ScatterElements: each reduction, each reducible dtype, the deprecated Scatter.
+    scatter_case(
+        "scatter-f32-none",
+        random_data((4, 5), F32, 22),
+        _i([[0, -1, 2, 3, 1], [1, 0, -4, 2, 3]]),
+        random_data((2, 5), F32, 23),
+    ),
+    scatter_case(
         "scatter-f16-add",
-        _quarters((3, 4), F16, 24),
+        quarter_data((3, 4), F16, 24),
         _i([[1, 1, -1], [0, 3, 3], [2, 2, 2]], I32),
-        _quarters((3, 3), F16, 25),
+        quarter_data((3, 3), F16, 25),
         axis=1,
         reduction="add",
     ),
-    _scatter(
+    scatter_case(
         "scatter-i64-mul",
-        _data((5,), I64, 26) % 5,
+        random_data((5,), I64, 26) % 5,
         _i([1, 1, -4, 0]),
         _i([3, -2, 2, 7]),
         reduction="mul",
     ),
-    _scatter(
+    scatter_case(
         "scatter-f32-max-nan",
-        _data((2, 6), F32, 27),
+        random_data((2, 6), F32, 27),
         _i([[0, 0, 5], [-1, 2, 2]]),
         np.array([[1.0, np.nan, 0.5], [9.0, -9.0, 30.0]], F32),
         axis=1,
         reduction="max",
     ),
-    _scatter(
+    scatter_case(
         "scatter-i32-min",
-        _data((3, 3), I32, 28),
+        random_data((3, 3), I32, 28),
         _i([[2, 0, 1], [2, -3, 1]], I32),
         _i([[-60, 3, 70], [-70, -1, 80]], I32),
         reduction="min",
     ),
-    _scatter(
+    scatter_case(
         "scatter-f64-add",
-        _data((4,), F64, 29),
+        random_data((4,), F64, 29),
         _i([3, 3, -1, 0]),
-        _data((4,), F64, 30),
+        random_data((4,), F64, 30),
         reduction="add",
     ),
-    _scatter(
+    scatter_case(
         "scatter-f16-min",
-        _data((2, 3), F16, 31),
+        random_data((2, 3), F16, 31),
         _i([[1, 1, 0]]),
-        _data((1, 3), F16, 32),
+        random_data((1, 3), F16, 32),
         axis=1,
         reduction="min",
     ),
-    _scatter(
+    scatter_case(
         "scatter-deprecated",
-        _data((3, 4), F32, 33),
+        random_data((3, 4), F32, 33),
         _i([[2, -1, 0, 1]]),
-        _data((1, 4), F32, 34),
+        random_data((1, 4), F32, 34),
         op="Scatter",
     ),
-    _scatter(
+    scatter_case(
         "scatter-f32-bad",
-        _data((3, 4), F32, 35),
+        random_data((3, 4), F32, 35),
         _i([[0, 1, 3, 1]]),
-        _data((1, 4), F32, 36),
+        random_data((1, 4), F32, 36),
         bad=(3, (0, 2), 0, 3),
     ),
     # ScatterND: rows and elements, each reduction.
-    _scatter_nd(
-        "scatternd-f32-rows", _data((4, 5), F32, 37), _i([[-1], [1]]), _data((2, 5), F32, 38)
+    scatter_nd_case(
+        "scatternd-f32-rows",
+        random_data((4, 5), F32, 37),
+        _i([[-1], [1]]),
+        random_data((2, 5), F32, 38),
     ),
-    _scatter_nd(
+    scatter_nd_case(
         "scatternd-f16-add",
-        _quarters((2, 3, 8), F16, 39),
+        quarter_data((2, 3, 8), F16, 39),
         _i([[1, 2], [0, 0], [1, -1]], I32),
-        _quarters((3, 8), F16, 40),
+        quarter_data((3, 8), F16, 40),
         reduction="add",
     ),
-    _scatter_nd(
+    scatter_nd_case(
         "scatternd-i64-mul",
-        _data((4, 4), I64, 41) % 4,
+        random_data((4, 4), I64, 41) % 4,
         _i([[0, 1], [0, 1], [3, -1]]),
         _i([2, -3, 5]),
         reduction="mul",
     ),
-    _scatter_nd(
+    scatter_nd_case(
         "scatternd-f32-max",
-        _data((5,), F32, 42),
+        random_data((5,), F32, 42),
         _i([[4], [4], [-5], [2]]),
-        _data((4,), F32, 43),
+        random_data((4,), F32, 43),
         reduction="max",
     ),
-    _scatter_nd(
+    scatter_nd_case(
         "scatternd-i32-min",
-        _data((3, 4), I32, 44),
+        random_data((3, 4), I32, 44),
         _i([[2, 2], [2, 2]]),
         _i([-99, -98], I32),
         reduction="min",
     ),
-    _scatter_nd(
-        "scatternd-f64-none", _data((3, 2), F64, 45), _i([[0], [2]]), _data((2, 2), F64, 46)
+    scatter_nd_case(
+        "scatternd-f64-none",
+        random_data((3, 2), F64, 45),
+        _i([[0], [2]]),
+        random_data((2, 2), F64, 46),
     ),
-    _scatter_nd(
+    scatter_nd_case(
         "scatternd-f32-bad",
-        _data((3, 2), F32, 47),
+        random_data((3, 2), F32, 47),
         _i([[2], [-4]]),  # clamped to [[2], [0]]: still distinct rows
-        _data((2, 2), F32, 48),
+        random_data((2, 2), F32, 48),
         bad=(-4, (1, 0), 0, 3),
     ),
 ]
@@ -440,13 +455,13 @@ def gpu_device(monkeypatch):
     """(cupy, upload, download, flag, sync, counting device) on a fresh stream."""
     import cupy
 
-    from onnxep.providers_cuda.ops import _index_cuda
+    from onnxep.providers_cuda.ops import index_cuda
 
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         flag = error_flag.ErrorFlag.on_device(cupy, stream)
-        counting = CountingDevice(_index_cuda.device_for(cupy))
-        monkeypatch.setattr(_index_cuda, "device_for", lambda xp: counting)
+        counting = CountingDevice(index_cuda.device_for(cupy))
+        monkeypatch.setattr(index_cuda, "device_for", lambda xp: counting)
 
         def sync():
             flag.before_sync()
@@ -481,13 +496,13 @@ def test_gathers_write_zeros_for_a_bad_index(case, gpu):
 def check_row_units(xp, upload, download, flag, sync, device, address) -> None:
     """16-byte rows of float16 gather in 16-byte units from an aligned table, in 2-byte units
     from a view 2 bytes off (and right both ways)."""
-    base = _data((33 * 16 + 1,), F16, 50)
+    base = random_data((33 * 16 + 1,), F16, 50)
     ids = _i([3, -1, 0])
     for offset, unit in ((0, "uint4"), (1, "unsigned short")):
         host = base[offset : offset + 33 * 16].reshape(33, 16)
         table = upload(base)[offset : offset + 33 * 16].reshape(33, 16)
         assert (address(table) % 16 == 0) == (offset == 0)
-        case = _gather(f"units-{offset}", host, ids)
+        case = gather_case(f"units-{offset}", host, ids)
         with error_flag.building(flag):
             fn = builders("Gather")[0](node_for(case), xp)
         (got,) = fn(table, upload(ids))
@@ -579,14 +594,14 @@ def test_a_run_reads_back_only_its_outputs():
     """An embedding lookup and a GatherND on device data: the only device-to-host read of a run
     is its output, the index kernels ran (not the generic kernels, whose bounds check reads a
     flag back), and the flag costs no read of its own."""
-    from onnxep.providers_cuda.ops import _index_cuda
+    from onnxep.providers_cuda.ops import index_cuda
 
-    real = _index_cuda.device_for
+    real = index_cuda.device_for
     nodes = [
         helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed"),
         helper.make_node("GatherND", ["rows", "pick"], ["out"], name="pick"),
     ]
-    table = _data((64, 96), F16, 60)
+    table = random_data((64, 96), F16, 60)
     graph = helper.make_graph(
         nodes,
         "g",
@@ -605,7 +620,7 @@ def test_a_run_reads_back_only_its_outputs():
         dev = real(xp)
         return counting.setdefault("dev", CountingDevice(dev)) if dev is not None else None
 
-    mp.setattr(_index_cuda, "device_for", counted)
+    mp.setattr(index_cuda, "device_for", counted)
     try:
         sess = onnxep.InferenceSession(m, onnxep.SessionOptions(disable_fallback=True), ["cuda"])
     finally:
@@ -629,7 +644,7 @@ def test_capture_replays_new_indices_and_reports_a_bad_one():
     a bad index raises at the next sync and leaves the flag clear."""
     import cupy
 
-    case = _gather("captured", _data((40, 128), F16, 70), _i([3, -1, 17]))
+    case = gather_case("captured", random_data((40, 128), F16, 70), _i([3, -1, 17]))
     stream = cupy.cuda.Stream(non_blocking=True)
     pool = cupy.cuda.MemoryPool()
     with cupy.cuda.using_allocator(pool.malloc), stream:

@@ -49,7 +49,7 @@ def test_torch_cuda_tensor_is_read_in_place(sess):
     io = sess.io_binding()
     io.bind_input("x", t)
     io.bind_output("z", "cuda")
-    assert io._inputs["x"].data.ptr == t.data_ptr()
+    assert io.bound_input("x").data.ptr == t.data_ptr()
     before = _counts(sess)
     sess.run_with_iobinding(io)
     np.testing.assert_allclose(io.get_outputs()[0].numpy(), -t.cpu().numpy())
@@ -73,7 +73,7 @@ def test_plain_cuda_array_interface_object_is_read_in_place(sess):
     io = sess.io_binding()
     io.bind_input("x", _Foreign(base))
     io.bind_output("z", "cuda")
-    assert io._inputs["x"].data.ptr == base.data.ptr
+    assert io.bound_input("x").data.ptr == base.data.ptr
     sess.run_with_iobinding(io)
     np.testing.assert_allclose(io.get_outputs()[0].numpy(), -base.get())
     base *= 2

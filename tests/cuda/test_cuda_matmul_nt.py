@@ -78,7 +78,7 @@ SHAPES = [  # (A's leading dims, K, N): Qwen2.5 decode shapes, K tails, odd N, r
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize(("lead", "k", "n"), SHAPES)
 def test_gemv_matches_numpy_and_repeats_bit_for_bit(lead, k, n, dtype, with_bias, activation):
-    from onnxep.providers_cuda.ops import _gemv_nt_cuda as G
+    from onnxep.providers_cuda.ops import gemv_nt_cuda as G
 
     a, wt, bias = _operands(lead, k, n, dtype)
     bias = bias if with_bias else None
@@ -123,8 +123,8 @@ def test_swiglu_epilogue_equals_the_unfused_swiglu_kernel_byte_for_byte(dtype):
 @pytest.mark.parametrize("activation", ["none", "swiglu"])
 @pytest.mark.parametrize("lead", [(1,), (16,)], ids=["wide-N", "many-rows"])
 def test_products_past_the_rule_run_cublas(lead, activation, monkeypatch):
-    from onnxep.providers_cuda.ops import _gemv_nt_cuda as G
-    from onnxep.providers_cuda.ops._reduce_cuda import sm_count
+    from onnxep.providers_cuda.ops import gemv_nt_cuda as G
+    from onnxep.providers_cuda.ops.reduce_cuda import sm_count
 
     def no_gemv(*args, **kw):
         raise AssertionError("the warp kernel ran a product the rule gives to cuBLAS")

@@ -202,7 +202,9 @@ def norm_builders(dt):
     from onnxep.providers_cuda.ops import op_layer_normalization as cuda_ln
     from onnxep.providers_cuda.ops import op_simplified_layer_normalization as cuda_rms
     from onnxep.providers_cuda.ops import op_skip_layer_normalization as cuda_skipln
-    from onnxep.providers_cuda.ops import op_skip_simplified_layer_normalization as cuda_skip
+    from onnxep.providers_cuda.ops import (
+        op_skip_simplified_layer_normalization as cuda_skip,
+    )
 
     node = _nodes()
     row, rows = (256,), (3, 256)

@@ -134,7 +134,7 @@ def test_raw_launches_go_through_the_driver():
 
     m = single("Add", [("a", F32, [4]), ("b", F32, [4])], [("c", F32, [4])])
     onnxep.InferenceSession(m, providers=["cuda"])
-    launchers = elementwise._launchers("add", "pppqqqqq")
+    launchers = elementwise.launchers("add", "pppqqqqq")
     assert all(la.direct for la in launchers.values())
     # the packed-buffer launch computes what the kernel's own CuPy launch computes
     a = cupy.arange(6, dtype=cupy.float32)

@@ -82,7 +82,7 @@ def _nbits_consts(rng, k, n, bits, block, zp_kind, dtype):
     return b, scales, zp
 
 
-def _nbits_node(
+def nbits_node(
     k,
     n,
     bits,
@@ -121,7 +121,7 @@ def _nbits_node(
     )
 
 
-def _builders():
+def builders():
     from onnxep.providers.ops.op_matmul_nbits import matmul_nbits as cpu
     from onnxep.providers_cuda.ops.op_matmul_nbits import matmul_nbits as cuda
 
@@ -140,7 +140,7 @@ def _nbits_extra(a, b, scales, zp, k, n, bits, block, y_nobias, fp16_weights):
     further error with standard deviation <= u / sqrt(3) * r: 4u * r is about 7
     sigma) and its cuBLAS output once more before the bias is added (u * |A @ W.T|).
     """
-    from onnxep.providers.ops import _contrib as C
+    from onnxep.providers.ops import contrib as C
 
     w = C.dequantize_nbits(
         b, scales, zp, None, n=n, k=k, bits=bits, block_size=block, dtype=np.float32, xp=np
@@ -175,15 +175,15 @@ NBITS_CASES = [
 M_ROWS = (1, 2, 3, 5, 8, 17, 40)
 
 
-def _check_nbits(
+def check_nbits(
     bits, block, zp_kind, k, n, dtype, *, accuracy_level=0, bias_kind=None, rows=M_ROWS, seed=0
 ):
     cp = _cp()
-    cpu, cuda = _builders()
+    cpu, cuda = builders()
     rng = np.random.default_rng(seed + 7 * k + n + bits)
     b, scales, zp = _nbits_consts(rng, k, n, bits, block, zp_kind, dtype)
     bias = None if bias_kind is None else rng.standard_normal(n).astype(dtype)
-    node = _nbits_node(
+    node = nbits_node(
         k,
         n,
         bits,
@@ -224,7 +224,7 @@ NBITS_FP16 = [c for c in NBITS_CASES if c[0] == 4] + [NBITS_CASES[8], NBITS_CASE
     ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else np.dtype(v).name,
 )
 def test_matmul_nbits_matches_cpu_builder(case, dtype):
-    _check_nbits(*case, dtype)
+    check_nbits(*case, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
@@ -235,19 +235,19 @@ def test_matmul_nbits_matches_cpu_builder(case, dtype):
 )
 def test_matmul_nbits_accuracy_level_4(case, dtype):
     """The int8 rounding of A is the CPU's, so the usual tolerances hold."""
-    _check_nbits(*case, dtype, accuracy_level=4)
+    check_nbits(*case, dtype, accuracy_level=4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("bias_kind", ["const", "input"])
 def test_matmul_nbits_bias(bias_kind, dtype):
-    _check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind=bias_kind)
+    check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind=bias_kind)
 
 
 def test_matmul_nbits_long_k_and_wide_n():
     """K beyond one shared-memory segment for one row; N wide enough for 4 columns per task."""
-    _check_nbits(4, 128, "none", 8960, 24, np.float16, rows=(1, 8))
-    _check_nbits(4, 32, "packed", 896, 20000, np.float16, rows=(1, 3, 17))
+    check_nbits(4, 128, "none", 8960, 24, np.float16, rows=(1, 8))
+    check_nbits(4, 32, "packed", 896, 20000, np.float16, rows=(1, 3, 17))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
@@ -260,17 +260,17 @@ def test_matmul_nbits_gemm_in_tiles(bias_kind, accuracy_level, dtype, monkeypatc
 
     k = 200
     monkeypatch.setattr(op_matmul_nbits, "GEMM_TILE_BYTES", 8 * k * 4)
-    _check_nbits(4, 32, "packed", k, 37, dtype, accuracy_level=accuracy_level,
+    check_nbits(4, 32, "packed", k, 37, dtype, accuracy_level=accuracy_level,
                  bias_kind=bias_kind, rows=(40, 300))  # fmt: skip
 
 
 def test_matmul_nbits_lead_dims_and_empty_rows():
     cp = _cp()
-    cpu, cuda = _builders()
+    cpu, cuda = builders()
     rng = np.random.default_rng(1)
     k, n = 64, 10
     b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float32)
-    node = _nbits_node(k, n, 4, 32, np.float32, b, scales, zp)
+    node = nbits_node(k, n, 4, 32, np.float32, b, scales, zp)
     fn, ref = cuda(node, _xp()), cpu(node, np)
     for shape in [(2, 3, k), (k,), (0, k), (2, 0, k)]:
         a = rng.standard_normal(shape).astype(np.float32)
@@ -282,31 +282,31 @@ def test_matmul_nbits_lead_dims_and_empty_rows():
 
 def test_matmul_nbits_default_g_idx_is_accepted_and_reordering_declined():
     cp = _cp()
-    cpu, cuda = _builders()
+    cpu, cuda = builders()
     rng = np.random.default_rng(2)
     k, n, block = 96, 12, 32
     b, scales, zp = _nbits_consts(rng, k, n, 4, block, "packed", np.float32)
     g_idx = (np.arange(k) // block).astype(np.int32)
-    node = _nbits_node(k, n, 4, block, np.float32, b, scales, zp, g_idx=g_idx)
+    node = nbits_node(k, n, 4, block, np.float32, b, scales, zp, g_idx=g_idx)
     a = rng.standard_normal((3, k)).astype(np.float32)
     (got,) = cuda(node, _xp())(cp.asarray(a))
     (want,) = cpu(node, np)(a, b, scales, zp, g_idx)
     extra = _nbits_extra(a, b, scales, zp, k, n, 4, block, want, False)
     _assert_close(cp.asnumpy(got), want, 1e-5, 1e-4, "default g_idx", extra)
     shuffled = rng.permutation(g_idx).astype(np.int32)
-    node = _nbits_node(k, n, 4, block, np.float32, b, scales, zp, g_idx=shuffled)
+    node = nbits_node(k, n, 4, block, np.float32, b, scales, zp, g_idx=shuffled)
     with pytest.raises(NotSupported, match="g_idx that reorders"):
         cuda(node, _xp())
 
 
 def test_matmul_nbits_declines_what_it_cannot_repack():
-    _, cuda = _builders()
+    _, cuda = builders()
     rng = np.random.default_rng(3)
     b, scales, zp = _nbits_consts(rng, 64, 8, 4, 32, "packed", np.float32)
-    node = _nbits_node(64, 8, 4, 32, np.float32, b, scales, zp, const=False)
+    node = nbits_node(64, 8, 4, 32, np.float32, b, scales, zp, const=False)
     with pytest.raises(NotSupported, match="B .input 1. must be a constant initializer"):
         cuda(node, _xp())
-    node = _nbits_node(64, 8, 4, 32, np.float32, b[:, :1], scales, zp)
+    node = nbits_node(64, 8, 4, 32, np.float32, b[:, :1], scales, zp)
     with pytest.raises(NotSupported, match="B must hold"):
         cuda(node, _xp())
     for attrs, why in [
@@ -314,7 +314,7 @@ def test_matmul_nbits_declines_what_it_cannot_repack():
         ({"block_size": 24}, "block_size=24"),
         ({"weight_prepacked": 1}, "weight_prepacked"),
     ]:
-        node = _nbits_node(64, 8, 4, 32, np.float32, b, scales, zp)
+        node = nbits_node(64, 8, 4, 32, np.float32, b, scales, zp)
         node.attrs = {**node.attrs, **attrs}
         with pytest.raises(NotSupported, match=why):
             cuda(node, _xp())
@@ -322,10 +322,10 @@ def test_matmul_nbits_declines_what_it_cannot_repack():
 
 def test_matmul_nbits_omitted_projection():
     cp = _cp()
-    _, cuda = _builders()
+    _, cuda = builders()
     n = 6
     bias = np.arange(n, dtype=np.float32)
-    node = _nbits_node(
+    node = nbits_node(
         32,
         n,
         4,
@@ -344,11 +344,11 @@ def test_matmul_nbits_omitted_projection():
 def test_matmul_nbits_inside_stream_capture():
     """Both paths record into a CUDA graph and replay with the eager results."""
     cp = _cp()
-    cpu, cuda = _builders()
+    cpu, cuda = builders()
     rng = np.random.default_rng(4)
     k, n = 200, 37
     b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
-    node = _nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
+    node = nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
     fn, ref = cuda(node, _xp()), cpu(node, np)
     stream = cp.cuda.Stream(non_blocking=True)
     for m in (1, 17):
@@ -390,7 +390,9 @@ def _gbq_node(data, scales, zp, bits, block, gaxis, qaxis, idx_dtype, idx_rank, 
 
 def _gbq_builders():
     from onnxep.providers.ops.op_gather_block_quantized import gather_block_quantized as cpu
-    from onnxep.providers_cuda.ops.op_gather_block_quantized import gather_block_quantized as cuda
+    from onnxep.providers_cuda.ops.op_gather_block_quantized import (
+        gather_block_quantized as cuda,
+    )
 
     return cpu, cuda
 
@@ -552,7 +554,7 @@ def test_gather_block_quantized_session():
 @pytest.fixture
 def split_k(monkeypatch):
     """Every GEMV splits K three ways, whatever the device's size."""
-    from onnxep.providers_cuda.ops import _nbits_cuda as K_
+    from onnxep.providers_cuda.ops import nbits_cuda as K_
 
     real = K_.gemv_geometry
 
@@ -567,7 +569,7 @@ def nbits_launches(monkeypatch):
     """The MatMulNBits kernels launched in the test, by name (without template arguments)."""
     import types
 
-    from onnxep.providers_cuda.ops import _nbits_cuda as K_
+    from onnxep.providers_cuda.ops import nbits_cuda as K_
 
     seen: list[str] = []
     real = K_.module
@@ -598,8 +600,8 @@ def nbits_launches(monkeypatch):
     ids=str,
 )  # fmt: skip
 def test_matmul_nbits_split_k_matches_cpu_builder(case, dtype, split_k, nbits_launches):
-    _check_nbits(*case, dtype, rows=(1, 3, 8))
-    _check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind="const", rows=(2,))
+    check_nbits(*case, dtype, rows=(1, 3, 8))
+    check_nbits(4, 32, "packed", 96, 37, dtype, bias_kind="const", rows=(2,))
     # The last split of each block's tasks merges in the same launch: one per product.
     assert nbits_launches == ["nbits_gemv"] * 4
 
@@ -610,8 +612,8 @@ def test_matmul_nbits_decode_shapes_repeat_bit_for_bit(k, n):
     cp = _cp()
     rng = np.random.default_rng(9)
     b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
-    node = _nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
-    cpu, cuda = _builders()
+    node = nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
+    cpu, cuda = builders()
     fn = cuda(node, _xp())
     a = rng.standard_normal((1, k)).astype(np.float16)
     dev = [cp.asarray(v) for v in (b, scales, zp)]
@@ -625,12 +627,12 @@ def test_matmul_nbits_decode_shapes_repeat_bit_for_bit(k, n):
 
 def test_matmul_nbits_split_k_inside_stream_capture(split_k):
     cp = _cp()
-    cpu, cuda = _builders()
+    cpu, cuda = builders()
     rng = np.random.default_rng(10)
     k, n = 600, 45
     b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
     bias = rng.standard_normal(n).astype(np.float16)
-    node = _nbits_node(k, n, 4, 32, np.float16, b, scales, zp, bias=bias)
+    node = nbits_node(k, n, 4, 32, np.float16, b, scales, zp, bias=bias)
     fn = cuda(node, _xp())
     a = cp.asarray(rng.standard_normal((3, k)).astype(np.float16))
     stream = cp.cuda.Stream(non_blocking=True)

@@ -48,17 +48,17 @@ class _Counting:
 
 
 def count_launches(monkeypatch) -> Counter:
-    """Wrap whatever ``_reduce_cuda.compile_kernels`` returns so launches are counted by
+    """Wrap whatever ``reduce_cuda.compile_kernels`` returns so launches are counted by
     kernel name (template arguments dropped)."""
-    from onnxep.providers_cuda.ops import _reduce_cuda
+    from onnxep.providers_cuda.ops import reduce_cuda
 
     counts: Counter = Counter()
-    real = _reduce_cuda.compile_kernels
+    real = reduce_cuda.compile_kernels
 
     def counting(body, names):
         return {n: _Counting(fn, n.split("<")[0], counts) for n, fn in real(body, names).items()}
 
-    monkeypatch.setattr(_reduce_cuda, "compile_kernels", counting)
+    monkeypatch.setattr(reduce_cuda, "compile_kernels", counting)
     return counts
 
 
@@ -177,13 +177,13 @@ GENERIC = frozenset()
 #: Every way a set of axes of a (2, 3, 5) tensor can fall, and the kernel it takes.
 _AXES_3D = [((0,), C), ((1,), C), ((2,), R), ((0, 1), C), ((1, 2), R), ((0, 1, 2), R),
             ((-1, -2), R), (None, R), ((0, 2), GENERIC)]  # fmt: skip
-_BASIC = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+BASIC_REDUCTIONS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
 _VALS = {"ReduceSum": "positive", "ReduceMean": "normal", "ReduceMax": "normal"}
 
 
 def _reduce_cases() -> list[ReduceCase]:
     cases = []
-    for op in _BASIC:
+    for op in BASIC_REDUCTIONS:
         v = _VALS.get(op, "normal")
         for dt in (F32, F16):
             for n in LENGTHS:

@@ -19,7 +19,7 @@ F32, F16 = np.float32, np.float16
 
 
 def _cub_on() -> bool:
-    from onnxep.providers_cuda.ops._reduce_routing import cub_enabled
+    from onnxep.providers_cuda.ops.reduce_routing import cub_enabled
 
     return cub_enabled()
 
@@ -51,7 +51,7 @@ def test_cub_route_is_captured_and_replays_new_inputs():
     from onnxep.providers.node import NodeInfo, ValueInfo
     from onnxep.providers.ops import op_reduce_sum
     from onnxep.providers_cuda.ops import op_reduce_sum as cuda_sum
-    from onnxep.providers_cuda.ops._reduce_routing import LIBRARY
+    from onnxep.providers_cuda.ops.reduce_routing import LIBRARY
 
     if not _cub_on():
         pytest.skip("CuPy's CUB accelerator is off here: nothing takes the library path")

@@ -156,7 +156,7 @@ class StaticDecoder:
     def done(self) -> bool:
         return len(self.tokens) >= self.max_new_tokens
 
-    def _decode_body(self) -> Any:
+    def decode_body(self) -> Any:
         """One token per row at position ``_pos``: reads ``_ids``, writes ``_next``."""
         self.cache.at(self._pos)
         positions = self._pos.view(1, 1).expand(self.batch, 1)
@@ -172,11 +172,11 @@ class StaticDecoder:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(max(self.warmup, 1)):
-                    self._decode_body()
+                    self.decode_body()
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                self._decode_body()
+                self.decode_body()
             self._graph = graph
             self.captures += 1
         except Exception as exc:  # a failed capture decodes eagerly, with the reason kept
@@ -203,7 +203,7 @@ class StaticDecoder:
                 self._graph.replay()
                 self.replays += 1
             else:
-                self.last_logits = self._decode_body()
+                self.last_logits = self.decode_body()
             token = self._next.tolist()  # the step's one read
             self.past += self._prompt.shape[1] if self.past == 0 else 1
             self.tokens.append(int(token[0]))

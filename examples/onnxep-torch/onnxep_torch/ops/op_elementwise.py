@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from onnxep.errors import NotSupported
 from onnxep.providers import NodeInfo, kernel
 
-from ._common import FLOATS, INTS, NUMERIC, no_legacy_broadcast, torch_dtype
+from .common import FLOATS, INTS, NUMERIC, no_legacy_broadcast, torch_dtype
 
 
 @kernel("Cast", since=1)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from onnxep.errors import NotSupported
 from onnxep.providers import NodeInfo, kernel
 
-from ._common import FLOATS, NUMERIC, ints, torch_dtype
+from .common import FLOATS, NUMERIC, ints, torch_dtype
 
 
 @kernel("TopK", since=1, host_inputs=(1,), dtypes={0: NUMERIC})

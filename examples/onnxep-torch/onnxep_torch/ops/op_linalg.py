@@ -8,7 +8,7 @@ import torch
 
 from onnxep.providers import NodeInfo, kernel
 
-from ._common import FLOATS
+from .common import FLOATS
 
 #: torch's CPU matmul has no kernels for the narrow integer types.
 _MATMUL_TYPES = [*FLOATS, "int32", "int64"]

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from onnxep.errors import NotSupported
 from onnxep.providers import NodeInfo, kernel
 
-from ._common import FLOATS
+from .common import FLOATS
 
 
 def _stash(x: torch.Tensor, stash_type: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from onnxep.errors import NotSupported
 from onnxep.providers import NodeInfo, kernel
 
-from ._common import FLOATS, NUMERIC, ints, norm_axes
+from .common import FLOATS, NUMERIC, ints, norm_axes
 
 
 def _prod(x: torch.Tensor, dims: list[int], keep: bool) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from onnxep.providers import NodeInfo, kernel
 
-from ._common import NUMERIC, ints, torch_dtype
+from .common import NUMERIC, ints, torch_dtype
 
 
 @kernel("Transpose", since=1)

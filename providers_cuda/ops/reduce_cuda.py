@@ -1,4 +1,4 @@
-"""Launch planning and the builder shared by the Reduce* ops (CUDA C in ``_reduce_source``).
+"""Launch planning and the builder shared by the Reduce* ops (CUDA C in ``reduce_source``).
 
 Numerics follow the CPU kernels (``providers/ops/_reduce.py``): float16 is
 widened to float32 on load, every accumulation is float32, and the result is
@@ -17,7 +17,7 @@ shapes and the device's SM count only.
 
 Everything here imports without CuPy; :func:`compile_kernels` and
 :func:`sm_count` are the only doors to the device, and every builder (here,
-in ``op_softmax`` and ``_norm_cuda``) reaches them through this module's
+in ``op_softmax`` and ``norm_cuda``) reaches them through this module's
 attributes, so the tests' kernel emulator can stand in for both.
 """
 
@@ -34,9 +34,9 @@ import numpy as np
 
 from onnxep.providers.ops.reduce import norm_axes
 
-from ._attention_cuda import sm_count
-from ._reduce_routing import LIBRARY, ReduceRoute, cub_enabled, route_reduction
-from ._reduce_source import CTYPE, PRIMITIVES, REDUCE_BODY, REDUCE_KERNELS, reduce_names
+from .attention_cuda import sm_count
+from .reduce_routing import LIBRARY, ReduceRoute, cub_enabled, route_reduction
+from .reduce_source import CTYPE, PRIMITIVES, REDUCE_BODY, REDUCE_KERNELS, reduce_names
 
 WARP = 32
 #: Threads of a block-per-row reduction, of a column tile and of the finishing pass.
@@ -58,10 +58,10 @@ class PlanCache:
 
     def __init__(self, make: Callable[..., Any]) -> None:
         self._make = make
-        self._plans: dict[tuple, Any] = {}
+        self.plans: dict[tuple, Any] = {}
 
     def __call__(self, *key: Any) -> Any:
-        plans = self._plans
+        plans = self.plans
         if key in plans:
             return plans[key]
         if len(plans) >= MAX_PLANS:
@@ -75,7 +75,7 @@ class PlanCache:
         try:
             self(*key)
         except ValueError:
-            self._plans.pop(key, None)
+            self.plans.pop(key, None)
 
 
 def static_meta(node: Any, i: int) -> tuple | None:
@@ -138,10 +138,10 @@ VEC_FLAGS = (np.int32(0), np.int32(1))
 
 def contiguity_test(xp: Any) -> Callable[[Any], bool]:
     """The cheapest C-contiguity test ``xp``'s arrays offer (CuPy's ``flags`` builds an object
-    per call; its arrays also carry a plain ``_c_contiguous`` attribute)."""
+    per call; its arrays also carry a plain ``c_contiguous`` attribute)."""
     probe = xp.empty(1)
-    if isinstance(getattr(probe, "_c_contiguous", None), bool):
-        return operator.attrgetter("_c_contiguous")
+    if isinstance(getattr(probe, "c_contiguous", None), bool):
+        return operator.attrgetter("c_contiguous")
     return lambda a: a.flags.c_contiguous
 
 
@@ -275,7 +275,7 @@ def plan_reduce(
 
 @dataclass(frozen=True)
 class LibraryPlan:
-    """A ReduceSum/ReduceMean routed to CuPy's CUB reduction (``_reduce_routing``): the whole
+    """A ReduceSum/ReduceMean routed to CuPy's CUB reduction (``reduce_routing``): the whole
     array reduces to one output."""
 
     out_shape: tuple[int, ...]
@@ -293,7 +293,7 @@ def run_library(plan: LibraryPlan, x: Any, xp: Any) -> Any:
 
 
 def route_for(view: tuple[int, int, int], dtype: np.dtype, sms: int, library: bool) -> ReduceRoute:
-    """The routing rule (``_reduce_routing``) with this module's block size, grain and fill."""
+    """The routing rule (``reduce_routing``) with this module's block size, grain and fill."""
     outer, n, inner = view
     return route_reduction(outer * inner, n, dtype, sms, library=library, threads=BLOCK,
                            grain=SPLIT_GRAIN, fill_per_sm=FILL_PER_SM)  # fmt: skip

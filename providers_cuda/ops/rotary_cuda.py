@@ -16,7 +16,7 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument
 
-from ._attention_cuda import COMMON_SOURCE, ctype_of, flat_grid, instantiations, params, sm_count
+from .attention_cuda import COMMON_SOURCE, ctype_of, flat_grid, instantiations, params, sm_count
 
 ROPE = params(
     "RopeParams",

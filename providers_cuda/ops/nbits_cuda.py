@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ._quant_cuda import PRELUDE, pow2_ceil
+from .quant_cuda import PRELUDE, pow2_ceil
 
 #: GEMV handles up to this many rows of A; more go through dequantise + cuBLAS.
 GEMV_MAX_M = 8

@@ -1,4 +1,4 @@
-"""CUDA kernels of GroupQueryAttention (their launch geometry is in ``_gqa_geometry.py``).
+"""CUDA kernels of GroupQueryAttention (their launch geometry is in ``gqa_geometry.py``).
 
 Layouts: queries, keys and values arrive as (B, S, heads*D) rows (packed QKV
 or three inputs); the KV cache is (B, Hkv, C, D) with C its capacity; the
@@ -22,7 +22,7 @@ cache is not the past buffer itself.
 
 from __future__ import annotations
 
-from ._attention_cuda import COMMON_SOURCE, instantiations, params
+from .attention_cuda import COMMON_SOURCE, instantiations, params
 
 PREPARE = params(
     "GqaPrepare",

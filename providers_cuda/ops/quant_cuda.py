@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._attention_cuda import sm_count  # noqa: F401 - the quantized ops' geometry reads it here
+from .attention_cuda import sm_count  # noqa: F401 - the quantized ops' geometry reads it here
 
 #: Element types the quantized kernels read and write, by NumPy dtype.
 CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}

@@ -3,7 +3,7 @@
 One block of 4 warps per (query tile, query head, batch); each warp owns one or
 two m16 tiles of query rows (``MT``: two halve the shared-memory reads per product,
 one K or V fragment serving both, at the price of twice the registers and half the
-blocks; the plan picks, ``_flash_prefill.m_tiles``). Key/value tiles of BK rows
+blocks; the plan picks, ``flash_prefill.m_tiles``). Key/value tiles of BK rows
 stream through shared memory (``cp.async``, 16-byte copies, rows padded by 8
 elements so ``ldmatrix`` reads hit distinct banks); the V tile's copy overlaps
 Q.K^T and the next K tile's copy overlaps P.V. Scores and the output accumulate
@@ -26,8 +26,8 @@ its layouts are documented in the PTX ISA, so the emulator
 (``tests/cuda_emulation.py``) implements the same instructions and a layout
 mistake shows there as a wrong result.
 
-Semantics are those of the scalar kernels it replaces (``_gqa_cuda.gqa_prefill``
-and ``_attention23_cuda.att_prefill``): query row ``s`` of batch row ``b`` sits
+Semantics are those of the scalar kernels it replaces (``gqa_cuda.gqa_prefill``
+and ``attention23_cuda.att_prefill``): query row ``s`` of batch row ``b`` sits
 at position ``off + s`` and attends keys ``j < kv_end`` (within the mask's
 columns) with ``j <= pos`` when causal, ``pos - j <= left`` and ``j - pos <=
 right`` for windows; scores are ``dot * scale``, soft-capped, plus a bias or
@@ -43,7 +43,7 @@ masking. Blocks start with the longest query tiles (the last ones).
 
 from __future__ import annotations
 
-from ._attention_cuda import COMMON_SOURCE, params
+from .attention_cuda import COMMON_SOURCE, params
 
 FLASH = params(
     "FlashParams",

@@ -1,11 +1,11 @@
 """The fused GatedLinearAttention kernel: LinearAttention with its gates and q/k L2 norms inside.
 
-``_linear_attention_cuda``'s recurrence (same blocks, lanes, tiles and token
+``linear_attention_cuda``'s recurrence (same blocks, lanes, tiles and token
 stage), with three changes where a token is staged in shared memory:
 
 - the decay is ``exp(round(decay_scale * softplus(a + dt_bias)))`` and beta
   ``round(sigmoid(b))``, rounded to a's type as ``LinearAttentionGate``
-  stores them (``_hybrid_cuda``'s ``la_gate``, same device functions), where
+  stores them (``hybrid_cuda``'s ``la_gate``, same device functions), where
   LinearAttention reads the stored decay and beta;
 - with ``qnorm`` / ``knorm`` each staged head of q / k (d_k values) is
   divided by its L2 norm, 0 where the norm is 0, and rounded to its type, a
@@ -23,7 +23,7 @@ global memory.
 
 from __future__ import annotations
 
-from ._linear_attention_cuda import LA_BODY
+from .linear_attention_cuda import LA_BODY
 
 GLA_BODY = (
     LA_BODY

@@ -22,8 +22,8 @@ per output pays when the outputs fit in a few waves of the device's resident
 warps (a GEMV bound by latency); beyond that cuBLAS's tiling wins (a 151936-
 row LM head: 72 us here against cuBLAS's 66 on the H200).
 
-The source is built on ``_reduce_source.PRIMITIVES`` and compiled through
-``_reduce_cuda.compile_kernels``, so the tests' kernel emulator can run it.
+The source is built on ``reduce_source.PRIMITIVES`` and compiled through
+``reduce_cuda.compile_kernels``, so the tests' kernel emulator can run it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from .. import elementwise as EW
-from . import _reduce_cuda as K
-from ._gemv_cuda import GEMV_BODY, ROW_TILES, row_tile, vector_width
-from ._reduce_source import CTYPE
+from . import reduce_cuda as K
+from .gemv_cuda import GEMV_BODY, ROW_TILES, row_tile, vector_width
+from .reduce_source import CTYPE
 
 #: Rows of A the kernel takes (after flattening A's batch dims); more go to cuBLAS.
 GEMV_NT_MAX_M = 8
@@ -56,7 +56,7 @@ MAX_WAVES = 4
 # up to its kernel's comment.
 _HELPERS, _MARK, _ = GEMV_BODY.partition("// y[m, n] = sum_k")
 if not _MARK or "gemv_unpack" not in _HELPERS:
-    raise ImportError("_gemv_cuda.GEMV_BODY no longer starts with its load helpers")
+    raise ImportError("gemv_cuda.GEMV_BODY no longer starts with its load helpers")
 
 GEMV_NT_BODY = (
     _HELPERS
@@ -177,15 +177,15 @@ class GemvNT:
         }
         self.sms = K.sm_count()
         self.contiguous = K.contiguity_test(xp)
-        self._launch = self._emulated if xp is np else self._driver(dtypes)
+        self._launch = self.emulated if xp is np else self.driver(dtypes)
         self._dummy = {dt: xp.zeros(1, dt) for dt in dtypes}
 
-    def _driver(self, dtypes: list[np.dtype]) -> Any:
+    def driver(self, dtypes: list[np.dtype]) -> Any:
         """Launches straight through the driver (``launch.Launcher``), as ``Gemv`` does."""
-        from ..elementwise import _stream_ptr_fn
+        from ..elementwise import stream_ptr_fn
         from ..launch import Launcher
 
-        stream = _stream_ptr_fn()
+        stream = stream_ptr_fn()
         launchers = {
             (dt, name): Launcher(fn, "pppp" + "q" * 4)
             for dt in dtypes
@@ -198,7 +198,7 @@ class GemvNT:
 
         return launch
 
-    def _emulated(self, dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
+    def emulated(self, dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
         """NumPy arrays (the tests' kernel emulator): the kernel called as CuPy calls one."""
         self.fns[dt][name]((grid,), (BLOCK,), arrays + tuple(np.int64(v) for v in ints))
 

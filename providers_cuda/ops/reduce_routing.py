@@ -13,7 +13,7 @@ each output), the dtype and the device's SM count, so it is tested on the CPU
   accelerator is on) does that for a whole-array reduction; its
   ``DeviceSegmentedReduce`` (what ``cupy.sum`` runs for several outputs) gives
   each output one block, which is the very parallelism missing, so several
-  outputs stay on our kernel split across blocks (``_reduce_cuda.split_layout``).
+  outputs stay on our kernel split across blocks (``reduce_cuda.split_layout``).
 
 Float16 never takes the library path: CuPy's CUB sum is ``DeviceReduce::Sum``
 on ``__half`` (``cupy/cuda/cupy_cub.cu``), which accumulates in float16 (only

@@ -6,7 +6,7 @@ import numpy as np
 
 from onnxep.providers.node import NodeInfo
 
-from ._ml_common import enum_attr, floats
+from .ml_common import enum_attr, floats
 
 LINEAR, POLY, RBF, SIGMOID = range(4)
 KERNELS = {"LINEAR": LINEAR, "POLY": POLY, "RBF": RBF, "SIGMOID": SIGMOID}

@@ -19,8 +19,8 @@ and rounds: one launch, the same bits on every run (no float atomics). Without a
 block adds the bias and rounds itself. Either way the result is rounded once,
 from the float32 sum with the bias in it: cuBLAS's contract on this path.
 
-The source is built on ``_reduce_source.PRIMITIVES`` and compiled through
-``_reduce_cuda.compile_kernels``, so the tests' kernel emulator can run it.
+The source is built on ``reduce_source.PRIMITIVES`` and compiled through
+``reduce_cuda.compile_kernels``, so the tests' kernel emulator can run it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _reduce_cuda as K
-from ._reduce_source import CTYPE
+from . import reduce_cuda as K
+from .reduce_source import CTYPE
 
 #: Rows of A the GEMV takes (after flattening A's batch dims); more go to cuBLAS.
 GEMV_MAX_M = 8
@@ -252,20 +252,20 @@ class Gemv:
             self.fns[dt] = K.compile_kernels(GEMV_BODY, names)
         self.sms = K.sm_count()
         self.contiguous = K.contiguity_test(xp)
-        self._launch = self._emulated if xp is np else self._driver(dtypes)
-        self._plans = K.PlanCache(self._plan)
+        self._launch = self.emulated if xp is np else self.driver(dtypes)
+        self.plans = K.PlanCache(self._plan)
         self._dummy = {dt: xp.zeros(1, dt) for dt in dtypes}
         self._dummy_f32 = xp.zeros(1, np.float32)
         self._dummy_i32 = xp.zeros(1, np.int32)
 
-    def _driver(self, dtypes: list[np.dtype]) -> Any:
+    def driver(self, dtypes: list[np.dtype]) -> Any:
         """Launches straight through the driver (``launch.Launcher``): CuPy's kernel call
         converts every argument per launch, several microseconds a decode step pays per
         product when it is not captured."""
-        from ..elementwise import _stream_ptr_fn
+        from ..elementwise import stream_ptr_fn
         from ..launch import Launcher
 
-        stream = _stream_ptr_fn()
+        stream = stream_ptr_fn()
         launchers = {
             (dt, name): Launcher(fn, "pppppp" + "q" * 8)
             for dt in dtypes
@@ -278,7 +278,7 @@ class Gemv:
 
         return launch
 
-    def _emulated(self, dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
+    def emulated(self, dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
         """NumPy arrays (the tests' kernel emulator): the kernel called as CuPy calls one."""
         self.fns[dt][name]((grid,), (BLOCK,), arrays + tuple(np.int64(v) for v in ints))
 
@@ -320,7 +320,7 @@ class Gemv:
             bias = xp.ascontiguousarray(bias)
         dt = a.dtype
         vec = (n * dt.itemsize) % 16 == 0 and K.address(b) % 16 == 0
-        p, done = self._plans(m, n, k, dt.itemsize, vec)
+        p, done = self.plans(m, n, k, dt.itemsize, vec)
         y = xp.empty((*lead, n), dt)
         has_bias = int(bias is not None)
         bias_arg = self._dummy[dt] if bias is None else bias

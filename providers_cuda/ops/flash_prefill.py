@@ -1,4 +1,4 @@
-"""The tensor-core attention prefill (``_flash_cuda``): its geometry, its route and its launch.
+"""The tensor-core attention prefill (``flash_cuda``): its geometry, its route and its launch.
 
 :func:`route` decides, from the dtype, the head sizes and the device's compute
 capability and opt-in shared memory (never from a model's name or size),
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ._flash_cuda import FLASH, FLASH_CTYPES, FLASH_SOURCE, MODE_ATTENTION, MODE_GQA, kernel_name
-from ._reduce_cuda import all_aligned
+from .flash_cuda import FLASH, FLASH_CTYPES, FLASH_SOURCE, MODE_ATTENTION, MODE_GQA, kernel_name
+from .reduce_cuda import all_aligned
 
 _log = logging.getLogger("onnxep.cuda.attention")
 

@@ -1,6 +1,6 @@
 """CUDA kernels of ONNX Attention (opsets 23-25) and onnxep::Attention.
 
-The attention kernel is GroupQueryAttention's tiled prefill (``_gqa_cuda.py``:
+The attention kernel is GroupQueryAttention's tiled prefill (``gqa_cuda.py``:
 one block per (query tile, query head, batch), K/V tiles staged in shared
 memory, online softmax with float32 running max, sum and output) generalised
 to what Attention-23 allows and GroupQueryAttention does not:
@@ -28,7 +28,7 @@ rows through their strides) so the attention reads one contiguous cache.
 
 from __future__ import annotations
 
-from ._attention_cuda import COMMON_SOURCE, instantiations, params
+from .attention_cuda import COMMON_SOURCE, instantiations, params
 
 CONCAT = params("AttConcat", i64="n sb sh ss", i32="H P L D")
 ATTN = params(

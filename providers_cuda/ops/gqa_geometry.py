@@ -1,4 +1,4 @@
-"""Launch geometry of the GroupQueryAttention kernels (``_gqa_cuda.py``).
+"""Launch geometry of the GroupQueryAttention kernels (``gqa_cuda.py``).
 
 Derived from shapes and the device's SM count only, never from a model's
 sizes; every block stays within the 48 KiB of shared memory a kernel gets

@@ -21,8 +21,8 @@ with no multiply-add to contract. Everything else (other dtypes, strided or
 broadcast operands) goes to the fallback each op module gives, which is the
 unfused nodes' own CUDA kernels run one after the other.
 
-The source is built on ``_reduce_source.PRIMITIVES`` and compiled through
-``_reduce_cuda.compile_kernels``, so the tests' kernel emulator can run it.
+The source is built on ``reduce_source.PRIMITIVES`` and compiled through
+``reduce_cuda.compile_kernels``, so the tests' kernel emulator can run it.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _reduce_cuda as K
-from ._reduce_source import CTYPE
+from . import reduce_cuda as K
+from .reduce_source import CTYPE
 
 Runner = Callable[..., tuple]
 BLOCK = 256

@@ -18,7 +18,7 @@ the CPU kernels' (``providers/ops/op_simplified_layer_normalization.py``,
 
 ``s`` and ``c`` are recomputed in each pass rather than kept, so every pass
 sees the same float32 values. The host side (which nodes take the kernel) is
-in ``_norm_runners.py``.
+in ``norm_runners.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _reduce_cuda as K
-from ._reduce_source import COMMON, CTYPE
+from . import reduce_cuda as K
+from .reduce_source import COMMON, CTYPE
 
 NORM_BODY = (
     COMMON

@@ -4,7 +4,7 @@ The session uploads every constant a device node consumes, so where the
 kernels can read that copy as it is (B's rows already whole 16-byte chunks,
 scales of the right width, packed zero points) they use it and nothing is
 uploaded twice; otherwise a repacked copy is uploaded here, at session
-creation. ``_nbits_cuda`` describes the layout.
+creation. ``nbits_cuda`` describes the layout.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.node import NodeInfo
 
-from . import _nbits_cuda as K_
-from ._reduce_cuda import address
+from . import nbits_cuda as K_
+from .reduce_cuda import address
 
 
 def fail(why: str) -> NotSupported:

@@ -1,4 +1,4 @@
-"""Which norm nodes take the CUDA ``norm_rows`` kernel (``_norm_cuda``), and the callables.
+"""Which norm nodes take the CUDA ``norm_rows`` kernel (``norm_cuda``), and the callables.
 
 float32/float16 nodes whose operands all have X's type take the kernel when
 their scale (and bias) hold one value per normalised element and a skip
@@ -17,8 +17,8 @@ import numpy as np
 
 from onnxep.providers.node import NodeInfo
 
-from . import _reduce_cuda as K
-from ._norm_cuda import RMS, NormKernel, NormKind, NormLaunch
+from . import reduce_cuda as K
+from .norm_cuda import RMS, NormKernel, NormKind, NormLaunch
 
 Runner = Callable[..., tuple]
 F32 = np.dtype(np.float32)

@@ -20,10 +20,10 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument
 
-from ._attention_cuda import FLAT_BLOCK, flat_grid
-from ._flash_prefill import plan_gqa
-from ._gqa_cuda import ATTN, DECODE, FILL, PREPARE
-from ._gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
+from .attention_cuda import FLAT_BLOCK, flat_grid
+from .flash_prefill import plan_gqa
+from .gqa_cuda import ATTN, DECODE, FILL, PREPARE
+from .gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
 
 _OP = "GroupQueryAttention"
 # Positions of the arrays in the tuple a step takes (total_sequence_length is apart).
@@ -108,7 +108,7 @@ def plan_step(
 ):
     """The callable running one step for inputs shaped like ``ins`` (values are never read).
 
-    ``flash`` (``_flash_prefill.Kernels``): a prefill whose route allows it runs the
+    ``flash`` (``flash_prefill.Kernels``): a prefill whose route allows it runs the
     tensor-core kernel instead of gqa_prefill; the route taken is ``step.route``."""
     dt = ins[QUERY].dtype
     fns = fns_by_dtype.get(dt)

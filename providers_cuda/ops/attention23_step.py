@@ -19,10 +19,10 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument
 
-from ._attention23_cuda import ATTN, CONCAT
-from ._attention_cuda import FLAT_BLOCK, flat_grid
-from ._flash_prefill import plan_attention
-from ._gqa_geometry import BLOCK, MAX_HEAD_SIZE, plan_prefill
+from .attention23_cuda import ATTN, CONCAT
+from .attention_cuda import FLAT_BLOCK, flat_grid
+from .flash_prefill import plan_attention
+from .gqa_geometry import BLOCK, MAX_HEAD_SIZE, plan_prefill
 
 _OP = "Attention"
 Q, K, V, MASK, PAST_K, PAST_V, NONPAD = range(7)
@@ -106,7 +106,7 @@ def plan_step(
 ):
     """The callable running one call for inputs shaped like ``ins`` (values are never read).
 
-    ``flash`` (``_flash_prefill.Kernels``): a call whose route allows it runs the
+    ``flash`` (``flash_prefill.Kernels``): a call whose route allows it runs the
     tensor-core kernel instead of att_prefill; the route taken is ``step.route``."""
     q, k, v = ins[Q], ins[K], ins[V]
     dt = q.dtype

@@ -16,7 +16,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 from onnxep.providers.node import NodeInfo
 
-from ._misc import str_list, to_str
+from .misc import str_list, to_str
 
 NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO, PROBIT = range(5)
 POST_TRANSFORMS = {"NONE": 0, "LOGISTIC": 1, "SOFTMAX": 2, "SOFTMAX_ZERO": 3, "PROBIT": 4}

@@ -269,15 +269,15 @@ class CupyDevice:
     def __init__(self) -> None:
         import cupy
 
-        from ..elementwise import _c_contiguous, _stream_ptr_fn
-        from ._attention_cuda import sm_count
+        from ..elementwise import c_contiguous, stream_ptr_fn
+        from .attention_cuda import sm_count
 
         self._cupy = cupy
         self.sms = sm_count()
         self.empty = cupy.ndarray  # allocates from the current pool
-        self.contiguous = _c_contiguous()
+        self.contiguous = c_contiguous()
         self.ascontiguous = cupy.ascontiguousarray
-        self.stream = _stream_ptr_fn()
+        self.stream = stream_ptr_fn()
         self._memcpy = cupy.cuda.runtime.memcpyAsync
 
     def kernels(self, body: str, names: Sequence[str], signature: str) -> dict[str, Launch]:

@@ -358,8 +358,8 @@ def _member_table(
 
 def from_attributes(node: Any, prefix: str, dtype: Any, n_targets: int) -> Forest:
     """The ml-opset 1/3 form (``nodes_*`` keyed by tree and node id, ``<prefix>_*`` weights)."""
-    from ._misc import str_list
-    from ._ml_common import floats, ints
+    from .misc import str_list
+    from .ml_common import floats, ints
 
     op = node.op_type
     tree = ints(node, "nodes_treeids", True)

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _reduce_cuda as K
-from ._hybrid_cuda import HYBRID_COMMON
+from . import reduce_cuda as K
+from .hybrid_cuda import HYBRID_COMMON
 
 #: State rows one thread keeps in registers; d_k up to 32 * LA_ROWS fits a warp's lanes.
 LA_ROWS = 16

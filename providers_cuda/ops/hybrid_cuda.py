@@ -2,7 +2,7 @@
 
 One body, compiled once per process, holds the kernels of
 LinearAttentionGate, GatedRMSNorm, LpNormalization and CausalConvWithState
-(LinearAttention's recurrence is in ``_linear_attention_cuda``). Every
+(LinearAttention's recurrence is in ``linear_attention_cuda``). Every
 operand's element type is a run-time flag (float32, or float16 where its bit
 of ``types`` is set), so one compiled kernel serves every mix of float32 and
 float16 operands, as real exports mix them (a float16 activation with a
@@ -11,7 +11,7 @@ widened to float32 on load, all arithmetic is float32, and each result is
 rounded once on store. Products that feed a sum are ``__fmul_rn`` so NVRTC
 does not fuse them, matching the CPU's rounding.
 
-Compilation goes through ``_reduce_cuda.compile_kernels`` (the body follows
+Compilation goes through ``reduce_cuda.compile_kernels`` (the body follows
 its ``PRIMITIVES``), so the tests' kernel emulator runs these kernels too.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _reduce_cuda as K
-from ._reduce_source import COMMON
+from . import reduce_cuda as K
+from .reduce_source import COMMON
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 FLOATS = (F32, F16)
@@ -295,10 +295,10 @@ def flat_grid(n: int) -> tuple[int]:
 
 def contiguity_test(xp: Any) -> Callable[[Any], bool]:
     """The cheapest C-contiguity test ``xp``'s arrays offer (CuPy's ``flags`` builds an object
-    per call; its arrays also carry a plain ``_c_contiguous`` attribute)."""
+    per call; its arrays also carry a plain ``c_contiguous`` attribute)."""
     probe = xp.empty(1)
-    if isinstance(getattr(probe, "_c_contiguous", None), bool):
-        return operator.attrgetter("_c_contiguous")
+    if isinstance(getattr(probe, "c_contiguous", None), bool):
+        return operator.attrgetter("c_contiguous")
     return lambda a: a.flags.c_contiguous
 
 
