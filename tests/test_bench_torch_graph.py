@@ -41,7 +41,7 @@ def tiny(request, tmp_path_factory):
 
 def _concat_decode(model: str, prompt: np.ndarray, steps: int):
     """The concatenating peer through host feeds: tokens and each run's last logits."""
-    from onnxep.tools.benchmark.sides import to_numpy
+    from onnxep.tools.benchmark.loops import to_numpy
     from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     peer = load_torch_peer(model)

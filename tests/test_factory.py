@@ -265,7 +265,7 @@ def test_quantization_matches_onnxruntime():
 @pytest.mark.parametrize("variant", ["fp32", "fp16", "int4-exact", "tied-fp32", "tied-int4-exact"])
 def test_torch_peer_matches_onnxruntime(tmp_path, variant):
     pytest.importorskip("torch")
-    from onnxep.tools.benchmark.sides import to_numpy
+    from onnxep.tools.benchmark.loops import to_numpy
     from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     path = tmp_path / "model.onnx"
@@ -336,7 +336,7 @@ def test_hybrid_runs_in_onnxruntime_with_states_fed_back(tmp_path, positions):
 
 def test_hybrid_in_onnxep_and_torch_peer_match_onnxruntime(tmp_path):
     pytest.importorskip("torch")
-    from onnxep.tools.benchmark.sides import to_numpy
+    from onnxep.tools.benchmark.loops import to_numpy
     from onnxep.tools.benchmark.torch_peer import load_torch_peer
 
     path = tmp_path / "model.onnx"

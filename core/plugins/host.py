@@ -264,8 +264,10 @@ class PluginHost:
         if dp.broken is not None:
             raise ProviderStartError(name, dp.broken) from dp.error
         try:
-            provider, passes = start_provider(self, dp, options)
+            started = start_provider(self.impls, self.source_of, name, dp.plugin_name, options)
         except OwnHookRaised as raised:
+            for failure in raised.failures:
+                self.record(failure)
             reason = (
                 f"plugin {dp.plugin_name!r} ({dp.source}) failed in hook {raised.hook}: "
                 f"{describe(raised.error)}"
@@ -273,6 +275,9 @@ class PluginHost:
             if options == self.config.options_for(name):
                 self._mark_broken(dp, reason, raised)
             raise ProviderStartError(name, reason) from raised.error
+        for failure in started.failures:
+            self.record(failure)
+        provider, passes = started.provider, started.passes
         try:
             self._own_passes[provider] = passes
         except TypeError:  # an unhashable Provider: its plugin is asked again later

@@ -4,14 +4,18 @@ The provider's own plugin is called first for each hook. When one of its
 hooks raises, :class:`OwnHookRaised` carries the hook and the exception to
 the host, which decides what that means (the provider is broken). Another
 plugin raising while adding kernels to the provider is that plugin's failure:
-it is recorded, and noted in the registry so "no kernel" declines can say
-which kernels are missing.
+it is returned for the host to record (on :class:`Started`, or on the
+:class:`OwnHookRaised` that ended the start), and noted in the registry so
+"no kernel" declines can say which kernels are missing. This module knows the
+host only as the two functions it is given: the hook implementations of a
+plugin, and where a plugin came from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 from onnxep.providers.kernel import KernelSpec
 from onnxep.providers.provider import Provider
@@ -19,8 +23,9 @@ from onnxep.providers.registry import KernelConflict, KernelShadowed
 
 from .failures import PluginFailure
 
-if TYPE_CHECKING:
-    from .host import DiscoveredProvider, PluginHost
+#: ``impls(hook, plugin_name)``: pluggy's implementations of ``hook`` (every plugin's
+#: when ``plugin_name`` is None)
+Impls = Callable[[str, str | None], list[Any]]
 
 
 class ProviderStartError(RuntimeError):
@@ -39,6 +44,26 @@ class OwnHookRaised(Exception):
         super().__init__(hook)
         self.hook = hook
         self.error = error
+        #: other plugins' failures met before it, for the host to record
+        self.failures: list[PluginFailure] = []
+
+
+@dataclass
+class Started:
+    """A started provider, its own plugin's ``extended`` passes, other plugins' failures."""
+
+    provider: Provider
+    passes: list[Any]
+    failures: list[PluginFailure] = field(default_factory=list)
+
+
+@dataclass
+class _Start:
+    impls: Impls
+    source_of: Callable[[str], str]
+    name: str  # the provider's
+    plugin: str  # its own plugin's
+    failures: list[PluginFailure] = field(default_factory=list)
 
 
 def describe(exc: BaseException) -> str:
@@ -50,18 +75,27 @@ def _invoke(impl: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def start_provider(
-    host: PluginHost, dp: DiscoveredProvider, options: dict[str, Any]
-) -> tuple[Provider, list[Any]]:
-    """The new provider and its own plugin's ``extended`` passes; raises OwnHookRaised."""
-    provider = _instantiate(host, dp, options)
-    _add_all_kernels(host, dp, provider)
-    return provider, _own_rewrites(host, dp, provider)
+    impls: Impls,
+    source_of: Callable[[str], str],
+    name: str,
+    plugin: str,
+    options: dict[str, Any],
+) -> Started:
+    """Provider ``name`` of plugin ``plugin``, started; raises OwnHookRaised."""
+    st = _Start(impls, source_of, name, plugin)
+    try:
+        provider = _instantiate(st, options)
+        _add_all_kernels(st, provider)
+        return Started(provider, _own_rewrites(st, provider), st.failures)
+    except OwnHookRaised as raised:
+        raised.failures = st.failures
+        raise
 
 
-def _instantiate(host: PluginHost, dp: DiscoveredProvider, options: dict[str, Any]) -> Provider:
+def _instantiate(st: _Start, options: dict[str, Any]) -> Provider:
     hook = "onnxep_create_provider"
     made = None
-    for impl in host.impls(hook, dp.plugin_name):
+    for impl in st.impls(hook, st.plugin):
         try:
             made = _invoke(impl, {"options": options})
         except Exception as exc:
@@ -71,31 +105,31 @@ def _instantiate(host: PluginHost, dp: DiscoveredProvider, options: dict[str, An
     if not isinstance(made, Provider):
         got = "nothing" if made is None else type(made).__name__
         raise OwnHookRaised(hook, TypeError(f"returned {got}, expected a Provider"))
-    if made.name != dp.name:
-        why = f"returned a provider named {made.name!r} for provider {dp.name!r}"
+    if made.name != st.name:
+        why = f"returned a provider named {made.name!r} for provider {st.name!r}"
         raise OwnHookRaised(hook, ValueError(why))
     return made
 
 
-def _add_all_kernels(host: PluginHost, dp: DiscoveredProvider, provider: Provider) -> None:
+def _add_all_kernels(st: _Start, provider: Provider) -> None:
     hook = "onnxep_kernels"
-    impls = host.impls(hook)
-    impls.sort(key=lambda i: i.plugin_name != dp.plugin_name)
+    impls = st.impls(hook, None)
+    impls.sort(key=lambda i: i.plugin_name != st.plugin)
     for impl in impls:
         try:
             specs = _invoke(impl, {"provider": provider})
             if specs is not None:
-                _add_kernels(host, provider, impl.plugin_name, specs)
+                _add_kernels(st, provider, impl.plugin_name, specs)
         except Exception as exc:
-            if impl.plugin_name == dp.plugin_name:
+            if impl.plugin_name == st.plugin:
                 raise OwnHookRaised(hook, exc) from exc
-            host.record(
+            st.failures.append(
                 PluginFailure(
                     impl.plugin_name,
-                    host.source_of(impl.plugin_name),
+                    st.source_of(impl.plugin_name),
                     describe(exc),
                     hook,
-                    provider=dp.name,
+                    provider=st.name,
                 )
             )
             provider.registry.missing.append(
@@ -105,13 +139,13 @@ def _add_all_kernels(host: PluginHost, dp: DiscoveredProvider, provider: Provide
         provider.registry.check_shadowed(impl.plugin_name)
 
 
-def _add_kernels(host: PluginHost, provider: Provider, plugin: str, specs: Iterable[Any]) -> None:
+def _add_kernels(st: _Start, provider: Provider, plugin: str, specs: Iterable[Any]) -> None:
     for module, error in getattr(specs, "failures", ()):
         # One op module that fails to import is that module's failure, not the provider's.
-        host.record(
+        st.failures.append(
             PluginFailure(
                 plugin,
-                host.source_of(plugin),
+                st.source_of(plugin),
                 f"kernel module {module}: {error}",
                 "onnxep_kernels",
                 provider=provider.name,
@@ -123,10 +157,10 @@ def _add_kernels(host: PluginHost, provider: Provider, plugin: str, specs: Itera
         provider.registry.add(spec, source=plugin)
 
 
-def _own_rewrites(host: PluginHost, dp: DiscoveredProvider, provider: Provider) -> list[Any]:
+def _own_rewrites(st: _Start, provider: Provider) -> list[Any]:
     hook = "onnxep_graph_rewrites"
     passes: list[Any] = []
-    for impl in host.impls(hook, dp.plugin_name):
+    for impl in st.impls(hook, st.plugin):
         try:
             passes.extend(_invoke(impl, {"provider": provider, "level": "extended"}) or ())
         except Exception as exc:

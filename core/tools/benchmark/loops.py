@@ -49,9 +49,6 @@ class HostLoop(DecodeLoop):
         output_names: list[str],
     ) -> None:
         super().__init__(tokens)
-        from .sides import to_numpy
-
-        self._to_numpy = to_numpy
         self.side, self.names = side, output_names
         self.state = DecodeState(spec, prompt.shape[1], prompt=prompt, dims=dict(dims))
 
@@ -61,7 +58,7 @@ class HostLoop(DecodeLoop):
 
     def step(self) -> None:
         out = self.side.run(self.state.feeds())
-        self.state.advance(dict(zip(self.names, self._to_numpy(out))))
+        self.state.advance(dict(zip(self.names, to_numpy(out))))
 
 
 class DecoderLoop(DecodeLoop):
@@ -158,3 +155,13 @@ class StaticTorchLoop(DecoderLoop):
         from .torch_static import StaticDecoder
 
         self.decoder = StaticDecoder(side.module, prompt, tokens, graph=graph)
+
+
+def to_numpy(values: list[Any]) -> list[Any]:
+    """A side's outputs as NumPy arrays (torch tensors detached and copied to the host)."""
+    out = []
+    for v in values:
+        if hasattr(v, "detach"):
+            v = v.detach().cpu().numpy()
+        out.append(np.asarray(v) if not isinstance(v, list) else v)
+    return out

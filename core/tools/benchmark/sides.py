@@ -271,12 +271,3 @@ def make_peer(kind: str, model: str, want_cuda: bool, loaded: Sequence[Side] | N
     if kind == GRAPH_SIDE:
         raise ValueError(f"{GRAPH_SIDE} is made by bench() from onnxep's own providers")
     raise ValueError(f"unknown peer {kind!r}; choose from {', '.join(SIDES)}")
-
-
-def to_numpy(values: list[Any]) -> list[Any]:
-    out = []
-    for v in values:
-        if hasattr(v, "detach"):
-            v = v.detach().cpu().numpy()
-        out.append(np.asarray(v) if not isinstance(v, list) else v)
-    return out
