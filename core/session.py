@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from onnxep.plugins.host import PluginHost, get_host, register_plugin
 from onnxep.providers import CaptureConfig, Provider
 
-from .compile.graph import CompileContext
-from .compile.model import CompiledModel
 from .compile.placement import CopyPlacement, NodePlacement, PlacementReport
+from .compiled_graph import CompileContext
+from .compiled_model import CompiledModel
 from .errors import InvalidArgument
 from .execute.profiling import Profiler
 from .iobinding import IOBinding
@@ -26,6 +25,7 @@ from .model_io import NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 from .plugins.config import load_config
+from .plugins.host import PluginHost, get_host, register_plugin
 from .plugins.selection import create_providers, select_providers
 from .rewrites.plugin import plugin as basic_rewrites
 from .rewrites.stage import RewriteOutcome, rewrite_basic, rewrite_extended

@@ -14,13 +14,13 @@ from typing import Any
 from onnxep.providers import CaptureConfig
 from onnxep.providers.inplace import donating
 
-from ..capture.runner import CapturedRunner, graph_id_of
-from ..errors import InvalidArgument
-from ..execute.executor import Executor
-from ..execute.profiling import Profiler
-from ..model_io import FeedCheck
-from .graph import CompileContext, CompiledGraph, compile_graph
-from .plan import Plan
+from .capture.runner import CapturedRunner, graph_id_of
+from .compile.plan import Plan
+from .compiled_graph import CompileContext, CompiledGraph, compile_graph
+from .errors import InvalidArgument
+from .execute.executor import Executor
+from .execute.profiling import Profiler
+from .model_io import FeedCheck
 
 __all__ = ["CompiledModel"]
 

@@ -14,12 +14,12 @@ import onnx_ir as ir
 
 from onnxep.providers.provider import Provider
 
-from ..execute.executor import Executor, RunContext
-from ..execute.profiling import Profiler
-from .nodeinfo import const_of
-from .partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
-from .plan import Plan, PlanBuilder
-from .shape_cache import shape_derived_nodes
+from .compile.nodeinfo import const_of
+from .compile.partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
+from .compile.plan import Plan, PlanBuilder
+from .compile.shape_cache import shape_derived_nodes
+from .execute.executor import Executor, RunContext
+from .execute.profiling import Profiler
 
 
 def _syncs(providers: Sequence[Provider]) -> dict:
