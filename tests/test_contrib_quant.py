@@ -1,0 +1,225 @@
+"""onnxruntime parity for the com.microsoft quantized kernels (QLinear*, QGemm, integer matmuls).
+
+Every case builds a one-node model with onnx.helper, scales and zero points as initializers
+(or graph inputs where the kernel must read them per run), and compares onnxep's CPU
+provider with onnxruntime's CPU provider on random 8-bit data that spans the whole range, so
+saturation at both ends is exercised. Quantized outputs must match exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import onnxep
+
+ort = pytest.importorskip("onnxruntime")
+
+MS = "com.microsoft"
+INTS = [np.uint8, np.int8]
+
+
+def elem(dt):
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+
+
+def one_node(op, inputs, outputs, attrs=None, consts=(), domain=MS, opset=21):
+    """A one-node model. ``inputs``: (name, array) pairs, "" for an omitted input; names in
+    ``consts`` become initializers. ``outputs``: (name, dtype) pairs."""
+    node = helper.make_node(op, [n for n, _ in inputs], [o for o, _ in outputs], domain=domain)
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in (attrs or {}).items())
+    g_in = [
+        helper.make_tensor_value_info(n, elem(a.dtype), a.shape)
+        for n, a in inputs
+        if n and n not in consts
+    ]
+    g_out = [helper.make_tensor_value_info(o, elem(dt), None) for o, dt in outputs]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in inputs if n in consts]
+    graph = helper.make_graph([node], "g", g_in, g_out, inits)
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def feeds_of(inputs, consts):
+    return {n: a for n, a in inputs if n and n not in consts}
+
+
+def run_both(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    got = onnxep.InferenceSession(model, providers=["cpu"])
+    return got.run(None, feeds), ref.run(None, feeds)
+
+
+def check(op, inputs, outputs, attrs=None, consts=(), atol=0.0, rtol=0.0):
+    model = one_node(op, inputs, outputs, attrs, consts)
+    got, ref = run_both(model, feeds_of(inputs, consts))
+    for g, r in zip(got, ref):
+        g, r = np.asarray(g), np.asarray(r)
+        assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
+        if g.dtype.kind in "iub":
+            bad = np.flatnonzero(g != r)
+            assert not bad.size, f"{op}: {bad.size} of {g.size} differ, first at {bad[0]}"
+        else:
+            np.testing.assert_allclose(g, r, atol=atol, rtol=rtol)
+    return got
+
+
+def q(rng, shape, dt):
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max + 1, shape, dtype=dt)
+
+
+def f32(v):
+    return np.asarray(v, np.float32)
+
+
+def zp(dt, unsigned, signed):
+    return np.asarray(unsigned if np.dtype(dt) == np.uint8 else signed, dt)
+
+
+BINARY_SHAPES = [((3, 4, 5), (3, 4, 5)), ((3, 4, 5), (4, 1)), ((1,), (2, 7)), ((2, 1, 6), (3, 1))]
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("shapes", BINARY_SHAPES)
+@pytest.mark.parametrize("const_params", [True, False])
+def test_qlinear_binary(op, dt, shapes, const_params):
+    rng = np.random.default_rng(len(shapes[0]) + len(shapes[1]))
+    c_scale = 0.05 if op == "QLinearAdd" else 0.3
+    inputs = [
+        ("a", q(rng, shapes[0], dt)),
+        ("a_scale", f32(0.02)),
+        ("a_zp", zp(dt, 3, -3)),
+        ("b", q(rng, shapes[1], dt)),
+        ("b_scale", f32(0.035)),
+        ("b_zp", zp(dt, 130, 2)),
+        ("c_scale", f32(c_scale)),
+        ("c_zp", zp(dt, 120, -5)),
+    ]
+    consts = {n for n, _ in inputs if "_" in n} if const_params else set()
+    check(op, inputs, [("c", dt)], consts=consts)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_qlinear_binary_omitted_output_zero_point(op):
+    rng = np.random.default_rng(1)
+    inputs = [
+        ("a", q(rng, (6, 5), np.uint8)),
+        ("a_scale", f32(0.01)),
+        ("a_zp", np.asarray(0, np.uint8)),
+        ("b", q(rng, (5,), np.uint8)),
+        ("b_scale", f32(0.02)),
+        ("b_zp", np.asarray(9, np.uint8)),
+        ("c_scale", f32(0.04)),
+    ]
+    check(op, inputs, [("c", np.uint8)], consts={n for n, _ in inputs if "_" in n})
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_qlinear_add_random_scales(seed):
+    """Random scales and zero points: the fused float32 evaluation rounds as onnxruntime's."""
+    rng = np.random.default_rng(100 + seed)
+    dt = INTS[seed % 2]
+    s_a, s_b, s_c = (np.float32(rng.uniform(0.004, 0.2)) for _ in range(3))
+    inputs = [("a", q(rng, (515,), dt)), ("a_scale", f32(s_a)), ("a_zp", q(rng, (), dt))]
+    inputs += [("b", q(rng, (515,), dt)), ("b_scale", f32(s_b)), ("b_zp", q(rng, (), dt))]
+    inputs += [("c_scale", f32(s_c)), ("c_zp", q(rng, (), dt))]
+    check("QLinearAdd", inputs, [("c", dt)], consts={n for n, _ in inputs if "_" in n})
+
+
+@pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})])
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("const_params", [True, False])
+def test_qlinear_lookup_activations(op, attrs, dt, const_params):
+    rng = np.random.default_rng(2)
+    y_scale, y_zp = (1 / 256, zp(dt, 0, -128)) if op == "QLinearSigmoid" else (0.03, zp(dt, 9, -9))
+    inputs = [
+        ("x", q(rng, (4, 64), dt)),
+        ("x_scale", f32(0.05)),
+        ("x_zp", zp(dt, 140, 7)),
+        ("y_scale", f32(y_scale)),
+        ("y_zp", y_zp),
+    ]
+    consts = {"x_scale", "x_zp", "y_scale", "y_zp"} if const_params else set()
+    check(op, inputs, [("y", dt)], attrs, consts)
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize(
+    "shape,opset,axis",
+    [
+        ((2, 3, 10), 13, -1),
+        ((2, 3, 10), 13, 1),
+        ((2, 3, 10), 12, 1),
+        ((4, 50), 13, -1),
+        ((5, 1), 13, 0),
+    ],
+)
+@pytest.mark.parametrize("x_scale", [0.1, 0.02, 1.5])
+def test_qlinear_softmax(dt, shape, opset, axis, x_scale):
+    rng = np.random.default_rng(3)
+    inputs = [
+        ("x", q(rng, shape, dt)),
+        ("x_scale", f32(x_scale)),
+        ("x_zp", zp(dt, 3, 3)),
+        ("y_scale", f32(1 / 256)),
+        ("y_zp", zp(dt, 0, -128)),
+    ]
+    check(
+        "QLinearSoftmax",
+        inputs,
+        [("y", dt)],
+        {"opset": opset, "axis": axis},
+        {"x_scale", "x_zp", "y_scale", "y_zp"},
+    )
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_qlinear_concat(dt, axis):
+    rng = np.random.default_rng(4)
+    shapes = [(2, 3, 4), (2, 3, 4), (2, 3, 4)]
+    inputs = [("y_scale", f32(0.05)), ("y_zp", zp(dt, 128, 0))]
+    # the first input already has Y's parameters (copied), the others are requantized
+    params = [(0.05, zp(dt, 128, 0)), (0.02, zp(dt, 100, -7)), (0.11, zp(dt, 250, 120))]
+    for i, (shape, (s, z)) in enumerate(zip(shapes, params)):
+        inputs += [(f"x{i}", q(rng, shape, dt)), (f"s{i}", f32(s)), (f"z{i}", z)]
+    consts = {n for n, _ in inputs if not n.startswith("x")}
+    check("QLinearConcat", inputs, [("y", dt)], {"axis": axis}, consts)
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("same", [False, True])
+def test_qlinear_where(dt, same):
+    rng = np.random.default_rng(5)
+    inputs = [
+        ("cond", rng.random((3, 1, 5)) > 0.5),
+        ("x", q(rng, (3, 4, 5), dt)),
+        ("x_scale", f32(0.05 if same else 0.02)),
+        ("x_zp", zp(dt, 128 if same else 7, 0 if same else -9)),
+        ("y", q(rng, (4, 1), dt)),
+        ("y_scale", f32(0.09)),
+        ("y_zp", zp(dt, 30, 30)),
+        ("z_scale", f32(0.05)),
+        ("z_zp", zp(dt, 128, 0)),
+    ]
+    check("QLinearWhere", inputs, [("z", dt)], consts={n for n, _ in inputs if "_" in n})
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("shape,last", [((2, 3, 5, 7), 0), ((2, 5, 7, 3), 1), ((1, 8, 9), 0)])
+def test_qlinear_global_average_pool(dt, shape, last):
+    rng = np.random.default_rng(6)
+    inputs = [
+        ("x", q(rng, shape, dt)),
+        ("x_scale", f32(0.07)),
+        ("x_zp", zp(dt, 120, 4)),
+        ("y_scale", f32(0.01)),
+        ("y_zp", zp(dt, 128, -3)),
+    ]
+    consts = {"x_scale", "x_zp", "y_scale", "y_zp"}
+    check("QLinearGlobalAveragePool", inputs, [("y", dt)], {"channels_last": last}, consts)
