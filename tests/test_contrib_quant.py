@@ -35,7 +35,7 @@ def one_node(op, inputs, outputs, attrs=None, consts=(), domain=MS, opset=21):
         if n and n not in consts
     ]
     g_out = [helper.make_tensor_value_info(o, elem(dt), None) for o, dt in outputs]
-    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in inputs if n in consts]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in inputs if n and n in consts]
     graph = helper.make_graph([node], "g", g_in, g_out, inits)
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=10)
@@ -223,3 +223,105 @@ def test_qlinear_global_average_pool(dt, shape, last):
     ]
     consts = {"x_scale", "x_zp", "y_scale", "y_zp"}
     check("QLinearGlobalAveragePool", inputs, [("y", dt)], {"channels_last": last}, consts)
+
+
+def _per(rng, n, per_column, lo, hi, dtype):
+    shape = (n,) if per_column else ()
+    if np.dtype(dtype).kind == "f":
+        return rng.uniform(lo, hi, shape).astype(dtype)
+    return rng.integers(lo, hi, shape).astype(dtype)
+
+
+@pytest.mark.parametrize(
+    "a_dt,b_dt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]
+)
+@pytest.mark.parametrize("trans", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("out", ["quantized", "float"])
+@pytest.mark.parametrize("bias", ["none", "row", "full"])
+def test_qgemm(a_dt, b_dt, trans, per_column, out, bias):
+    rng = np.random.default_rng(7)
+    m, k, n = 5, 7, 6
+    a = q(rng, (k, m) if trans[0] else (m, k), a_dt)
+    b = q(rng, (n, k) if trans[1] else (k, n), b_dt)
+    b_zero = 0 if np.dtype(b_dt) == np.int8 else 120
+    inputs = [("a", a), ("a_scale", f32(0.03)), ("a_zp", zp(a_dt, 128, 1)), ("b", b)]
+    inputs += [("b_scale", _per(rng, n, per_column, 0.01, 0.05, np.float32))]
+    inputs += [("b_zp", _per(rng, n, per_column, b_zero, b_zero + 1, b_dt))]
+    c = {
+        "none": None,
+        "row": rng.integers(-500, 500, (n,)),
+        "full": rng.integers(-500, 500, (m, n)),
+    }
+    inputs.append(("c", c[bias].astype(np.int32)) if c[bias] is not None else ("", None))
+    if out == "quantized":
+        inputs += [("y_scale", f32(0.5)), ("y_zp", zp(a_dt, 128, -2))]
+    y_dt = a_dt if out == "quantized" else np.float32
+    attrs = {"transA": trans[0], "transB": trans[1], "alpha": 0.75}
+    consts = {n for n, _ in inputs if n not in ("a", "b")}
+    check("QGemm", inputs, [("y", y_dt)], attrs, consts, rtol=1e-6)
+
+
+MM_SHAPES = [((4, 8), (8, 5)), ((2, 3, 8), (8, 5)), ((2, 3, 8), (2, 8, 5)), ((8,), (8, 3))]
+
+
+@pytest.mark.parametrize("shapes", MM_SHAPES)
+@pytest.mark.parametrize("b_dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("with_zp", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("const_b", [True, False])
+def test_dynamic_quantize_matmul(shapes, b_dt, with_zp, with_bias, const_b):
+    rng = np.random.default_rng(8)
+    n = shapes[1][-1]
+    inputs = [
+        ("a", rng.standard_normal(shapes[0]).astype(np.float32)),
+        ("b", q(rng, shapes[1], b_dt)),
+    ]
+    inputs.append(("b_scale", f32(0.02)))
+    inputs.append(("b_zp", zp(b_dt, 130, 3)) if with_zp else ("", None))
+    inputs.append(("bias", rng.standard_normal(n).astype(np.float32)) if with_bias else ("", None))
+    consts = {"b_scale", "b_zp", "bias"} | ({"b"} if const_b else set())
+    check("DynamicQuantizeMatMul", inputs, [("y", np.float32)], consts=consts, atol=1e-5, rtol=1e-5)
+
+
+def test_dynamic_quantize_matmul_all_zero_and_positive_inputs():
+    rng = np.random.default_rng(9)
+    b = q(rng, (6, 4), np.int8)
+    for a in (np.zeros((3, 6), np.float32), rng.uniform(0.5, 2.0, (3, 6)).astype(np.float32)):
+        inputs = [("a", a), ("b", b), ("b_scale", f32(0.1))]
+        check(
+            "DynamicQuantizeMatMul", inputs, [("y", np.float32)], consts={"b", "b_scale"}, rtol=1e-6
+        )
+
+
+@pytest.mark.parametrize("shapes", MM_SHAPES)
+@pytest.mark.parametrize(
+    "a_dt,b_dt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]
+)
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matmul_integer_to_float(shapes, a_dt, b_dt, per_column, with_bias):
+    if per_column and len(shapes[1]) > 2:
+        pytest.skip("onnxruntime takes per-column parameters for a 2-D B only")
+    rng = np.random.default_rng(10)
+    n = shapes[1][-1]
+    b_zero = 128 if np.dtype(b_dt) == np.uint8 else -4
+    inputs = [("a", q(rng, shapes[0], a_dt)), ("b", q(rng, shapes[1], b_dt))]
+    inputs += [
+        ("a_scale", f32(0.04)),
+        ("b_scale", _per(rng, n, per_column, 0.01, 0.05, np.float32)),
+    ]
+    inputs += [
+        ("a_zp", zp(a_dt, 120, 2)),
+        ("b_zp", _per(rng, n, per_column, b_zero, b_zero + 2, b_dt)),
+    ]
+    inputs.append(("bias", rng.standard_normal(n).astype(np.float32)) if with_bias else ("", None))
+    consts = {n for n, _ in inputs if n not in ("a",)}
+    check("MatMulIntegerToFloat", inputs, [("y", np.float32)], consts=consts, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shapes", MM_SHAPES[:3])
+def test_matmul_integer16(shapes):
+    rng = np.random.default_rng(11)
+    inputs = [("a", q(rng, shapes[0], np.int16)), ("b", q(rng, shapes[1], np.int16))]
+    check("MatMulInteger16", inputs, [("y", np.int32)])
