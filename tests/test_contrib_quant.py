@@ -325,3 +325,30 @@ def test_matmul_integer16(shapes):
     rng = np.random.default_rng(11)
     inputs = [("a", q(rng, shapes[0], np.int16)), ("b", q(rng, shapes[1], np.int16))]
     check("MatMulInteger16", inputs, [("y", np.int32)])
+
+
+@pytest.mark.parametrize("dt", INTS)
+def test_int8_types_known_only_at_run_time(dt):
+    """Contrib ops chained with no value_info: onnx's type inference cannot type the middle
+    value, so each kernel takes its dtype from the arrays it is given."""
+    from onnx import helper as h
+
+    rng = np.random.default_rng(12)
+    x = q(rng, (3, 16), dt)
+    params = {"s1": f32(0.05), "z1": zp(dt, 128, 0), "s2": f32(0.02), "z2": zp(dt, 100, -20)}
+    params |= {"s3": f32(1 / 256), "z3": zp(dt, 0, -128)}
+    nodes = [
+        h.make_node("QLinearSigmoid", ["x", "s1", "z1", "s2", "z2"], ["m"], domain=MS),
+        h.make_node("QLinearSoftmax", ["m", "s2", "z2", "s3", "z3"], ["y"], domain=MS, opset=13),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", elem(dt), x.shape)],
+        [h.make_tensor_value_info("y", elem(dt), None)],
+        [numpy_helper.from_array(v, k) for k, v in params.items()],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21), h.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    got, ref = run_both(model, {"x": x})
+    assert got[0].dtype == ref[0].dtype and (got[0] == ref[0]).all()

@@ -17,10 +17,13 @@ from onnxep.errors import InvalidArgument, NotSupported
 _EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
-def eight_bit(node: Any, i: int, what: str) -> np.dtype:
-    """The uint8/int8 dtype of input ``i`` (uint8 when unknown); other types are declined."""
+def eight_bit(node: Any, i: int, what: str) -> np.dtype | None:
+    """The uint8/int8 dtype of input ``i`` (None when not known before the run); other types
+    are declined."""
     dt = node.input_dtype(i)
-    dt = np.dtype(np.uint8) if dt is None else np.dtype(dt)
+    if dt is None:
+        return None
+    dt = np.dtype(dt)
     if dt not in _EIGHT_BIT:
         raise NotSupported(f"{node.op_type}: {what} must be uint8 or int8, not {dt.name}")
     return dt
@@ -45,7 +48,8 @@ def quantize(v: np.ndarray, scale: float, zp: int, dt: np.dtype) -> np.ndarray:
     """float32 ``v`` to ``dt``: round half to even of ``v / scale``, plus ``zp``, saturated."""
     info = np.iinfo(dt)
     q = np.rint(np.asarray(v, np.float32) / np.float32(scale)) + np.float32(zp)
-    return np.clip(q, info.min, info.max).astype(dt)
+    # NaN saturates to the minimum, as onnxruntime's max(x, lo) clamp makes it
+    return np.minimum(np.fmax(q, info.min), info.max).astype(dt)
 
 
 def dequantize(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
@@ -55,8 +59,8 @@ def dequantize(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
 def requantize(acc: np.ndarray, multiplier: Any, zp: int, dt: np.dtype) -> np.ndarray:
     """An int32 accumulator times a float32 multiplier, rounded half to even, plus ``zp``."""
     info = np.iinfo(dt)
-    v = np.rint(acc.astype(np.float32) * np.asarray(multiplier, np.float32))
-    return np.clip(v + np.float32(zp), info.min, info.max).astype(dt)
+    v = np.rint(acc.astype(np.float32) * np.asarray(multiplier, np.float32)) + np.float32(zp)
+    return np.minimum(np.fmax(v, info.min), info.max).astype(dt)
 
 
 def constant_inputs(node: Any, indices: Any) -> list | None:
@@ -119,12 +123,12 @@ def unary_table_kernel(node: Any, fn: Any):
     op = node.op_type
     dt = eight_bit(node, 0, "X")
     consts = constant_inputs(node, range(1, 5))
-    fixed = None if consts is None else _table_for(fn, op, *consts, dt)
+    fixed = None if consts is None or dt is None else _table_for(fn, op, *consts, dt)
 
     def run(x, x_scale, x_zp, y_scale, y_zp=None):
         table = fixed
         if table is None:
-            table = _table_for(fn, op, x_scale, x_zp, y_scale, y_zp, dt)
+            table = _table_for(fn, op, x_scale, x_zp, y_scale, y_zp, x.dtype)
         return (apply_table(table, x),)
 
     return run

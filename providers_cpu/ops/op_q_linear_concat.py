@@ -27,7 +27,7 @@ def q_linear_concat(node: Any, xp: Any):
         )
     dt = eight_bit(node, 1, "Y_zero_point")
     for i in range(2, node.num_inputs, 3):
-        if node.input_dtype(i) is not None and np.dtype(node.input_dtype(i)) != dt:
+        if None not in (dt, node.input_dtype(i)) and np.dtype(node.input_dtype(i)) != dt:
             raise NotSupported(f"QLinearConcat: input {i} is {node.input_dtype(i)}, Y is {dt.name}")
 
     def run(y_scale, y_zp, *triples):
@@ -35,7 +35,7 @@ def q_linear_concat(node: Any, xp: Any):
         parts = []
         for j in range(0, len(triples), 3):
             x, s, z = triples[j : j + 3]
-            parts.append(requantizer(op, f"input {j // 3}", s, z, ys, yz, dt)(x))
+            parts.append(requantizer(op, f"input {j // 3}", s, z, ys, yz, y_zp.dtype)(x))
         rank = parts[0].ndim
         if not -rank <= axis < rank:
             raise InvalidArgument(f"QLinearConcat: axis {axis} is out of range for rank {rank}")

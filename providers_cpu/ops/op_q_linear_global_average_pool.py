@@ -21,7 +21,7 @@ from ._qlinear import eight_bit, requantize, scalar
 def q_linear_global_average_pool(node: Any, xp: Any):
     op = node.op_type
     last = bool(node.attr("channels_last", 0))
-    dt = eight_bit(node, 0, "X")
+    eight_bit(node, 0, "X")
 
     def run(x, x_scale, x_zp, y_scale, y_zp=None):
         if x.ndim < 3:
@@ -33,6 +33,6 @@ def q_linear_global_average_pool(node: Any, xp: Any):
         mult = np.float32(scalar(x_scale, op, "x_scale")) / (
             np.float32(scalar(y_scale, op, "y_scale")) * np.float32(size)
         )
-        return (requantize(acc, mult, int(scalar(y_zp, op, "y_zero_point", 0)), dt),)
+        return (requantize(acc, mult, int(scalar(y_zp, op, "y_zero_point", 0)), x.dtype),)
 
     return run

@@ -48,8 +48,9 @@ def q_linear_softmax(node: Any, xp: Any):
             rows = x.reshape(int(np.prod(x.shape[:ax], dtype=np.int64)), -1)
         else:
             rows = np.moveaxis(x, ax, -1)
+        y_dt = dt or x.dtype
         if x.size == 0:
-            return (np.empty(x.shape, dt),)
+            return (np.empty(x.shape, y_dt),)
         table = _exp_table(scalar(x_scale, op, "x_scale"), rows.shape[-1])
         ys = np.float32(math.floor(1.0 / np.float32(scalar(y_scale, op, "y_scale"))))
         zp = int(scalar(y_zp, op, "y_zero_point", 0))
@@ -58,8 +59,8 @@ def q_linear_softmax(node: Any, xp: Any):
         e = table[255 - d]
         total = e.sum(axis=-1, dtype=np.float32, keepdims=True)
         q = np.rint((e * ys) / total).astype(np.int64) + zp
-        info = np.iinfo(dt)
-        y = np.clip(q, info.min, info.max).astype(dt)
+        info = np.iinfo(y_dt)
+        y = np.clip(q, info.min, info.max).astype(y_dt)
         if opset < 13:
             return (y.reshape(x.shape),)
         return (np.ascontiguousarray(np.moveaxis(y, -1, ax)),)

@@ -21,13 +21,13 @@ from ._qlinear import eight_bit, requantizer, scalar
 def q_linear_where(node: Any, xp: Any):
     op = node.op_type
     dt = eight_bit(node, 1, "X")
-    if node.input_dtype(4) is not None and np.dtype(node.input_dtype(4)) != dt:
+    if None not in (dt, node.input_dtype(4)) and np.dtype(node.input_dtype(4)) != dt:
         raise NotSupported(f"QLinearWhere: X is {dt.name} but Y is {node.input_dtype(4)}")
 
     def run(cond, x, x_scale, x_zp, y, y_scale, y_zp, z_scale, z_zp):
         zs, zz = scalar(z_scale, op, "z_scale"), scalar(z_zp, op, "z_zero_point", 0)
-        xq = requantizer(op, "x", x_scale, x_zp, zs, zz, dt)(x)
-        yq = requantizer(op, "y", y_scale, y_zp, zs, zz, dt)(y)
-        return (np.where(cond, xq, yq).astype(dt),)
+        xq = requantizer(op, "x", x_scale, x_zp, zs, zz, x.dtype)(x)
+        yq = requantizer(op, "y", y_scale, y_zp, zs, zz, x.dtype)(y)
+        return (np.where(cond, xq, yq).astype(x.dtype),)
 
     return run
