@@ -1,0 +1,74 @@
+"""onnxruntime parity for com.microsoft FusedGemm and Inverse, and LayerNormalization below
+opset 17 (onnxruntime's own default-domain kernel there)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from contrib_cases import check, one_node
+
+import onnxep
+from onnxep.errors import OnnxepError
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.mark.parametrize("opset", [1, 9, 16, 17])
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_layer_normalization_below_opset_17(opset, axis, dtype):
+    rng = np.random.default_rng(opset)
+    x = rng.standard_normal((2, 3, 8)).astype(dtype)
+    d = x.shape[axis:] if axis != -1 else x.shape[-1:]
+    inputs = [("x", x), ("scale", rng.standard_normal(d).astype(dtype))]
+    inputs.append(("bias", rng.standard_normal(d).astype(dtype)))
+    outs = [("y", dtype), ("mean", np.float32), ("inv", np.float32)]
+    tol = 2e-2 if dtype == np.float16 else 1e-5
+    attrs = {"axis": axis, "epsilon": 1e-5}
+    check(
+        "LayerNormalization",
+        inputs,
+        outs,
+        attrs,
+        {"scale", "bias"},
+        tol,
+        tol,
+        domain="",
+        opset=opset,
+    )
+
+
+@pytest.mark.parametrize(
+    "act,params",
+    [("Relu", {}), ("LeakyRelu", {"activation_alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {})]
+    + [("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.4})],
+)
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_fused_gemm(act, params, trans, with_c):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 5) if not trans[0] else (5, 3)).astype(np.float32)
+    b = rng.standard_normal((5, 4) if not trans[1] else (4, 5)).astype(np.float32)
+    inputs = [
+        ("a", a),
+        ("b", b),
+        ("c", rng.standard_normal(4).astype(np.float32)) if with_c else ("", None),
+    ]
+    attrs = {"transA": trans[0], "transB": trans[1], "alpha": 0.7, "beta": 1.3, **params}
+    attrs["activation"] = act
+    check("FusedGemm", inputs, [("y", np.float32)], attrs, {"b", "c"}, 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (1,)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_inverse(shape, dtype):
+    rng = np.random.default_rng(2)
+    if shape == (1,):
+        model = one_node("Inverse", [("x", np.ones((2, 3), dtype))], [("y", dtype)])
+        sess = onnxep.InferenceSession(model, providers=["cpu"])
+        with pytest.raises(OnnxepError, match="square matrix"):
+            sess.run(None, {"x": np.ones((2, 3), dtype)})
+        return
+    x = (rng.standard_normal(shape) + 3 * np.eye(shape[-1])).astype(dtype)
+    tol = 5e-3 if dtype == np.float16 else 1e-5
+    check("Inverse", [("x", x)], [("y", dtype)], atol=tol, rtol=tol)
