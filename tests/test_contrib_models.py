@@ -51,7 +51,7 @@ class Calibration(quantization.CalibrationDataReader):
         return next(self.items, None)
 
 
-def _static(fmt: str, act: str):
+def _static(fmt: str, act: str, weight: str = "QInt8", contrib: bool = False):
     def make(src: Path, dst: Path, source: str) -> None:
         quantization.quantize_static(
             str(src),
@@ -59,7 +59,8 @@ def _static(fmt: str, act: str):
             Calibration(src, source),
             quant_format=getattr(quantization.QuantFormat, fmt),
             activation_type=getattr(quantization.QuantType, act),
-            weight_type=quantization.QuantType.QInt8,
+            weight_type=getattr(quantization.QuantType, weight),
+            extra_options={"UseQDQContribOps": contrib},
         )
 
     return make
@@ -95,6 +96,7 @@ TOOLS = {
     "static_qop_u8": _static("QOperator", "QUInt8"),
     "static_qdq_s8": _static("QDQ", "QInt8"),
     "static_qop_s8": _static("QOperator", "QInt8"),
+    "static_qdq_u16_contrib": _static("QDQ", "QUInt16", "QInt8", contrib=True),
     "optimizer_bert": _optimize("bert"),
     "optimizer_gpt2": _optimize("gpt2"),
     "optimizer_bert_dynamic": _optimize("bert", then_quantize=True),
@@ -231,5 +233,6 @@ def test_corpus_covers_the_contrib_ops(corpus):
         "QLinearWhere", "QGemm", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
         "EmbedLayerNormalization", "QEmbedLayerNormalization", "SkipLayerNormalization",
         "SkipSimplifiedLayerNormalization", "BiasGelu", "FusedMatMul", "FusedConv", "QuickGelu",
+        "QuantizeLinear", "DequantizeLinear",
     }  # fmt: skip
     assert expected <= set(seen), sorted(expected - set(seen))

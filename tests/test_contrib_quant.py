@@ -303,3 +303,71 @@ def test_int8_types_known_only_at_run_time(dt):
     model.ir_version = 10
     got, ref = run_both(model, {"x": x})
     assert got[0].dtype == ref[0].dtype and (got[0] == ref[0]).all()
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_contrib_quantize_dequantize_linear(dt, per_axis):
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((2, 3, 4)) * 300).astype(np.float32)
+    info = np.iinfo(dt)
+    shape = (3,) if per_axis else ()
+    scale = rng.uniform(0.01, 2.0, shape).astype(np.float32)
+    zero = rng.integers(info.min // 2, info.max // 2 + 1, shape).astype(dt)
+    inputs = [("x", x), ("scale", scale), ("zp", zero)]
+    check("QuantizeLinear", inputs, [("y", dt)], {"axis": 1}, {"scale", "zp"})
+    inputs = [("x", q(rng, (2, 3, 4), dt)), ("scale", scale), ("zp", zero)]
+    check("DequantizeLinear", inputs, [("y", np.float32)], {"axis": 1}, {"scale", "zp"}, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 0},
+        {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 0, 0]},
+        {"kernel_shape": [3], "pads": [1, 1]},
+    ],
+)
+@pytest.mark.parametrize("last", [0, 1])
+def test_qlinear_average_pool(dt, attrs, last):
+    rng = np.random.default_rng(14)
+    nsp = len(attrs["kernel_shape"])
+    shape = (2, 3, 7, 6)[: 2 + nsp] if not last else (2, 7, 6)[: 1 + nsp] + (3,)
+    inputs = [("x", q(rng, shape, dt)), ("x_scale", f32(0.05)), ("x_zp", zp(dt, 128, 3))]
+    inputs += [("y_scale", f32(0.04)), ("y_zp", zp(dt, 120, -3))]
+    consts = {"x_scale", "x_zp", "y_scale", "y_zp"}
+    check("QLinearAveragePool", inputs, [("y", dt)], {**attrs, "channels_last": last}, consts)
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize(
+    "attrs",
+    [{"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}],
+)
+def test_nhwc_max_pool(dt, attrs):
+    rng = np.random.default_rng(15)
+    check("NhwcMaxPool", [("x", q(rng, (2, 7, 6, 3), dt))], [("y", dt)], attrs)
+
+
+@pytest.mark.parametrize("dt,w_dt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("group", [1, 2])
+def test_contrib_qlinear_conv(dt, w_dt, last, per_channel, group):
+    rng = np.random.default_rng(16)
+    c, m = 4, 6
+    x = q(rng, (2, c, 7, 6), dt)
+    if last:
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    w = q(rng, (m, c // group, 3, 3), w_dt)
+    w_zero = 0 if np.dtype(w_dt) == np.int8 else 128
+    inputs = [("x", x), ("x_scale", f32(0.02)), ("x_zp", zp(dt, 120, 2)), ("w", w)]
+    inputs += [("w_scale", _per(rng, m, per_channel, 0.01, 0.03, np.float32))]
+    inputs += [("w_zp", _per(rng, m, per_channel, w_zero, w_zero + 1, w_dt))]
+    inputs += [("y_scale", f32(0.3)), ("y_zp", zp(dt, 128, -1))]
+    inputs += [("bias", rng.integers(-300, 300, (m,)).astype(np.int32))]
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 0, 1, 1], "group": group, "channels_last": last}
+    check("QLinearConv", inputs, [("y", dt)], attrs, {n for n, _ in inputs if n != "x"})
