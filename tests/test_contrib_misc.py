@@ -72,3 +72,20 @@ def test_inverse(shape, dtype):
     x = (rng.standard_normal(shape) + 3 * np.eye(shape[-1])).astype(dtype)
     tol = 5e-3 if dtype == np.float16 else 1e-5
     check("Inverse", [("x", x)], [("y", dtype)], atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize(
+    "mask", [[[0, 1, 1, 1]], [[0, 0, 1, 1]], [[1, 1, 0, 0]], [[0, 0, 0, 0]], [[1, 0, 1, 0]]]
+)
+@pytest.mark.parametrize("heads", [1, 2])
+def test_attention_unidirectional_with_padding(mask, heads):
+    """A causal row whose past keys are all padding: onnxruntime averages over that padding
+    (filtered softly) and never over future keys (filtered outright)."""
+    rng = np.random.default_rng(3)
+    b, s, h = 1, 4, 4
+    inputs = [("x", rng.standard_normal((b, s, h)).astype(np.float32))]
+    inputs += [("w", rng.standard_normal((h, 3 * h)).astype(np.float32))]
+    inputs += [("bias", rng.standard_normal(3 * h).astype(np.float32))]
+    inputs += [("mask", np.array(mask, np.int32))]
+    attrs = {"num_heads": heads, "unidirectional": 1}
+    check("Attention", inputs, [("y", np.float32)], attrs, {"w", "bias"}, 1e-5, 1e-4)

@@ -33,9 +33,11 @@ pytestmark = pytest.mark.contribmodels
 
 DATA = Path(__file__).resolve().parent / "data"
 SOURCES = ["resnet_cnn", "hf_llama", "hf_llama_kv", "llama_kv", "llama_kv_opset23", "bert"]
+SOURCES += ["bert_ts"]
 BERT_SIZE = {"vocab": 256, "hidden": 64, "layers": 2, "heads": 2, "inter": 128, "max_positions": 64}
-DIMS = {**{k[:-5]: v for k, v in EXPORTED_DIMS.items()}, "bert": {"batch": 2, "sequence": 8}}
-VOCAB = {"bert": 256}
+BERT_DIMS = {"batch": 2, "sequence": 8}
+DIMS = {**{k[:-5]: v for k, v in EXPORTED_DIMS.items()}, "bert": BERT_DIMS, "bert_ts": BERT_DIMS}
+VOCAB = {"bert": 256, "bert_ts": 256}
 
 
 def feeds_for(path: Path, source: str, seed: int = 0) -> dict:
@@ -78,12 +80,15 @@ def _optimize(model_type: str, then_quantize: bool = False):
         from onnxruntime.transformers import optimizer
 
         heads = {"num_heads": BERT_SIZE["heads"], "hidden_size": BERT_SIZE["hidden"]}
+        bert = source.startswith("bert")
         opt = optimizer.optimize_model(
-            str(src), model_type=model_type, opt_level=0, **(heads if source == "bert" else {})
+            str(src), model_type=model_type, opt_level=0, **(heads if bert else {})
         )
         opt.save_model_to_file(str(dst))
         if then_quantize:
-            quantization.quantize_dynamic(str(dst), str(dst))
+            # the contrib ops' outputs have no inferred type: tell the quantizer it is float
+            extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+            quantization.quantize_dynamic(str(dst), str(dst), extra_options=extra)
 
     return make
 
@@ -129,8 +134,35 @@ LOAD_REFUSED = {
         ("resnet_cnn", "static_qdq_s8.ort_extended"),
         ("bert", "static_qdq_u8.ort_extended"),
         ("bert", "static_qdq_s8.ort_extended"),
+        ("bert_ts", "static_qdq_u8.ort_extended"),
+        ("bert_ts", "static_qdq_s8.ort_extended"),
     ]
 }
+
+
+def export_bert_pair(dynamo_path: Path, torchscript_path: Path) -> None:
+    """The BERT-style encoder through both torch exporters: the TorchScript one's graph is the
+    one onnxruntime.transformers.optimizer fuses into com.microsoft Attention."""
+    import torch
+
+    from bench.factory.torch_models import BertEncoder, export_bert
+
+    export_bert(dynamo_path, **BERT_SIZE)
+    torch.manual_seed(0)
+    model = BertEncoder(**BERT_SIZE).eval()
+    ids = torch.randint(0, BERT_SIZE["vocab"], (2, 8))
+    ones = torch.ones(2, 8, dtype=torch.int64)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    torch.onnx.export(
+        model,
+        (ids, ones, ones * 0),
+        str(torchscript_path),
+        dynamo=False,
+        opset_version=17,
+        input_names=names,
+        output_names=["last_hidden_state"],
+        dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,11 +170,10 @@ def corpus(tmp_path_factory):
     """{(source, variant): path} for every model onnxruntime itself can load."""
     logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice on preprocessing
     out = tmp_path_factory.mktemp("contrib_corpus")
-    from bench.factory.torch_models import export_bert
-
-    sources = {s: DATA / f"{s}.onnx" for s in SOURCES if s != "bert"}
+    sources = {s: DATA / f"{s}.onnx" for s in SOURCES if not s.startswith("bert")}
     sources["bert"] = out / "bert.onnx"
-    export_bert(sources["bert"], **BERT_SIZE)
+    sources["bert_ts"] = out / "bert_ts.onnx"
+    export_bert_pair(sources["bert"], sources["bert_ts"])
     models = {}
     for source, src in sources.items():
         models[(source, "float")] = src
@@ -233,6 +264,6 @@ def test_corpus_covers_the_contrib_ops(corpus):
         "QLinearWhere", "QGemm", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
         "EmbedLayerNormalization", "QEmbedLayerNormalization", "SkipLayerNormalization",
         "SkipSimplifiedLayerNormalization", "BiasGelu", "FusedMatMul", "FusedConv", "QuickGelu",
-        "QuantizeLinear", "DequantizeLinear",
+        "QuantizeLinear", "DequantizeLinear", "Attention", "QAttention",
     }  # fmt: skip
     assert expected <= set(seen), sorted(expected - set(seen))

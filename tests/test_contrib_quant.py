@@ -371,3 +371,30 @@ def test_contrib_qlinear_conv(dt, w_dt, last, per_channel, group):
     inputs += [("bias", rng.integers(-300, 300, (m,)).astype(np.int32))]
     attrs = {"kernel_shape": [3, 3], "pads": [1, 0, 1, 1], "group": group, "channels_last": last}
     check("QLinearConv", inputs, [("y", dt)], attrs, {n for n, _ in inputs if n != "x"})
+
+
+@pytest.mark.parametrize("w_dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("mask", ["none", "lengths", "2d"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_qattention(w_dt, per_column, mask, unidirectional):
+    rng = np.random.default_rng(17)
+    b, s, h, heads = 2, 5, 8, 2
+    w_zero = 128 if np.dtype(w_dt) == np.uint8 else 0
+    inputs = [("x", q(rng, (b, s, h), np.uint8)), ("w", q(rng, (h, 3 * h), w_dt))]
+    inputs += [("bias", rng.standard_normal(3 * h).astype(np.float32))]
+    inputs += [
+        ("x_scale", f32(0.02)),
+        ("w_scale", _per(rng, 3 * h, per_column, 0.005, 0.02, np.float32)),
+    ]
+    masks = {
+        "none": None,
+        "lengths": np.array([5, 3], np.int32),
+        "2d": (rng.random((b, s)) > 0.3).astype(np.int32),
+    }
+    inputs.append(("mask", masks[mask]) if masks[mask] is not None else ("", None))
+    inputs += [("x_zp", np.asarray(120, np.uint8))]
+    inputs += [("w_zp", _per(rng, 3 * h, per_column, w_zero, w_zero + 1, w_dt))]
+    attrs = {"num_heads": heads, "unidirectional": unidirectional}
+    consts = {n for n, _ in inputs if n not in ("x", "mask")}
+    check("QAttention", inputs, [("y", np.float32)], attrs, consts, atol=1e-5, rtol=1e-4)
