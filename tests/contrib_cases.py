@@ -51,7 +51,9 @@ def check(op, inputs, outputs, attrs=None, consts=(), atol=0.0, rtol=0.0, **mode
     for g, r in zip(got, ref):
         g, r = np.asarray(g), np.asarray(r)
         assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
-        if g.dtype.kind in "iub":
+        if g.dtype.kind in "OUS":
+            assert g.tolist() == r.tolist(), f"{op}: {g.tolist()} != {r.tolist()}"
+        elif g.dtype.kind in "iub":
             bad = np.flatnonzero(g != r)
             assert not bad.size, f"{op}: {bad.size} of {g.size} differ, first at {bad[0]}"
         else:
