@@ -8,6 +8,7 @@ must match exactly, and NaN must meet NaN.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,12 +132,17 @@ def compare_output(
     rtol: float | None = None,
     atol: float | None = None,
 ) -> list[OutputParity]:
-    """Compare one output; a sequence gives one entry per element (``name[i]``)."""
+    """Compare one output; a sequence gives one entry per element (``name[i]``), a map
+    (a dict, as ZipMap gives per row) one entry for its keys and values."""
+    if isinstance(want, Mapping) or isinstance(got, Mapping):
+        return [_compare_maps(name, got, want, providers, reference, rtol, atol)]
     if isinstance(want, (list, tuple)) or isinstance(got, (list, tuple)):
         if not isinstance(got, (list, tuple)) or not isinstance(want, (list, tuple)):
             return [_bad(name, providers, reference, f"got {_kind(got)}, want {_kind(want)}")]
         if len(got) != len(want):
             return [_bad(name, providers, reference, f"sequence of {len(got)}, want {len(want)}")]
+        if want and all(isinstance(w, Mapping) for w in want):
+            return [_compare_maps(name, got, want, providers, reference, rtol, atol)]
         out: list[OutputParity] = []
         for i, (g, w) in enumerate(zip(got, want)):
             out += compare_output(f"{name}[{i}]", g, w, providers, reference, rtol, atol)
@@ -150,9 +156,34 @@ def compare_output(
     ]
 
 
+def _compare_maps(name, got, want, providers, reference, rtol, atol) -> OutputParity:
+    """Maps (or a sequence of them, as one entry: a classifier's ZipMap rows) match when
+    they have the same keys, of the same Python types, and their values match as one
+    array (float values at float32's tolerance: such maps hold per-class scores)."""
+    many = isinstance(want, (list, tuple))
+    w_rows, g_rows = [], []
+    for i, (g, w) in enumerate(zip(got if many else [got], want if many else [want])):
+        at = f" in map {i}" if many else ""
+        if not isinstance(g, Mapping) or not isinstance(w, Mapping):
+            return _bad(name, providers, reference, f"got {_kind(g)}, want {_kind(w)}{at}", "map")
+        gk, wk = list(g), list(w)
+        if set(gk) != set(wk) or {type(k) for k in gk} != {type(k) for k in wk}:
+            problem = f"keys {sorted(gk, key=repr)!r}, want {sorted(wk, key=repr)!r}{at}"
+            return _bad(name, providers, reference, problem, "map")
+        w_rows += [w[k] for k in wk]  # maps may differ in size: all values, flat
+        g_rows += [g[k] for k in wk]
+    w, g = np.asarray(w_rows), np.asarray(g_rows)
+    if w.dtype.kind == "f":
+        w, g = w.astype(np.float32), g.astype(np.float32)
+    r = _compare_arrays(name, g, w, providers, reference, rtol, atol)
+    return dataclasses.replace(r, dtype=f"map:{r.dtype}")
+
+
 def _kind(x: Any) -> str:
     if x is None:
         return "None"
+    if isinstance(x, Mapping):
+        return f"a map of {len(x)}"
     if isinstance(x, (list, tuple)):
         return f"a sequence of {len(x)}"
     return f"an array {np.asarray(x).dtype} {list(np.shape(x))}"
@@ -277,7 +308,8 @@ def parity_report(
     from .random_inputs import random_inputs
     from .session import InferenceSession
 
-    quiet = SessionOptions(log_severity_level=3)
+    # A provider under test that is missing here is an error, never a quiet CPU-against-CPU run.
+    quiet = SessionOptions(log_severity_level=3, strict_providers=True)
     ref_sess = InferenceSession(model, sess_options=quiet, providers=list(reference))
     feeds = dict(inputs) if inputs is not None else random_inputs(ref_sess, dims, seed=seed)
     names = [o.name for o in ref_sess.get_outputs()]
