@@ -36,9 +36,12 @@ def feeds_of(inputs, consts):
     return {n: a for n, a in inputs if n and n not in consts}
 
 
-def run_both(model, feeds):
+def run_both(model, feeds, ort_threads=0):
+    """(onnxep's outputs, onnxruntime's); ``ort_threads`` sets onnxruntime's intra-op threads
+    (0: its default), for kernels whose result depends on how it splits the work."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = ort_threads
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     got = onnxep.InferenceSession(model, providers=["cpu"])
     return got.run(None, feeds), ref.run(None, feeds)

@@ -181,3 +181,32 @@ def integer_matmul_to_float(
     if bias is not None:
         y = y + bias.astype(np.float32)
     return y
+
+
+def dynamic_uint8(a: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    """(quantized A, scale, zero point) over A's range widened to include 0."""
+    lo = np.float32(min(float(a.min()), 0.0)) if a.size else np.float32(0)
+    hi = np.float32(max(float(a.max()), 0.0)) if a.size else np.float32(0)
+    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+    zp = int(np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)))
+    return quantize(a, scale, zp, np.dtype(np.uint8)), scale, zp
+
+
+def dequantize_per_column(
+    w: np.ndarray, scale: np.ndarray, zp: Any, op: str, what: str
+) -> np.ndarray:
+    """[dirs, k, n] 8-bit weights with [dirs] or [dirs, n] scales and zero points, in float32."""
+    dirs, _, n = w.shape
+    shapes = ((dirs,), (dirs, n))
+    for name, p in ((f"{what}_scale", scale), (f"{what}_zero_point", zp)):
+        if p is not None and tuple(np.shape(p)) not in shapes:
+            raise InvalidArgument(
+                f"{op}: {name} must be [{dirs}] or [{dirs}, {n}], got {np.shape(p)}"
+            )
+    s = np.asarray(scale, np.float32).reshape(dirs, 1, -1)
+    z = (
+        np.zeros((dirs, 1, 1), np.int32)
+        if zp is None
+        else np.asarray(zp).astype(np.int32).reshape(dirs, 1, -1)
+    )
+    return (w.astype(np.int32) - z).astype(np.float32) * s

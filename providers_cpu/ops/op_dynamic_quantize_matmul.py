@@ -14,16 +14,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._qlinear import integer_matmul_to_float, per_column, quantize
-
-
-def dynamic_uint8(a: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
-    """(quantized A, scale, zero point) over A's range widened to include 0."""
-    lo = np.float32(min(float(a.min()), 0.0)) if a.size else np.float32(0)
-    hi = np.float32(max(float(a.max()), 0.0)) if a.size else np.float32(0)
-    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
-    zp = int(np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)))
-    return quantize(a, scale, zp, np.dtype(np.uint8)), scale, zp
+from ._qlinear import dynamic_uint8, integer_matmul_to_float, per_column
 
 
 @kernel(
