@@ -153,3 +153,27 @@ def test_dynamic_quantize_lstm(tmp_path, direction, per_channel, weight_type, ex
     atol = 5e-3 if extras == "lens" else 2e-6
     for g, r in zip(got, ref):
         np.testing.assert_allclose(g, r, atol=atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("quant_type", [0, 1])
+@pytest.mark.parametrize("n,k,block", [(8, 32, 16), (5, 24, 32), (16, 64, 64), (3, 7, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_bnb4(quant_type, n, k, block, dtype):
+    rng = np.random.default_rng(5)
+    numel = n * k
+    b = rng.integers(0, 256, ((numel + 1) // 2,), dtype=np.uint8)
+    absmax = rng.uniform(0.1, 2.0, ((numel + block - 1) // block,)).astype(dtype)
+    a = rng.standard_normal((2, 3, k)).astype(dtype)
+    attrs = {"K": k, "N": n, "block_size": block, "quant_type": quant_type}
+    tol = 2e-2 if dtype == np.float16 else 1e-5
+    inputs = [("a", a), ("b", b), ("absmax", absmax)]
+    check("MatMulBnb4", inputs, [("y", dtype)], attrs, {"b", "absmax"}, tol, tol)
+
+
+def test_matmul_bnb4_declines_trans_b_0():
+    inputs = [("a", np.ones((2, 4), np.float32)), ("b", np.zeros(8, np.uint8))]
+    inputs.append(("absmax", np.ones(1, np.float32)))
+    attrs = {"K": 8, "N": 2, "block_size": 16, "quant_type": 1, "transB": 0}
+    model = one_node("MatMulBnb4", inputs, [("y", np.float32)], attrs, {"b", "absmax"})
+    with pytest.raises(OnnxepError, match="transB=0"):
+        onnxep.InferenceSession(model, providers=["cpu"])
