@@ -78,3 +78,121 @@ def test_cross_attention(case):
     if case == "bias":
         inputs += [("", None)] * 7 + [("bias", _f(rng, 3 * HID))]
     _compare(inputs, [("y", np.float32)], {})
+
+
+def _csr(layout):
+    """(block_row_indices, block_col_indices) of bool block masks, columns padded with -1."""
+    nnz = max(int(m.sum()) for m in layout)
+    rows, cols = [], []
+    for m in layout:
+        r, c = [0], []
+        for row in m:
+            c += np.nonzero(row)[0].tolist()
+            r.append(len(c))
+        rows.append(r)
+        cols.append(c + [-1] * (nnz - len(c)))
+    return np.array(rows, np.int32), np.array(cols, np.int32)
+
+
+def _ort_sparse(model, feeds):
+    """onnxruntime's SparseAttention needs past and present bound to one buffer."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    io = sess.io_binding()
+    for name, arr in feeds.items():
+        if name not in ("pk", "pv"):
+            io.bind_cpu_input(name, arr)
+    # the OrtValues wrap these arrays without copying them: keep them alive
+    arrays = {n: feeds[n].copy() for n in ("pk", "pv")}
+    caches = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()}
+    for n, ov in caches.items():
+        io.bind_ortvalue_input(n, ov)
+    io.bind_output("y")
+    io.bind_ortvalue_output("pk_out", caches["pk"])
+    io.bind_ortvalue_output("pv_out", caches["pv"])
+    sess.run_with_iobinding(io)
+    # the presents are the bound buffers, updated in place
+    return [io.get_outputs()[0].numpy(), arrays["pk"], arrays["pv"]]
+
+
+SPARSE = [  # (sequence length, keys per row, rotary, interleaved, packed qkv, layouts)
+    (5, 5, 0, 0, 0, 1),
+    (16, 16, 0, 0, 0, 2),
+    (1, 37, 0, 0, 0, 2),
+    (4, 40, 0, 0, 1, 2),
+    (8, 8, 1, 0, 0, 2),
+    (1, 30, 1, 1, 0, 1),
+    (3, 50, 1, 0, 1, 2),
+]
+
+
+@pytest.mark.parametrize("s,total,rot,inter,packed,layouts", SPARSE)
+def test_sparse_attention(s, total, rot, inter, packed, layouts):
+    """Every batch row as long as total_sequence_length: with ragged rows onnxruntime's CPU
+    kernel leaves the shorter rows' outputs unwritten (docs/contrib_ops.md)."""
+    import onnxep
+
+    rng = np.random.default_rng(s + total)
+    b, nh, nkv, head, block, cap = 2, 4, 2, 16, 16, 64
+    nb = cap // block
+    layout = np.tril(np.ones((layouts, nb, nb), bool))
+    layout[0, 3, 1] = False
+    if layouts > 1:
+        layout[1, 2, 0] = False
+    rows, cols = _csr(layout)
+    q, k, v = _f(rng, b, s, nh * head), _f(rng, b, s, nkv * head), _f(rng, b, s, nkv * head)
+    inputs = (
+        [("q", np.concatenate([q, k, v], -1))] + [("", None)] * 2
+        if packed
+        else [("q", q), ("k", k), ("v", v)]
+    )
+    inputs += [("pk", _f(rng, b, nkv, cap, head)), ("pv", _f(rng, b, nkv, cap, head))]
+    inputs += [("rows", rows), ("cols", cols), ("total", np.array(total, np.int32))]
+    inputs += [("lens", np.full(b, total, np.int32))]
+    if rot:
+        angles = np.arange(128)[:, None] / 10000 ** (np.arange(head // 2) / (head // 2))[None]
+        inputs += [
+            ("cos", np.cos(angles).astype(np.float32)),
+            ("sin", np.sin(angles).astype(np.float32)),
+        ]
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, "sparse_block_size": block}
+    attrs |= {"do_rotary": rot, "rotary_interleaved": inter}
+    outputs = [("y", np.float32), ("pk_out", np.float32), ("pv_out", np.float32)]
+    model = one_node("SparseAttention", inputs, outputs, attrs)
+    feeds = {n: a for n, a in inputs if n}
+    ref = _ort_sparse(model, feeds)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("s,lens", [(1, [20, 37]), (3, [9, 40])])
+def test_sparse_attention_ragged_rows_are_rows_alone(s, lens):
+    """Rows of different lengths: each row is what onnxruntime gives that row run alone."""
+    import onnxep
+
+    rng = np.random.default_rng(7)
+    b, nh, nkv, head, block, cap = len(lens), 2, 1, 16, 16, 64
+    rows, cols = _csr(np.tril(np.ones((1, cap // block, cap // block), bool)))
+    q, k, v = _f(rng, b, s, nh * head), _f(rng, b, s, nkv * head), _f(rng, b, s, nkv * head)
+    pk, pv = _f(rng, b, nkv, cap, head), _f(rng, b, nkv, cap, head)
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, "sparse_block_size": block}
+    outputs = [("y", np.float32), ("pk_out", np.float32), ("pv_out", np.float32)]
+
+    def inputs(sl, total, row_lens):
+        return [("q", q[sl]), ("k", k[sl]), ("v", v[sl]), ("pk", pk[sl]), ("pv", pv[sl])] + [
+            ("rows", rows),
+            ("cols", cols),
+            ("total", np.array(total, np.int32)),
+            ("lens", np.array(row_lens, np.int32)),
+        ]
+
+    batch = inputs(slice(None), max(lens), lens)
+    model = one_node("SparseAttention", batch, outputs, attrs)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, dict(batch))
+    for i, n in enumerate(lens):
+        alone = inputs(slice(i, i + 1), n, [n])
+        ref = _ort_sparse(one_node("SparseAttention", alone, outputs, attrs), dict(alone))
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(g[i : i + 1], r, atol=2e-6, rtol=1e-5)
