@@ -177,3 +177,14 @@ def test_matmul_bnb4_declines_trans_b_0():
     model = one_node("MatMulBnb4", inputs, [("y", np.float32)], attrs, {"b", "absmax"})
     with pytest.raises(OnnxepError, match="transB=0"):
         onnxep.InferenceSession(model, providers=["cpu"])
+
+
+@pytest.mark.parametrize("trans", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("batched", [False, True])
+def test_transpose_matmul(trans, batched):
+    rng = np.random.default_rng(6)
+    lead = (2,) if batched else ()
+    a = rng.standard_normal(lead + ((5, 3) if trans[0] else (3, 5))).astype(np.float32)
+    b = rng.standard_normal(lead + ((4, 5) if trans[1] else (5, 4))).astype(np.float32)
+    attrs = {"transA": trans[0], "transB": trans[1], "alpha": 0.5}
+    check("TransposeMatMul", [("a", a), ("b", b)], [("y", np.float32)], attrs, atol=1e-5, rtol=1e-5)
