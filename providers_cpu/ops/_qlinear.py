@@ -44,12 +44,16 @@ def scalar(p: Any, op: str, what: str, default: float | int | None = None) -> An
     return a.reshape(()).item()
 
 
+def saturate(q: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Rounded float values clamped into integer ``dt`` and cast; NaN becomes the minimum,
+    as onnxruntime's ``max(x, lo)`` clamp makes it."""
+    info = np.iinfo(dt)
+    return np.minimum(np.fmax(q, info.min), info.max).astype(dt)
+
+
 def quantize(v: np.ndarray, scale: float, zp: int, dt: np.dtype) -> np.ndarray:
     """float32 ``v`` to ``dt``: round half to even of ``v / scale``, plus ``zp``, saturated."""
-    info = np.iinfo(dt)
-    q = np.rint(np.asarray(v, np.float32) / np.float32(scale)) + np.float32(zp)
-    # NaN saturates to the minimum, as onnxruntime's max(x, lo) clamp makes it
-    return np.minimum(np.fmax(q, info.min), info.max).astype(dt)
+    return saturate(np.rint(np.asarray(v, np.float32) / np.float32(scale)) + np.float32(zp), dt)
 
 
 def dequantize(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
@@ -58,9 +62,9 @@ def dequantize(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
 
 def requantize(acc: np.ndarray, multiplier: Any, zp: int, dt: np.dtype) -> np.ndarray:
     """An int32 accumulator times a float32 multiplier, rounded half to even, plus ``zp``."""
-    info = np.iinfo(dt)
-    v = np.rint(acc.astype(np.float32) * np.asarray(multiplier, np.float32)) + np.float32(zp)
-    return np.minimum(np.fmax(v, info.min), info.max).astype(dt)
+    return saturate(
+        np.rint(acc.astype(np.float32) * np.asarray(multiplier, np.float32)) + np.float32(zp), dt
+    )
 
 
 def constant_inputs(node: Any, indices: Any) -> list | None:

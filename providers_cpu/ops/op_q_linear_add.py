@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from ._qlinear import binary_kernel
+from ._qlinear import binary_kernel, saturate
 
 
 def _fma(x: np.ndarray, y: Any, z: Any) -> np.ndarray:
@@ -55,10 +55,8 @@ def _add(a, sa, za, b, sb, zb, sc, zc, dt):
         y = _fma(af, ra, (const + bf * rb).astype(np.float32))
     else:
         y = _fma(af, ra, _fma(bf, rb, const))
-    info = np.iinfo(dt)
-    # int32 conversion, then 16-bit saturation, then the output type's
-    r = np.clip(np.rint(y.astype(np.float64)), -32768, 32767)
-    return np.clip(r, info.min, info.max).astype(dt)
+    # int32 conversion (NaN to the minimum), 16-bit saturation, then the output type's
+    return saturate(np.minimum(np.fmax(np.rint(y), -32768), 32767), np.dtype(dt))
 
 
 @kernel(

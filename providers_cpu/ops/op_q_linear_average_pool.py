@@ -15,7 +15,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_average_pool import average_pool
 
-from ._qlinear import dequantize, eight_bit, scalar
+from ._qlinear import dequantize, eight_bit, saturate, scalar
 
 
 @kernel("QLinearAveragePool", since=1, domain="com.microsoft", dtypes=("uint8", "int8"))
@@ -33,9 +33,7 @@ def q_linear_average_pool(node: Any, xp: Any):
         if last:
             y = np.moveaxis(y, 1, -1)
         ys, yz = scalar(y_scale, op, "y_scale"), scalar(y_zp, op, "y_zero_point", 0)
-        info = np.iinfo(x.dtype)
         q = np.rint(y.astype(np.float32) / np.float32(ys) + np.float32(yz))
-        out = np.minimum(np.fmax(q, info.min), info.max).astype(x.dtype)
-        return (np.ascontiguousarray(out),)
+        return (np.ascontiguousarray(saturate(q, x.dtype)),)
 
     return run

@@ -17,7 +17,7 @@ import numpy as np
 from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._qlinear import eight_bit, scalar
+from ._qlinear import eight_bit, saturate, scalar
 
 _FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -58,9 +58,7 @@ def q_linear_softmax(node: Any, xp: Any):
         d = xi.max(axis=-1, keepdims=True) - xi  # 0..255
         e = table[255 - d]
         total = e.sum(axis=-1, dtype=np.float32, keepdims=True)
-        q = np.rint((e * ys) / total).astype(np.int64) + zp
-        info = np.iinfo(y_dt)
-        y = np.clip(q, info.min, info.max).astype(y_dt)
+        y = saturate(np.rint((e * ys) / total) + np.float32(zp), y_dt)
         if opset < 13:
             return (y.reshape(x.shape),)
         return (np.ascontiguousarray(np.moveaxis(y, -1, ax)),)
