@@ -128,17 +128,6 @@ UNDEFINED = {
     ("llama_kv", "static_qop_s8"): "infinite masked_fill scale: softmax of NaN",
     ("llama_kv_opset23", "static_qop_s8"): "infinite masked_fill scale: softmax of NaN",
 }
-#: pairs onnxep refuses at load for a reason that is not this corpus's (see docs/contrib_ops.md)
-LOAD_REFUSED = {
-    case: "axis_checks: DequantizeLinear axis=1 on a rank-1 input with a 1-element scale"
-    for case in [
-        ("resnet_cnn", "static_qdq_s8.ort_extended"),
-        ("bert", "static_qdq_u8.ort_extended"),
-        ("bert", "static_qdq_s8.ort_extended"),
-        ("bert_ts", "static_qdq_u8.ort_extended"),
-        ("bert_ts", "static_qdq_s8.ort_extended"),
-    ]
-}
 
 
 def export_bert_pair(dynamo_path: Path, torchscript_path: Path) -> None:
@@ -269,8 +258,6 @@ def _marks(case):
             return [pytest.mark.skip(reason=f"onnxruntime cannot load it: {ORT_FAILS[key]}")]
     if case in UNDEFINED:
         return [pytest.mark.skip(reason=f"results undefined: {UNDEFINED[case]}")]
-    if case in LOAD_REFUSED:
-        return [pytest.mark.xfail(reason=LOAD_REFUSED[case], strict=True)]
     return []
 
 
