@@ -65,6 +65,10 @@ std::vector<std::unique_ptr<Warp>>* g_warps = nullptr;
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline int atomicCAS(int* p, int e, int d) {
+  std::atomic_ref<int>(*p).compare_exchange_strong(e, d);
+  return e;
+}
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   Warp& w = *(*g_warps)[threadIdx.x / 32];
   const int l = threadIdx.x % 32;

@@ -29,7 +29,7 @@ _OP = "GroupQueryAttention"
 QUERY, KEY, VALUE, PAST_K, PAST_V, SEQLENS, COS, SIN, POS, BIAS, SINK, QSEQ = range(12)
 
 
-def _bias_strides(bias, b: int, nh: int, s: int, kv_limit: int) -> tuple[int, int, int, int]:
+def _bias_strides(bias, b: int, nh: int, s: int, total: int) -> tuple[int, int, int, int]:
     """Element strides of a (B|1, N|1, S|1, L|1) bias, 0 along broadcast dims."""
     want = (b, nh, s)
     if bias.ndim != 4 or any(n not in (1, w) for n, w in zip(bias.shape[:3], want, strict=True)):
@@ -37,10 +37,10 @@ def _bias_strides(bias, b: int, nh: int, s: int, kv_limit: int) -> tuple[int, in
             f"{_OP}: attention_bias of shape {tuple(bias.shape)} does not broadcast to "
             f"({b}, {nh}, {s}, total_sequence_length)"
         )
-    if bias.shape[3] != 1 and bias.shape[3] < kv_limit:
+    if bias.shape[3] != 1 and bias.shape[3] < total:
         raise InvalidArgument(
-            f"{_OP}: attention_bias has {bias.shape[3]} key columns, fewer than the "
-            f"{kv_limit} keys attended"
+            f"{_OP}: attention_bias has {bias.shape[3]} key columns, fewer than "
+            f"total_sequence_length ({total})"
         )
     _, n, q, k = bias.shape
     full = (n * q * k, q * k, k, 1)
@@ -102,8 +102,11 @@ def _check_inputs(cfg, ins: Sequence[Any]) -> tuple[int, int, int, int, bool]:
     return b, s, d, pl, packed
 
 
-def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any]):
-    """The callable running one step for inputs shaped like ``ins`` (values are never read)."""
+def plan_step(
+    cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any], report=None
+):
+    """The callable running one step for inputs shaped like ``ins`` (values are never read).
+    ``report`` is ``(flag words, node id)`` of the provider's error record, or None."""
     dt = ins[QUERY].dtype
     fns = fns_by_dtype.get(dt)
     if fns is None:
@@ -112,8 +115,8 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
     b, s, d, pl, packed = _check_inputs(cfg, ins)
     has_past = ins[PAST_K] is not None
     cap = max(total, pl) if has_past else total  # present's length, as on the CPU
-    kv_limit = total  # keys at or past total_sequence_length are never attended
     share = has_past and cap == pl  # present IS the past buffer
+    flag, node_id = report if report is not None else (None, -1)
 
     want = {SEQLENS: np.int32, QSEQ: np.int32, POS: np.int64}
     rot, cache_rows, pos_mode, used = 0, 1, 0, [QUERY, KEY, VALUE, PAST_K, PAST_V, SEQLENS, QSEQ]
@@ -138,9 +141,14 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
             used.append(POS)
             # onnxruntime reads only the first id on a first prompt
             pos_mode = 1 if (s > 1 and s == total and ins[QSEQ] is None) else 2
+    # A row attends its seqlens_k + 1 tokens, as onnxruntime does (total_sequence_length only
+    # sizes the present cache); they must fit it, and a bias' key columns (device-checked).
+    kv_limit = cap
     bias_strides = (0, 0, 0, 0)
     if ins[BIAS] is not None:
-        bias_strides = _bias_strides(ins[BIAS], b, nh, s, kv_limit)
+        bias_strides = _bias_strides(ins[BIAS], b, nh, s, total)
+        if ins[BIAS].shape[3] != 1:
+            kv_limit = min(cap, ins[BIAS].shape[3])
         used.append(BIAS)
     if ins[SINK] is not None:
         used.append(SINK)
@@ -170,7 +178,7 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
             rows=geo.rows, nrg=geo.nrg, ktile=geo.ktile, rot=rot,
             interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
             smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
-            softcap=cfg.softcap,
+            softcap=cfg.softcap, node=node_id,
         )  # fmt: skip
         decode = fns["gqa_decode"]
         grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
@@ -182,15 +190,15 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
             y = empty(y_shape, dtype=dt)
             part = empty(part_n, dtype=np.float32) if part_n else None
             decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias,
-                                 sink, part, done, y, prm), shared_mem=geo.smem)  # fmt: skip
+                                 sink, part, done, y, flag, prm), shared_mem=geo.smem)  # fmt: skip
             return y
 
     else:
         prep = fns["gqa_prepare"]
         prep_prm = PREPARE.to_device(
             xp, n=n_new, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
-            v_row=rows[2], S=s, nh=nh, nkv=nkv, D=d, C=cap, rot=rot,
-            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
+            v_row=rows[2], B=b, S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, rot=rot,
+            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows, node=node_id,
         )  # fmt: skip
         prep_grid = (flat_grid(n_new, sms),)
         geo = plan_prefill(d)
@@ -207,7 +215,7 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
             qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
             prep(prep_grid, (FLAT_BLOCK,), (query, key, value, qbuf, kc, vc, seqlens, qseq, cos,
-                                            sin, pos, prep_prm))  # fmt: skip
+                                            sin, pos, flag, prep_prm))  # fmt: skip
             prefill(grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, y, prm),
                     shared_mem=geo.smem)  # fmt: skip
             return y
