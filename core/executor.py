@@ -147,6 +147,8 @@ class Executor:
             return out
         try:
             return fast(feeds)
+        except BoundsError:
+            raise  # names the node whose value was out of range (a device's record says so)
         except Exception as exc:
             raise self._error(v, exc) from exc
 

@@ -36,6 +36,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import types
 from typing import Any
 
 import numpy as np
@@ -282,3 +283,12 @@ def nan_empty(shape, dtype=np.float32) -> np.ndarray:
     if a.dtype.kind == "f":
         a.fill(np.nan)
     return a
+
+
+def emulated_xp() -> types.SimpleNamespace:
+    """NumPy as a CUDA kernel builder's ``xp``, with ``empty``/``empty_like`` filling floats
+    with NaN (:func:`nan_empty`)."""
+    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    xp.empty = nan_empty
+    xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
+    return xp

@@ -11,12 +11,10 @@ subset covering every path in both dtypes; ``-m slow`` runs them all.
 
 from __future__ import annotations
 
-import types
-
 import cuda_emulator as emu
 import numpy as np
 import pytest
-from cuda_emulation import Emulator, available, nan_empty
+from cuda_emulation import Emulator, available, emulated_xp
 
 from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.ops.op_attention import attention as cpu_attention
@@ -48,10 +46,7 @@ def cuda_attention(emulator, monkeypatch):
     return op_attention
 
 
-def _xp():
-    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
-    xp.empty = nan_empty  # an element the kernel never writes shows as NaN
-    return xp
+_xp = emulated_xp  # an element the kernel never writes shows as NaN
 
 
 @pytest.mark.parametrize(
