@@ -11,10 +11,13 @@ types, pointer element dtypes, contiguity, a parameter struct's byte size as
 g++ lays it out) -- which CuPy does not -- and the launch limits (block size,
 grid y/z, 48 KiB of shared memory).
 
-Limits: templates must be ``template <typename T> __global__ void
-__launch_bounds__(N) name(...)`` instantiated for ``float``/``__half``; shuffles
-must be warp-uniform and blocks a multiple of 32 threads; races between blocks
-cannot show. Compiled with ``-ffp-contract=off``, as NVRTC is asked to keep
+Limits: kernels are templates ``template <typename T, ...> __global__ void
+__launch_bounds__(...) name(...)``, instantiated for ``float``/``__half`` when
+``T`` is the only parameter, else as the ``name_expressions`` list them;
+shuffles and the tensor-core product (``tc_mma``, emulated with the PTX ISA's
+m16n8k16 fragment layout) must be warp-uniform and blocks a multiple of 32
+threads; races between blocks cannot show. A 16-byte load at a misaligned
+address fails the launch. Compiled with ``-ffp-contract=off``, as NVRTC is asked to keep
 the ``__f*_rn`` products separate (the build and its cache: ``gxx_build``).
 
 Why this is not ``cuda_emulator`` (the fiber emulator the reduction, index,
@@ -57,7 +60,8 @@ thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 float* g_smem = nullptr;
 std::barrier<>* g_block_barrier = nullptr;
-struct Warp { std::barrier<> bar{32}; float vals[32]; };
+struct Warp { std::barrier<> bar{32}; float vals[32]; unsigned ta[32][4], tb[32][2]; };
+std::atomic<const char*> g_fault{nullptr};
 std::vector<std::unique_ptr<Warp>>* g_warps = nullptr;
 #define __global__
 #define __device__
@@ -96,11 +100,73 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 struct __half { _Float16 v; };
 inline float __half2float(__half h) { return (float)h.v; }
 inline __half __float2half_rn(float f) { __half h; h.v = (_Float16)f; return h; }
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+"""
+
+#: Host versions of the tensor-core primitives (``_gqa_decode_cuda.TC_PRIMITIVES``): the
+#: product is computed from every lane's fragments, placed as the PTX ISA lays out
+#: mma.m16n8k16 (A element (r, k): lane 4 * (r % 8) + (k % 8) / 2, word (r >= 8) + 2 * (k >= 8);
+#: B element (k, n): lane 4 * n + (k % 8) / 2, word k >= 8; the half is k % 2; C element
+#: (r, n): lane 4 * (r % 8) + n / 2, float 2 * (r >= 8) + n % 2), summed in k order.
+_HOST_TC = r"""
+inline float tc_half(unsigned w, int hi) {
+  const uint16_t bits = hi ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xffffu);
+  _Float16 h;
+  memcpy(&h, &bits, 2);
+  return (float)h;
+}
+inline void tc_mma(float* d, const unsigned* a, const unsigned* b) {
+  Warp& w = *(*g_warps)[threadIdx.x / 32];
+  const int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+  for (int i = 0; i < 4; ++i) w.ta[l][i] = a[i];
+  for (int i = 0; i < 2; ++i) w.tb[l][i] = b[i];
+  w.bar.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + 8 * (i >> 1), n = 2 * t + (i & 1);
+    float acc = 0.f;
+    for (int k = 0; k < 16; ++k) {
+      const float x = tc_half(w.ta[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k & 1);
+      const float y = tc_half(w.tb[n * 4 + (k % 8) / 2][k >= 8], k & 1);
+      acc += x * y;
+    }
+    d[i] += acc;
+  }
+  w.bar.arrive_and_wait();
+}
+inline void tc_mma_top(float* d, unsigned a0, unsigned a2, const unsigned* b) {
+  const unsigned a[4] = {a0, 0u, a2, 0u};
+  float full[4] = {d[0], d[1], 0.f, 0.f};
+  tc_mma(full, a, b);
+  d[0] = full[0];
+  d[1] = full[1];
+}
+inline unsigned tc_pack(float lo, float hi) {
+  const _Float16 l = (_Float16)lo, h = (_Float16)hi;
+  uint16_t bl, bh;
+  memcpy(&bl, &l, 2);
+  memcpy(&bh, &h, 2);
+  return (unsigned)bl | ((unsigned)bh << 16);
+}
+inline uint4 tc_load(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) g_fault = "a 16-byte load at a misaligned address";
+  uint4 u;
+  memcpy(&u, p, 16);
+  return u;
+}
+inline unsigned tc_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = ((unsigned long long)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+}
+inline void tc_order() {}
 """
 
 _LAUNCH = r"""
 static int emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned long smem,
                       const std::function<void()>& body) {
+  g_fault = nullptr;
   gridDim = dim3{gx, gy, gz};
   blockDim = dim3{bx, 1, 1};
   std::vector<unsigned char> sm(smem + 64);
@@ -123,12 +189,13 @@ static int emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsign
           });
         for (auto& th : ts) th.join();
       }
-  return 0;
+  return g_fault ? 1 : 0;
 }
+extern "C" const char* emu_fault() { return g_fault ? g_fault.load() : ""; }
 """
 
 _KERNEL = re.compile(
-    r"template <typename T>\s*__global__ void __launch_bounds__\(\d+\) (\w+)\((.*?)\)\s*\{", re.S
+    r"template <([^>]*)>\s*__global__ void __launch_bounds__\([^)]*\) (\w+)\((.*?)\)\s*\{", re.S
 )
 _ELEMENT = {"float": np.float32, "__half": np.float16}
 _SCALAR = {"int": (np.int32, ctypes.c_int32), "long long": (np.int64, ctypes.c_int64),
@@ -153,39 +220,67 @@ def available() -> str | None:
     return None if res.returncode == 0 else "g++ lacks C++20 <barrier> or _Float16"
 
 
-def _signatures(source: str) -> dict[str, list[tuple[str, str]]]:
+def _signatures(source: str) -> dict[str, tuple[bool, list[tuple[str, str]]]]:
+    """Each kernel's name -> (whether ``T`` is its only template parameter, its parameters)."""
     sigs = {}
     for m in _KERNEL.finditer(source):
         params = []
-        for p in m.group(2).split(","):
+        for p in m.group(3).split(","):
             typ, name = " ".join(p.replace("__restrict__", "").split()).rsplit(" ", 1)
             params.append((typ.replace(" *", "*"), name))
-        sigs[m.group(1)] = params
+        sigs[m.group(2)] = (m.group(1).strip() == "typename T", params)
     return sigs
 
 
-def _library(source: str):
-    key = hashlib.sha1(source.encode()).hexdigest()[:16]
+def _instantiations(sigs: dict, name_expressions) -> dict[str, tuple[str, str, list]]:
+    """``name<args>`` -> (kernel, its element type, parameters with T replaced)."""
+    out = {}
+    listed = {}
+    for e in name_expressions:
+        base, args = re.fullmatch(r"(\w+)<(.*)>", e).groups()
+        listed.setdefault(base, []).append(args)
+    for name, (plain, params) in sigs.items():
+        for args in [*_ELEMENT] if plain else listed.get(name, []):
+            ct = args.split(",")[0].strip()
+            typed = [(re.sub(r"\bT\b", ct, t), n) for t, n in params]
+            out[f"{name}<{args}>"] = (name, ct, typed)
+    return out
+
+
+def _wrapper_name(inst: str) -> str:
+    return "L_" + re.sub(r"\W+", "_", inst).strip("_")
+
+
+def _host_blocks() -> dict[str, str]:
+    """Device-only blocks of kernel sources -> their host versions."""
+    from onnxep.providers_cuda.ops import _gqa_decode_cuda
+
+    return {_gqa_decode_cuda.TC_PRIMITIVES: _HOST_TC}
+
+
+def _library(source: str, name_expressions=()):
+    key = hashlib.sha1((source + "\0".join(name_expressions)).encode()).hexdigest()[:16]
     if key in _libraries:
         return _libraries[key]
     sigs = _signatures(source)
     body = source.replace("#include <cuda_fp16.h>", "").replace(
         "extern __shared__ float smem[];", "float* smem = g_smem;"
     )
+    for device, host in _host_blocks().items():
+        body = body.replace(device, host)
+    insts = _instantiations(sigs, name_expressions)
     wrappers = []
-    for name, params in sigs.items():
-        for ct in _ELEMENT:
-            types = [re.sub(r"\bT\b", ct, t) for t, _ in params]
-            call = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
-            wrappers.append(
-                f'extern "C" int L_{name}_{ct}(unsigned gx, unsigned gy, unsigned gz, unsigned bx,'
-                f" unsigned long smem, void** a) {{ return emu_launch(gx, gy, gz, bx, smem, "
-                f"[=]() {{ {name}<{ct}>({call}); }}); }}"
-            )
+    for inst, (_, _, typed) in insts.items():
+        call = ", ".join(f"*({t}*)a[{i}]" for i, (t, _) in enumerate(typed))
+        wrappers.append(
+            f'extern "C" int {_wrapper_name(inst)}(unsigned gx, unsigned gy, unsigned gz, '
+            f"unsigned bx, unsigned long smem, void** a) {{ return emu_launch(gx, gy, gz, bx, "
+            f"smem, [=]() {{ {inst}({call}); }}); }}"
+        )
     structs = (
         {
             t.replace("const", "").replace("*", "").strip()
-            for params in sigs.values()
+            for _, params in sigs.values()
             for t, _ in params
             if t.endswith("*")
         }
@@ -195,19 +290,22 @@ def _library(source: str):
     wrappers += [f'extern "C" unsigned long SZ_{t}() {{ return sizeof({t}); }}' for t in structs]
     flags = ["-std=c++20", "-O1", "-ffp-contract=off", "-pthread"]
     so = build_shared(_PRELUDE + body + _LAUNCH + "\n".join(wrappers), flags, "cuda-emulation")
-    _libraries[key] = (ctypes.CDLL(str(so)), sigs)
+    lib = ctypes.CDLL(str(so))
+    lib.emu_fault.restype = ctypes.c_char_p
+    _libraries[key] = (lib, insts)
     return _libraries[key]
 
 
 class EmulatedKernel:
     """One template instantiation, ``k(grid, block, args, shared_mem=)``."""
 
-    def __init__(self, lib: Any, name: str, ctype: str, params: list[tuple[str, str]]):
-        self.name = f"{name}<{ctype}>"
-        self._fn = getattr(lib, f"L_{name}_{ctype}")
+    def __init__(self, lib: Any, inst: str, params: list[tuple[str, str]]):
+        self.name = inst
+        self._lib = lib
+        self._fn = getattr(lib, _wrapper_name(inst))
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [ctypes.c_uint] * 4 + [ctypes.c_ulong, ctypes.c_void_p]
-        self.params = [(re.sub(r"\bT\b", ctype, t), n) for t, n in params]
+        self.params = params
         self.launches = 0
         self._sizeof = {}
         for t, _ in self.params:
@@ -255,7 +353,8 @@ class EmulatedKernel:
             raise ValueError(f"{self.name}: {shared_mem} bytes of shared memory (48 KiB max)")
         ptrs = (ctypes.c_void_p * len(store))(*[ctypes.addressof(v) for v in store])
         self.launches += 1
-        self._fn(g[0], g[1], g[2], block[0], shared_mem, ptrs)
+        if self._fn(g[0], g[1], g[2], block[0], shared_mem, ptrs):
+            raise RuntimeError(f"{self.name}: {self._lib.emu_fault().decode()}")
 
 
 class Emulator:
@@ -265,16 +364,21 @@ class Emulator:
         self._kernels: dict[tuple, EmulatedKernel] = {}
 
     def function(self, source: str, name: str, name_expressions=(), options=()) -> EmulatedKernel:
-        lib, sigs = _library(source)
-        base, ctype = re.fullmatch(r"(\w+)<(\w+)>", name).groups()
-        key = (id(lib), base, ctype)
+        lib, insts = _library(source, tuple(name_expressions))
+        inst = re.sub(r"\s*,\s*", ", ", name)
+        key = (id(lib), inst)
         if key not in self._kernels:
-            self._kernels[key] = EmulatedKernel(lib, base, ctype, sigs[base])
+            if inst not in insts:
+                raise KeyError(f"{name} is not an instantiation of this source: {sorted(insts)}")
+            self._kernels[key] = EmulatedKernel(lib, inst, insts[inst][2])
         return self._kernels[key]
 
     def launches(self) -> dict[str, int]:
         """Launches so far of every kernel fetched, by ``name<type>``."""
-        return {k.name: k.launches for k in self._kernels.values()}
+        out: dict[str, int] = {}
+        for k in self._kernels.values():  # one name may be in several sources' libraries
+            out[k.name] = out.get(k.name, 0) + k.launches
+        return out
 
 
 def nan_empty(shape, dtype=np.float32) -> np.ndarray:

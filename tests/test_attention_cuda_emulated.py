@@ -46,6 +46,9 @@ def cuda_ops(request, emulator, monkeypatch):
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     for mod in (gqa, _rotary_cuda, _attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: request.param)
+    # a device without fp16 mma: these cases check the CUDA-core decode kernel (the
+    # tensor-core one has tests/test_gqa_decode_emulated.py)
+    monkeypatch.setattr(gqa, "compute_capability", lambda: 75)
     return types.SimpleNamespace(
         xp=emulated_xp(), gqa=gqa.group_query_attention, rope=rope.rotary_embedding_contrib,
         rope23=rope23.rotary_embedding, emulator=emulator,

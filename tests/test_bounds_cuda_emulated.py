@@ -46,6 +46,7 @@ def cuda(emulator, monkeypatch):
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     for mod in (gqa, _rotary_cuda, _attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: 8)
+    monkeypatch.setattr(gqa, "compute_capability", lambda: 90)
     return error_flag.ErrorFlag.on_host()
 
 

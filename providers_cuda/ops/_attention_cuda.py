@@ -154,6 +154,20 @@ def sm_count() -> int:
     return n
 
 
+_capabilities: dict[int, int] = {}
+
+
+def compute_capability() -> int:
+    """The current device's compute capability as major * 10 + minor (read once per device)."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    cc = _capabilities.get(dev)
+    if cc is None:
+        cc = _capabilities[dev] = int(cupy.cuda.Device(dev).compute_capability)
+    return cc
+
+
 def flat_grid(n: int, sms: int, block: int = FLAT_BLOCK) -> int:
     """Blocks for a grid-stride loop over ``n`` elements: enough to fill the device, no more."""
     return max(1, min(math.ceil(n / block), sms * 16))

@@ -22,7 +22,16 @@ from onnxep.errors import InvalidArgument
 
 from ._attention_cuda import FLAT_BLOCK, flat_grid
 from ._gqa_cuda import ATTN, DECODE, FILL, PREPARE
-from ._gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
+from ._gqa_decode_cuda import tc_kernels
+from ._gqa_geometry import (
+    BLOCK,
+    TC_SPLIT_KEYS,
+    plan_decode,
+    plan_decode_tc,
+    plan_prefill,
+    route_decode,
+    uses_decode,
+)
 
 _OP = "GroupQueryAttention"
 # Positions of the arrays in the tuple a step takes (total_sequence_length is apart).
@@ -103,10 +112,19 @@ def _check_inputs(cfg, ins: Sequence[Any]) -> tuple[int, int, int, int, bool]:
 
 
 def plan_step(
-    cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any], report=None
+    cfg,
+    fns_by_dtype: dict,
+    sms: int,
+    xp: Any,
+    total: int,
+    ins: Sequence[Any],
+    report=None,
+    capability: int = 0,
 ):
     """The callable running one step for inputs shaped like ``ins`` (values are never read).
-    ``report`` is ``(flag words, node id)`` of the provider's error record, or None."""
+    ``report`` is ``(flag words, node id)`` of the provider's error record, or None;
+    ``capability`` the device's compute capability (major * 10 + minor), which with the
+    shapes routes a decode step (``step.route``)."""
     dt = ins[QUERY].dtype
     fns = fns_by_dtype.get(dt)
     if fns is None:
@@ -169,29 +187,55 @@ def plan_step(
     y_shape = (b, s, nh * d)
     empty, ascontig = xp.empty, xp.ascontiguousarray
 
+    route = None
     if uses_decode(s):
-        geo = plan_decode(b, nh, nkv, d, kv_limit, sms)
+        # Which kernel: from the dtype, the head size, the heads per KV head and the device.
+        route = route_decode(dt.name, d, nh // nkv, capability)
+        tc = route.kernel == "tensor-core"
+        if tc:
+            geo = plan_decode_tc(b, nh, nkv, d, kv_limit, sms)
+            split = (geo.nsplit, geo.rows, geo.nrg, TC_SPLIT_KEYS)
+        else:
+            geo = plan_decode(b, nh, nkv, d, kv_limit, sms)
+            split = (geo.nsplit, geo.rows, geo.nrg, geo.ktile)
         prm = DECODE.to_device(
             xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
             v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
-            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=geo.nsplit,
-            rows=geo.rows, nrg=geo.nrg, ktile=geo.ktile, rot=rot,
+            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=split[0],
+            rows=split[1], nrg=split[2], ktile=split[3], rot=rot,
             interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
             smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
             softcap=cfg.softcap, node=node_id,
         )  # fmt: skip
-        decode = fns["gqa_decode"]
         grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
         part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
-        # split counters: zero between steps (the merging block resets its own)
-        done = xp.zeros(b * nkv * geo.nrg, dtype=np.int32) if part_n else None
+        if tc:
+            decode, merge = tc_kernels(d, geo.tile_rows)
+            merge_grid, merge_block = (b * nh,), (geo.merge_threads,)
 
-        def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
-            y = empty(y_shape, dtype=dt)
-            part = empty(part_n, dtype=np.float32) if part_n else None
-            decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias,
-                                 sink, part, done, y, flag, prm), shared_mem=geo.smem)  # fmt: skip
-            return y
+            def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+                y = empty(y_shape, dtype=dt)
+                part = empty(part_n, dtype=np.float32) if part_n else None
+                decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
+                                     bias, sink, part, y, flag, prm),
+                       shared_mem=geo.smem)  # fmt: skip
+                if part_n:  # rows held by one split were written by the decode kernel
+                    merge(merge_grid, merge_block, (seqlens, sink, part, y, prm),
+                          shared_mem=geo.merge_smem)  # fmt: skip
+                return y
+
+        else:
+            decode = fns["gqa_decode"]
+            # split counters: zero between steps (the merging block resets its own)
+            done = xp.zeros(b * nkv * geo.nrg, dtype=np.int32) if part_n else None
+
+            def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+                y = empty(y_shape, dtype=dt)
+                part = empty(part_n, dtype=np.float32) if part_n else None
+                decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
+                                     bias, sink, part, done, y, flag, prm),
+                       shared_mem=geo.smem)  # fmt: skip
+                return y
 
     else:
         prep = fns["gqa_prepare"]
@@ -239,6 +283,7 @@ def plan_step(
             key, value = query, query
         return (attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq), kc, vc)
 
+    step.route = route  # type: ignore[attr-defined]
     return step
 
 

@@ -28,6 +28,7 @@ reads device memory on the host, so the step can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from onnxep.errors import NotSupported
@@ -35,11 +36,12 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from .. import error_flag
-from ._attention_cuda import kernels_by_dtype, sm_count
+from ._attention_cuda import compute_capability, kernels_by_dtype, sm_count
 from ._gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
-from ._gqa_geometry import MAX_HEAD_SIZE
+from ._gqa_geometry import MAX_HEAD_SIZE, DecodeRoute
 from ._gqa_step import host_total, plan_step
 
+_log = logging.getLogger("onnxep")
 _UNSUPPORTED_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight"}
 _OP = "GroupQueryAttention"
 #: Planned steps kept per node (one per input signature).
@@ -118,11 +120,13 @@ def group_query_attention(node: NodeInfo, xp):
     if hd is not None and hd > MAX_HEAD_SIZE:
         raise NotSupported(f"{_OP}: head size {hd} is above the CUDA kernel's {MAX_HEAD_SIZE}")
     fns_by_dtype = kernels_by_dtype(GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0))
-    sms = sm_count()
+    sms, capability = sm_count(), compute_capability()
     flag = error_flag.current()
     node_id = flag.register(_OP, node.name) if flag is not None else -1
     report = (flag.words, node_id) if flag is not None else None
     steps: dict[tuple, object] = {}
+    # the decode kernel each input signature took, and why (from shapes and the device)
+    routes: dict[tuple, DecodeRoute] = {}
 
     def run(
         query,
@@ -148,9 +152,15 @@ def group_query_attention(node: NodeInfo, xp):
         if step is None:
             if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every step
                 steps.clear()
-            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, total, ins, report)
+            step = steps[sig] = plan_step(
+                cfg, fns_by_dtype, sms, xp, total, ins, report, capability
+            )
+            if step.route is not None:
+                routes[sig] = step.route
+                _log.debug("%s %s %s: %s", _OP, node.name, sig[1][0], step.route.describe())
         if position_ids is not None and flag is not None:
             flag.shapes[node_id] = tuple(position_ids.shape)  # where a bad id sits
         return step(ins)
 
+    run.routes = routes  # type: ignore[attr-defined]
     return run
