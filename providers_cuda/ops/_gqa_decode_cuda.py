@@ -243,9 +243,9 @@ __device__ __forceinline__ void tc_accumulate(TcState<D, ROWS>& st, const unsign
                                               const unsigned (*vw)[D / 16]) {
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
+    const int w = n >> 1;
     const unsigned sel = (n & 1) ? 0x7632u : 0x5410u;
-    const unsigned bw[2] = {tc_perm(vw[0][n >> 1], vw[1][n >> 1], sel),
-                            tc_perm(vw[2][n >> 1], vw[3][n >> 1], sel)};
+    const unsigned bw[2] = {tc_perm(vw[0][w], vw[1][w], sel), tc_perm(vw[2][w], vw[3][w], sel)};
     if (ROWS == 16) {
       tc_mma(st.acc[n], pa, bw);
     } else {
@@ -309,15 +309,25 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   }
   if (c >= nsb) return;  // a split this row does not use
   const int js = c * chunk, je = imin(kv_end, js + chunk);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const T* kb = kc + kv0;
+  const T* vb = vc + kv0;
+  const int ntiles = (je - js + 15) / 16;
+  constexpr bool DOUBLE = D * ROWS <= 512;
+  unsigned k0[2][D / 8], v0[4][D / 16], pa[4];
+  __syncthreads();  // the new row is written: the first tile's loads may start
+  if (DOUBLE && warp < ntiles) {  // in flight while Q is staged
+    tc_load_k<T, D>(k0, kb, js + warp * 16, je, g, t);
+    tc_load_v<T, D>(v0, vb, js + warp * 16, je, g, t);
+  }
   T* qh = reinterpret_cast<T*>(qs);
   for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
     const int r = idx / D, d = idx - r * D;
     const T* src = qsrc + (long long)b * q_row + (long long)(h0 + (r < nrow ? r : 0)) * D;
     qh[idx] = r < nrow ? rotated<T>(src, d, rot, interleaved, cosc, sinc, p) : from_f<T>(0.f);
   }
-  __syncthreads();  // Q staged; the new row written before any warp loads it
+  __syncthreads();  // Q staged
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   unsigned qa[D / 16][2], qb[D / 16][2];
   if (QREG) tc_q_words<D, ROWS>(qa, qb, qs, g, t);
   TcState<D, ROWS> st;
@@ -327,19 +337,11 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int i = 0; i < AR; ++i) st.acc[n][i] = 0.f;
-  const T* kb = kc + kv0;
-  const T* vb = vc + kv0;
-  const int ntiles = (je - js + 15) / 16;
-  unsigned k0[2][D / 8], v0[4][D / 16], pa[4];
-  if (D * ROWS <= 512) {
+  if (DOUBLE) {
     // the next tile's loads in flight while one computes (two named buffers, so they stay
-    // in registers)
+    // in registers); the first tile's were issued above
     unsigned k1[2][D / 8], v1[4][D / 16];
     int it = warp;
-    if (it < ntiles) {
-      tc_load_k<T, D>(k0, kb, js + it * 16, je, g, t);
-      tc_load_v<T, D>(v0, vb, js + it * 16, je, g, t);
-    }
     while (it < ntiles) {
       if (it + NW < ntiles) {
         tc_load_k<T, D>(k1, kb, js + (it + NW) * 16, je, g, t);
@@ -360,12 +362,16 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
       it += NW;
     }
   } else {
-    // one tile's registers: V is loaded once the scores no longer need K's (D = 256)
+    // one tile's registers; at D = 256 Q is re-read per tile, and V is loaded once the
+    // scores no longer need K's
     for (int it = warp; it < ntiles; it += NW) {
       const int j0 = js + it * 16;
       tc_load_k<T, D>(k0, kb, j0, je, g, t);
-      if (!QREG) tc_q_words<D, ROWS>(qa, qb, qs, g, t);
-      if (QREG) tc_load_v<T, D>(v0, vb, j0, je, g, t);
+      if (QREG) {
+        tc_load_v<T, D>(v0, vb, j0, je, g, t);
+      } else {
+        tc_q_words<D, ROWS>(qa, qb, qs, g, t);
+      }
       tc_probs<T, D, ROWS>(st, pa, qa, qb, k0, j0, je, row, nrow, h0, g, t, prm, bias, b);
       if (!QREG) {
         tc_order();  // K's registers are free before V's loads start
