@@ -104,7 +104,7 @@ struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 """
 
-#: Host versions of the tensor-core primitives (``_gqa_decode_cuda.TC_PRIMITIVES``): the
+#: Host versions of the tensor-core primitives (``_decode_tc_cuda.TC_PRIMITIVES``): the
 #: product is computed from every lane's fragments, placed as the PTX ISA lays out
 #: mma.m16n8k16 (A element (r, k): lane 4 * (r % 8) + (k % 8) / 2, word (r >= 8) + 2 * (k >= 8);
 #: B element (k, n): lane 4 * n + (k % 8) / 2, word k >= 8; the half is k % 2; C element
@@ -253,9 +253,9 @@ def _wrapper_name(inst: str) -> str:
 
 def _host_blocks() -> dict[str, str]:
     """Device-only blocks of kernel sources -> their host versions."""
-    from onnxep.providers_cuda.ops import _gqa_decode_cuda
+    from onnxep.providers_cuda.ops import _decode_tc_cuda
 
-    return {_gqa_decode_cuda.TC_PRIMITIVES: _HOST_TC}
+    return {_decode_tc_cuda.TC_PRIMITIVES: _HOST_TC}
 
 
 def _library(source: str, name_expressions=()):

@@ -43,6 +43,7 @@ def cuda_attention(emulator, monkeypatch):
 
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     monkeypatch.setattr(op_attention, "sm_count", lambda: 8)
+    monkeypatch.setattr(op_attention, "compute_capability", lambda: 90)
     return op_attention
 
 

@@ -1,12 +1,12 @@
-"""GroupQueryAttention's tensor-core split-K decode, run on the CPU emulator.
+"""The tensor-core split-K decode (GroupQueryAttention, ONNX Attention) on the CPU emulator.
 
-The kernels' CUDA C (``providers_cuda/ops/_gqa_decode_cuda.py``) runs on the thread
+The kernels' CUDA C (``providers_cuda/ops/_decode_tc_cuda.py``) runs on the thread
 emulator (tests/cuda_emulation.py, whose ``tc_mma`` computes mma.m16n8k16 from every lane's
 fragments as the PTX ISA places them), with the real routing and launch code, against the
 CPU kernel: the GPU tests' cases (tests/cuda/test_cuda_gqa_decode.py) on an 8-SM device of
 compute capability 9.0, each run twice over the same buffers as a graph replays it; the
-route of every case, including those left to the CUDA-core kernel; the splits the cases
-reach; and the device bounds check of the tensor-core kernel.
+route of every case, including those left to the CUDA-core kernels; the splits the cases
+reach; the device bounds check of the tensor-core kernel; ONNX Attention's single-row cases.
 """
 
 from __future__ import annotations
@@ -136,3 +136,52 @@ def test_the_tensor_core_kernel_reports_a_position_past_the_cache(cuda_gqa):
         flag.after_sync()
     text = bounds.position_text(300, 200, bounds.token_where((1, 0)))
     assert str(info.value) == f"GroupQueryAttention node 'gqa': {text}"
+
+
+def test_a_cache_off_16_bytes_takes_the_cuda_core_kernel(cuda_gqa, emulator):
+    """The tensor-core kernel's 16-byte loads need 16-byte aligned cache rows: a cache that a
+    view starts 8 bytes into runs on the CUDA-core kernel instead (same results)."""
+    case = ("misaligned", 1, 14, 2, 64, [100], 128, {}, ("fp16",))
+    f, names, node, tc = gpu.case_feeds(case)
+    want = cpu_gqa(node, np)(*[f[n] if n else None for n in names])
+    run = cuda_gqa(node, emulated_xp())
+    args = [f[n].copy() if n else None for n in names]
+    for name in ("past_key", "past_value"):
+        a = args[names.index(name)]
+        buf = np.empty(a.size + 16, np.float16)
+        start = 4 + (-buf.ctypes.data // 2) % 8  # 8 bytes past a 16-byte boundary
+        view = buf[start : start + a.size].reshape(a.shape)
+        view[...] = a
+        args[names.index(name)] = view
+    before = emulator.launches()
+    got = run(*args)
+    ran = _launched(emulator, before)
+    assert ran.get("gqa_decode") == 1 and "gqa_decode_tc" not in ran, ran
+    assert next(iter(run.routes.values())).kernel == "tensor-core"  # the planned route
+    gpu.assert_matches_cpu(got, want, np.float16, "misaligned")
+
+
+@pytest.fixture
+def cuda_attention(emulator, monkeypatch):
+    """providers_cuda's Attention builder on the emulator: 8 SMs, sm_90."""
+    from onnxep.providers_cuda import nvrtc
+    from onnxep.providers_cuda.ops import op_attention
+
+    monkeypatch.setattr(nvrtc, "function", emulator.function)
+    monkeypatch.setattr(op_attention, "sm_count", lambda: SMS)
+    monkeypatch.setattr(op_attention, "compute_capability", lambda: 90)
+    return op_attention.attention
+
+
+@pytest.mark.parametrize("case", gpu.ATT_DECODE_CASES, ids=[c[0] for c in gpu.ATT_DECODE_CASES])
+def test_attention_decode_matches_cpu_emulated(case, cuda_attention, emulator):
+    feeds = gpu.att.case_feeds(case, np.random.default_rng(0))
+    run = cuda_attention(gpu.att.node_info(case[1], feeds, case[2]), emulated_xp())
+    before = emulator.launches()
+    got = run(*[None if f is None else f.copy() for f in feeds])
+    (route,) = run.routes.values()
+    tc = gpu.att_tensor_core(case)
+    assert route.kernel == ("tensor-core" if tc else "cuda-core"), route
+    ran = _launched(emulator, before)
+    assert ("att_decode_tc" in ran) == tc and ("att_prefill" in ran) != tc, ran
+    gpu.att.check_against_cpu(case, feeds, got[:3])

@@ -130,11 +130,15 @@ def tc_rows(group: int) -> tuple[int, int, int]:
     return rows, nrg, 8 if rows <= 8 else 16
 
 
-def route_decode(dtype_name: str, d: int, group: int, capability: int) -> DecodeRoute:
-    """The kernel a single-token step takes, from the dtype, head size, heads per KV head and
-    the device's compute capability (major * 10 + minor)."""
+def route_decode(
+    dtype_name: str, d: int, group: int, capability: int, dv: int | None = None
+) -> DecodeRoute:
+    """The kernel a single-token step takes, from the dtype, head size (V's ``dv`` when it
+    differs), heads per KV head and the device's compute capability (major * 10 + minor)."""
     why = None
-    if dtype_name != "float16":
+    if dv is not None and dv != d:
+        why = f"V's head size {dv} differs from Q and K's {d}"
+    elif dtype_name != "float16":
         why = f"{dtype_name} keeps the products in float32 (the tensor-core path rounds P to fp16)"
     elif d not in TC_HEAD_SIZES:
         why = f"head size {d} is not one of {TC_HEAD_SIZES}"
@@ -158,11 +162,6 @@ def plan_decode_tc(b: int, nh: int, nkv: int, d: int, capacity: int, sms: int) -
     graph serves every length), never more splits than 64-key pieces of it. How many a row
     uses is decided on the device from the keys it attends (:func:`tc_splits`)."""
     _check_head_size(d)
-    if capacity * d >= 2**31:
-        raise InvalidArgument(
-            f"GroupQueryAttention: a KV cache of {capacity} rows of head size {d} is past the "
-            "decode kernel's 32-bit row offsets"
-        )
     rows, nrg, tile_rows = tc_rows(nh // nkv)
     want = max(1, math.ceil(TC_BLOCKS_PER_SM * sms / max(1, b * nkv * nrg)))
     nsplit = max(1, min(want, math.ceil(capacity / TC_SPLIT_KEYS)))

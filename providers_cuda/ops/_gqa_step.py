@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import InvalidArgument
+from onnxep.providers.inplace import array_address
 
 from ._attention_cuda import FLAT_BLOCK, flat_grid
+from ._decode_tc_cuda import tc_kernels, tc_names
 from ._gqa_cuda import ATTN, DECODE, FILL, PREPARE
-from ._gqa_decode_cuda import tc_kernels
 from ._gqa_geometry import (
     BLOCK,
     TC_SPLIT_KEYS,
@@ -189,31 +190,48 @@ def plan_step(
 
     route = None
     if uses_decode(s):
+
+        def decode_params(nsplit: int, nrows: int, nrg: int, ktile: int) -> Any:
+            return DECODE.to_device(
+                xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
+                v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
+                B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=nsplit, rows=nrows,
+                nrg=nrg, ktile=ktile, rot=rot, interleaved=cfg.interleaved, pos_mode=pos_mode,
+                cache_rows=cache_rows, smooth=cfg.smooth, window=cfg.window, causal=cfg.causal,
+                scale=scale, softcap=cfg.softcap, node=node_id,
+            )  # fmt: skip
+
+        core = fns["gqa_decode"]
+        cgeo = plan_decode(b, nh, nkv, d, kv_limit, sms)
+        cprm = decode_params(cgeo.nsplit, cgeo.rows, cgeo.nrg, cgeo.ktile)
+        cgrid, cblock = (cgeo.nsplit, nkv * cgeo.nrg, b), (cgeo.threads,)
+        cpart_n = b * nh * cgeo.nsplit * (d + 2) if cgeo.nsplit > 1 else 0
+        # split counters: zero between steps (the merging block resets its own)
+        done = xp.zeros(b * nkv * cgeo.nrg, dtype=np.int32) if cpart_n else None
+
+        def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+            y = empty(y_shape, dtype=dt)
+            part = empty(cpart_n, dtype=np.float32) if cpart_n else None
+            args = (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias, sink, part,
+                    done, y, flag, cprm)  # fmt: skip
+            core(cgrid, cblock, args, shared_mem=cgeo.smem)
+            return y
+
         # Which kernel: from the dtype, the head size, the heads per KV head and the device.
         route = route_decode(dt.name, d, nh // nkv, capability)
-        tc = route.kernel == "tensor-core"
-        if tc:
+        if route.kernel == "tensor-core":
+            core_attend = attend
             geo = plan_decode_tc(b, nh, nkv, d, kv_limit, sms)
-            split = (geo.nsplit, geo.rows, geo.nrg, TC_SPLIT_KEYS)
-        else:
-            geo = plan_decode(b, nh, nkv, d, kv_limit, sms)
-            split = (geo.nsplit, geo.rows, geo.nrg, geo.ktile)
-        prm = DECODE.to_device(
-            xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
-            v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
-            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=split[0],
-            rows=split[1], nrg=split[2], ktile=split[3], rot=rot,
-            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
-            smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
-            softcap=cfg.softcap, node=node_id,
-        )  # fmt: skip
-        grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
-        part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
-        if tc:
-            decode, merge = tc_kernels(d, geo.tile_rows)
+            prm = decode_params(geo.nsplit, geo.rows, geo.nrg, TC_SPLIT_KEYS)
+            decode, merge = tc_kernels(tc_names(d, geo.tile_rows))
+            grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
             merge_grid, merge_block = (b * nh,), (geo.merge_threads,)
+            part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
 
             def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+                if (array_address(kc) | array_address(vc)) % 16:  # a cache view off 16 bytes
+                    return core_attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias,
+                                       sink, qseq)  # fmt: skip
                 y = empty(y_shape, dtype=dt)
                 part = empty(part_n, dtype=np.float32) if part_n else None
                 decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
@@ -222,19 +240,6 @@ def plan_step(
                 if part_n:  # rows held by one split were written by the decode kernel
                     merge(merge_grid, merge_block, (seqlens, sink, part, y, prm),
                           shared_mem=geo.merge_smem)  # fmt: skip
-                return y
-
-        else:
-            decode = fns["gqa_decode"]
-            # split counters: zero between steps (the merging block resets its own)
-            done = xp.zeros(b * nkv * geo.nrg, dtype=np.int32) if part_n else None
-
-            def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
-                y = empty(y_shape, dtype=dt)
-                part = empty(part_n, dtype=np.float32) if part_n else None
-                decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
-                                     bias, sink, part, done, y, flag, prm),
-                       shared_mem=geo.smem)  # fmt: skip
                 return y
 
     else:

@@ -19,15 +19,18 @@ CUDA graph.
 
 from __future__ import annotations
 
+import logging
+
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from ._attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from ._attention23_step import AttentionConfig, plan_step
-from ._attention_cuda import kernels_by_dtype, sm_count
-from ._gqa_geometry import MAX_HEAD_SIZE
+from ._attention_cuda import compute_capability, kernels_by_dtype, sm_count
+from ._gqa_geometry import MAX_HEAD_SIZE, DecodeRoute
 
+_log = logging.getLogger("onnxep")
 _FLOATS = ("float", "float16")
 _DTYPES = {i: _FLOATS for i in (0, 1, 2, 4, 5)}
 #: softmax_precision values computed as asked: unset, or FLOAT (1).
@@ -82,8 +85,10 @@ def _build(node: NodeInfo, xp, opset: int):
     fns_by_dtype = kernels_by_dtype(
         ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0)
     )
-    sms = sm_count()
+    sms, capability = sm_count(), compute_capability()
     steps: dict[tuple, object] = {}
+    # the decode kernel each single-row signature took, and why (from shapes and the device)
+    routes: dict[tuple, DecodeRoute] = {}
 
     def run(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
         ins = (q, k, v, mask, past_k, past_v, nonpad)
@@ -92,9 +97,15 @@ def _build(node: NodeInfo, xp, opset: int):
         if step is None:
             if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every call
                 steps.clear()
-            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins)
+            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins, capability)
+            if step.route is not None:
+                routes[sig] = step.route
+                _log.debug(
+                    "%s %s %s: %s", node.op_type, node.name, sig[0][0], step.route.describe()
+                )
         return step(ins)
 
+    run.routes = routes  # type: ignore[attr-defined]
     return run
 
 

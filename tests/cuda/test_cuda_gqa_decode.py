@@ -1,4 +1,4 @@
-"""GroupQueryAttention's split-K decode kernels against the CPU provider, on the GPU.
+"""The split-K decode kernels (GroupQueryAttention, ONNX Attention) against the CPU provider.
 
 The route a single-token step takes (tensor cores for fp16 at head sizes 64, 128 and 256 on
 compute capability 8.0 and up, the CUDA-core kernel otherwise) is checked per case; the
@@ -6,7 +6,9 @@ split and unsplit paths, ragged ``seqlens_k`` in a batch (rows whose keys fill f
 grid's splits leave the others empty), causal and not, windows, sinks, biases, rotary and
 row groups of 8 and 16 heads, against the CPU kernel. The capture test records one step of a
 fixed-capacity cache in a CUDA graph and replays it at 16 and at capacity - 1 tokens: one
-graph for every length. tests/test_gqa_decode_emulated.py runs the same cases on the CPU
+graph for every length. ONNX Attention (and onnxep::Attention) with a single query row
+takes the tensor-core kernel too, with past caches, an external cache (nonpad_kv_seqlen),
+masks, windows and softcap. tests/test_gqa_decode_emulated.py runs the same cases on the CPU
 emulator (without a GPU).
 """
 
@@ -25,6 +27,8 @@ from test_cuda_attention import (
 )
 
 from onnxep.providers.ops.op_group_query_attention import group_query_attention as cpu_gqa
+
+att = pytest.importorskip("test_cuda_attention23")
 
 DECODE_CASES = [
     # name, b, nh, nkv, hd, past lens, capacity (None: a fresh cache), attrs, extras
@@ -130,3 +134,78 @@ def test_one_graph_serves_every_length(hd, nh):
         graph.launch(stream)
         stream.synchronize()
         assert_matches_cpu([cupy.asnumpy(o) for o in outs], want, F16, f"replay {lens}")
+
+
+# name, attrs, opset, dtype, Q shape, K shape, V shape, extras (tests/cuda/test_cuda_attention23)
+ATT_DECODE_CASES = [
+    ("att_4d_gqa_nonpad_causal_h64", {"is_causal": 1}, 24, F16, (2, 8, 1, 64), (2, 2, 300, 64),
+     (2, 2, 300, 64), (("nonpad", [300, 37]),)),
+    ("att_4d_past_h128", {}, 23, F16, (1, 12, 1, 128), (1, 2, 1, 128), (1, 2, 1, 128),
+     (("past", 250),)),
+    ("att_3d_keys_strided_h128", {"q_num_heads": 12, "kv_num_heads": 2, "is_causal": 1}, 23,
+     F16, (1, 1, 1536), (1, 300, 256), (1, 300, 256), ()),
+    ("att_4d_bool_mask_softcap_h64", {"softcap": 3.0}, 23, F16, (2, 4, 1, 64), (2, 2, 200, 64),
+     (2, 2, 200, 64), (("mask", (2, 1, 1, 200), "bool"),)),
+    ("att_half_mask_window_h256", {"is_causal": 1, "left_window_size": 90}, 25, F16,
+     (1, 8, 1, 256), (1, 1, 150, 256), (1, 1, 150, 256), (("mask", (1, 8, 1, 150), "float16"),)),
+    ("att_rows16_short_mask_h64", {}, 23, F16, (1, 16, 1, 64), (1, 1, 100, 64), (1, 1, 100, 64),
+     (("mask", (1, 1, 1, 70), "float32"),)),
+    # the CUDA-core kernel: V's head size differs, and float32
+    ("att_dv_differs", {}, 23, F16, (1, 4, 1, 64), (1, 2, 90, 64), (1, 2, 90, 32), ()),
+    ("att_fp32_h64", {"is_causal": 1}, 24, F32, (1, 4, 1, 64), (1, 2, 90, 64), (1, 2, 90, 64),
+     (("nonpad", [90]),)),
+]  # fmt: skip
+
+
+def att_tensor_core(case) -> bool:
+    _, _, _, dt, qs, ks, vs, _ = case
+    return dt == F16 and ks[-1] == vs[-1]
+
+
+@pytest.mark.parametrize("case", ATT_DECODE_CASES, ids=[c[0] for c in ATT_DECODE_CASES])
+def test_attention_decode_routes_and_matches_cpu(case):
+    import cupy
+
+    from onnxep.providers_cuda.ops.op_attention import attention
+
+    feeds = att.case_feeds(case, np.random.default_rng(0))
+    run = attention(att.node_info(case[1], feeds, case[2]), cupy)
+    got = run(*[None if f is None else cupy.asarray(f) for f in feeds])
+    (route,) = run.routes.values()
+    assert route.kernel == ("tensor-core" if att_tensor_core(case) else "cuda-core"), route
+    att.check_against_cpu(case, feeds, [cupy.asnumpy(g) for g in got[:3]])
+
+
+def test_attention_one_graph_serves_every_length():
+    """ONNX Attention over an external fixed-capacity cache (opset 24's nonpad_kv_seqlen, the
+    static-cache form): one captured call on tensor cores, replayed at 16 tokens and at the
+    capacity after the lengths are written into the same buffer."""
+    import cupy
+
+    from onnxep.providers_cuda.ops.op_attention import attention
+
+    rng = np.random.default_rng(6)
+    b, hq, hkv, cap, d = 2, 14, 2, 4096, 64
+    feeds = [rng.standard_normal(s).astype(F16)
+             for s in ((b, hq, 1, d), (b, hkv, cap, d), (b, hkv, cap, d))]  # fmt: skip
+    feeds += [None, None, None, np.array([16, 900], np.int64)]
+    node = att.node_info({"is_causal": 1}, feeds, 24)
+    args = [None if f is None else cupy.asarray(f) for f in feeds]
+    pool = cupy.cuda.MemoryPool()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with cupy.cuda.using_allocator(pool.malloc), stream:
+        run = attention(node, cupy)
+        run(*args)
+        stream.synchronize()
+        stream.begin_capture()
+        outs = run(*args)
+        graph = stream.end_capture()
+    (route,) = run.routes.values()
+    assert route.kernel == "tensor-core", route
+    for lens in ([16, 900], [cap, 3], [2500, cap - 1]):
+        feeds[6] = np.array(lens, np.int64)
+        args[6].set(feeds[6], stream=stream)
+        graph.launch(stream)
+        stream.synchronize()
+        case = ("captured", {"is_causal": 1}, 24, F16)
+        att.check_against_cpu(case, feeds, [cupy.asnumpy(o) for o in outs[:3]])
