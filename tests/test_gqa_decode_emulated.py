@@ -185,3 +185,28 @@ def test_attention_decode_matches_cpu_emulated(case, cuda_attention, emulator):
     ran = _launched(emulator, before)
     assert ("att_decode_tc" in ran) == tc and ("att_prefill" in ran) != tc, ran
     gpu.att.check_against_cpu(case, feeds, got[:3])
+
+
+def test_one_planned_step_serves_every_length(cuda_gqa, emulator):
+    """What a captured graph replays: the step planned once for a fixed-capacity cache (its
+    grid sized for the capacity), run again with new lengths written into the same buffers:
+    one split, several, all of them."""
+    from test_cuda_attention import _rope_cache
+
+    b, nh, nkv, hd, cap = 2, 14, 2, 64, 512
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1}
+    f, names = gpu._gqa_feeds(np.random.default_rng(8), b, 1, nh, nkv, hd, [15, 300], cap,
+                              attrs, ("fp16",), np.float16)  # fmt: skip
+    f["total_sequence_length"] = np.array(cap, np.int32)
+    f["cos_cache"], f["sin_cache"] = _rope_cache(cap, hd, np.float16)
+    node = gpu._gqa_node(f, names, attrs)
+    args = [f[n].copy() if n else None for n in names]
+    run = cuda_gqa(node, emulated_xp())
+    i_lens, i_k, i_v = (names.index(n) for n in ("seqlens_k", "past_key", "past_value"))
+    for lens in ([16, 300], [cap, 2], [200, cap - 70]):
+        args[i_lens][:] = np.array(lens, np.int32) - 1
+        want = cpu_gqa(node, np)(*[a.copy() if a is not None else None for a in args])
+        got = run(*args)
+        assert got[1] is args[i_k] and got[2] is args[i_v]  # written in place, as replays do
+        gpu.assert_matches_cpu(got, want, np.float16, f"lengths {lens}")
+    assert len(run.routes) == 1  # planned once
