@@ -15,4 +15,5 @@ cp ../shared/wheels/*.whl .device/wheels/
 python3 -m pip wheel -q --no-deps -w .device/wheels "$build"
 cp -r "$build/tests" "$build/bench" "$build/pyproject.toml" .device/head/
 ln -sfn ../../wheels .device/head/.device/wheels  # gpu_check.sh installs from .device/wheels
+git rev-parse HEAD >.device/head/COMMIT  # the suite record names the commit it measured
 echo "prepared .device from $(git rev-parse --short HEAD)"

@@ -87,7 +87,10 @@ for STAGE in "$@"; do
       timeout 330 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
         --junitxml="$OUT/tests.xml" -rfE "${PY_ARGS[@]}" >"$OUT/tests.log" 2>&1
       rc=$?
-      SUMMARY+=("tests: $(tail -1 "$OUT/tests.log") (rc $rc)")
+      # The record bench/record_gpu_suite.py appends to bench/results/gpu-suite.jsonl.
+      python3 bench/record_gpu_suite.py --from-junit "$OUT/tests.xml" \
+        --whole "$([ -z "${PYTEST_ARGS:-}" ] && echo yes || echo no)" >"$OUT/gpu_suite.json"
+      SUMMARY+=("tests: $(tail -1 "$OUT/tests.log") (rc $rc)" "record: $(cat "$OUT/gpu_suite.json")")
       ;;
     conformance)
       timeout 420 python3 bench/gpu_conformance.py "$OUT" --budget "${CONFORMANCE_BUDGET:-380}" \

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
+from google.protobuf.text_format import ParseError as TextParseError
 from onnx import external_data_helper
 
 from .errors import InvalidGraph, InvalidModel
@@ -52,9 +54,16 @@ def read_model(model: ModelLike) -> LoadedModel:
         if not path.is_file():
             # A device or pipe (/dev/zero) would be read forever.
             raise InvalidModel(f"{str(path)!r} is not a regular file; pass an .onnx file")
+        if path.suffix.lower() == ".json":
+            # onnx.load reads .json as the JSON form of a ModelProto; a genai_config.json
+            # (the folder's settings) is the common mistake here
+            raise InvalidModel(
+                f"{str(path)!r} is a JSON file, not an ONNX model; pass the .onnx file it goes "
+                "with (a genai_config.json names it under model.decoder.filename)"
+            )
         try:
             proto = onnx.load(str(path), load_external_data=False)
-        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+        except (DecodeError, ParseError, TextParseError, ValueError, RuntimeError, OSError) as exc:
             raise InvalidModel(f"{str(path)!r} is not an ONNX model: {exc}") from None
         if not proto.HasField("graph"):
             raise InvalidModel(f"{str(path)!r} is not an ONNX model: it has no graph")

@@ -106,6 +106,8 @@ class PlacementReport:
     rewrites: dict[str, int] = field(default_factory=dict)
     skipped_rewrites: list[str] = field(default_factory=list)
     fusions: list[FusionReport] = field(default_factory=list)
+    #: per graph output, the nodes of the main graph it is computed from
+    output_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __iter__(self):
         return iter(self.nodes)

@@ -100,3 +100,19 @@ def test_graph_optimization_levels(relu_model):
         opts = onnxep.SessionOptions(graph_optimization_level=level)
         sess = onnxep.InferenceSession(relu_model, opts, providers=["cpu"])
         assert sess.run(None, {"x": np.ones((1, 3), np.float32)})[0].shape == (1, 3)
+
+
+def test_run_with_an_empty_output_list_returns_every_output():
+    """onnxruntime treats ``run([], feeds)`` as ``run(None, feeds)``."""
+    m = make_model(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
+        [tensor("x", [2])],
+        [tensor("y", [2]), tensor("z", [2])],
+    )
+    sess = onnxep.InferenceSession(m, providers=["cpu"])
+    x = np.array([-1.0, 2.0], np.float32)
+    every = sess.run(None, {"x": x})
+    got = sess.run([], {"x": x})
+    assert len(got) == 2
+    for a, b in zip(got, every):
+        np.testing.assert_array_equal(a, b)

@@ -144,3 +144,26 @@ def test_bad_bindings_are_clear(sess):
     io.bind_output("z", cupy.zeros(4, cupy.float32))
     with pytest.raises(InvalidArgument, match="bind a matching buffer"):
         sess.run_with_iobinding(io)
+
+
+@pytest.mark.parametrize("where", ["cuda", "cpu"])
+def test_results_outlive_a_pointer_bound_buffer(sess, where):
+    """A result never aliases memory the caller owns: after the caller overwrites (or frees)
+    the buffer it bound by pointer, copy_outputs_to_cpu's and get_outputs' results keep
+    their values, on the device and on the host."""
+    x = cupy.asarray(np.array([-1.0, 0.0, 2.0, 3.0], np.float32))
+    buf = cupy.zeros(4, cupy.float32) if where == "cuda" else np.zeros(4, np.float32)
+    ptr = buf.data.ptr if where == "cuda" else buf.ctypes.data
+    io = sess.io_binding()
+    io.bind_input("x", x)
+    io.bind_output("z", where, 0, np.float32, [4], ptr)
+    sess.run_with_iobinding(io)
+    (copied,) = io.copy_outputs_to_cpu()
+    got = io.get_outputs()[0].numpy()
+    expect = -x.get()
+    buf[...] = 123.0
+    cupy.cuda.Device().synchronize()
+    del buf
+    for r in (copied, got):
+        assert isinstance(r, np.ndarray)
+        np.testing.assert_array_equal(r, expect)
