@@ -14,6 +14,8 @@ import numpy as np
 
 from onnxep.errors import NotSupported
 
+from ._indices import checked_indices
+
 _HALF_NAMES = ("float16", "bfloat16")
 
 
@@ -211,6 +213,9 @@ def dequantize_nbits(
     gi = g_idx.reshape(-1)[:k].astype(np.int64)
     if gi.shape[0] != k:
         raise ValueError(f"MatMulNBits: g_idx has {gi.shape[0]} entries, expected K={k}")
+    # a group past the scales would read another column's scale (or wrap, if negative)
+    gi = checked_indices(xp, gi, k_blocks, "MatMulNBits", name="g_idx", negative=False,
+                         extent=f"the {k_blocks} quantization groups of K")  # fmt: skip
     q = q.reshape(n, k_blocks * block_size)[:, :k].astype(np.float32)
     zp_full = float(1 << (bits - 1)) if zp is None else xp.take(zp, gi, axis=1)
     w = (q - zp_full) * xp.take(s, gi, axis=1)
