@@ -1,23 +1,28 @@
 """The CUDA decode GroupQueryAttention step, timed on the GPU; prints one JSON line per case.
 
-    python bench/gpu_attention_bench.py [--models 0.5b,1.5b] [--contexts 16,512,2000,8000]
-        [--capacity 8192] [--layers 24] [--batch 1] [--dtype float16] [--repeats 50]
+    python bench/gpu_attention_bench.py [--shapes 0.5b,1.5b,d256]
+        [--contexts 16,2000,8000,32000] [--capacity 32768] [--layers 24] [--batch 1]
+        [--dtype float16] [--routes tensor-core,cuda-core] [--repeats 50]
 
-Each case decodes one token over ``context`` tokens held in a fixed-capacity
-cache that present shares with past, as ``onnxep.generate`` runs it
-(total_sequence_length is the capacity, seqlens_k the context less one), with
-the attention geometry of Qwen2.5-0.5B (14 query heads, 2 KV heads, head size
-64) or Qwen2.5-1.5B (12, 2, 128), rotary off. The step is built through the
-kernel builder, as the executor builds it, then ``--layers`` steps, each over
-its own cache as the layers of a model, are captured in one CUDA graph and
-replayed; CUDA events time the replay, median of ``--repeats`` after warm-up,
-with L2 scrubbed before each replay (a model's weights stream through it).
+Each case decodes one token over ``context`` tokens held in a fixed-capacity cache that
+present shares with past, as ``onnxep.generate`` runs it (total_sequence_length is the
+capacity, seqlens_k the context less one), with the attention geometry of Qwen2.5-0.5B
+(14 query heads, 2 KV heads, head size 64), Qwen2.5-1.5B (12, 2, 128) or a head size of 256
+(8, 1, 256), rotary on. The step is built through the kernel builder, as the executor
+builds it, then ``--layers`` steps, each over its own cache as the layers of a model, are
+captured in one CUDA graph and replayed; CUDA events time the replay, median of
+``--repeats`` after warm-up, with L2 scrubbed before each replay (a model's weights stream
+through it). ``--routes`` runs each case on each decode kernel (the CUDA-core kernel is
+forced by reporting a device without fp16 mma to the builder), so both are measured in the
+same process.
 
-* ``us_per_call``: graph time / layers, the step's device time inside a graph;
-* ``bandwidth_tbs``: the K and V bytes one step must read over that time, and
-  ``of_peak`` that against the 4.26 TB/s the H200 reaches in a device-to-device
-  copy (GPU.md);
-* ``splits``: the splits the kernel uses at this context (decided on the device);
+* ``us_per_call``: graph time / layers, the step's device time inside a graph (the decode
+  kernel and, when the row is split, the merge kernel);
+* ``kv_bytes``: the K and V bytes the step must read; ``bandwidth_tbs`` those over
+  ``us_per_call``, and ``of_copy`` that against ``copy_tbs``, a device-to-device copy's
+  bandwidth (bytes read plus written) measured in the same run;
+* ``route`` and ``splits``: the kernel the builder chose, and the splits it uses at this
+  context (decided on the device);
 * ``eager_us``: events around one uncaptured call, the host's launch gaps included.
 """
 
@@ -29,9 +34,9 @@ import statistics
 
 import numpy as np
 
-PEAK_TBS = 4.26
 #: name: (query heads, KV heads, head size)
-MODELS = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128)}
+SHAPES = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128), "d256": (8, 1, 256)}
+ROUTES = ("tensor-core", "cuda-core")
 
 
 def _node(names, shapes, dtype, attrs):
@@ -59,29 +64,54 @@ def _median_ms(cupy, fn, repeats: int, before=None) -> float:
     return statistics.median(times)
 
 
+def copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 20) -> float:
+    """A device-to-device copy's bandwidth, TB/s of bytes read plus written."""
+    import cupy
+
+    src = cupy.ones(nbytes, dtype=np.uint8)
+    dst = cupy.empty_like(src)
+    rt, to, frm = cupy.cuda.runtime, dst.data.ptr, src.data.ptr
+
+    def copy():
+        rt.memcpyAsync(to, frm, nbytes, 3, cupy.cuda.get_current_stream().ptr)  # device to device
+
+    for _ in range(3):
+        copy()
+    ms = _median_ms(cupy, copy, repeats)
+    return 2 * nbytes / (ms * 1e-3) / 1e12
+
+
+def _rope(cupy, rows: int, d: int, dt):
+    inv = 1.0 / (10000 ** (np.arange(0, d, 2) / d))
+    ang = np.arange(rows)[:, None] * inv[None, :]
+    return cupy.asarray(np.cos(ang).astype(dt)), cupy.asarray(np.sin(ang).astype(dt))
+
+
 def measure(
-    model: str = "0.5b",
+    shape: str = "0.5b",
     context: int = 2000,
-    capacity: int = 8192,
+    capacity: int = 32768,
     layers: int = 24,
     batch: int = 1,
     dtype: str = "float16",
+    route: str = "tensor-core",
     repeats: int = 50,
     warmup: int = 10,
+    copy_tbs: float | None = None,
 ) -> dict:
     import cupy
 
+    from onnxep.providers_cuda.ops import gqa_geometry as geom
+    from onnxep.providers_cuda.ops import op_group_query_attention as gqa
     from onnxep.providers_cuda.ops.attention_cuda import sm_count
-    from onnxep.providers_cuda.ops.gqa_geometry import decode_splits, plan_decode
-    from onnxep.providers_cuda.ops.op_group_query_attention import group_query_attention
 
-    nh, nkv, d = MODELS[model]
+    nh, nkv, d = SHAPES[shape]
     dt = np.dtype(dtype)
     b = batch
     if not 1 <= context <= capacity:
         raise SystemExit(f"context {context} must be within 1..capacity ({capacity})")
-    names = ["query", "key", "value", "past_key", "past_value", "seqlens_k"]
-    names.append("total_sequence_length")
+    names = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
+             "total_sequence_length", "cos_cache", "sin_cache"]  # fmt: skip
     shapes = {
         "query": (b, 1, nh * d),
         "key": (b, 1, nkv * d),
@@ -90,16 +120,25 @@ def measure(
         "past_value": (b, nkv, capacity, d),
         "seqlens_k": (b,),
         "total_sequence_length": (),
+        "cos_cache": (capacity, d // 2),
+        "sin_cache": (capacity, d // 2),
     }
     rng = cupy.random.default_rng(0)
+    cos, sin = _rope(cupy, capacity, d, dt)
     per_layer = []
     for _ in range(layers):
         args = [rng.standard_normal(shapes[n], dtype=np.float32).astype(dt) for n in names[:5]]
         args.append(cupy.full((b,), context - 1, dtype=np.int32))
         args.append(np.array(capacity, np.int32))  # a host input, as generate feeds it
-        per_layer.append(args)
-    node = _node(names, shapes, dt, {"num_heads": nh, "kv_num_heads": nkv})
-    run = group_query_attention(node, cupy)
+        per_layer.append([*args, cos, sin])
+    node = _node(names, shapes, dt, {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1})
+    real = gqa.compute_capability
+    if route == "cuda-core":  # a device without fp16 mma, as far as the builder can tell
+        gqa.compute_capability = lambda: 75
+    try:
+        run = gqa.group_query_attention(node, cupy)
+    finally:
+        gqa.compute_capability = real
 
     def model_step():
         for args in per_layer:
@@ -120,16 +159,21 @@ def measure(
         scrub = cupy.empty(256 << 20, dtype=np.uint8)  # larger than L2
         graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats, lambda: scrub.fill(1))
 
-    geo = plan_decode(b, nh, nkv, d, capacity, sm_count())
-    chunk, splits = decode_splits(geo, context)
+    (chosen,) = run.routes.values()
+    if chosen.kernel == "tensor-core":
+        geo = geom.plan_decode_tc(b, nh, nkv, d, capacity, sm_count())
+        chunk, splits = geom.tc_splits(geo, context)
+    else:
+        geo = geom.plan_decode(b, nh, nkv, d, capacity, sm_count())
+        chunk, splits = geom.decode_splits(geo, context)
     us = graph_ms * 1e3 / layers
     kv_bytes = 2 * b * nkv * context * d * dt.itemsize
     tbs = kv_bytes / (us * 1e-6) / 1e12
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
-    return {
+    row = {
         "bench": "gqa_decode_step",
         "device": props["name"].decode(),
-        "model": model,
+        "shape": shape,
         "dtype": dt.name,
         "batch": b,
         "heads": nh,
@@ -137,40 +181,53 @@ def measure(
         "head_size": d,
         "context": context,
         "capacity": capacity,
+        "route": chosen.kernel,
+        "route_reason": chosen.reason,
+        "grid_splits": geo.nsplit,
         "splits": splits,
         "chunk": chunk,
         "kv_bytes": kv_bytes,
         "us_per_call": round(us, 2),
         "eager_us": round(eager_ms * 1e3, 2),
         "bandwidth_tbs": round(tbs, 4),
-        "of_peak": round(tbs / PEAK_TBS, 4),
         "layers": layers,
         "repeats": repeats,
     }
+    if copy_tbs is not None:
+        row["copy_tbs"] = round(copy_tbs, 3)
+        row["of_copy"] = round(tbs / copy_tbs, 4)
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="0.5b,1.5b", help=f"comma-separated, of {sorted(MODELS)}")
-    p.add_argument("--contexts", default="16,512,2000,8000")
-    p.add_argument("--capacity", type=int, default=8192)
+    p.add_argument(
+        "--shapes", default="0.5b,1.5b,d256", help=f"comma-separated, of {sorted(SHAPES)}"
+    )
+    p.add_argument("--contexts", default="16,2000,8000,32000")
+    p.add_argument("--capacity", type=int, default=32768)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
+    p.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of {ROUTES}")
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     a = p.parse_args(argv)
-    models = a.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
+    shapes, routes = a.shapes.split(","), a.routes.split(",")
+    unknown = sorted(set(shapes) - set(SHAPES)) + sorted(set(routes) - set(ROUTES))
     if unknown:
-        p.error(f"unknown model {unknown}; known: {sorted(MODELS)}")
+        p.error(f"unknown shape or route {unknown}; known: {sorted(SHAPES)}, {ROUTES}")
     contexts = [int(c) for c in a.contexts.split(",")]
-    if min(contexts) < 1:
-        p.error("--contexts must be positive")
-    for model in models:
-        for ctx in contexts:
-            row = measure(model, ctx, a.capacity, a.layers, a.batch, a.dtype, a.repeats, a.warmup)
-            print(json.dumps(row), flush=True)
+    if min(contexts) < 1 or max(contexts) > a.capacity:
+        p.error(f"--contexts must lie within 1..--capacity ({a.capacity})")
+    copy_tbs = copy_bandwidth()
+    print(json.dumps({"bench": "d2d_copy", "copy_tbs": round(copy_tbs, 3)}), flush=True)
+    for shape in shapes:
+        for route in routes:
+            for ctx in contexts:
+                row = measure(shape, ctx, a.capacity, a.layers, a.batch, a.dtype, route,
+                              a.repeats, a.warmup, copy_tbs)  # fmt: skip
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # The GPU machine's checks, one stage per call (each fits the device tool's 10 minutes).
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
-#                                                  | decode | decode-1.5b | decode-hybrid | fusions
-#                                                  | prefill | prefill-nbits | prefill-models
+#                                                  | attention | decode | decode-1.5b
+#                                                  | decode-hybrid | fusions | prefill
+#                                                  | prefill-nbits | prefill-models
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -29,10 +30,10 @@ print(json.dumps({"device": p["name"].decode(), "cupy": cupy.__version__,
 PY
 # decode_stage NAME KIND SIZE BUDGET PROFILE DTYPE...: the factory's KIND/SIZE decoder built here in
 # each DTYPE (too big to carry), then, in one bench run per dtype and context (16 and ~2000
-# tokens), onnxep eager (capture off), onnxep-graph (the same decode with CUDA-graph capture
-# auto: full-capacity masks, one graph replayed per step), torch eager and torch-graph (the
-# torch twin with a static cache, its decode step one torch.cuda.CUDAGraph) on the same
-# weights. The JSON and the summary state each side's captures, replays and fallbacks and
+# tokens; DECODE_CONTEXTS="16 2000 8000 32000" replaces them), onnxep eager (capture off),
+# onnxep-graph (the same decode with CUDA-graph capture auto: full-capacity masks, one
+# graph replayed per step), torch eager and torch-graph (the torch twin with a static cache,
+# its decode step one torch.cuda.CUDAGraph) on the same weights. The JSON and the summary state each side's captures, replays and fallbacks and
 # its fraction of the bandwidth floor (initializer bytes / 4.26 TB/s). The environment's
 # ONNXEP_CUDA_CAPTURE is unset (it overrides both onnxep sides' option). PROFILE yes adds
 # a profiled onnxep session at context 16 (host us per op; one more model load). DECODE_STEPS
@@ -58,7 +59,7 @@ decode_stage() {
         --dtype "$dtype" --kind "$kind" --out /tmp/m >>"$OUT/$name.log" 2>&1 || rc=$?
       SUMMARY+=("$name: made $size $dtype in $(( $(date +%s) - g0 )) s")
     fi
-    for ctx in 16 2000; do
+    for ctx in ${DECODE_CONTEXTS:-16 2000}; do
       left=$(( deadline - $(date +%s) ))
       if (( left < 45 )); then SUMMARY+=("$name $dtype ctx $ctx: skipped, budget spent"); continue; fi
       local extra=()
@@ -110,6 +111,29 @@ for STAGE in "$@"; do
         >"$OUT/overhead_cuda.log" 2>&1
       rc=$?
       SUMMARY+=("micro: $(tr '\n' ';' <"$OUT/micro.log")" "overhead: $(tr '\n' ';' <"$OUT/overhead_cuda.log") (rc $rc)")
+      ;;
+    attention)
+      # The decode GroupQueryAttention step alone (bench/gpu_attention_bench.py): per shape
+      # (0.5b, 1.5b, head size 256), decode kernel (tensor cores, CUDA cores) and context
+      # (16, 2000, 8000, 32000), captured and eager us per layer, KV bytes, TB/s and its
+      # fraction of a device-to-device copy measured in the same run. ATTENTION_ARGS adds
+      # or replaces options (--contexts, --shapes, --routes, --capacity).
+      timeout 540 python3 bench/gpu_attention_bench.py ${ATTENTION_ARGS:-} \
+        >"$OUT/attention.jsonl" 2>"$OUT/attention.log"
+      rc=$?
+      SUMMARY+=("attention (rc $rc): $(tail -3 "$OUT/attention.log" | tr '\n' ';')" \
+        "$(python3 - "$OUT/attention.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["bench"] == "d2d_copy":
+        print(f"copy {r['copy_tbs']} TB/s")
+        continue
+    print(f"{r['shape']} {r['route']} ctx {r['context']}: {r['us_per_call']} us "
+          f"(eager {r['eager_us']}), {r['bandwidth_tbs']} TB/s = {r['of_copy']:.0%} of copy, "
+          f"{r['splits']}/{r['grid_splits']} splits")
+PY
+)")
       ;;
     fusions)
       # Fusions off against on, same run: kernels, plan nodes and ms per decode step, eager
@@ -173,8 +197,9 @@ for STAGE in "$@"; do
       decode_stage decode-hybrid hybrid qwen3.5-0.8b "${DECODE_BUDGET:-420}" yes fp16
       ;;
     *)
-      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode" \
-        "| decode-1.5b | decode-hybrid | fusions | prefill | prefill-nbits | prefill-models)"
+      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | attention" \
+        "| decode | decode-1.5b | decode-hybrid | fusions | prefill | prefill-nbits" \
+        "| prefill-models)"
       exit 2
       ;;
   esac

@@ -9,6 +9,7 @@ keeps working for code written against onnxruntime.
 from __future__ import annotations
 
 __all__ = [
+    "BoundsError",
     "ConfigError",
     "FallbackError",
     "InvalidArgument",
@@ -57,6 +58,17 @@ class FallbackError(OnnxepError, RuntimeError):
 
 class RunError(OnnxepError, RuntimeError):
     """A kernel failed while the session ran; the message names the node."""
+
+
+class BoundsError(RunError, IndexError):
+    """A run-time value is past the table or buffer it indexes (a rotary position past the
+    cos/sin cache, a token count past the KV cache's capacity).
+
+    A kernel raises ``onnxep.providers.bounds.OutOfBounds`` with the sentence that module
+    writes (which value, which limit, what to change) and the executor raises this with the
+    node's name in front; the CUDA provider raises it with the same text from its device
+    error record, so both read alike.
+    """
 
 
 class NotSupported(OnnxepError):

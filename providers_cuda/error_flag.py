@@ -1,30 +1,38 @@
-"""A device-side error flag: index kernels report an out-of-range index without a host read.
+"""A device-side error flag: kernels report a value past its table without a host read.
 
-An index op must refuse an index outside ``[-d, d-1]`` (design: bad input
-gets a clear error). Deciding that on the host costs a device-to-host read
-per op, which a decode step cannot afford and a CUDA graph cannot contain.
-So the CUDA index kernels check every index where they read it, write zeros
-for a bad one, and record the first bad one in a small int32 buffer owned by
-the provider (:data:`RECORD_WORDS` words, layout below). The provider looks
-at the record where it synchronizes anyway -- :meth:`ErrorFlag.before_sync`
-queues a copy of the record into a pinned host mirror on the provider's
-stream, the caller's own synchronization delivers it, and
-:meth:`ErrorFlag.after_sync` raises :class:`~onnxep.errors.RunError` naming
-the node, the index, where it sits and the valid range, after clearing the
-record so the session stays usable. A session without index kernels never
-copies the record.
+An index op must refuse an index outside ``[-d, d-1]``, and an attention
+kernel a rotary position past its cos/sin cache or a token count past its
+KV cache (design: bad input gets a clear error). Deciding that on the host
+costs a device-to-host read per op, which a decode step cannot afford and a
+CUDA graph cannot contain. So the CUDA kernels check every such value where
+they read it, read nothing past a table for a bad one (an index kernel
+writes zeros, a rotary channel becomes NaN), and record the first bad one in
+a small int32 buffer owned by the provider (:data:`RECORD_WORDS` words,
+layout below). The provider looks at the record where it synchronizes anyway
+-- :meth:`ErrorFlag.before_sync` queues a copy of the record into a pinned
+host mirror on the provider's stream, the caller's own synchronization
+delivers it, and :meth:`ErrorFlag.after_sync` raises
+:class:`~onnxep.errors.RunError` naming the node, the value and the limit,
+after clearing the record so the session stays usable. A graph replay
+writes the record as the eager kernel does, so a captured run raises at the
+same read. A session without such kernels never copies the record.
 
 Record layout (int32 words, little-endian; 64-bit fields are word pairs,
-low word first), written by ``ix_report`` in ``ops/index_cuda.py``:
+low word first), written by ``ix_report`` in ``ops/index_cuda.py`` (kind 0)
+and by :data:`RECORD_SOURCE`'s ``onnxep_fault`` (the attention kernels):
 
 ====  ========================================================================
 0     state: 0 clear, 1 set (the kernel thread that sets it writes the rest)
 1     node id: the entry of this flag's node table (:meth:`ErrorFlag.register`)
-2     axis the bad index addresses (of the node's data input)
-4-5   the index value as the model gave it
-6-7   its flat (row-major) position in the indices input
-8-9   the length of the axis it addresses
-10-11 the number of entries of the indices input
+2     kind 0: the axis the bad index addresses (of the node's data input);
+      kind 1: where the position came from (:data:`FROM_TOKEN` ...)
+3     kind: :data:`INDEX`, :data:`POSITION`, :data:`KV_LENGTH`, :data:`QUERY_LENGTH`
+4-5   the value as the model gave it (index, position, seqlens_k, query_seqlens)
+6-7   where it sits: its flat (row-major) position in the input, or the batch row
+8-9   the limit: the axis length, the cos/sin cache's rows, the tokens allowed
+10-11 the number of entries of the input it sits in
+12-13 kind 1: the step's new tokens per row; kind 2: the KV cache's capacity;
+      kind 3: the step's new tokens
 ====  ========================================================================
 
 Kernels are built while a provider's flag is made current on the building
@@ -43,12 +51,21 @@ from typing import Any
 
 import numpy as np
 
-from onnxep.errors import RunError
+from onnxep.errors import BoundsError, RunError
+from onnxep.providers import bounds
 
 __all__ = [
+    "FROM_FIRST_ID",
+    "FROM_IDS",
+    "FROM_TOKEN",
+    "INDEX",
+    "KV_LENGTH",
+    "POSITION",
+    "QUERY_LENGTH",
+    "RECORD_SOURCE",
     "RECORD_WORDS",
     "ErrorFlag",
-    "IndexFault",
+    "Fault",
     "building",
     "current",
     "decode",
@@ -57,16 +74,53 @@ __all__ = [
 ]
 
 RECORD_WORDS = 16
-_STATE, _NODE, _AXIS = 0, 1, 2
-#: int64 slots (word pairs) of the record: value, position, axis length, index count.
-_VALUE, _POSITION, _DIM, _COUNT = 2, 3, 4, 5
+_STATE, _NODE, _AXIS, _KIND = 0, 1, 2, 3
+#: int64 slots (word pairs) of the record: value, position, limit, count, extra.
+_VALUE, _POSITION, _DIM, _COUNT, _EXTRA = 2, 3, 4, 5, 6
 #: cudaMemcpyKind device-to-host.
 _D2H = 2
 
+#: Fault kinds: an index out of range (index kernels), a rotary position outside the cos/sin
+#: cache, a seqlens_k past the KV cache, a query_seqlens past the step's tokens.
+INDEX, POSITION, KV_LENGTH, QUERY_LENGTH = 0, 1, 2, 3
+#: Where a position came from (word 2 of a POSITION fault): a batch row's token, counted from
+#: seqlens_k (position = b * S + s); position_ids itself (flat position); position_ids[0] + s.
+FROM_TOKEN, FROM_IDS, FROM_FIRST_ID = 0, 1, 2
+
+#: The CUDA C that writes the record: ``onnxep_fault(flag, node, kind, axis, value, position,
+#: limit, count, extra)`` records unless a fault is recorded already (or ``flag`` is null: a
+#: kernel built outside a session, which nobody would read).
+RECORD_SOURCE = f"""
+#define ONNXEP_FAULT_POSITION {POSITION}
+#define ONNXEP_FAULT_KV_LENGTH {KV_LENGTH}
+#define ONNXEP_FAULT_QUERY_LENGTH {QUERY_LENGTH}
+#define ONNXEP_FROM_TOKEN {FROM_TOKEN}
+#define ONNXEP_FROM_IDS {FROM_IDS}
+#define ONNXEP_FROM_FIRST_ID {FROM_FIRST_ID}
+__device__ __forceinline__ void onnxep_put64(int* w, long long v) {{
+  const unsigned long long u = (unsigned long long)v;
+  w[0] = (int)(unsigned int)(u & 0xffffffffull);
+  w[1] = (int)(unsigned int)(u >> 32);
+}}
+__device__ void onnxep_fault(int* flag, int node, int kind, int axis, long long value,
+                             long long position, long long limit, long long count,
+                             long long extra) {{
+  if (flag == nullptr || atomicCAS(flag + {_STATE}, 0, 1) != 0) return;
+  flag[{_NODE}] = node;
+  flag[{_AXIS}] = axis;
+  flag[{_KIND}] = kind;
+  onnxep_put64(flag + {2 * _VALUE}, value);
+  onnxep_put64(flag + {2 * _POSITION}, position);
+  onnxep_put64(flag + {2 * _DIM}, limit);
+  onnxep_put64(flag + {2 * _COUNT}, count);
+  onnxep_put64(flag + {2 * _EXTRA}, extra);
+}}
+"""
+
 
 @dataclass(frozen=True)
-class IndexFault:
-    """One recorded out-of-range index (see the module's record layout)."""
+class Fault:
+    """One recorded fault (see the module's record layout); ``kind`` 0 is an index."""
 
     node: int
     axis: int
@@ -74,9 +128,11 @@ class IndexFault:
     position: int
     dim: int
     count: int
+    kind: int = INDEX
+    extra: int = 0
 
 
-def decode(words: Any) -> IndexFault | None:
+def decode(words: Any) -> Fault | None:
     """The fault a record holds, or None when it is clear."""
     w = np.ascontiguousarray(words, dtype="<i4")
     if w.shape != (RECORD_WORDS,):
@@ -84,27 +140,29 @@ def decode(words: Any) -> IndexFault | None:
     if w[_STATE] == 0:
         return None
     wide = w.view("<i8")
-    return IndexFault(
+    return Fault(
         node=int(w[_NODE]),
         axis=int(w[_AXIS]),
         value=int(wide[_VALUE]),
         position=int(wide[_POSITION]),
         dim=int(wide[_DIM]),
         count=int(wide[_COUNT]),
+        kind=int(w[_KIND]),
+        extra=int(wide[_EXTRA]),
     )
 
 
-def encode(fault: IndexFault) -> np.ndarray:
+def encode(fault: Fault) -> np.ndarray:
     """The record a kernel writes for ``fault`` (the inverse of :func:`decode`)."""
     w = np.zeros(RECORD_WORDS, dtype="<i4")
-    w[_STATE], w[_NODE], w[_AXIS] = 1, fault.node, fault.axis
+    w[_STATE], w[_NODE], w[_AXIS], w[_KIND] = 1, fault.node, fault.axis, fault.kind
     wide = w.view("<i8")
     wide[_VALUE], wide[_POSITION] = fault.value, fault.position
-    wide[_DIM], wide[_COUNT] = fault.dim, fault.count
+    wide[_DIM], wide[_COUNT], wide[_EXTRA] = fault.dim, fault.count, fault.extra
     return w
 
 
-def _where(fault: IndexFault, shape: tuple[int, ...] | None) -> str:
+def _where(fault: Fault, shape: tuple[int, ...] | None) -> str:
     """``indices[i, j]`` when the indices' shape is known to match the record, else the flat
     position (a node run with several shapes between two checks)."""
     if shape is not None and math.prod(shape) == fault.count and 0 <= fault.position < fault.count:
@@ -113,7 +171,7 @@ def _where(fault: IndexFault, shape: tuple[int, ...] | None) -> str:
     return f"entry {fault.position} of the {fault.count} indices (flattened, row-major)"
 
 
-def fault_message(fault: IndexFault, label: str, shape: tuple[int, ...] | None = None) -> str:
+def fault_message(fault: Fault, label: str, shape: tuple[int, ...] | None = None) -> str:
     """What the user reads: the node, the index, where it sits, the valid range, what next."""
     d = fault.dim
     valid = f"valid values are {-d} to {d - 1}" if d > 0 else "no value is valid there"
@@ -124,6 +182,30 @@ def fault_message(fault: IndexFault, label: str, shape: tuple[int, ...] | None =
         "the next read of the run's results; the session stays usable: fix the indices and "
         "run again"
     )
+
+
+def bounds_message(fault: Fault, label: str, shape: tuple[int, ...] | None = None) -> str:
+    """The CPU kernels' sentence (``onnxep.providers.bounds``) for a fault of kind 1-3."""
+    f = fault
+    if f.kind == POSITION:
+        text = bounds.position_text(f.value, f.dim, _position_where(f, shape))
+    elif f.kind == KV_LENGTH:
+        text = bounds.kv_length_text(f.position, f.value, f.dim, f.extra)
+    else:
+        text = bounds.query_length_text(f.position, f.value, f.dim, f.extra)
+    return f"{label}: {text}"
+
+
+def _position_where(fault: Fault, shape: tuple[int, ...] | None) -> str:
+    if fault.axis == FROM_TOKEN:
+        return bounds.token_where(divmod(fault.position, max(1, fault.extra)))
+    if fault.axis == FROM_FIRST_ID:
+        return bounds.first_id_where((0, fault.position))
+    if shape is not None and math.prod(shape) == fault.count and 0 <= fault.position < fault.count:
+        return bounds.position_ids_where(
+            tuple(int(i) for i in np.unravel_index(fault.position, shape))
+        )
+    return f"entry {fault.position} of the {fault.count} position_ids (flattened, row-major)"
 
 
 class ErrorFlag:
@@ -150,7 +232,8 @@ class ErrorFlag:
         self._lock = threading.Lock()
         #: ``Gather node 'name'`` for each registered node id.
         self.labels: list[str] = []
-        #: The indices' shape of each node's latest call (kernels' runners keep it current).
+        #: The indices' (or position ids') shape of each node's latest call (kernels' runners
+        #: keep it current).
         self.shapes: list[tuple[int, ...] | None] = []
         #: Whether any kernel that writes the record was built: until then syncs skip the read.
         self.used = False
@@ -210,14 +293,18 @@ class ErrorFlag:
         self._clear()
         self.raised += 1
         assert fault is not None
-        raise RunError(self.describe(fault))
+        if fault.kind == INDEX:
+            raise RunError(self.describe(fault))
+        raise BoundsError(self.describe(fault))
 
-    def describe(self, fault: IndexFault) -> str:
+    def describe(self, fault: Fault) -> str:
         if 0 <= fault.node < len(self.labels):
             label, shape = self.labels[fault.node], self.shapes[fault.node]
         else:
-            label, shape = f"an index node (id {fault.node}, not one of this session's)", None
-        return fault_message(fault, label, shape)
+            label, shape = f"a node (id {fault.node}, not one of this session's)", None
+        if fault.kind == INDEX:
+            return fault_message(fault, label, shape)
+        return bounds_message(fault, label, shape)
 
 
 _building = threading.local()

@@ -41,6 +41,12 @@ block holds their PTX; the prelude defines ``ONNXEP_EMULATOR`` and these):
   shared memory, both 16-byte aligned, and nothing may be pending when a
   thread exits.
 
+A source may also keep its device-only primitives in one named block that
+the emulator swaps for host versions: ``decode_tc_cuda.TC_PRIMITIVES``
+(``tc_mma``: the same m16n8k16 product from every lane's fragments, placed as
+the PTX ISA lays them out; ``tc_load``: a 16-byte load that fails the launch at
+a misaligned address).
+
 A kernel's dynamic shared memory may pass 48 KiB once the kernel's
 ``max_dynamic_shared_size_bytes`` is raised, as CuPy's attribute does (up to
 the 227 KiB an H200 block may opt in to). A misuse is reported as a
@@ -65,6 +71,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import types
 from typing import Any
 
 import ml_dtypes
@@ -95,6 +102,7 @@ struct Warp {
   float vals[32];
   unsigned words[32][6];  // mma fragments
   const void* ptrs[32];   // ldmatrix row addresses
+  unsigned ta[32][4], tb[32][2];  // tc_mma fragments (_HOST_TC)
 };
 std::vector<std::unique_ptr<Warp>>* g_warps = nullptr;
 #define __global__
@@ -104,6 +112,10 @@ std::vector<std::unique_ptr<Warp>>* g_warps = nullptr;
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline int atomicCAS(int* p, int e, int d) {
+  std::atomic_ref<int>(*p).compare_exchange_strong(e, d);
+  return e;
+}
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   Warp& w = *(*g_warps)[threadIdx.x / 32];
   const int l = threadIdx.x % 32;
@@ -234,6 +246,67 @@ inline void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigne
   w.bar.arrive_and_wait();
   for (int i = 0; i < 4; ++i) d[i] = out[i];
 }
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+"""
+
+#: Host versions of the tensor-core primitives (``decode_tc_cuda.TC_PRIMITIVES``): the
+#: product is computed from every lane's fragments, placed as the PTX ISA lays out
+#: mma.m16n8k16 (A element (r, k): lane 4 * (r % 8) + (k % 8) / 2, word (r >= 8) + 2 * (k >= 8);
+#: B element (k, n): lane 4 * n + (k % 8) / 2, word k >= 8; the half is k % 2; C element
+#: (r, n): lane 4 * (r % 8) + n / 2, float 2 * (r >= 8) + n % 2), summed in k order.
+_HOST_TC = r"""
+inline float tc_half(unsigned w, int hi) {
+  const uint16_t bits = hi ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xffffu);
+  _Float16 h;
+  memcpy(&h, &bits, 2);
+  return (float)h;
+}
+inline void tc_mma(float* d, const unsigned* a, const unsigned* b) {
+  Warp& w = *(*g_warps)[threadIdx.x / 32];
+  const int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+  for (int i = 0; i < 4; ++i) w.ta[l][i] = a[i];
+  for (int i = 0; i < 2; ++i) w.tb[l][i] = b[i];
+  w.bar.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + 8 * (i >> 1), n = 2 * t + (i & 1);
+    float acc = 0.f;
+    for (int k = 0; k < 16; ++k) {
+      const float x = tc_half(w.ta[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k & 1);
+      const float y = tc_half(w.tb[n * 4 + (k % 8) / 2][k >= 8], k & 1);
+      acc += x * y;
+    }
+    d[i] += acc;
+  }
+  w.bar.arrive_and_wait();
+}
+inline void tc_mma_top(float* d, unsigned a0, unsigned a2, const unsigned* b) {
+  const unsigned a[4] = {a0, 0u, a2, 0u};
+  float full[4] = {d[0], d[1], 0.f, 0.f};
+  tc_mma(full, a, b);
+  d[0] = full[0];
+  d[1] = full[1];
+}
+inline unsigned tc_pack(float lo, float hi) {
+  const _Float16 l = (_Float16)lo, h = (_Float16)hi;
+  uint16_t bl, bh;
+  memcpy(&bl, &l, 2);
+  memcpy(&bh, &h, 2);
+  return (unsigned)bl | ((unsigned)bh << 16);
+}
+inline uint4 tc_load(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) emu_fail("a 16-byte load at a misaligned address");
+  uint4 u;
+  memcpy(&u, p, 16);
+  return u;
+}
+inline unsigned tc_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = ((unsigned long long)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+}
+inline void tc_order() {}
 """
 
 _LAUNCH = r"""
@@ -324,6 +397,13 @@ def _split(instance: str) -> tuple[str, str]:
     return base, args.split(",")[0].strip()
 
 
+def _host_blocks() -> dict[str, str]:
+    """Device-only blocks of kernel sources -> their host versions."""
+    from onnxep.providers_cuda.ops import decode_tc_cuda
+
+    return {decode_tc_cuda.TC_PRIMITIVES: _HOST_TC}
+
+
 def _library(source: str, extra: tuple[str, ...] = ()):
     """The built source: every ``T``-only kernel for float and __half, plus ``extra``."""
     key = hashlib.sha1((source + "\0".join(extra)).encode()).hexdigest()[:16]
@@ -333,6 +413,8 @@ def _library(source: str, extra: tuple[str, ...] = ()):
     body = source.replace("#include <cuda_fp16.h>", "").replace(
         "extern __shared__ float smem[];", "float* smem = g_smem;"
     )
+    for device, host in _host_blocks().items():
+        body = body.replace(device, host)
     instances = [f"{n}<{ct}>" for n, (plain, _) in sigs.items() if plain for ct in _ELEMENT]
     instances += [e for e in extra if e not in instances]
     wrappers = []
@@ -456,7 +538,10 @@ class Emulator:
 
     def launches(self) -> dict[str, int]:
         """Launches so far of every kernel fetched, by ``name<type>``."""
-        return {k.name: k.launches for k in self._kernels.values()}
+        out: dict[str, int] = {}
+        for k in self._kernels.values():  # one name may be in several sources' libraries
+            out[k.name] = out.get(k.name, 0) + k.launches
+        return out
 
 
 def nan_empty(shape, dtype=np.float32) -> np.ndarray:
@@ -465,3 +550,12 @@ def nan_empty(shape, dtype=np.float32) -> np.ndarray:
     if a.dtype.kind == "f":
         a.fill(np.nan)
     return a
+
+
+def emulated_xp() -> types.SimpleNamespace:
+    """NumPy as a CUDA kernel builder's ``xp``, with ``empty``/``empty_like`` filling floats
+    with NaN (:func:`nan_empty`)."""
+    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    xp.empty = nan_empty
+    xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
+    return xp

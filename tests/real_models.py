@@ -11,10 +11,10 @@ in the repository root or ``$ONNXEP_REALMODELS_CACHE``, and extracts the file;
 a distribution already installed at that version is read in place. Running
 this module fetches the whole corpus: ``python tests/real_models.py``.
 
-An entry with ``expect_fail`` needs work another branch brings (com.microsoft
-contrib ops on ``contrib``): its test is an xfail while onnxep refuses it with
-the error named there, and fails as soon as the model runs, so that the entry
-is flipped. An entry with ``refused`` is a model onnxep refuses on purpose,
+An entry with ``expect_fail`` (why, and what onnxep's error says) needs work
+not done yet: its test is an xfail while onnxep refuses it with the error named
+there, and fails as soon as the model runs, so that the entry is flipped. An
+entry with ``refused`` is a model onnxep refuses on purpose,
 with the error named there, although onnxruntime runs it: what onnxruntime
 computes for it is not the model's result.
 docs/real_models.md records the corpus.
@@ -38,8 +38,6 @@ import onnx
 from onnx import helper
 
 ROOT = Path(__file__).resolve().parents[1]
-#: ``expect_fail`` values: why the model cannot run yet, and what onnxep's error says.
-CONTRIB = ("needs com.microsoft DynamicQuantizeLSTM (branch contrib)", "DynamicQuantizeLSTM")
 
 
 @dataclass(frozen=True)
@@ -266,7 +264,6 @@ CORPUS: tuple[RealModel, ...] = (
         "ai.onnx 12, com.microsoft 1 (and six unused domains)",
         "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
         dims={"image_width": 96},
-        expect_fail=CONTRIB,
     ),
     RealModel(
         "captcha-crnn",
@@ -336,7 +333,6 @@ CORPUS: tuple[RealModel, ...] = (
         "ai.onnx 17, com.microsoft 1",
         "47a609c054534c5ab56ab980a09a6a326e31143930d2d90520379e030627adb9",
         dims={"batch_size": 2, "sequence": 9},
-        expect_fail=CONTRIB,
     ),
     RealModel(
         "tashkeel-ensemble-int8",
@@ -348,7 +344,6 @@ CORPUS: tuple[RealModel, ...] = (
         "ai.onnx 17, com.microsoft 1 (each imported twice)",
         "429333d9825ca70d2482885547a61a41fdcd6f67d7b96bb09e852fdcf3bd266c",
         dims={"batch": 2, "seq": 9},
-        expect_fail=CONTRIB,
     ),
     RealModel(
         "ort-logreg-iris",

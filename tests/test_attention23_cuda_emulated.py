@@ -11,12 +11,10 @@ subset covering every path in both dtypes; ``-m slow`` runs them all.
 
 from __future__ import annotations
 
-import types
-
 import cuda_emulator as emu
 import numpy as np
 import pytest
-from cuda_emulation import Emulator, available, nan_empty
+from cuda_emulation import Emulator, available, emulated_xp
 
 from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.ops.op_attention import attention as cpu_attention
@@ -39,22 +37,22 @@ def emulator():
 
 @pytest.fixture
 def cuda_attention(emulator, monkeypatch):
-    """providers_cuda's Attention module wired to the emulator, on an 8-SM device of compute
-    capability 7.5, so every case runs the tiled kernel (the tensor-core one, which sm_80
-    devices take for float16, has its own tests: tests/test_flash_prefill_emulated.py)."""
+    """providers_cuda's Attention module wired to the emulator, on an 8-SM device whose
+    prefill route is compute capability 7.5's, so every multi-row case runs the tiled kernel
+    (the tensor-core prefill, which sm_80 devices take for float16, has its own tests:
+    tests/test_flash_prefill_emulated.py), and whose decode route is 9.0's, so single-row
+    cases run the tensor-core decode kernel as on the H200."""
     from onnxep.providers_cuda import nvrtc
     from onnxep.providers_cuda.ops import flash_prefill, op_attention
 
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     monkeypatch.setattr(op_attention, "sm_count", lambda: 8)
     monkeypatch.setattr(flash_prefill, "device_facts", lambda: (75, 64 * 1024))
+    monkeypatch.setattr(op_attention, "compute_capability", lambda: 90)
     return op_attention
 
 
-def _xp():
-    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
-    xp.empty = nan_empty  # an element the kernel never writes shows as NaN
-    return xp
+_xp = emulated_xp  # an element the kernel never writes shows as NaN
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 import pytest
-from cuda_emulation import Emulator, available, nan_empty
+from cuda_emulation import Emulator, available, emulated_xp
 from cuda_emulator import gpu_test_module
 
 from onnxep.providers.node import NodeInfo, ValueInfo
@@ -49,11 +49,11 @@ def cuda_ops(request, emulator, monkeypatch):
     for mod in (gqa, rotary_cuda, attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: request.param)
     monkeypatch.setattr(flash_prefill, "device_facts", lambda: (75, 64 * 1024))
-    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
-    xp.empty = nan_empty
-    xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
+    # nor fp16 mma for decode: these cases check the CUDA-core decode kernel (the
+    # tensor-core one has tests/test_gqa_decode_emulated.py)
+    monkeypatch.setattr(gqa, "compute_capability", lambda: 75)
     return types.SimpleNamespace(
-        xp=xp, gqa=gqa.group_query_attention, rope=rope.rotary_embedding_contrib,
+        xp=emulated_xp(), gqa=gqa.group_query_attention, rope=rope.rotary_embedding_contrib,
         rope23=rope23.rotary_embedding, emulator=emulator,
     )  # fmt: skip
 

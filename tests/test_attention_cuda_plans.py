@@ -52,7 +52,7 @@ def test_attention_kernels_are_claimed_without_cupy():
         assert specs[key].host_inputs == ()
 
 
-def _gqa_node(attrs, extra=(), outputs=3, width=64):
+def gqa_node(attrs, extra=(), outputs=3, width=64):
     """Inputs 0-6 wired, plus the optional ones in ``extra``."""
     ins = [
         ValueInfo(f"in{i}", "tensor", np.dtype(np.float32)) if i < 7 or i in extra else None
@@ -77,12 +77,12 @@ GQA_DECLINES = [
 @pytest.mark.parametrize("attrs,shape,reason", GQA_DECLINES, ids=[c[2] for c in GQA_DECLINES])
 def test_group_query_attention_declines_with_reason(attrs, shape, reason):
     with pytest.raises(NotSupported, match=reason):
-        group_query_attention(_gqa_node(attrs, **shape), None)
+        group_query_attention(gqa_node(attrs, **shape), None)
 
 
 def test_group_query_attention_needs_its_head_counts():
     with pytest.raises(NotSupported, match="num_heads"):
-        group_query_attention(_gqa_node({"kv_num_heads": 2}), None)
+        group_query_attention(gqa_node({"kv_num_heads": 2}), None)
 
 
 def _rope_node(op, domain, attrs, rank=3):

@@ -16,7 +16,7 @@ import pytest
 
 from onnxep.errors import RunError
 from onnxep.providers_cuda import error_flag
-from onnxep.providers_cuda.error_flag import ErrorFlag, IndexFault, decode, encode
+from onnxep.providers_cuda.error_flag import ErrorFlag, Fault, decode, encode
 from onnxep.providers_cuda.ops import index_cuda as ix
 
 # ----------------------------------------------------------------------------- the record
@@ -25,9 +25,9 @@ from onnxep.providers_cuda.ops import index_cuda as ix
 @pytest.mark.parametrize(
     "fault",
     [
-        IndexFault(node=0, axis=0, value=5, position=1, dim=5, count=4),
-        IndexFault(node=3, axis=2, value=-(2**40) - 7, position=2**33 + 1, dim=2**35, count=2**36),
-        IndexFault(node=1, axis=1, value=-1, position=0, dim=0, count=1),
+        Fault(node=0, axis=0, value=5, position=1, dim=5, count=4),
+        Fault(node=3, axis=2, value=-(2**40) - 7, position=2**33 + 1, dim=2**35, count=2**36),
+        Fault(node=1, axis=1, value=-1, position=0, dim=0, count=1),
     ],
 )
 def test_a_record_round_trips(fault):
@@ -38,7 +38,7 @@ def test_a_record_round_trips(fault):
 
 def test_the_layout_is_the_kernels():
     """Word by word what ``ix_report`` writes: state, node, axis, then 64-bit pairs low first."""
-    w = encode(IndexFault(2, 1, -(2**33) - 3, 7, 4, 9)).view(np.uint32)
+    w = encode(Fault(2, 1, -(2**33) - 3, 7, 4, 9)).view(np.uint32)
     assert list(w[:3]) == [1, 2, 1]
     value = (-(2**33) - 3) & (2**64 - 1)
     assert (int(w[4]), int(w[5])) == (value & 0xFFFFFFFF, value >> 32)
@@ -59,7 +59,7 @@ def _message(fault, shape=None, label="Gather node 'embed'"):
 
 
 def test_the_message_names_node_value_position_axis_and_range():
-    msg = _message(IndexFault(0, 0, 151936, 4, 151936, 6), (2, 3))
+    msg = _message(Fault(0, 0, 151936, 4, 151936, 6), (2, 3))
     assert msg.startswith(
         "Gather node 'embed': indices value 151936 at indices[1, 1] is out of range for axis 0 "
         "of size 151936: valid values are -151936 to 151935."
@@ -68,18 +68,18 @@ def test_the_message_names_node_value_position_axis_and_range():
 
 
 def test_a_scalar_index_has_no_position():
-    assert "value -7 at indices is out of range" in _message(IndexFault(0, 1, -7, 0, 6, 1), ())
+    assert "value -7 at indices is out of range" in _message(Fault(0, 1, -7, 0, 6, 1), ())
 
 
 def test_without_a_matching_shape_the_position_is_flat():
     """A node run with another indices shape since the check cannot unravel the position."""
     for shape in (None, (5,)):
-        msg = _message(IndexFault(0, 0, 9, 4, 3, 6), shape)
+        msg = _message(Fault(0, 0, 9, 4, 3, 6), shape)
         assert "at entry 4 of the 6 indices (flattened, row-major)" in msg
 
 
 def test_an_empty_axis_has_no_valid_value():
-    assert "axis 2 of size 0: no value is valid there" in _message(IndexFault(0, 2, 0, 0, 0, 1))
+    assert "axis 2 of size 0: no value is valid there" in _message(Fault(0, 2, 0, 0, 0, 1))
 
 
 # ----------------------------------------------------------------------------- the flag's cycle
@@ -105,7 +105,7 @@ class _Recorded:
 
 def test_a_flag_without_index_kernels_never_reads():
     r = _Recorded()
-    r.words[:] = encode(IndexFault(0, 0, 1, 0, 1, 1))  # even a set record stays unread
+    r.words[:] = encode(Fault(0, 0, 1, 0, 1, 1))  # even a set record stays unread
     r.flag.before_sync()
     r.flag.after_sync()
     assert r.reads == 0
@@ -118,7 +118,7 @@ def test_a_set_record_raises_once_and_is_cleared():
     r.flag.before_sync()
     r.flag.after_sync()  # clear: nothing to say
     assert (r.reads, r.clears, r.flag.raised) == (1, 0, 0)
-    r.words[:] = encode(IndexFault(node, 1, -6, 3, 5, 4))
+    r.words[:] = encode(Fault(node, 1, -6, 3, 5, 4))
     r.flag.before_sync()
     want = r"^GatherND node 'pick': indices value -6 at indices\[1, 1\]"
     with pytest.raises(RunError, match=want):
@@ -133,16 +133,16 @@ def test_a_set_record_raises_once_and_is_cleared():
 def test_a_record_from_an_unknown_node_still_raises():
     r = _Recorded()
     r.flag.register("Gather", "g")
-    r.words[:] = encode(IndexFault(9, 0, 4, 0, 4, 1))
+    r.words[:] = encode(Fault(9, 0, 4, 0, 4, 1))
     r.flag.before_sync()
-    with pytest.raises(RunError, match="an index node \\(id 9, not one of this session's\\)"):
+    with pytest.raises(RunError, match="a node \\(id 9, not one of this session's\\)"):
         r.flag.after_sync()
 
 
 def test_the_host_flag_is_its_own_mirror():
     flag = ErrorFlag.on_host()
     flag.register("Gather", "g")
-    flag.words[:] = encode(IndexFault(0, 0, 3, 0, 3, 1))
+    flag.words[:] = encode(Fault(0, 0, 3, 0, 3, 1))
     flag.before_sync()
     with pytest.raises(RunError, match="indices value 3"):
         flag.after_sync()

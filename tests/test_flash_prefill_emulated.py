@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 import pytest
-from cuda_emulation import Emulator, available, nan_empty
+from cuda_emulation import Emulator, available, emulated_xp, nan_empty
 from cuda_emulator import gpu_test_module
 
 _WHY_NOT = available()
@@ -56,9 +56,9 @@ def cuda_ops(emulator, monkeypatch):
     for mod in (gqa, op_attention, attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: SMS)
     monkeypatch.setattr(flash_prefill, "device_facts", lambda: FACTS)
-    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
-    xp.empty = nan_empty  # an element the kernel never writes shows as NaN
-    xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)
+    for mod in (gqa, op_attention):  # the decode route reads the same device
+        monkeypatch.setattr(mod, "compute_capability", lambda: FACTS[0])
+    xp = emulated_xp()  # an element the kernel never writes shows as NaN
     return types.SimpleNamespace(
         xp=xp, gqa=gqa.group_query_attention, attention=op_attention.attention, flash=flash_prefill
     )

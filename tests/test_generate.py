@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import sys
 from pathlib import Path
 
@@ -434,6 +435,8 @@ def test_generate_draws_a_tqdm_bar_on_stderr(capsys):
 
 def test_missing_tqdm_warns_and_shows_nothing(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
+    # the onnxep logger's level is process state other tests may have left raised
+    caplog.set_level(logging.WARNING, logger="onnxep")
     bar = progress_bar(10, True, "x")
     bar.update(1)
     bar.close()

@@ -413,8 +413,10 @@ def test_rotary_embedding_position_ids():
     sess = session("RotaryEmbedding", feeds, opset=23)
     (want,) = sess.run(None, feeds)
     # -1 used to read the cache's last row; position ids are never counted from the end
-    refused(sess, {**feeds, "p": np.array([[0, -1]], I64)}, "position_ids value -1", "0 to 2")
-    refused(sess, {**feeds, "p": np.array([[3, 0]], I64)}, "position_ids value 3", "0 to 2")
+    refused(sess, {**feeds, "p": np.array([[0, -1]], I64)}, "position -1 (position_ids[0, 1])",
+            "is negative")  # fmt: skip
+    refused(sess, {**feeds, "p": np.array([[3, 0]], I64)}, "position 3 (position_ids[0, 0])",
+            "past the rotary cache's 3 rows")  # fmt: skip
     np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
 
 
@@ -423,12 +425,12 @@ def test_rotary_embedding_contrib_position_ids():
     feeds = {"x": x, "p": np.array([[0, 2]], I64), "c": COS, "s": SIN}
     sess = session("RotaryEmbedding", feeds, {"num_heads": 1}, domain="com.microsoft", opset=21)
     (want,) = sess.run(None, feeds)
-    refused(sess, {**feeds, "p": np.array([[-1, 0]], I64)}, "position_ids value -1", "0 to 2")
+    refused(sess, {**feeds, "p": np.array([[-1, 0]], I64)}, "position -1 (position_ids[0, 0])")
     np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
     # a start offset: 2 means positions 2 and 3 for a sequence of two
     start = {**feeds, "p": np.array([2], I64)}
     sess = session("RotaryEmbedding", start, {"num_heads": 1}, domain="com.microsoft", opset=21)
-    refused(sess, start, "position_ids value 3", "at position_ids[0, 1]", "0 to 2")
+    refused(sess, start, "position 3 (position_ids[0] + 1)", "past the rotary cache's 3 rows")
 
 
 @pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_emulation import Emulator, available, nan_empty
+from cuda_emulation import Emulator, available, emulated_xp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ is imported from the repo root, not installed
@@ -87,8 +86,10 @@ def test_attention_bench_builders_agree_on_the_emulator(monkeypatch):
     emulator = Emulator()
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     monkeypatch.setattr(flash_prefill, "device_facts", lambda: (90, 227 * 1024))
-    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
-    xp.empty = nan_empty
+    from onnxep.providers_cuda.ops import op_group_query_attention
+
+    monkeypatch.setattr(op_group_query_attention, "compute_capability", lambda: 90)
+    xp = emulated_xp()
     dt = np.dtype(np.float16)
 
     def rand_for(seed):

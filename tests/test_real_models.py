@@ -42,9 +42,12 @@ def _param(model: RealModel):
 
 
 def _onnxruntime(path: Path, inputs: dict) -> list | Exception:
+    """onnxruntime's outputs, on one thread: its quantized kernels split rows over threads and
+    round differently with another count (a DynamicQuantizeLSTM moves by 0.06 on 2 threads)."""
     ort = pytest.importorskip("onnxruntime")
     options = ort.SessionOptions()
     options.log_severity_level = 4
+    options.intra_op_num_threads = 1
     try:
         sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         return sess.run(None, inputs)
@@ -52,7 +55,23 @@ def _onnxruntime(path: Path, inputs: dict) -> list | Exception:
         return exc
 
 
-def _assert_close(name: str, got, want) -> None:
+#: Steps of 8-bit resolution a dynamically quantized model's output may move: its
+#: DynamicQuantizeLinear nodes round data-dependent scales, so a last-bit difference upstream
+#: (onnxruntime's Sigmoid and NumPy's differ by an ulp) can flip one rounding, which moves
+#: everything after it by about a quantization step of that range.
+QUANT_STEPS = 4
+
+
+def _quantized_bound(want) -> float:
+    """QUANT_STEPS steps of 8-bit resolution (range / 127) of an output."""
+    a = np.asarray(want)
+    if a.dtype.kind != "f" or not a.size:
+        return 0.0
+    finite = a[np.isfinite(a)]
+    return QUANT_STEPS * float(np.max(np.abs(finite), initial=0.0)) / 127.0
+
+
+def _assert_close(name: str, got, want, slack: float = 0.0) -> None:
     if isinstance(want, list):  # a sequence output (of maps, with ZipMap)
         assert isinstance(got, list) and len(got) == len(want), f"output {name!r}: {got!r}"
         for i, (g, w) in enumerate(zip(got, want)):
@@ -75,7 +94,12 @@ def _assert_close(name: str, got, want) -> None:
     finite = want[np.isfinite(want)]
     scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
     np.testing.assert_allclose(
-        got, want, rtol=rtol, atol=atol * scale, equal_nan=True, err_msg=f"output {name!r}"
+        got,
+        want,
+        rtol=rtol,
+        atol=atol * scale + slack,
+        equal_nan=True,
+        err_msg=f"output {name!r}",
     )
 
 
@@ -114,8 +138,13 @@ def test_real_model_matches_onnxruntime(model: RealModel):
     assert not model.expect_fail, f"{model.name} runs now: drop its expect_fail"
     names = [o.name for o in sess.get_outputs()]
     assert len(got) == len(want) == len(names)
+    quantized = any(n.op_type.startswith("DynamicQuantize") for n in proto.graph.node)
     for name, g, w in zip(names, got, want):
-        _assert_close(name, g, w)
+        _assert_close(name, g, w, _quantized_bound(w) if quantized else 0.0)
+        if quantized and np.asarray(w).dtype.kind == "f" and np.asarray(w).ndim >= 2:
+            # the decisions the values feed (a class per row) agree but for a flip's reach
+            same = np.argmax(g, axis=-1) == np.argmax(w, axis=-1)
+            assert same.mean() >= 0.99, f"output {name!r}: top-1 agrees on {same.mean():.1%}"
 
 
 def test_corpus_spans_exporters_and_is_documented():

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from onnxep.providers.bounds import OutOfBounds
 from onnxep.providers.dtypes import dtype_name
 
 from ..compile.plan import SINK_SLOT, Plan, Step
-from ..errors import RunError, with_cause
+from ..errors import BoundsError, RunError, with_cause
 from .aliasing import apply_rules, keeps_output, output_rules, root_ids
 from .codegen import ShapeCache, generate
 from .profiling import Profiler
@@ -21,6 +22,8 @@ RunContext = tuple[str, Callable[[], "AbstractContextManager[Any] | None"]]
 
 
 def _step_error(step: Step, exc: BaseException) -> RunError:
+    if isinstance(exc, OutOfBounds):  # the sentence says it all; the node goes in front
+        return BoundsError(f"{step.op_type} node {step.name!r}: {exc}")
     return RunError(
         f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
         f"{with_cause(exc, limit=4000)}"
@@ -146,6 +149,8 @@ class Executor:
             return out
         try:
             return fast(feeds)
+        except BoundsError:
+            raise  # names the node whose value was out of range (a device's record says so)
         except Exception as exc:
             raise self._error(v, exc) from exc
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from onnxep.errors import NotSupported
 
+from .indices import checked_indices
+
 _HALF_NAMES = ("float16", "bfloat16")
 
 
@@ -211,10 +213,31 @@ def dequantize_nbits(
     gi = g_idx.reshape(-1)[:k].astype(np.int64)
     if gi.shape[0] != k:
         raise ValueError(f"MatMulNBits: g_idx has {gi.shape[0]} entries, expected K={k}")
+    # a group past the scales would read another column's scale (or wrap, if negative)
+    gi = checked_indices(xp, gi, k_blocks, "MatMulNBits", name="g_idx", negative=False,
+                         extent=f"the {k_blocks} quantization groups of K")  # fmt: skip
     q = q.reshape(n, k_blocks * block_size)[:, :k].astype(np.float32)
     zp_full = float(1 << (bits - 1)) if zp is None else xp.take(zp, gi, axis=1)
     w = (q - zp_full) * xp.take(s, gi, axis=1)
     return down(w, dtype)
+
+
+def int8_blocks(a: Any, block: int, xp: Any) -> Any:
+    """A rounded as int8 per block of K (symmetric, round half to even), back in float32."""
+    af = a.astype(xp.float32)
+    k = af.shape[-1]
+    pad = (-k) % block
+    if pad:
+        af = xp.concat([af, xp.zeros(af.shape[:-1] + (pad,), dtype=xp.float32)], axis=-1)
+    blocks = xp.reshape(af, af.shape[:-1] + ((k + pad) // block, block))
+    amax = xp.max(xp.abs(blocks), axis=-1, keepdims=True)
+    scale = amax / xp.float32(127.0)
+    # An all-zero block rounds to zeros whatever its inverse scale; 1 avoids 0 * inf.
+    inv = xp.float32(127.0) / xp.where(amax == 0, xp.float32(1.0), amax)
+    q = xp.round(blocks * inv)
+    q *= scale
+    out = xp.reshape(q, af.shape)
+    return out[..., :k] if pad else out
 
 
 def check_nbits(bits: int, block_size: int, op: str) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from onnxep.providers.bounds import host_answer
+
 __all__ = [
     "check_element_shapes",
     "check_nd_shapes",
@@ -72,7 +74,7 @@ def checked_indices(
     bad = idx < low
     if high is not None:
         bad = bad | (idx >= high)
-    if _host_answer(xp, xp.any(bad), op):
+    if host_answer(xp, xp.any(bad), f"{op}: its index check"):
         _refuse(xp, idx, low, high, op, name, target)
     if not negative or _unsigned(idx):
         return idx
@@ -102,7 +104,7 @@ def checked_index_tuples(
             return np.where(idx < 0, idx + d.astype(idx.dtype), idx)
         return idx
     d = xp.asarray(list(dims), dtype=idx.dtype)
-    if _host_answer(xp, xp.any((idx < -d) | (idx >= d)), op):
+    if host_answer(xp, xp.any((idx < -d) | (idx >= d)), f"{op}: its index check"):
         _refuse_tuples(xp, idx, np.asarray(dims, dtype=np.int64), op, name, first_axis)
     return xp.where(idx < 0, idx + d, idx)
 
@@ -162,26 +164,6 @@ def _size(a: Any) -> int:
 
 def _unsigned(a: Any) -> bool:
     return getattr(a.dtype, "kind", "i") == "u"
-
-
-def _host_answer(xp: Any, flag: Any, op: str) -> bool:
-    """``flag`` (a device boolean) read on the host; refused while a CUDA graph is captured."""
-    if _capturing(xp):
-        raise RuntimeError(
-            f"{op}: its index check reads the device, which a CUDA graph capture cannot hold; "
-            "the step runs eagerly instead"
-        )
-    return bool(flag)
-
-
-def _capturing(xp: Any) -> bool:
-    """Whether the namespace's current stream is recording a CUDA graph (CuPy)."""
-    cuda = getattr(xp, "cuda", None)
-    current = getattr(cuda, "get_current_stream", None)
-    if current is None:
-        return False
-    is_capturing = getattr(current(), "is_capturing", None)
-    return bool(is_capturing()) if is_capturing is not None else False
 
 
 def _host(xp: Any, a: Any) -> np.ndarray:

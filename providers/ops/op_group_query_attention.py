@@ -18,6 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from onnxep.errors import NotSupported
+from onnxep.providers.bounds import (
+    check_kv_lengths,
+    check_positions,
+    check_query_lengths,
+    first_id_where,
+    position_ids_where,
+    token_where,
+)
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.attention import (
@@ -95,8 +103,18 @@ def group_query_attention(node: NodeInfo, xp):
         hd = q.shape[-1]
         total = int(np.asarray(total_len).reshape(-1)[0])
 
+        cap_len = total if past_k is None else max(total, past_k.shape[2])
+        # T tokens are attended, as onnxruntime does (total_sequence_length only sizes the
+        # present cache); they must fit it, and the bias' key columns when it has them
+        bias_cols = None if attn_bias is None else int(attn_bias.shape[-1])
+        limit = cap_len if bias_cols in (None, 1) else min(cap_len, bias_cols)
+        check_kv_lengths(xp, seqlens_k, limit, cap_len)
+        kv_n = cap_len
+        if type(seqlens_k) is np.ndarray and seqlens_k.size:  # on the host: read the longest
+            kv_n = min(cap_len, max(total, int(seqlens_k.max()) + 1))
         tlen = xp.reshape(seqlens_k.astype(xp.int64), (b, 1)) + 1  # T per batch
         if query_seqlens is not None:
+            check_query_lengths(xp, query_seqlens, tlen, s)
             qlen = xp.reshape(query_seqlens.astype(xp.int64), (b, 1))
         else:
             qlen = xp.minimum(tlen, s)
@@ -104,37 +122,42 @@ def group_query_attention(node: NodeInfo, xp):
         pos = plen + xp.reshape(xp.arange(s), (1, s))  # absolute query positions (B, S)
 
         if do_rotary:
+            rows = cos.shape[0]
             if position_ids is not None and s > 1 and s == total and query_seqlens is None:
                 # onnxruntime reads only the first id on a first prompt
                 first = xp.reshape(position_ids.astype(xp.int64), (-1,))[:1]
                 rpos = xp.broadcast_to(first + xp.reshape(xp.arange(s), (1, s)), (b, s))
+                where = first_id_where
             elif position_ids is not None:
                 rpos = position_ids.astype(xp.int64)
+                where = position_ids_where
             else:
-                rpos = xp.clip(pos, 0, cos.shape[0] - 1)
-            c = widen(xp.take(cos, xp.reshape(rpos, (-1,)), axis=0), ct)
-            sn = widen(xp.take(sin, xp.reshape(rpos, (-1,)), axis=0), ct)
+                rpos, where = pos, token_where
+            # only a batch row's real tokens count: padded query rows' results are not used
+            real = xp.reshape(xp.arange(s), (1, s)) < qlen
+            check_positions(xp, rpos, rows, where, real)
+            rpos = xp.reshape(xp.clip(rpos, 0, rows - 1), (-1,))
+            c = widen(xp.take(cos, rpos, axis=0), ct)
+            sn = widen(xp.take(sin, rpos, axis=0), ct)
             c = xp.reshape(c, (b, 1, s, c.shape[-1]))
             sn = xp.reshape(sn, (b, 1, s, sn.shape[-1]))
             rot = 2 * cos.shape[-1]
             q = rotate(xp, widen(q, ct), c, sn, interleaved, rot).astype(query.dtype)
             k = rotate(xp, widen(k, ct), c, sn, interleaved, rot).astype(query.dtype)
 
-        cap_len = total if past_k is None else max(total, past_k.shape[2])
         present_k = _scatter_cache(xp, past_k, k, plen, tlen, cap_len)
         present_v = _scatter_cache(xp, past_v, v, plen, tlen, cap_len)
 
-        # Only cache rows below total_sequence_length can be valid keys.
-        kk = widen(present_k[:, :, :total], ct)
-        vv = widen(present_v[:, :, :total], ct)
+        kk = widen(present_k[:, :, :kv_n], ct)
+        vv = widen(present_v[:, :, :kv_n], ct)
         scale = scale_attr if scale_attr else default_scale(hd)
         scores = grouped_scores(xp, widen(q, ct), kk) * ct.type(scale)
         scores = softcap(xp, scores, cap)
         if attn_bias is not None:
-            scores = scores + widen(attn_bias, ct)[..., :total]
+            scores = scores + _key_columns(xp, widen(attn_bias, ct), kv_n)
         raw = scores
 
-        j = xp.reshape(xp.arange(total), (1, 1, 1, total))
+        j = xp.reshape(xp.arange(kv_n), (1, 1, 1, kv_n))
         p4 = xp.reshape(pos, (b, 1, s, 1))
         allowed = j < xp.reshape(tlen, (b, 1, 1, 1))
         if causal:
@@ -162,10 +185,22 @@ def group_query_attention(node: NodeInfo, xp):
         if node.has_output(3):
             # mode 1: scaled QK after softcap and attention_bias, zero where a key is not attended
             qk = probs if qk_mode == 2 else xp.where(allowed, raw, xp.zeros((), dtype=ct))
-            qk = qk.astype(query.dtype)
+            qk = qk[..., :total].astype(query.dtype)
         return (y, present_k, present_v, qk)
 
     return run
+
+
+def _key_columns(xp, bias, n: int):
+    """``bias`` with ``n`` key columns: cut, or padded with zeros for keys past its columns
+    that no row attends (the bounds check keeps every attended key within them)."""
+    cols = bias.shape[-1]
+    if cols == 1 or cols == n:
+        return bias
+    if cols > n:
+        return bias[..., :n]
+    pad = xp.zeros((*bias.shape[:-1], n - cols), dtype=bias.dtype)
+    return xp.concatenate((bias, pad), axis=-1)
 
 
 def _scatter_cache(xp, past, new, plen, tlen, cap_len):

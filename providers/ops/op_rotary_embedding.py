@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from onnxep.errors import NotSupported
+from onnxep.providers.bounds import check_positions, position_ids_where
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.attention import compute_dtype, rotate, widen
-from onnxep.providers.ops.indices import checked_indices
 
 
 @kernel("RotaryEmbedding", since=23, dtypes=("float", "float16", "bfloat16"))
@@ -29,9 +29,7 @@ def rotary_embedding(node: NodeInfo, xp):
         rot = rot_attr or x4.shape[-1]
         if pos is not None:
             # rows of the cos/sin cache; negative ids do not count from its end
-            pos = checked_indices(
-                xp, pos, cos.shape[0], "RotaryEmbedding", name="position_ids", negative=False
-            )
+            check_positions(xp, pos, cos.shape[0], position_ids_where)
             cos = xp.take(cos, xp.reshape(pos, (-1,)), axis=0)
             sin = xp.take(sin, xp.reshape(pos, (-1,)), axis=0)
             cos = xp.reshape(cos, pos.shape + (cos.shape[-1],))

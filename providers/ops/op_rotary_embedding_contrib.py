@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from onnxep.errors import NotSupported
+from onnxep.providers.bounds import check_positions, first_id_where, position_ids_where
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.attention import compute_dtype, rotate, widen
-from onnxep.providers.ops.indices import checked_indices
 
 _FLOATS = ("float", "float16", "bfloat16")
 
@@ -90,9 +90,7 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
                 streams_cache[half] = xp.asarray(mrope_streams(section, layout, half))
             st = streams_cache[half]
             ids = pos.astype(xp.int64)  # (3, B, S)
-            ids = checked_indices(
-                xp, ids, cos.shape[0], node.op_type, name="position_ids", negative=False
-            )
+            check_positions(xp, ids, cos.shape[0], position_ids_where)
             c_all = xp.take(cos, xp.reshape(ids, (-1,)), axis=0)
             s_all = xp.take(sin, xp.reshape(ids, (-1,)), axis=0)
             c_all = xp.reshape(c_all, (3, b * s, half))
@@ -102,16 +100,14 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
             sn = xp.reshape(xp.take_along_axis(s_all, sel, axis=0), (b, s, half))
         else:
             if pos.ndim == 2:
-                ids = pos.astype(xp.int64)
+                ids, where = pos.astype(xp.int64), position_ids_where
             else:
                 ids = xp.reshape(pos.astype(xp.int64), (1, 1))[:, :1] + xp.reshape(
                     xp.arange(s), (1, s)
                 )
-                ids = xp.broadcast_to(ids, (b, s))
+                ids, where = xp.broadcast_to(ids, (b, s)), first_id_where
             # rows of the cos/sin cache; negative ids do not count from its end
-            ids = checked_indices(
-                xp, ids, cos.shape[0], node.op_type, name="position_ids", negative=False
-            )
+            check_positions(xp, ids, cos.shape[0], where)
             c = xp.reshape(xp.take(cos, xp.reshape(ids, (-1,)), axis=0), (b, s, half))
             sn = xp.reshape(xp.take(sin, xp.reshape(ids, (-1,)), axis=0), (b, s, half))
         c = widen(c, ct)

@@ -69,6 +69,7 @@ def group_query_attention(node: NodeInfo, xp):
             or total != t
             or past_len != p
             or (lens != lens[0]).any()
+            or (do_rotary and p + s > cos.shape[0])  # the general kernel names the position
         ):
             return general(query, key, value, past_k, past_v, seqlens_k, total_len, cos, sin, *rest)
         q, k, v = split_qkv(np, query, key, value, nh, nkv)

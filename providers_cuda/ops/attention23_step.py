@@ -18,11 +18,20 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import InvalidArgument
+from onnxep.providers.inplace import array_address
 
 from .attention23_cuda import ATTN, CONCAT
 from .attention_cuda import FLAT_BLOCK, flat_grid
+from .decode_tc_cuda import ATT_DECODE, att_names, tc_kernels
 from .flash_prefill import plan_attention
-from .gqa_geometry import BLOCK, MAX_HEAD_SIZE, plan_prefill
+from .gqa_geometry import (
+    BLOCK,
+    MAX_HEAD_SIZE,
+    TC_SPLIT_KEYS,
+    plan_decode_tc,
+    plan_prefill,
+    route_decode,
+)
 
 _OP = "Attention"
 Q, K, V, MASK, PAST_K, PAST_V, NONPAD = range(7)
@@ -102,12 +111,20 @@ def split_keys(blocks: int, keys: int, bk: int, sms: int) -> tuple[int, int]:
 
 
 def plan_step(
-    cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: Sequence[Any], flash=None
+    cfg: AttentionConfig,
+    fns_by_dtype: dict,
+    sms: int,
+    xp: Any,
+    ins: Sequence[Any],
+    flash=None,
+    capability: int = 0,
 ):
     """The callable running one call for inputs shaped like ``ins`` (values are never read).
 
-    ``flash`` (``flash_prefill.Kernels``): a call whose route allows it runs the
-    tensor-core kernel instead of att_prefill; the route taken is ``step.route``."""
+    A single query row (decode) runs the tensor-core decode kernel where ``capability`` (the
+    device's, major * 10 + minor) and the shapes route it there; other calls whose route
+    allows it run the tensor-core prefill kernel of ``flash`` (``flash_prefill.Kernels``)
+    instead of att_prefill. The route taken is ``step.route``."""
     q, k, v = ins[Q], ins[K], ins[V]
     dt = q.dtype
     fns = fns_by_dtype.get(dt)
@@ -244,16 +261,55 @@ def plan_step(
                     mh = mask
             if convert_nonpad:
                 nonpad = ascontig(nonpad.astype(np.int64))
-            # the tensor-core kernel declines only arrays off a 16-byte boundary
-            if fast is None or not fast(q, ka, va, None, None, nonpad, mb, mf, mh, None, None, y):
+            if decode is not None and not (array_address(ka) | array_address(va)) % 16:
+                decode(q, ka, va, mb, mf, mh, nonpad, y)
+            # the tensor-core prefill kernel declines only arrays off a 16-byte boundary
+            elif fast is None or not fast(q, ka, va, None, None, nonpad, mb, mf, mh, None, None, y):
                 part = empty(part_n, dtype=np.float32) if part_n else None
                 attn(grid, block, (q, ka, va, mb, mf, mh, nonpad, part, y, prm), shared_mem=smem)
                 if part_n:
                     reduce_(red_grid, red_block, (part, y, prm))
         return (y, present_k, present_v, None)
 
+    # A single query row (decode) on tensor cores where the route allows it, else the tiled
+    # kernel's split keys (never the prefill kernel, whose query tiles one row would waste).
+    decode = None
+    if sq == 1:
+        fast, route = None, route_decode(dt.name, d, hq // hkv, capability, dv)
+        if route.kernel == "tensor-core" and run_attn:
+            external = nonpad is not None and not has_past  # the row sits at nonpad - 1
+            decode = _tc_decode(xp, sms, b, hq, hkv, d, total, qst, kst, vst, yst, mst, pl,
+                                cfg, scale, mask is not None, external)  # fmt: skip
     step.route = route  # type: ignore[attr-defined]
     return step
+
+
+def _tc_decode(xp, sms, b, hq, hkv, d, total, qst, kst, vst, yst, mst, past, cfg, scale,
+               has_mask, nonpad_offset):  # fmt: skip
+    """``decode(q, k, v, mask_b, mask_f, mask_h, nonpad, y)``: att_decode_tc then, where a
+    row's keys are split, att_decode_merge (``decode_tc_cuda.py``)."""
+    geo = plan_decode_tc(b, hq, hkv, d, total, sms)
+    prm = ATT_DECODE.to_device(
+        xp, qsb=qst[0], qsh=qst[1], ksb=kst[0], ksh=kst[1], kss=kst[2], vsb=vst[0], vsh=vst[1],
+        vss=vst[2], ysb=yst[0], ysh=yst[1], msb=mst[0], msh=mst[1], past=past, B=b, nh=hq,
+        nkv=hkv, Sk=total, causal=int(cfg.causal), left=cfg.left, right=cfg.right,
+        mask_cols=mst[3] if has_mask else total, has_mask=int(has_mask),
+        nonpad_offset=int(nonpad_offset), nsplit=geo.nsplit, rows=geo.rows, nrg=geo.nrg,
+        ktile=TC_SPLIT_KEYS, scale=scale, softcap=cfg.softcap,
+    )  # fmt: skip
+    attn, merge = tc_kernels(att_names(d, geo.tile_rows))
+    grid, block = (geo.nsplit, hkv * geo.nrg, b), (geo.threads,)
+    merge_grid, merge_block = (b * hq,), (geo.merge_threads,)
+    part_n = b * hq * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
+    empty = xp.empty
+
+    def decode(q, k, v, mb, mf, mh, nonpad, y) -> None:
+        part = empty(part_n, dtype=np.float32) if part_n else None
+        attn(grid, block, (q, k, v, mb, mf, mh, nonpad, part, y, prm), shared_mem=geo.smem)
+        if part_n:  # rows held by one split were written by the decode kernel
+            merge(merge_grid, merge_block, (nonpad, part, y, prm), shared_mem=geo.merge_smem)
+
+    return decode
 
 
 def _heads_view(xp: Any, x: Any, heads: int) -> Any:

@@ -19,10 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from ..error_flag import RECORD_SOURCE
+
 #: The CUDA element type of each supported NumPy dtype.
 CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
 
-COMMON_SOURCE = r"""
+COMMON_SOURCE = (
+    r"""
 #include <cuda_fp16.h>
 
 #define ONNXEP_NEG_INF (-__int_as_float(0x7f800000))
@@ -130,6 +133,8 @@ __device__ __forceinline__ float rope_channel(const T* head, int d, int rot, int
                : __fadd_rn(__fmul_rn(s, x1), __fmul_rn(c, x2));
 }
 """
+    + RECORD_SOURCE
+)
 
 #: Threads per block for the flat, grid-stride kernels.
 FLAT_BLOCK = 256
@@ -147,6 +152,20 @@ def sm_count() -> int:
         n = int(cupy.cuda.Device(dev).attributes["MultiProcessorCount"])
         _sm_counts[dev] = n
     return n
+
+
+_capabilities: dict[int, int] = {}
+
+
+def compute_capability() -> int:
+    """The current device's compute capability as major * 10 + minor (read once per device)."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    cc = _capabilities.get(dev)
+    if cc is None:
+        cc = _capabilities[dev] = int(cupy.cuda.Device(dev).compute_capability)
+    return cc
 
 
 def flat_grid(n: int, sms: int, block: int = FLAT_BLOCK) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .attention_cuda import compute_capability
 from .flash_cuda import FLASH, FLASH_CTYPES, FLASH_SOURCE, MODE_ATTENTION, MODE_GQA, kernel_name
 from .reduce_cuda import all_aligned
 
@@ -98,6 +99,9 @@ class Route:
     def flash(self) -> bool:
         return self.path == FLASH_PATH
 
+    def describe(self) -> str:
+        return f"prefill on the {self.path}: {self.reason}"
+
 
 def route(dtype: Any, d: int, dv: int, arch: int, smem_optin: int) -> Route:
     """The kernel for a prefill of ``dtype`` with Q/K head size ``d`` and V's ``dv`` on a
@@ -139,9 +143,8 @@ def device_facts() -> tuple[int, int]:
     dev = cupy.cuda.runtime.getDevice()
     facts = _facts.get(dev)
     if facts is None:
-        device = cupy.cuda.Device(dev)
-        arch = int(device.compute_capability)  # "90": major and minor digits
-        facts = _facts[dev] = (arch, int(device.attributes["MaxSharedMemoryPerBlockOptin"]))
+        optin = int(cupy.cuda.Device(dev).attributes["MaxSharedMemoryPerBlockOptin"])
+        facts = _facts[dev] = (compute_capability(), optin)
     return facts
 
 
@@ -253,8 +256,9 @@ def plan(
     return run
 
 
-def log_route(op: str, node: str, sig: Any, r: Route) -> None:
-    _log.debug("%s %s %s: %s", op, node, sig, r.reason)
+def log_route(op: str, node: str, sig: Any, r: Any) -> None:
+    """A signature's route, prefill (``Route``) or decode (``DecodeRoute``), at debug level."""
+    _log.debug("%s %s %s: %s", op, node, sig, r.describe())
 
 
 def plan_gqa(

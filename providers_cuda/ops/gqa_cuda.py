@@ -27,7 +27,7 @@ from .attention_cuda import COMMON_SOURCE, instantiations, params
 PREPARE = params(
     "GqaPrepare",
     i64="n k_off v_off q_row k_row v_row",
-    i32="S nh nkv D C rot interleaved pos_mode cache_rows",
+    i32="B S nh nkv D C kv_limit rot interleaved pos_mode cache_rows node",
 )
 FILL = params("GqaFill", i64="n", i32="C PL D")
 ATTN = params(
@@ -40,7 +40,7 @@ DECODE = params(
     "GqaDecode",
     i64="k_off v_off q_row k_row v_row bsb bsh bsj",
     i32="B nh nkv D C kv_limit nsplit rows nrg ktile rot interleaved pos_mode "
-    "cache_rows smooth window causal",
+    "cache_rows smooth window causal node",
     f32="scale softcap",
 )
 #: Head channels one lane of gqa_decode accumulates (32 lanes x 8 = the largest head size).
@@ -86,44 +86,85 @@ __device__ __forceinline__ void batch_lengths(const int* seqlens_k, const int* q
   plen = tlen - qlen;
 }
 
-// Rotary position of token s of batch row b, whose cache row is `row`.
-// pos_mode 0: the row, clamped into the cos/sin cache as the CPU kernel does;
-// 1: pos_ids[0] + s; 2: pos_ids[b, s].
+// Rotary position of token s of batch row b, whose cache row is `row`, as the model gives it
+// (rope_row clamps it into the cos/sin cache for the table read).
+// pos_mode 0: the row; 1: pos_ids[0] + s; 2: pos_ids[b, s].
 __device__ __forceinline__ long long rope_position(int pos_mode, const long long* pos_ids,
-                                                   int b, int S, int s, long long row,
-                                                   int cache_rows) {
-  if (pos_mode == 0) return lclamp(row, 0, (long long)cache_rows - 1);
+                                                   int b, int S, int s, long long row) {
+  if (pos_mode == 0) return row;
   if (pos_mode == 1) return pos_ids[0] + s;
   return pos_ids[(long long)b * S + s];
 }
 
-// Channel d of a new Q or K head row after rotary at position p (channels >= rot as
-// they are); a position outside the cos/sin cache gives NaN.
+// The cos/sin row read for position p: clamped into the cache, as the CPU kernel reads a
+// padded query row's; a real token's position outside it is reported (gqa_check_position).
+__device__ __forceinline__ long long rope_row(long long p, int cache_rows) {
+  return lclamp(p, 0, (long long)cache_rows - 1);
+}
+
+// Channel d of a new Q or K head row after rotary at cache row p (channels >= rot as
+// they are).
 template <typename T>
 __device__ __forceinline__ T rotated(const T* head, int d, int rot, int interleaved,
-                                     const T* cosc, const T* sinc, long long p,
-                                     int cache_rows) {
+                                     const T* cosc, const T* sinc, long long p) {
   if (d >= rot) return head[d];
-  if (p < 0 || p >= cache_rows) return from_f<T>(ONNXEP_NAN);
   const long long off = p * (rot >> 1);
   return from_f<T>(rope_channel<T>(head, d, rot, interleaved, cosc + off, sinc + off, 1.0f));
 }
 
+// A batch row's lengths against the step's limits, checked once per row: seqlens_k within
+// -1 .. kv_limit - 1 (the tokens attended must fit the cache of C rows and a bias' key
+// columns), query_seqlens within 0 .. min(S, T). The kernels read nothing past their
+// buffers either way; a bad value is recorded in the error flag.
+__device__ __forceinline__ void gqa_check_lengths(int* flag, int node, const int* seqlens_k,
+                                                  const int* q_seqlens, int b, int B, int S,
+                                                  int kv_limit, int C) {
+  const int v = seqlens_k[b];
+  if (v < -1 || v >= kv_limit) {
+    onnxep_fault(flag, node, ONNXEP_FAULT_KV_LENGTH, 0, v, b, kv_limit, B, C);
+    return;
+  }
+  if (q_seqlens != nullptr) {
+    const int q = q_seqlens[b], lim = imin(S, v + 1);
+    if (q < 0 || q > lim) onnxep_fault(flag, node, ONNXEP_FAULT_QUERY_LENGTH, 0, q, b, lim, B, S);
+  }
+}
+
+// A real token's rotary position outside the cos/sin cache, recorded for the first token of
+// a run of bad ones (a prompt crossing the cache's end names its first position past it, as
+// the CPU kernel does).
+__device__ __forceinline__ void gqa_check_position(int* flag, int node, int pos_mode,
+                                                   const long long* pos_ids, int b, int B,
+                                                   int S, int s, long long row,
+                                                   int cache_rows) {
+  const long long p = rope_position(pos_mode, pos_ids, b, S, s, row);
+  if (p >= 0 && p < cache_rows) return;
+  if (s > 0) {
+    const long long q = rope_position(pos_mode, pos_ids, b, S, s - 1, row - 1);
+    if (q < 0 || q >= cache_rows) return;
+  }
+  const int from = pos_mode == 0 ? ONNXEP_FROM_TOKEN
+                   : pos_mode == 1 ? ONNXEP_FROM_FIRST_ID : ONNXEP_FROM_IDS;
+  const long long where = pos_mode == 1 ? s : (long long)b * S + s;
+  onnxep_fault(flag, node, ONNXEP_FAULT_POSITION, from, p, where, cache_rows, (long long)B * S, S);
+}
+
 // Rotary on Q and K, Q into qbuf (B, nh, S, D), the new K/V rows s < Q into the
 // caches (B, nkv, C, D) at rows P + s. Sources are token rows of q_row/k_row/v_row
-// elements; k_off/v_off locate K and V inside a packed QKV row.
-// pos_mode 0: position P + s, clamped into the cos/sin cache as the CPU kernel does;
-// 1: pos_ids[0] + s; 2: pos_ids[b, s] -- an id outside the cache gives NaN channels.
+// elements; k_off/v_off locate K and V inside a packed QKV row. Positions: rope_position.
+// The element (s, head 0, channel 0) of each batch row checks its token's lengths and
+// position (flag: the provider's error record, or null).
 template <typename T>
 __global__ void __launch_bounds__(256) gqa_prepare(
     const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
     T* __restrict__ qbuf, T* __restrict__ kc, T* __restrict__ vc,
     const int* __restrict__ seqlens_k, const int* __restrict__ q_seqlens,
     const T* __restrict__ cosc, const T* __restrict__ sinc,
-    const long long* __restrict__ pos_ids, const GqaPrepare* __restrict__ prm) {
+    const long long* __restrict__ pos_ids, int* flag, const GqaPrepare* __restrict__ prm) {
   const long long n = prm->n, k_off = prm->k_off, v_off = prm->v_off;
   const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
-  const int S = prm->S, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
+  const int B = prm->B, S = prm->S, nh = prm->nh, nkv = prm->nkv, D = prm->D, C = prm->C;
+  const int kv_limit = prm->kv_limit, node = prm->node;
   const int rot = prm->rot, interleaved = prm->interleaved, pos_mode = prm->pos_mode;
   const int cache_rows = prm->cache_rows;
   const int H3 = nh + 2 * nkv;
@@ -139,6 +180,11 @@ __global__ void __launch_bounds__(256) gqa_prepare(
     int Tb, Qb, Pb;
     batch_lengths(seqlens_k, q_seqlens, b, S, Tb, Qb, Pb);
     const long long row = (long long)Pb + s;
+    if (hh == 0 && d == 0) {
+      if (s == 0) gqa_check_lengths(flag, node, seqlens_k, q_seqlens, b, B, S, kv_limit, C);
+      if (rot > 0 && s < Qb)
+        gqa_check_position(flag, node, pos_mode, pos_ids, b, B, S, s, row, cache_rows);
+    }
     const bool store_kv = s < Qb && row >= 0 && row < C;
     if (hh >= nh + nkv) {
       const int vh = hh - nh - nkv;
@@ -151,8 +197,8 @@ __global__ void __launch_bounds__(256) gqa_prepare(
     if (!is_q && !store_kv) continue;
     const T* head = is_q ? qsrc + tok * q_row + (long long)hh * D
                          : ksrc + k_off + tok * k_row + (long long)(hh - nh) * D;
-    const long long p = rope_position(pos_mode, pos_ids, b, S, s, row, cache_rows);
-    const T out = rotated<T>(head, d, rot, interleaved, cosc, sinc, p, cache_rows);
+    const long long p = rope_row(rope_position(pos_mode, pos_ids, b, S, s, row), cache_rows);
+    const T out = rotated<T>(head, d, rot, interleaved, cosc, sinc, p);
     if (is_q) {
       qbuf[(((long long)b * nh + hh) * S + s) * D + d] = out;
     } else {
@@ -218,7 +264,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
     const T* __restrict__ cosc, const T* __restrict__ sinc,
     const long long* __restrict__ pos_ids, const T* __restrict__ bias,
     const T* __restrict__ sink, float* part, int* __restrict__ done, T* __restrict__ y,
-    const GqaDecode* __restrict__ prm) {
+    int* flag, const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];
   const long long k_off = prm->k_off, v_off = prm->v_off;
   const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
@@ -228,7 +274,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
   const int rows = prm->rows, nrg = prm->nrg, ktile = prm->ktile;
   const int rot = prm->rot, interleaved = prm->interleaved, pos_mode = prm->pos_mode;
   const int cache_rows = prm->cache_rows, smooth = prm->smooth;
-  const int window = prm->window, causal = prm->causal;
+  const int window = prm->window, causal = prm->causal, node = prm->node;
   const float scale = prm->scale, softcap = prm->softcap;
   const int G = nh / nkv;
   const int b = blockIdx.z;
@@ -244,7 +290,12 @@ __global__ void __launch_bounds__(256) gqa_decode(
   int Tb, Qb, Pb;
   batch_lengths(seqlens_k, q_seqlens, b, 1, Tb, Qb, Pb);
   const long long row = Pb;  // the new token's cache row and the query's position
-  const long long p = rope_position(pos_mode, pos_ids, b, 1, 0, row, cache_rows);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    gqa_check_lengths(flag, node, seqlens_k, q_seqlens, b, B, 1, kv_limit, C);
+    if (rot > 0 && Qb > 0)
+      gqa_check_position(flag, node, pos_mode, pos_ids, b, B, 1, 0, row, cache_rows);
+  }
+  const long long p = rope_row(rope_position(pos_mode, pos_ids, b, 1, 0, row), cache_rows);
   const long long kv0 = ((long long)b * nkv + hk) * C * D;
   const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int chunk = split_chunk(kv_end, nsplit, ktile);
@@ -253,7 +304,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
     const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
     const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      kc[kv0 + row * D + d] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p, cache_rows);
+      kc[kv0 + row * D + d] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p);
       vc[kv0 + row * D + d] = vh[d];
     }
   }
@@ -265,7 +316,7 @@ __global__ void __launch_bounds__(256) gqa_decode(
     const int r = idx / D, d = idx - r * D;
     const int g = rg * rows + r;
     const T* qh = qsrc + (long long)b * q_row + (long long)(hk * G + g) * D;
-    qs[idx] = g < G ? to_f(rotated<T>(qh, d, rot, interleaved, cosc, sinc, p, cache_rows)) : 0.f;
+    qs[idx] = g < G ? to_f(rotated<T>(qh, d, rot, interleaved, cosc, sinc, p)) : 0.f;
   }
   constexpr int VN = 16 / sizeof(T);
   const bool vec = D % VN == 0 && (((unsigned long long)kc | (unsigned long long)vc) & 15) == 0;

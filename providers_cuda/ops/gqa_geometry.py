@@ -84,6 +84,100 @@ def plan_decode(b: int, nh: int, nkv: int, d: int, context: int, sms: int) -> De
     return DecodeGeometry(rows, nrg, nsplit, ktile, 4 * floats)
 
 
+#: Tensor-core decode blocks per SM the capacity is split into (2 x 4 warps; their registers,
+#: 150 to 250 a thread, allow 2 or 3).
+TC_BLOCKS_PER_SM = 2
+#: The head sizes, dtypes and compute capability the tensor-core decode takes (its V share per
+#: lane is whole 16-byte loads; mma.m16n8k16 with fp16 operands is sm_80's).
+TC_HEAD_SIZES = (64, 128, 256)
+TC_MIN_CAPABILITY = 80
+#: Query heads one tensor-core block serves (an mma's M), and its warps x 16-key tiles.
+TC_MAX_ROWS = 16
+TC_WARPS = 4
+TC_SPLIT_KEYS = TC_WARPS * 16
+
+
+@dataclass(frozen=True)
+class DecodeRoute:
+    """Which decode kernel a step takes, and why (the kernel keeps it: ``run.routes``)."""
+
+    kernel: str  # "tensor-core" or "cuda-core"
+    reason: str
+
+    def describe(self) -> str:
+        return f"decode on {self.kernel}s: {self.reason}"
+
+
+@dataclass(frozen=True)
+class TcDecodeGeometry:
+    """Launch shape of gqa_decode_tc and gqa_decode_merge."""
+
+    rows: int  # query heads per block (at most TC_MAX_ROWS)
+    nrg: int  # row groups per KV head
+    tile_rows: int  # the kernel's ROWS: 8 (one mma's upper half) or 16
+    nsplit: int  # blocks per (KV head, row group, batch): the most splits a row may use
+    smem: int  # gqa_decode_tc's dynamic shared memory, bytes
+    merge_smem: int  # gqa_decode_merge's
+
+    threads = 32 * TC_WARPS
+    merge_threads = 128
+
+
+def tc_rows(group: int) -> tuple[int, int, int]:
+    """(rows, row groups, ROWS) for ``group`` query heads per KV head."""
+    nrg = math.ceil(group / TC_MAX_ROWS)
+    rows = math.ceil(group / nrg)
+    return rows, nrg, 8 if rows <= 8 else 16
+
+
+def route_decode(
+    dtype_name: str, d: int, group: int, capability: int, dv: int | None = None
+) -> DecodeRoute:
+    """The kernel a single-token step takes, from the dtype, head size (V's ``dv`` when it
+    differs), heads per KV head and the device's compute capability (major * 10 + minor)."""
+    why = None
+    if dv is not None and dv != d:
+        why = f"V's head size {dv} differs from Q and K's {d}"
+    elif dtype_name != "float16":
+        why = f"{dtype_name} keeps the products in float32 (the tensor-core path rounds P to fp16)"
+    elif d not in TC_HEAD_SIZES:
+        why = f"head size {d} is not one of {TC_HEAD_SIZES}"
+    elif capability < TC_MIN_CAPABILITY:
+        why = f"compute capability {capability / 10:.1f} has no fp16 mma.m16n8k16 (needs 8.0)"
+    elif d == 256 and tc_rows(group)[2] == 16:
+        why = (
+            f"{group} query heads per KV head at head size 256 need more registers than a lane has"
+        )
+    if why is not None:
+        return DecodeRoute("cuda-core", why)
+    return DecodeRoute(
+        "tensor-core",
+        f"float16, head size {d}, {group} query heads per KV head, compute capability "
+        f"{capability / 10:.1f}: split-K over the capacity on mma.m16n8k16",
+    )
+
+
+def plan_decode_tc(b: int, nh: int, nkv: int, d: int, capacity: int, sms: int) -> TcDecodeGeometry:
+    """TC_BLOCKS_PER_SM blocks per SM over ``capacity`` keys (the most a row may attend, so one
+    graph serves every length), never more splits than 64-key pieces of it. How many a row
+    uses is decided on the device from the keys it attends (:func:`tc_splits`)."""
+    _check_head_size(d)
+    rows, nrg, tile_rows = tc_rows(nh // nkv)
+    want = max(1, math.ceil(TC_BLOCKS_PER_SM * sms / max(1, b * nkv * nrg)))
+    nsplit = max(1, min(want, math.ceil(capacity / TC_SPLIT_KEYS)))
+    # staged Q (fp16), the warps' maxes and sums, two warps' output fragments
+    floats = tile_rows * d // 2 + 2 * TC_WARPS * tile_rows + 2 * (d // 8) * (tile_rows // 4) * 32
+    return TcDecodeGeometry(rows, nrg, tile_rows, nsplit, 4 * floats, 4 * (nsplit + 32))
+
+
+def tc_splits(geo: TcDecodeGeometry, kv_end: int) -> tuple[int, int]:
+    """(keys per split, splits) gqa_decode_tc uses for a batch row attending ``kv_end`` keys:
+    the device's ``split_chunk`` arithmetic."""
+    per = math.ceil(kv_end / geo.nsplit)
+    chunk = max(TC_SPLIT_KEYS, _round_up(per, TC_SPLIT_KEYS))
+    return chunk, max(1, math.ceil(kv_end / chunk))
+
+
 def decode_splits(geo: DecodeGeometry, kv_end: int) -> tuple[int, int]:
     """(keys per split, splits) gqa_decode uses for a batch row attending ``kv_end`` keys:
     the device's ``split_chunk`` arithmetic."""

@@ -19,18 +19,28 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import InvalidArgument
+from onnxep.providers.inplace import array_address
 
 from .attention_cuda import FLAT_BLOCK, flat_grid
+from .decode_tc_cuda import tc_kernels, tc_names
 from .flash_prefill import plan_gqa
 from .gqa_cuda import ATTN, DECODE, FILL, PREPARE
-from .gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
+from .gqa_geometry import (
+    BLOCK,
+    TC_SPLIT_KEYS,
+    plan_decode,
+    plan_decode_tc,
+    plan_prefill,
+    route_decode,
+    uses_decode,
+)
 
 _OP = "GroupQueryAttention"
 # Positions of the arrays in the tuple a step takes (total_sequence_length is apart).
 QUERY, KEY, VALUE, PAST_K, PAST_V, SEQLENS, COS, SIN, POS, BIAS, SINK, QSEQ = range(12)
 
 
-def _bias_strides(bias, b: int, nh: int, s: int, kv_limit: int) -> tuple[int, int, int, int]:
+def _bias_strides(bias, b: int, nh: int, s: int, total: int) -> tuple[int, int, int, int]:
     """Element strides of a (B|1, N|1, S|1, L|1) bias, 0 along broadcast dims."""
     want = (b, nh, s)
     if bias.ndim != 4 or any(n not in (1, w) for n, w in zip(bias.shape[:3], want, strict=True)):
@@ -38,10 +48,10 @@ def _bias_strides(bias, b: int, nh: int, s: int, kv_limit: int) -> tuple[int, in
             f"{_OP}: attention_bias of shape {tuple(bias.shape)} does not broadcast to "
             f"({b}, {nh}, {s}, total_sequence_length)"
         )
-    if bias.shape[3] != 1 and bias.shape[3] < kv_limit:
+    if bias.shape[3] != 1 and bias.shape[3] < total:
         raise InvalidArgument(
-            f"{_OP}: attention_bias has {bias.shape[3]} key columns, fewer than the "
-            f"{kv_limit} keys attended"
+            f"{_OP}: attention_bias has {bias.shape[3]} key columns, fewer than "
+            f"total_sequence_length ({total})"
         )
     _, n, q, k = bias.shape
     full = (n * q * k, q * k, k, 1)
@@ -104,12 +114,23 @@ def _check_inputs(cfg, ins: Sequence[Any]) -> tuple[int, int, int, int, bool]:
 
 
 def plan_step(
-    cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any], flash=None
+    cfg,
+    fns_by_dtype: dict,
+    sms: int,
+    xp: Any,
+    total: int,
+    ins: Sequence[Any],
+    flash=None,
+    report=None,
+    capability: int = 0,
 ):
     """The callable running one step for inputs shaped like ``ins`` (values are never read).
 
     ``flash`` (``flash_prefill.Kernels``): a prefill whose route allows it runs the
-    tensor-core kernel instead of gqa_prefill; the route taken is ``step.route``."""
+    tensor-core kernel instead of gqa_prefill. ``report`` is ``(flag words, node id)`` of the
+    provider's error record, or None; ``capability`` the device's compute capability
+    (major * 10 + minor), which with the shapes routes a decode step. The route taken, of
+    either, is ``step.route``."""
     dt = ins[QUERY].dtype
     fns = fns_by_dtype.get(dt)
     if fns is None:
@@ -118,8 +139,8 @@ def plan_step(
     b, s, d, pl, packed = _check_inputs(cfg, ins)
     has_past = ins[PAST_K] is not None
     cap = max(total, pl) if has_past else total  # present's length, as on the CPU
-    kv_limit = total  # keys at or past total_sequence_length are never attended
     share = has_past and cap == pl  # present IS the past buffer
+    flag, node_id = report if report is not None else (None, -1)
 
     want = {SEQLENS: np.int32, QSEQ: np.int32, POS: np.int64}
     rot, cache_rows, pos_mode, used = 0, 1, 0, [QUERY, KEY, VALUE, PAST_K, PAST_V, SEQLENS, QSEQ]
@@ -144,9 +165,14 @@ def plan_step(
             used.append(POS)
             # onnxruntime reads only the first id on a first prompt
             pos_mode = 1 if (s > 1 and s == total and ins[QSEQ] is None) else 2
+    # A row attends its seqlens_k + 1 tokens, as onnxruntime does (total_sequence_length only
+    # sizes the present cache); they must fit it, and a bias' key columns (device-checked).
+    kv_limit = cap
     bias_strides = (0, 0, 0, 0)
     if ins[BIAS] is not None:
-        bias_strides = _bias_strides(ins[BIAS], b, nh, s, kv_limit)
+        bias_strides = _bias_strides(ins[BIAS], b, nh, s, total)
+        if ins[BIAS].shape[3] != 1:
+            kv_limit = min(cap, ins[BIAS].shape[3])
         used.append(BIAS)
     if ins[SINK] is not None:
         used.append(SINK)
@@ -167,37 +193,66 @@ def plan_step(
     y_shape = (b, s, nh * d)
     empty, ascontig = xp.empty, xp.ascontiguousarray
 
-    route = None  # the prefill kernel's route (a decode step has one kernel)
+    route = None  # the route of the decode or the prefill kernel
     if uses_decode(s):
-        geo = plan_decode(b, nh, nkv, d, kv_limit, sms)
-        prm = DECODE.to_device(
-            xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
-            v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
-            B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=geo.nsplit,
-            rows=geo.rows, nrg=geo.nrg, ktile=geo.ktile, rot=rot,
-            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
-            smooth=cfg.smooth, window=cfg.window, causal=cfg.causal, scale=scale,
-            softcap=cfg.softcap,
-        )  # fmt: skip
-        decode = fns["gqa_decode"]
-        grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
-        part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
+
+        def decode_params(nsplit: int, nrows: int, nrg: int, ktile: int) -> Any:
+            return DECODE.to_device(
+                xp, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
+                v_row=rows[2], bsb=bias_strides[0], bsh=bias_strides[1], bsj=bias_strides[3],
+                B=b, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, nsplit=nsplit, rows=nrows,
+                nrg=nrg, ktile=ktile, rot=rot, interleaved=cfg.interleaved, pos_mode=pos_mode,
+                cache_rows=cache_rows, smooth=cfg.smooth, window=cfg.window, causal=cfg.causal,
+                scale=scale, softcap=cfg.softcap, node=node_id,
+            )  # fmt: skip
+
+        core = fns["gqa_decode"]
+        cgeo = plan_decode(b, nh, nkv, d, kv_limit, sms)
+        cprm = decode_params(cgeo.nsplit, cgeo.rows, cgeo.nrg, cgeo.ktile)
+        cgrid, cblock = (cgeo.nsplit, nkv * cgeo.nrg, b), (cgeo.threads,)
+        cpart_n = b * nh * cgeo.nsplit * (d + 2) if cgeo.nsplit > 1 else 0
         # split counters: zero between steps (the merging block resets its own)
-        done = xp.zeros(b * nkv * geo.nrg, dtype=np.int32) if part_n else None
+        done = xp.zeros(b * nkv * cgeo.nrg, dtype=np.int32) if cpart_n else None
 
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
             y = empty(y_shape, dtype=dt)
-            part = empty(part_n, dtype=np.float32) if part_n else None
-            decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias,
-                                 sink, part, done, y, prm), shared_mem=geo.smem)  # fmt: skip
+            part = empty(cpart_n, dtype=np.float32) if cpart_n else None
+            args = (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos, bias, sink, part,
+                    done, y, flag, cprm)  # fmt: skip
+            core(cgrid, cblock, args, shared_mem=cgeo.smem)
             return y
+
+        # Which kernel: from the dtype, the head size, the heads per KV head and the device.
+        route = route_decode(dt.name, d, nh // nkv, capability)
+        if route.kernel == "tensor-core":
+            core_attend = attend
+            geo = plan_decode_tc(b, nh, nkv, d, kv_limit, sms)
+            prm = decode_params(geo.nsplit, geo.rows, geo.nrg, TC_SPLIT_KEYS)
+            decode, merge = tc_kernels(tc_names(d, geo.tile_rows))
+            grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
+            merge_grid, merge_block = (b * nh,), (geo.merge_threads,)
+            part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
+
+            def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
+                if (array_address(kc) | array_address(vc)) % 16:  # a cache view off 16 bytes
+                    return core_attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias,
+                                       sink, qseq)  # fmt: skip
+                y = empty(y_shape, dtype=dt)
+                part = empty(part_n, dtype=np.float32) if part_n else None
+                decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
+                                     bias, sink, part, y, flag, prm),
+                       shared_mem=geo.smem)  # fmt: skip
+                if part_n:  # rows held by one split were written by the decode kernel
+                    merge(merge_grid, merge_block, (seqlens, sink, part, y, prm),
+                          shared_mem=geo.merge_smem)  # fmt: skip
+                return y
 
     else:
         prep = fns["gqa_prepare"]
         prep_prm = PREPARE.to_device(
             xp, n=n_new, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
-            v_row=rows[2], S=s, nh=nh, nkv=nkv, D=d, C=cap, rot=rot,
-            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows,
+            v_row=rows[2], B=b, S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, rot=rot,
+            interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows, node=node_id,
         )  # fmt: skip
         prep_grid = (flat_grid(n_new, sms),)
         geo = plan_prefill(d)
@@ -218,7 +273,7 @@ def plan_step(
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
             qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
             prep(prep_grid, (FLAT_BLOCK,), (query, key, value, qbuf, kc, vc, seqlens, qseq, cos,
-                                            sin, pos, prep_prm))  # fmt: skip
+                                            sin, pos, flag, prep_prm))  # fmt: skip
             # the tensor-core kernel declines only arrays off a 16-byte boundary
             if fast is None or not fast(qbuf, kc, vc, seqlens, qseq, None, None, None, None,
                                         bias, sink, y):  # fmt: skip

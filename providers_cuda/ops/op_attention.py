@@ -21,16 +21,19 @@ keys are not split run the tensor-core flash kernel instead on sm_80 and later
 
 from __future__ import annotations
 
+import logging
+
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from .attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from .attention23_step import AttentionConfig, plan_step
-from .attention_cuda import kernels_by_dtype, sm_count
+from .attention_cuda import compute_capability, kernels_by_dtype, sm_count
 from .flash_prefill import Kernels, Route, log_route
-from .gqa_geometry import MAX_HEAD_SIZE
+from .gqa_geometry import MAX_HEAD_SIZE, DecodeRoute
 
+_log = logging.getLogger("onnxep")
 _FLOATS = ("float", "float16")
 _DTYPES = {i: _FLOATS for i in (0, 1, 2, 4, 5)}
 #: softmax_precision values computed as asked: unset, or FLOAT (1).
@@ -85,12 +88,12 @@ def _build(node: NodeInfo, xp, opset: int):
     fns_by_dtype = kernels_by_dtype(
         ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0)
     )
-    sms = sm_count()
+    sms, capability = sm_count(), compute_capability()
     flash = Kernels(node.op_type)
     flash.prepare(node.input_dtype(0), *_static_head_sizes(node))
     steps: dict[tuple, object] = {}
-    # the kernel each signature took and why (``run.routes``), for reports
-    routes: dict[tuple, Route] = {}
+    # the kernel each signature took and why (``run.routes``): a prefill's or a decode's
+    routes: dict[tuple, Route | DecodeRoute] = {}
 
     def run(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
         ins = (q, k, v, mask, past_k, past_v, nonpad)
@@ -99,9 +102,10 @@ def _build(node: NodeInfo, xp, opset: int):
         if step is None:
             if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every call
                 steps.clear()
-            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins, flash)
-            routes[sig] = step.route
-            log_route(node.op_type, node.name, sig[0][0], step.route)
+            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins, flash, capability)
+            if step.route is not None:
+                routes[sig] = step.route
+                log_route(node.op_type, node.name, sig[0][0], step.route)
         return step(ins)
 
     run.routes = routes  # type: ignore[attr-defined]

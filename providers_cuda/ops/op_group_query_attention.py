@@ -5,8 +5,10 @@ per batch row ``T = seqlens_k[b] + 1`` tokens are valid after the step,
 ``Q = min(S, T)`` (or ``query_seqlens[b]``) are new, written to cache rows
 ``[T - Q, T)``; the causal mask, the local window and rotary positions follow
 from there. ``seqlens_k``, ``query_seqlens`` and ``position_ids`` are read on
-the device only (a position id outside the cos/sin cache, which the CPU
-refuses, gives NaN rotated channels: the device cannot raise).
+the device only; the kernels check them there (a rotary position outside
+the cos/sin cache, a ``seqlens_k`` past the KV cache) and record a bad one
+in the provider's error flag, which raises the CPU kernel's error at the
+run's next read of its results, captured or not.
 
 ``total_sequence_length`` is a host input, as in onnxruntime's CUDA kernel
 (real exports compute it from the attention mask's shape, so it costs no
@@ -16,6 +18,7 @@ When that equals the past buffer's capacity the present cache IS the past
 buffer (onnxruntime's past_present_share_buffer): the new rows are written
 into it in place and it is returned as present, so a fixed-capacity decode
 loop moves only the new rows. Otherwise a fresh cache is filled from the past.
+A row attends its ``seqlens_k + 1`` tokens, as onnxruntime does.
 
 A single-token (decode) step is one launch, ``gqa_decode`` (rotary, cache
 write, split-K attention and the merge of the splits fused); a longer step is
@@ -28,18 +31,21 @@ reads device memory on the host, so the step can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from .attention_cuda import kernels_by_dtype, sm_count
+from .. import error_flag
+from .attention_cuda import compute_capability, kernels_by_dtype, sm_count
 from .flash_prefill import Kernels, Route, log_route
 from .gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
-from .gqa_geometry import MAX_HEAD_SIZE
+from .gqa_geometry import MAX_HEAD_SIZE, DecodeRoute
 from .gqa_step import host_total, plan_step
 
+_log = logging.getLogger("onnxep")
 _UNSUPPORTED_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight"}
 _OP = "GroupQueryAttention"
 #: Planned steps kept per node (one per input signature).
@@ -118,12 +124,16 @@ def group_query_attention(node: NodeInfo, xp):
     if hd is not None and hd > MAX_HEAD_SIZE:
         raise NotSupported(f"{_OP}: head size {hd} is above the CUDA kernel's {MAX_HEAD_SIZE}")
     fns_by_dtype = kernels_by_dtype(GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0))
-    sms = sm_count()
+    sms, capability = sm_count(), compute_capability()
     flash = Kernels(_OP)
     flash.prepare(node.input_dtype(0), hd)
+    flag = error_flag.current()
+    node_id = flag.register(_OP, node.name) if flag is not None else -1
+    report = (flag.words, node_id) if flag is not None else None
     steps: dict[tuple, object] = {}
-    # the prefill kernel each signature took and why (``run.routes``), for reports
-    routes: dict[tuple, Route] = {}
+    # the kernel each signature took and why (``run.routes``): a prefill's or a decode's,
+    # from the shapes and the device
+    routes: dict[tuple, Route | DecodeRoute] = {}
 
     def run(
         query,
@@ -149,10 +159,14 @@ def group_query_attention(node: NodeInfo, xp):
         if step is None:
             if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every step
                 steps.clear()
-            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, total, ins, flash)
+            step = steps[sig] = plan_step(
+                cfg, fns_by_dtype, sms, xp, total, ins, flash, report, capability
+            )
             if step.route is not None:
                 routes[sig] = step.route
                 log_route(_OP, node.name, sig[1][0] if sig[1] else None, step.route)
+        if position_ids is not None and flag is not None:
+            flag.shapes[node_id] = tuple(position_ids.shape)  # where a bad id sits
         return step(ins)
 
     run.routes = routes  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ def rotary_embedding(node: NodeInfo, xp):
     rank = node.inputs[0].rank if node.inputs and node.inputs[0] is not None else None
     if rank == 3 and not num_heads:
         raise NotSupported("RotaryEmbedding: 3-D input needs the num_heads attribute")
-    rope = RopeKernel(node.input_dtype(0))
+    rope = RopeKernel(node.input_dtype(0), "RotaryEmbedding", node.name)
 
     def run(x, cos, sin, pos=None):
         if x.ndim == 3:

@@ -48,7 +48,7 @@ def parse_rotary_contrib(node: NodeInfo) -> dict:
 def rotary_embedding_contrib(node: NodeInfo, xp):
     cfg = parse_rotary_contrib(node)
     op = node.op_type
-    rope = RopeKernel(node.input_dtype(0))
+    rope = RopeKernel(node.input_dtype(0), op, node.name)
     interleaved, rot_attr, num_heads = cfg["interleaved"], cfg["rot"], cfg["num_heads"]
     section, layout, cs_scale = cfg["section"], cfg["layout"], cfg["cs_scale"]
 

@@ -3,8 +3,9 @@
 One grid-stride kernel rotates the first ``rot`` channels of every head and
 copies the rest. It reads positions on the device in four ways (``PosMode``),
 so a step never reads position ids back to the host; an id outside the cos/sin
-cache, which the CPU kernels refuse with an error, turns the channels it
-rotates into NaN instead of reading out of bounds.
+cache turns the channels it rotates into NaN instead of reading out of bounds
+and is recorded in the provider's error flag, which raises the CPU kernels'
+error at the run's next read of its results.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ ROPE = params(
     "RopeParams",
     i64="n",
     i32="B S N D rot interleaved half layout_bnsd pos_mode cache_rows bcast_b sec0 sec1 sec2 "
-    "mrope_layout",
+    "mrope_layout node",
     f32="cs_scale",
 )
 
@@ -51,19 +52,39 @@ __device__ __forceinline__ int mrope_stream(int i, int layout, int s0, int s1, i
 // pos_mode 0: cos/sin are per-token tables (B or 1, S, half);
 //          1: position = pos[0] + s;  2: position = pos[b, s] (pos batch 1 broadcasts);
 //          3: position = pos[stream(i), b, s] (multimodal RoPE).
-// A position outside the cache's cache_rows rows (the CPU kernels raise there) makes the
-// rotated channels NaN: a device kernel cannot raise, and a clamped row would pass unseen.
+// A position outside the cache's cache_rows rows makes the rotated channels NaN (a clamped
+// row would pass unseen) and is recorded in flag (the provider's error record, or null) by
+// channel 0 of head 0, for the first token of a run of bad ones.
+__device__ __forceinline__ bool rope_bad(long long p, int rows) { return p < 0 || p >= rows; }
+
+__device__ void rope_check(int* flag, int node, int pos_mode, const long long* pos, int B,
+                           int S, int bb, int b, int s, int rows, int nb) {
+  if (pos_mode == 1) {
+    const long long p = pos[0] + s;
+    if (rope_bad(p, rows) && (s == 0 || !rope_bad(p - 1, rows)))
+      onnxep_fault(flag, node, ONNXEP_FAULT_POSITION, ONNXEP_FROM_FIRST_ID, p, s, rows, 1, S);
+    return;
+  }
+  for (int st = 0; st < (pos_mode == 3 ? 3 : 1); ++st) {
+    const long long at = pos_mode == 3 ? ((long long)st * B + b) * S + s : (long long)bb * S + s;
+    const long long p = pos[at];
+    if (rope_bad(p, rows) && (s == 0 || !rope_bad(pos[at - 1], rows)))
+      onnxep_fault(flag, node, ONNXEP_FAULT_POSITION, ONNXEP_FROM_IDS, p, at, rows,
+                   (pos_mode == 3 ? 3LL * B : (long long)nb) * S, S);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) rope_apply(
     const T* __restrict__ x, T* __restrict__ y, const T* __restrict__ cosc,
-    const T* __restrict__ sinc, const long long* __restrict__ pos,
+    const T* __restrict__ sinc, const long long* __restrict__ pos, int* flag,
     const RopeParams* __restrict__ prm) {
   const long long n = prm->n;
   const int B = prm->B, S = prm->S, N = prm->N, D = prm->D, rot = prm->rot;
   const int interleaved = prm->interleaved, half = prm->half, layout_bnsd = prm->layout_bnsd;
   const int pos_mode = prm->pos_mode, cache_rows = prm->cache_rows, bcast_b = prm->bcast_b;
   const int sec0 = prm->sec0, sec1 = prm->sec1, sec2 = prm->sec2;
-  const int mrope_layout = prm->mrope_layout;
+  const int mrope_layout = prm->mrope_layout, node = prm->node;
   const float cs_scale = prm->cs_scale;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
@@ -74,15 +95,19 @@ __global__ void __launch_bounds__(256) rope_apply(
       continue;
     }
     const long long row = idx / D;
-    int b, s;
+    int b, s, h;
     if (layout_bnsd) {
       s = (int)(row % S);
+      h = (int)((row / S) % N);
       b = (int)(row / ((long long)N * S));
     } else {
+      h = (int)(row % N);
       s = (int)((row / N) % S);
       b = (int)(row / ((long long)S * N));
     }
     const int bb = bcast_b ? 0 : b;
+    if (pos_mode != 0 && d == 0 && h == 0)
+      rope_check(flag, node, pos_mode, pos, B, S, bb, b, s, cache_rows, bcast_b ? 1 : B);
     long long p;
     if (pos_mode == 0) {
       p = (long long)bb * S + s;
@@ -122,14 +147,18 @@ class PosMode(enum.IntEnum):
 class RopeKernel:
     """The compiled rotary kernel for one dtype, launched on CuPy's current stream."""
 
-    def __init__(self, dtype: Any) -> None:
-        from onnxep.providers_cuda import nvrtc
+    def __init__(self, dtype: Any, op: str = "", node_name: str = "") -> None:
+        from onnxep.providers_cuda import error_flag, nvrtc
 
         self._fns = {
             np.dtype(dt): nvrtc.function(ROPE_SOURCE, f"rope_apply<{ctype_of(dt)}>", _NAMES)
             for dt in ((np.float32, np.float16) if dtype is None else (dtype,))
         }
         self._sms = sm_count()
+        # the provider's error record, where a position outside the cache is reported
+        self._flag = error_flag.current()
+        self._node = self._flag.register(op, node_name) if self._flag is not None else -1
+        self._words = self._flag.words if self._flag is not None else None
         # parameter blocks in device memory, one per distinct shape (written on first use,
         # so a shape's first call is not capturable -- warm-up runs make them)
         self._params: dict[tuple, Any] = {}
@@ -188,7 +217,9 @@ class RopeKernel:
                 xp, n=total, B=b, S=s, N=n, D=d, rot=rot, interleaved=interleaved, half=half,
                 layout_bnsd=bnsd, pos_mode=int(mode), cache_rows=rows, bcast_b=bcast_b,
                 sec0=section[0], sec1=section[1], sec2=section[2], mrope_layout=mrope_layout,
-                cs_scale=cs_scale,
+                cs_scale=cs_scale, node=self._node,
             )  # fmt: skip
-        fn((flat_grid(total, self._sms),), (256,), (x, y, cos, sin, pos, prm))
+        if pos is not None and self._flag is not None:
+            self._flag.shapes[self._node] = tuple(pos.shape)  # where a bad id sits
+        fn((flat_grid(total, self._sms),), (256,), (x, y, cos, sin, pos, self._words, prm))
         return y

@@ -163,7 +163,7 @@ def gated_linear_attention(dtype, rng):
     return m, feeds
 
 
-def _rope_cache(max_len: int, rot: int, dtype):
+def rope_cache(max_len: int, rot: int, dtype):
     inv = 1.0 / (10000 ** (np.arange(0, rot, 2) / rot))
     ang = np.arange(max_len)[:, None] * inv[None, :]
     return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
@@ -171,7 +171,7 @@ def _rope_cache(max_len: int, rot: int, dtype):
 
 def rotary(dtype, rng):
     b, s, nh, hd = 2, 5, 3, 16
-    cos, sin = _rope_cache(24, hd, dtype)
+    cos, sin = rope_cache(24, hd, dtype)
     f = {
         "input": _r(rng, (b, s, nh * hd), dtype),
         "position_ids": rng.integers(0, 24, (b, s)).astype(np.int64),
@@ -184,7 +184,7 @@ def rotary(dtype, rng):
 
 def mrotary(dtype, rng):
     b, s, nh, hd = 2, 5, 2, 16
-    cos, sin = _rope_cache(24, hd, dtype)
+    cos, sin = rope_cache(24, hd, dtype)
     f = {
         "input": _r(rng, (b, s, nh * hd), dtype),
         "position_ids": rng.integers(0, 24, (3, b, s)).astype(np.int64),

@@ -200,13 +200,13 @@ def test_group_query_attention_long_context_split_k(lens, dt):
         assert_close(g, w, dt, f"long context {o}")
 
 
-def _gqa_node(f, names, attrs):
+def gqa_node(f, names, attrs):
     ins = tuple(ValueInfo(n, "tensor", f[n].dtype, tuple(f[n].shape)) if n else None for n in names)
     outs = tuple(ValueInfo(n, "tensor") for n in ("output", "present_key", "present_value"))
     return NodeInfo("GroupQueryAttention", "com.microsoft", "gqa", 1, attrs, ins, outs)
 
 
-def _device_args(cupy, f, names):
+def device_args(cupy, f, names):
     # total_sequence_length is a host input: it stays a NumPy array
     return [
         None if not n else f[n] if n == "total_sequence_length" else cupy.asarray(f[n])
@@ -234,9 +234,9 @@ def test_gqa_builder_matches_cpu_kernel(case, dt):
     rng = np.random.default_rng(2)
     f, names = gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt)
     attrs = {"num_heads": nh, "kv_num_heads": nkv, **attrs}
-    node = _gqa_node(f, names, attrs)
+    node = gqa_node(f, names, attrs)
     want = cpu_gqa(node, np)(*[f[n] if n else None for n in names])
-    args = _device_args(cupy, f, names)
+    args = device_args(cupy, f, names)
     got = group_query_attention(node, cupy)(*args)
     assert len(got) == 3
     past_k = args[names.index("past_key")]
@@ -259,8 +259,8 @@ def test_gqa_step_captures_and_replays_with_new_lengths(s):
     f, names = gqa_feeds(rng, b, s, nh, nkv, hd, [1200, 700], cap, attrs, (), F16)
     # the capacity bound, as onnxruntime-genai feeds it when it captures a graph
     f["total_sequence_length"] = np.array(cap, np.int32)
-    node = _gqa_node(f, names, attrs)
-    args = _device_args(cupy, f, names)
+    node = gqa_node(f, names, attrs)
+    args = device_args(cupy, f, names)
     i_past, i_lens = names.index("past_key"), names.index("seqlens_k")
     pool = cupy.cuda.MemoryPool()  # the graph's temporaries stay out of other allocations
     stream = cupy.cuda.Stream(non_blocking=True)
