@@ -113,7 +113,7 @@ def _returns(
     return lines
 
 
-def generate(
+def straight_line(
     plan: Plan,
     cache: ShapeCache | None = None,
     rules: Sequence[OutputRule] | None = None,

@@ -14,7 +14,7 @@ from onnxep.providers.dtypes import dtype_name
 from ..compile.plan import SINK_SLOT, Plan, Step
 from ..errors import BoundsError, RunError, with_cause
 from .aliasing import apply_rules, keeps_output, output_rules, root_ids
-from .codegen import ShapeCache, generate
+from .codegen import ShapeCache, straight_line
 from .profiling import Profiler
 
 #: A provider's name and its ``run_context`` method.
@@ -70,8 +70,10 @@ class _Variant:
         self.rules = output_rules(plan, protect_feeds)
         self.const_roots = root_ids([c for c in plan.template if c is not None])
 
-    def generate(self) -> None:
-        self.fast, self.lines = generate(self.plan, self.shape_cache, self.rules, self.const_roots)
+    def compile_code(self) -> None:
+        self.fast, self.lines = straight_line(
+            self.plan, self.shape_cache, self.rules, self.const_roots
+        )
 
     def outputs(self, slots: Sequence[Any], feeds: Sequence[Any], kept: set[int]) -> list[Any]:
         outs = [slots[s] for s in self.plan.output_slots]
@@ -145,7 +147,7 @@ class Executor:
             # The first run goes through the checked loop, which catches a kernel that
             # returns a bare array instead of a tuple; later runs use generated code.
             out = self._run_checked(v, feeds)
-            v.generate()
+            v.compile_code()
             return out
         try:
             return fast(feeds)
