@@ -51,6 +51,9 @@ class GenerationStats:
     decode_tokens_per_second: float
     device: str = ""
     state_path: str = ""
+    #: wall ms of each step as the generation loop saw it: the run, the choice and the
+    #: text, the prefill first (what the caller did between steps left out)
+    step_ms: list[float] = field(default_factory=list)
     #: the decoder's own record: per-run timings, transfer counts, capture counters
     run: GenerateResult | None = field(default=None, repr=False)
 
@@ -368,7 +371,9 @@ class Generator:
         finished: list[str | None] = [None] * len(ids)
         first = last = t0
         made = 0
+        step_ms: list[float] = []
         while not decoder.done and None in finished:
+            began = time.perf_counter()
             tokens = decoder.step()
             last = time.perf_counter()
             made += 1
@@ -394,6 +399,7 @@ class Generator:
                     final = None if ended[b] == STOP else streams[b].tokenizer.decode(new[b])
                     pieces[b] += streams[b].finish(final)
                 finished[b] = ended[b]
+            step_ms.append((time.perf_counter() - began) * 1000.0)
             yield Step(chosen, pieces, ended)
         run = decoder.finish()
         decode_steps = made - 1
@@ -405,6 +411,7 @@ class Generator:
             decode_tokens_per_second=decode_steps / (last - first) if decode_steps else np.nan,
             device=run.device,
             state_path=run.state_path,
+            step_ms=step_ms,
             run=run,
         )
         out.results = [

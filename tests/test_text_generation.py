@@ -390,3 +390,16 @@ def test_a_session_and_bad_models(tmp_path, folder):
     r = gen.generate("Hi", max_new_tokens=3)
     assert len(r.token_ids) <= 3  # the tokenizer's end token (<|im_end|>) may end it
     assert gen.options().eos_token_ids == (EOS_IDS[0],)
+
+
+def test_the_bench_script_reports_every_side(capsys):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ from the repo root
+    from bench.text_generation import main
+
+    assert main(["--size", "tiny", "--tokens", "4", "--prompt", "8", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny fp32 on cpu: 8-token prompt, 4 new tokens" in out
+    for side in ("peer", "Generator greedy", "Generator sampled", "ragged"):
+        assert side in out and "tok/s" in out
