@@ -21,6 +21,7 @@ every row has.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,14 @@ class Generator:
             raise InvalidArgument(
                 "model must be a model folder, an .onnx file in one, or an InferenceSession; "
                 f"got {type(model).__name__}"
+            )
+        if self.folder.unsupported:
+            warnings.warn(
+                f"{self.folder.folder}/genai_config.json's search section asks for "
+                f"{', '.join(self.folder.unsupported)}; onnxep generates one sequence per "
+                "prompt, greedy or sampled, with no minimum length or n-gram blocking, so "
+                "those settings are not applied",
+                stacklevel=2,
             )
         self._tokenizer = TextTokenizer.wrap(tokenizer) if tokenizer is not None else None
         self.capacity, self.dims = capacity, dims

@@ -42,6 +42,9 @@ class ModelFolder:
     #: genai_config.json's ``search`` values among SEARCH_KEYS (absent keys left out)
     search: dict[str, Any] = field(default_factory=dict)
     has_config: bool = False
+    #: ``search`` settings that ask for what text generation does not do (beam search,
+    #: a minimum length, n-gram blocking), as "key=value"
+    unsupported: list[str] = field(default_factory=list)
 
 
 def _ids(value: Any, what: str, path: Path) -> tuple[int, ...]:
@@ -108,4 +111,9 @@ def from_config(cfg_path: Path, model: Path | None = None) -> ModelFolder:
     search = cfg.get("search", {})
     if isinstance(search, dict):
         out.search = {k: search[k] for k in SEARCH_KEYS if k in search}
+        off = {"num_beams": 1, "num_return_sequences": 1, "min_length": 0}
+        off["no_repeat_ngram_size"] = 0
+        out.unsupported = [
+            f"{k}={search[k]!r}" for k, v in off.items() if search.get(k, v) not in (v, None)
+        ]
     return out

@@ -403,3 +403,10 @@ def test_the_bench_script_reports_every_side(capsys):
     assert "tiny fp32 on cpu: 8-token prompt, 4 new tokens" in out
     for side in ("peer", "Generator greedy", "Generator sampled", "ragged"):
         assert side in out and "tok/s" in out
+
+
+def test_search_settings_it_does_not_apply_are_named(tmp_path):
+    folder = make_text_folder(tmp_path / "m", search={"num_beams": 4, "min_length": 3})
+    with pytest.warns(UserWarning, match=r"asks for num_beams=4, min_length=3;.*not applied"):
+        gen = onnxep.Generator(folder, providers=["cpu"])
+    assert len(gen.generate("Hi", max_new_tokens=2).token_ids) <= 2
