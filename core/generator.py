@@ -220,7 +220,8 @@ class Generator:
         logits = next((o for o in self.session.get_outputs() if o.name == "logits"), None)
         logits = logits or self.session.get_outputs()[0]
         last = logits.shape[-1] if logits.shape else None
-        self.vocab_size = last if isinstance(last, int) else self.folder.vocab_size
+        #: the logits' vocabulary where the model declares it (else the chooser reads it)
+        self.vocab_size: int | None = last if isinstance(last, int) else None
 
     # -- the tokenizer ------------------------------------------------------------------
     @property
@@ -256,7 +257,15 @@ class Generator:
         if _is_ids(prompt):
             if chat:
                 raise InvalidArgument("chat=True needs text or messages, not token ids")
-            return [int(t) for t in prompt]
+            ids = [int(t) for t in prompt]
+            vocab = self.vocab_size or self.folder.vocab_size
+            bad = [t for t in ids if t < 0 or (vocab is not None and t >= vocab)]
+            if bad:
+                raise InvalidArgument(
+                    f"token id {bad[0]} is not in the model's vocabulary"
+                    + (f" (0 to {vocab - 1})" if vocab else " (ids are 0 or more)")
+                )
+            return ids
         if isinstance(prompt, str) and not chat:
             if system is not None:
                 raise InvalidArgument("system= is the chat's first message; give chat=True too")

@@ -131,22 +131,29 @@ class TokenChooser:
     """``GreedyDecoder``'s ``choose``: one generation's next tokens under ``opts``.
 
     ``prompts`` are the rows' real prompt tokens (the repetition penalty's first
-    seen tokens); ``vocab`` the logits' last dim. Called once per step with the
-    ``[batch, vocab]`` logits of each row's last real position and the array
-    module that holds them; returns the chosen ids there.
+    seen tokens); ``vocab`` the logits' last dim (None: read from the first
+    logits). Called once per step with the ``[batch, vocab]`` logits of each
+    row's last real position and the array module that holds them; returns
+    the chosen ids there.
     """
 
-    def __init__(self, opts: SearchOptions, prompts: Sequence[Sequence[int]], vocab: int) -> None:
-        if not opts.greedy and opts.top_k > vocab:
-            raise InvalidArgument(
-                f"top_k {opts.top_k} is more than the model's {vocab} tokens; give top_k <= "
-                f"{vocab}, or 0 for no top-k"
-            )
+    def __init__(
+        self, opts: SearchOptions, prompts: Sequence[Sequence[int]], vocab: int | None
+    ) -> None:
         self.opts, self.vocab = opts, vocab
+        if vocab is not None:
+            self._check_vocab(vocab)
         self.batch = len(prompts)
         self._prompts = [np.asarray(p, np.int64) for p in prompts]
         self._rng = np.random.default_rng(opts.seed)
         self._seen: Any = None
+
+    def _check_vocab(self, vocab: int) -> None:
+        if not self.opts.greedy and self.opts.top_k > vocab:
+            raise InvalidArgument(
+                f"top_k {self.opts.top_k} is more than the model's {vocab} tokens; give "
+                f"top_k <= {vocab}, or 0 for no top-k"
+            )
 
     def uniforms(self) -> np.ndarray:
         """This step's draws, one per row in [0, 1)."""
@@ -161,6 +168,9 @@ class TokenChooser:
     def __call__(self, logits: Any, xp: Any) -> Any:
         o = self.opts
         x = logits.astype(xp.float32)
+        if self.vocab is None and x.ndim == 2:
+            self._check_vocab(x.shape[1])
+            self.vocab = x.shape[1]
         if x.shape != (self.batch, self.vocab):
             raise InvalidArgument(
                 f"logits of shape {list(x.shape)} for a batch of {self.batch} and a "

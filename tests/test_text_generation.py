@@ -331,6 +331,8 @@ def test_bad_prompts_are_named(gen):
         ([{"role": "user"}], "each a dict with a 'role' and a 'content'"),
         ([1.5, 2], "a prompt is a string"),
         ("", "makes no tokens"),
+        ([5, 512], r"token id 512 is not in the model's vocabulary \(0 to 511\)"),
+        ([[3], [-1, 4]], "token id -1 is not in the model's vocabulary"),
     ]:
         with pytest.raises(InvalidArgument, match=match):
             gen.generate(prompt, max_new_tokens=2)
