@@ -21,7 +21,10 @@ ones for the rows filled so far and the new token, zeros after: the step's
 input shapes never change, so GroupQueryAttention plans once and a session
 with CUDA-graph capture on replays one graph per step (GroupQueryAttention
 attends only ``seqlens_k + 1`` keys, so the tokens are the same). Where the
-cache grows instead, the mask grows with it (past + new, all ones).
+cache grows instead, the mask grows with it (past + new, all ones). Prompts of
+different lengths padded on the right (``lengths``) get each row's own ones,
+positions and first token (see ``_right_padding``), and a ``choose`` callable
+may pick the tokens instead of the argmax (onnxep.sampling's chooser).
 """
 
 from __future__ import annotations
@@ -246,7 +249,7 @@ class GreedyDecoder:
         checked on the CPU; an error when no GroupQueryAttention shares the cache.
 
         ``lengths``: each row's prompt length when ``input_ids`` holds prompts of different
-        lengths padded on the right (see :func:`_ragged_refusal`). ``choose(logits, xp)``
+        lengths padded on the right (see :func:`_right_padding`). ``choose(logits, xp)``
         picks the next token of every row from the ``[batch, vocabulary]`` logits of each
         row's last real position, computed where they are with the provider's array
         module, and returns the ids there (one read follows); None: the argmax."""
