@@ -15,37 +15,16 @@ from pathlib import Path
 from . import cli_args
 
 
-def _float(text: str, what: str) -> float:
+def penalty(text: str) -> float:
+    """``--repetition-penalty``: a finite number above 0 (1 is none)."""
     try:
         x = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; {what}") from None
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number; {what}")
-    return x
-
-
-def temperature(text: str) -> float:
-    """``--temperature``: 0 (greedy) or more."""
-    x = _float(text, "give 0 for greedy or a positive number such as 0.7")
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"{x:g} is negative; give 0 for greedy or more")
-    return x
-
-
-def top_p(text: str) -> float:
-    """``--top-p``: a probability mass from 0 to 1."""
-    x = _float(text, "give a probability mass from 0 to 1, such as 0.9")
-    if not 0.0 <= x <= 1.0:
-        raise argparse.ArgumentTypeError(f"{x:g} is not from 0 to 1; give e.g. 0.9")
-    return x
-
-
-def penalty(text: str) -> float:
-    """``--repetition-penalty``: above 0 (1 is none)."""
-    x = _float(text, "give a number above 0, such as 1.1 (1 is no penalty)")
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"{x:g} is not above 0; give e.g. 1.1 (1 is none)")
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number above 0; give e.g. 1.1 (1 is no penalty)"
+        )
     return x
 
 
@@ -84,13 +63,13 @@ def add_parser(sub: argparse._SubParsersAction, providers_help: str) -> None:
     )
     p.add_argument(
         "--temperature",
-        type=temperature,
+        type=cli_args.tolerance,
         default=None,
         metavar="T",
         help="above 0 samples (0: greedy; default: genai_config.json's search section)",
     )
     p.add_argument("--top-k", type=cli_args.non_negative_int, default=None, metavar="K")
-    p.add_argument("--top-p", type=top_p, default=None, metavar="P")
+    p.add_argument("--top-p", type=cli_args.fraction, default=None, metavar="P")
     p.add_argument("--repetition-penalty", type=penalty, default=None, metavar="R")
     p.add_argument("--seed", type=cli_args.non_negative_int, default=None, metavar="S")
     p.add_argument("--do-sample", action="store_true", help="sample with the folder's settings")

@@ -194,10 +194,10 @@ class Generator:
                 str(self.folder.model), sess_options, providers, provider_options
             )
         elif hasattr(model, "io_binding") and hasattr(model, "get_inputs"):
-            if providers is not None or sess_options is not None:
+            if (providers, sess_options, provider_options) != (None, None, None):
                 raise InvalidArgument(
-                    "providers and sess_options make a session from a model folder; this "
-                    "Generator was given a session already"
+                    "providers, sess_options and provider_options make a session from a "
+                    "model folder; this Generator was given a session already"
                 )
             self.session = model
             path = model.model_path
@@ -217,8 +217,8 @@ class Generator:
             )
         self._tokenizer = TextTokenizer.wrap(tokenizer) if tokenizer is not None else None
         self.capacity, self.dims = capacity, dims
-        logits = next((o for o in self.session.get_outputs() if o.name == "logits"), None)
-        logits = logits or self.session.get_outputs()[0]
+        outputs = self.session.get_outputs()
+        logits = next((o for o in outputs if o.name == "logits"), outputs[0])
         last = logits.shape[-1] if logits.shape else None
         #: the logits' vocabulary where the model declares it (else the chooser reads it)
         self.vocab_size: int | None = last if isinstance(last, int) else None

@@ -7,21 +7,14 @@ tokens per second; errors are one sentence on stderr with exit code 2.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from test_cli import onnxep as onnxep_cli
 from test_text_generation import genai_greedy
 from text_models import GENAI, make_text_folder, train_tokenizer
 
 import onnxep
-
-
-def onnxep_cli(*args):
-    exe = Path(sys.executable).parent / "onnxep"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "onnxep.cli"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +76,13 @@ def test_a_stop_string_ends_the_output(folder, gen):
 @pytest.mark.parametrize(
     "argv, first_line",
     [
-        (["--temperature", "-1"], "onnxep: error: argument --temperature: -1 is negative"),
+        (["--temperature", "-1"], "onnxep: error: argument --temperature: -1 is not a finite"),
         (["--temperature", "hot"], "onnxep: error: argument --temperature: 'hot' is not a number"),
-        (["--top-p", "1.5"], "onnxep: error: argument --top-p: 1.5 is not from 0 to 1"),
+        (["--top-p", "1.5"], "onnxep: error: argument --top-p: '1.5' is not a fraction from 0"),
         (["--top-k", "-3"], "onnxep: error: argument --top-k: -3 is negative"),
         (["--max-new-tokens", "0"], "onnxep: error: argument --max-new-tokens: 0 is out of range"),
         (["--seed", "x"], "onnxep: error: argument --seed: 'x' is not an integer"),
-        (["--repetition-penalty", "0"], "onnxep: error: argument --repetition-penalty: 0 is not"),
+        (["--repetition-penalty", "0"], "onnxep: error: argument --repetition-penalty: '0' is not"),
         (["--stop", ""], "onnxep: error: argument --stop: an empty stop string"),
         (["--system", "be kind"], "onnxep: error: --system is the chat's first message"),
         (["--greedy", "--do-sample"], "onnxep: error: --greedy and --do-sample contradict"),
