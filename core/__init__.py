@@ -2,7 +2,8 @@
 
 from . import errors
 from .benchmark import BenchResult, bench
-from .generate import GenerateResult, generate
+from .generate import GenerateResult
+from .generator import Generation, GenerationStats, Generator, generate
 from .iobinding import IOBinding
 from .model_io import NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
@@ -23,6 +24,9 @@ __version__ = "0.1.0"
 __all__ = [
     "BenchResult",
     "GenerateResult",
+    "Generation",
+    "GenerationStats",
+    "Generator",
     "GraphOptimizationLevel",
     "IOBinding",
     "InferenceSession",

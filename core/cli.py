@@ -1,4 +1,4 @@
-"""The ``onnxep`` command line: providers, run, explain, conformance."""
+"""The ``onnxep`` command line: providers, run, explain, conformance, bench, parity, generate."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import cli_args
+from . import cli_args, cli_generate
 from .errors import InvalidArgument, OnnxepError, RunError
 
 
@@ -342,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--strict", action="store_true", help="fail unless it ran every compute node")
     p.set_defaults(fn=cmd_parity)
+    cli_generate.add_parser(sub, providers_help)
     return ap
 
 
