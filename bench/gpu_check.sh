@@ -2,7 +2,8 @@
 # The GPU machine's checks, one stage per call (each fits the device tool's 10 minutes).
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
-#                                                  | decode | decode-1.5b | decode-hybrid | fusions
+#                                                  | gemv | decode | decode-1.5b | decode-hybrid
+#                                                  | fusions
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -110,6 +111,20 @@ for STAGE in "$@"; do
       rc=$?
       SUMMARY+=("micro: $(tr '\n' ';' <"$OUT/micro.log")" "overhead: $(tr '\n' ';' <"$OUT/overhead_cuda.log") (rc $rc)")
       ;;
+    gemv)
+      # Decode GEMVs at the Qwen2.5-0.5B/1.5B shapes (bench/gpu_gemv_bench.py): cuBLAS and
+      # MatMulNT in fp16, MatMulNBits int4 on the tensor cores and on the CUDA cores, each
+      # against a device copy measured in the same run; then again with every call on its
+      # own weight copy (--cold: memory, not L2). About 2 minutes in all.
+      GEMV_CASES=${GEMV_CASES:-fp16_cublas,fp16_nt,int4,int4_zp,int4_cc,int4_zp_cc}
+      timeout 240 python3 bench/gpu_gemv_bench.py --cases "$GEMV_CASES" \
+        >"$OUT/gemv.jsonl" 2>"$OUT/gemv.log"
+      rc=$?
+      timeout 240 python3 bench/gpu_gemv_bench.py --cold --cases "$GEMV_CASES" \
+        >"$OUT/gemv_cold.jsonl" 2>>"$OUT/gemv.log" || rc=$?
+      SUMMARY+=("gemv (rc $rc): us and share of copy bandwidth, warm L2 | cold" \
+        "$(python3 bench/gpu_gemv_bench.py --summary "$OUT/gemv.jsonl" "$OUT/gemv_cold.jsonl" 2>&1)")
+      ;;
     fusions)
       # Fusions off against on, same run: kernels, plan nodes and ms per decode step, eager
       # and captured (bench/gpu_fusions.py). The decode stages delete the qwen2.5-0.5b models
@@ -142,8 +157,8 @@ for STAGE in "$@"; do
       decode_stage decode-hybrid hybrid qwen3.5-0.8b "${DECODE_BUDGET:-420}" yes fp16
       ;;
     *)
-      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | decode" \
-        "| decode-1.5b | decode-hybrid | fusions)"
+      echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | gemv" \
+        "| decode | decode-1.5b | decode-hybrid | fusions)"
       exit 2
       ;;
   esac

@@ -31,9 +31,10 @@ import numpy as np
 from . import _reduce_cuda as K
 from ._reduce_source import COMMON, CTYPE
 
-NORM_BODY = (
-    COMMON
-    + r"""
+#: The per-element steps of ``norm_rows`` (the residual sum and the normalised value), shared
+#: with the GEMVs that normalise their input in a prologue (``_nbits_mma_cuda``, ``_gemv_nt_cuda``)
+#: so a fused norm gives the same bits as this kernel.
+NORM_HELPERS = r"""
 // x (+ skip) (+ bias) at element i, in float32, added in that order as on the CPU.
 template <typename T>
 __device__ __forceinline__ float residual(const T* xr, const T* sr, const T* bias, i64 i) {
@@ -72,6 +73,37 @@ __device__ __forceinline__ float normalised(float c, float inv, float w, const T
   return beta != nullptr ? o + to_f(beta[i]) : o;
 }
 
+// Thread t's share of sum((s - mean)^2) over a row of n when tpr threads share the row (the
+// order the row reduction then combines), each square rounded.
+template <typename T>
+__device__ __forceinline__ float sq_dev_part(const T* xr, const T* sr, const T* bias, i64 n,
+                                             float mean, int t, int tpr, int vec) {
+  constexpr int V = Vec<T>::N;
+  float acc = 0.f;
+  if (vec) {
+    for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
+      float s[V];
+      residual_vec(xr, sr, bias, i, s);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float c = s[k] - mean;
+        acc += __fmul_rn(c, c);
+      }
+    }
+  } else {
+    for (i64 i = t; i < n; i += tpr) {
+      const float c = residual(xr, sr, bias, i) - mean;
+      acc += __fmul_rn(c, c);
+    }
+  }
+  return acc;
+}
+"""
+
+NORM_BODY = (
+    COMMON
+    + NORM_HELPERS
+    + r"""
 // Rows of n elements: s = x (+ skip) (+ bias); c = s - mean, mean = sum(s) / n when
 // centered, else 0; inv = 1 / sqrt(sum(c * c) / n + eps); y = (c * inv) * w (+ beta), with
 // c * inv rounded to T first when round_c. One warp per row when tpr == 32 (blockDim.x / 32
@@ -109,23 +141,7 @@ __global__ void norm_rows(const T* __restrict__ x, const T* __restrict__ skip,
     acc = row_reduce<R_SUM>(acc, tpr, sh);
     mean = acc / (float)n;  // n == 0: NaN, as the CPU's mean of nothing
   }
-  float acc = 0.f;
-  if (vec) {
-    for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
-      float s[V];
-      residual_vec(xr, sr, bias, i, s);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float c = s[k] - mean;
-        acc += __fmul_rn(c, c);
-      }
-    }
-  } else {
-    for (i64 i = t; i < n; i += tpr) {
-      const float c = residual(xr, sr, bias, i) - mean;
-      acc += __fmul_rn(c, c);
-    }
-  }
+  float acc = sq_dev_part(xr, sr, bias, n, mean, t, tpr, vec);
   acc = row_reduce<R_SUM>(acc, tpr, sh);
   const float inv = 1.f / sqrtf(acc / (float)n + eps);
   if (t == 0) {

@@ -1,7 +1,8 @@
 """com.microsoft MatMulNBits on CUDA: A @ dequantize(B).T (+ bias) with 2-, 4- or 8-bit weights.
 
-Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch (two when K is
-split across blocks, see ``_nbits_cuda``); prefill
+Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch: on the tensor
+cores for 4-bit weights and float16 activations (``_nbits_mma_cuda``), else
+``_nbits_cuda``'s (K split across blocks and merged in the same launch); prefill
 dequantises tiles of the weight into a scratch buffer and multiplies with
 cuBLAS (``providers_cuda.blas``). The weight, scales and zero points must be
 constant initializers, checked once here, at session creation, and read from
@@ -23,11 +24,15 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import _nbits_cuda as K_
+from . import _nbits_mma_cuda as MMA
 from ._nbits_weights import Weights, fail
 from ._quant_cuda import ctype_of, sm_count
 
 #: Largest dequantised weight tile the prefill path holds at once (bytes).
 GEMM_TILE_BYTES = 64 * 1024 * 1024
+#: Whether the nodes it takes run the tensor-core GEMV (tests and benchmarks turn it off to
+#: run ``_nbits_cuda``'s on the same nodes).
+MMA_GEMV = True
 
 
 def _check_attrs(node: NodeInfo) -> tuple[int, int, int, int]:
@@ -117,6 +122,10 @@ class _Runner:
         self.shape_args = (i32(w.n), i32(w.k), i32(w.kb), i32(w.rs), i32(w.zs), i32(w.chunks))
         self.sms = sms
         self.tile = max(1, min(w.n, GEMM_TILE_BYTES // (w.k * act_dtype.itemsize)))
+        self.mma = None
+        if MMA_GEMV and MMA.NbitsMma.takes(w.bits, a_dtype, zk, int8_a, w.block, xp):
+            self.mma = MMA.NbitsMma(xp, w.scales.host.dtype, zk, w.block)
+        self.layout = (w.kb, w.rs, w.zs, w.chunks)
 
     def __call__(self, a, b=None, scales=None, zero_points=None, g_idx=None, bias=None):
         xp, n, k = self.xp, self.n, self.k
@@ -173,6 +182,8 @@ class _Runner:
         return out
 
     def _gemv(self, a2, m, bias, tables):
+        if self.mma is not None and MMA.fits(m, self.w.chunks):
+            return self.mma(a2, m, self.n, self.k, tables[:3], self.layout, bias)
         mt = K_.mt_for(m)
         g = self.geoms[mt]
         xp, i32 = self.xp, np.int32
