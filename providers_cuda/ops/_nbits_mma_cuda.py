@@ -70,8 +70,9 @@ MAX_M = 8
 ROW_TILES = (1, 2, 4, 8)
 #: Values of K per k-step: one 16-byte chunk of 32 4-bit values for each lane of a column.
 KSTEP = 128
-#: Shared memory for the staged A (bytes): ``mt * ksteps * 256`` plus 64 bytes of zeros.
-SMEM_BUDGET = 48 * 1024
+#: Dynamic shared memory for the staged A (bytes): ``mt * ksteps * 256`` plus 64 bytes of
+#: zeros. A block may hold 48 KiB without opting in, static arrays (4.2 KiB here) included.
+SMEM_BUDGET = 44 * 1024
 #: Warps per SM a launch should reach before K is split between the warps of a tile.
 FILL_WARPS_PER_SM = 16
 #: Blocks per SM of the grid-stride loop (more queue; each stages A once).
