@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import elementwise as EW
 from . import _reduce_cuda as K
-from ._norm_cuda import NORM_HELPERS
+from ._norm_cuda import NORM_HELPERS, NORM_PROLOGUE
 from ._reduce_source import COMMON
 
 #: Threads per block: 8 warps.
@@ -119,6 +119,7 @@ extern __shared__ uint4 nm_smem[];
 MMA_BODY = (
     COMMON
     + NORM_HELPERS
+    + NORM_PROLOGUE
     + r"""
 namespace nm {
 
@@ -164,11 +165,9 @@ __device__ __forceinline__ void stage_plain(const __half* __restrict__ a, int M,
   }
 }
 
-// A's rows normalised as norm_rows normalises them (RMS: mean 0, no beta): s = x (+ skip)
-// (+ nbias) in float32, inv = 1 / sqrt(sum(s * s) / K + eps) with the sum of squares taken
-// in norm_rows's order for tpr threads per row (this block's threads stand in for tpr of
-// them, pass by pass; the extra ones add zeros, which leave every partial sum as it was),
-// y = (s * inv) * gamma rounded to float16. Block 0 writes the rounded s to sum_out.
+// A's rows normalised as norm_rows normalises them (RMS, NORM_PROLOGUE): s = x (+ skip)
+// (+ nbias) in float32, y = (s * inv) * gamma rounded to float16, zeros past K and for rows
+// M .. MT - 1. Block 0 writes the rounded s to sum_out.
 __device__ __forceinline__ void stage_norm(const __half* __restrict__ x,
                                            const __half* __restrict__ skip,
                                            const __half* __restrict__ nbias,
@@ -176,53 +175,36 @@ __device__ __forceinline__ void stage_norm(const __half* __restrict__ x,
                                            __half* __restrict__ sum_out, int M, int MT, int K,
                                            int cpad, int skip_rows, float eps, int tpr, int vec,
                                            float* shv) {
-  const int nt = blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int words = cpad * 4;
-  const int passes = tpr > nt ? tpr / nt : 1;
   for (int m = 0; m < MT; ++m) {
     uint4* row_out = a_row(m, cpad);
     if (m >= M) {
-      for (int i = threadIdx.x; i < words; i += nt) row_out[i] = zero4();
+      for (int i = threadIdx.x; i < words; i += blockDim.x) row_out[i] = zero4();
       continue;
     }
     const __half* xr = x + (i64)m * K;
     const __half* sr = skip == nullptr ? nullptr : skip + (i64)(m % skip_rows) * K;
-    for (int pass = 0; pass < passes; ++pass) {
-      const int vt = pass * nt + threadIdx.x;
-      float acc = vt < tpr ? sq_dev_part(xr, sr, nbias, (i64)K, 0.f, vt, tpr, vec) : 0.f;
-      acc = warp_reduce<R_SUM>(acc);
-      if (lane == 0) shv[pass * (nt >> 5) + warp] = acc;
-    }
-    __syncthreads();
-    const float total =
-        tpr == 32 ? shv[0] : warp_reduce<R_SUM>(lane < (tpr >> 5) ? shv[lane] : 0.f);
-    const float inv = 1.f / sqrtf(total / (float)K + eps);
-    __syncthreads();  // every thread has read shv before the next row writes it
+    const float inv = prologue_inv(xr, sr, nbias, (i64)K, eps, tpr, vec, shv);
     __half* so = (sum_out != nullptr && blockIdx.x == 0) ? sum_out + (i64)m * K : nullptr;
-    for (int item = threadIdx.x; item < words; item += nt) {
+    for (int item = threadIdx.x; item < words; item += blockDim.x) {
       const int k0 = item * 8;
       unsigned h[8];
-      if (k0 >= K) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) h[j] = 0u;
-      } else if (vec) {
-        float s[8], w[8];
+      for (int j = 0; j < 8; ++j) h[j] = 0u;
+      if (k0 < K && vec) {  // a whole word of K
+        float s[8];
         residual_vec(xr, sr, nbias, (i64)k0, s);
-        load_vec(gamma + k0, w);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          h[j] = hbits(from_f<__half>(normalised<__half>(s[j] - 0.f, inv, w[j], nullptr, 0, 0)));
-        }
+        for (int j = 0; j < 8; ++j)
+          h[j] = hbits(from_f<__half>(prologue_value(s[j], inv, gamma, (i64)(k0 + j))));
         if (so != nullptr) store_vec(so + k0, s);
-      } else {
+      } else if (k0 < K) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int k = k0 + j;
-          h[j] = 0u;
           if (k < K) {
             const float s = residual(xr, sr, nbias, (i64)k);
-            const float o = normalised<__half>(s - 0.f, inv, to_f(gamma[k]), nullptr, 0, 0);
-            h[j] = hbits(from_f<__half>(o));
+            h[j] = hbits(from_f<__half>(prologue_value(s, inv, gamma, (i64)k)));
             if (so != nullptr) so[k] = from_f<__half>(s);
           }
         }

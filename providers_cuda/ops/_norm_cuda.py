@@ -100,6 +100,39 @@ __device__ __forceinline__ float sq_dev_part(const T* xr, const T* sr, const T* 
 }
 """
 
+#: What a GEMV needs to normalise its rows in a prologue exactly as ``norm_rows`` does (after
+#: ``COMMON`` and :data:`NORM_HELPERS`).
+NORM_PROLOGUE = r"""
+// inv = 1 / sqrt(sum(s * s) / n + eps) for one row, s = x (+ skip) (+ bias), as norm_rows
+// computes it with tpr threads per row (an RMS norm: no mean), for a block of any size: its
+// threads stand in for the tpr, pass by pass, and the ones past tpr add zeros, which leave
+// every partial sum as it was. Every thread of the block must call it (two barriers) and
+// gets inv. sh holds 32 floats.
+template <typename T>
+__device__ __forceinline__ float prologue_inv(const T* xr, const T* sr, const T* bias, i64 n,
+                                              float eps, int tpr, int vec, float* sh) {
+  const int nt = blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int passes = tpr > nt ? tpr / nt : 1;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int vt = pass * nt + threadIdx.x;
+    float acc = vt < tpr ? sq_dev_part(xr, sr, bias, n, 0.f, vt, tpr, vec) : 0.f;
+    acc = warp_reduce<R_SUM>(acc);
+    if (lane == 0) sh[pass * (nt >> 5) + warp] = acc;
+  }
+  __syncthreads();
+  // norm_rows: a warp per row adds its lanes only; a block per row, its warps' sums too.
+  const float total = tpr == 32 ? sh[0] : warp_reduce<R_SUM>(lane < (tpr >> 5) ? sh[lane] : 0.f);
+  __syncthreads();  // every thread has read sh before it is written again
+  return 1.f / sqrtf(total / (float)n + eps);
+}
+
+// Element i of a normalised row (no beta, no rounding of s * inv): norm_rows's y[i].
+template <typename T>
+__device__ __forceinline__ float prologue_value(float s, float inv, const T* gamma, i64 i) {
+  return normalised<T>(s - 0.f, inv, to_f(gamma[i]), nullptr, 0, 0);
+}
+"""
+
 NORM_BODY = (
     COMMON
     + NORM_HELPERS
