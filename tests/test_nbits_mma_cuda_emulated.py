@@ -98,14 +98,19 @@ static uint4 nm_smem[48 * 1024 / 16];
 
 def _every_name() -> tuple[str, ...]:
     """The instantiations these tests build, in one g++ build (and cache) of the source."""
-    names = []
-    for zp in (M.ZP_NONE, M.ZP_PACKED):
-        for sub16 in (False, True):
-            names += [M.kernel_name("__half", zp, sub16, mt, False, False) for mt in M.ROW_TILES]
-    for swiglu, norm in ((True, False), (False, True), (True, True)):
-        names += [M.kernel_name("__half", 1, False, mt, swiglu, norm) for mt in M.ROW_TILES]
-    names += [M.kernel_name("float", 0, False, mt, False, False) for mt in M.ROW_TILES]
-    return tuple(names)
+    h, f = "__half", "float"
+    combos = [(h, h, zp, sub, 0, 0, 0) for zp in (0, 1) for sub in (0, 1)]
+    combos += [(h, h, 1, 0, sw, nm, 0) for sw, nm in ((1, 0), (0, 1), (1, 1))]
+    combos += [(h, f, 0, 0, 0, 0, 0)]  # float32 scales
+    # accuracy_level 4: float32 A (and float16 A) rounded to int8 in the staging
+    combos += [(f, f, zp, sub, 0, 0, 1) for zp in (0, 1) for sub in (0, 1)]
+    combos += [(h, h, zp, sub, 0, 0, 1) for zp in (0, 1) for sub in (0, 1)]
+    combos += [(ta, ta, 1, 0, sw, nm, 1) for ta in (h, f) for sw, nm in ((1, 0), (0, 1), (1, 1))]
+    return tuple(
+        M.kernel_name(ta, ts, zp, sub, mt, sw, nm, q8)
+        for ta, ts, zp, sub, sw, nm, q8 in combos
+        for mt in M.ROW_TILES
+    )
 
 
 def install(monkeypatch) -> None:
@@ -152,6 +157,7 @@ def _no_old_kernels(exprs):
     return _Unbuilt()
 
 
+F16, F32 = np.float16, np.float32
 ROWS = (1, 2, 3, 5, 8)
 F16_TOL = {"rtol": 2e-3, "atol": 3e-3}
 #: float16 4-bit cases of the GPU tests the MMA GEMV takes (not the float zero points).
@@ -162,7 +168,7 @@ CASES = [c for c in gpu_quant.NBITS_CASES if c[0] == 4 and c[2] != "float"]
 def test_matches_cpu_builder(case, mma):
     gpu_quant._check_nbits(*case, np.float16, rows=ROWS)
     assert mma and all(n.startswith("nbits_mma<__half") for n in mma)
-    assert {n.split(", ")[3] for n in mma} == {"1", "2", "4", "8"}  # every row tile
+    assert {n.split(", ")[4] for n in mma} == {"1", "2", "4", "8"}  # every row tile
 
 
 @pytest.mark.parametrize("bias_kind", ["const", "input"])
@@ -205,7 +211,28 @@ def test_float32_scales(mma):
     (want,) = cpu(node, np)(a, b, scales)
     (got,) = cuda(node, np)(a, b, scales)
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **F16_TOL)
-    assert mma[0].startswith("nbits_mma<float")
+    assert mma[0].startswith("nbits_mma<__half, float,")
+
+
+#: accuracy_level 4 cases (bits, block, zero points, K, N): blocks of 16 (two a chunk) and
+#: past one chunk, K past whole blocks, odd N.
+LEVEL4 = [(4, 32, "packed", 200, 37), (4, 16, "packed", 72, 19), (4, 128, "none", 300, 23),
+          (4, 32, "none", 1100, 50)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", LEVEL4, ids=lambda c: "-".join(map(str, c)))
+def test_accuracy_level_4_rounds_in_the_staging(case, dtype, mma):
+    """A rounded to int8 per block of K as the CPU rounds it, in the same launch: the CPU
+    provider's results within the usual tolerances (the GPU tests' own check)."""
+    gpu_quant._check_nbits(*case, dtype, accuracy_level=4, rows=ROWS)
+    assert mma and all(n.endswith(", 1>") for n in mma)  # the Q8 instantiations
+    assert all(n.startswith(f"nbits_mma<{M.CT[np.dtype(dtype)]}") for n in mma)
+
+
+def test_float32_a_at_accuracy_level_0_runs_the_other_gemv():
+    assert not M.NbitsMma.takes(4, F32, M.ZP_PACKED, False, 32, np)
+    assert M.NbitsMma.takes(4, F32, M.ZP_PACKED, True, 32, np)
 
 
 def test_repeats_bit_for_bit_in_both_fiber_orders(mma):
@@ -230,9 +257,9 @@ def test_repeats_bit_for_bit_in_both_fiber_orders(mma):
 
 def _swiglu_k(y):
     """The emulated one-launch SwiGLU the unfused graph runs on a packed [gate | up]."""
-    fn = FC.kernels_for("swiglu_k", np.float16)[np.dtype(np.float16)]
+    fn = FC.kernels_for("swiglu_k", y.dtype)[y.dtype]
     cols = y.shape[-1] // 2
-    out = np.empty((y.shape[0], cols), np.float16)
+    out = np.empty((y.shape[0], cols), y.dtype)
     n = np.int64(out.size)
     fn(
         FC.grid(out.size),
@@ -242,10 +269,10 @@ def _swiglu_k(y):
     return out
 
 
-def _tables(rng, k, n, block=32, zp_kind="packed"):
+def _tables(rng, k, n, block=32, zp_kind="packed", dtype=F16):
     """Random weights of a node, as the kernel reads them: (B, scales, zero points), layout."""
-    b, scales, zp = gpu_quant._nbits_consts(rng, k, n, 4, block, zp_kind, np.float16)
-    node = gpu_quant._nbits_node(k, n, 4, block, np.float16, b, scales, zp)
+    b, scales, zp = gpu_quant._nbits_consts(rng, k, n, 4, block, zp_kind, dtype)
+    node = gpu_quant._nbits_node(k, n, 4, block, dtype, b, scales, zp)
     w = Weights(node, k, n, 4, block, np)
     zp8 = w.b.get(b) if w.zp8 is None else w.zp8.get(zp)  # not read without zero points
     return (w.b.get(b), w.scales.get(scales), zp8), (w.kb, w.rs, w.zs, w.chunks)
@@ -253,15 +280,18 @@ def _tables(rng, k, n, block=32, zp_kind="packed"):
 
 @pytest.mark.parametrize(("m", "k", "h"), [(1, 64, 24), (3, 300, 11), (8, 96, 40)])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["", "bias"])
-def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(m, k, h, with_bias, mma):
+@pytest.mark.parametrize("dtype", [F16, F32], ids=["f16", "f32-level4"])
+def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(m, k, h, with_bias, dtype, mma):
     rng = np.random.default_rng(m + k)
-    tables, layout = _tables(rng, k, 2 * h)
-    bias = rng.standard_normal(2 * h).astype(np.float16) if with_bias else None
-    a = rng.standard_normal((m, k)).astype(np.float16)
-    plain = M.NbitsMma(np, np.float16, M.ZP_PACKED, 32)(a, m, 2 * h, k, tables, layout, bias)
-    fused = M.NbitsMma(np, np.float16, M.ZP_PACKED, 32, swiglu=True)
+    tables, layout = _tables(rng, k, 2 * h, dtype=dtype)
+    bias = rng.standard_normal(2 * h).astype(dtype) if with_bias else None
+    a = rng.standard_normal((m, k)).astype(dtype)
+    q8 = dtype == F32
+    plain = M.NbitsMma(np, dtype, dtype, M.ZP_PACKED, 32, q8=q8)
+    want = _swiglu_k(plain(a, m, 2 * h, k, tables, layout, bias))
+    fused = M.NbitsMma(np, dtype, dtype, M.ZP_PACKED, 32, q8=q8, swiglu=True)
     got = fused(a, m, h, k, tables, layout, bias)
-    np.testing.assert_array_equal(got.view(np.uint16), _swiglu_k(plain).view(np.uint16))
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 # ------------------------------------------------------------------------ geometry
@@ -303,9 +333,9 @@ def test_takes_only_what_the_kernel_computes():
     assert takes(4, np.float16, M.ZP_PACKED, False, 32, np)
     assert takes(4, np.float16, M.ZP_NONE, False, 16, np)
     assert not takes(8, np.float16, M.ZP_NONE, False, 32, np)  # 8-bit
-    assert not takes(4, np.float32, M.ZP_NONE, False, 32, np)  # float32 A
+    assert not takes(4, np.float32, M.ZP_NONE, False, 32, np)  # float32 A at level 0
+    assert takes(4, np.float32, M.ZP_NONE, True, 32, np)  # rounded to int8: level 4
     assert not takes(4, np.float16, 2, False, 32, np)  # float zero points
-    assert not takes(4, np.float16, M.ZP_NONE, True, 32, np)  # accuracy_level 4
     assert not takes(4, np.float16, M.ZP_NONE, False, 24, np)  # not a power of two
 
 
@@ -324,7 +354,7 @@ def test_driver_launch_signature_matches_the_kernels(monkeypatch):
     monkeypatch.setattr(launch, "Launcher", Recorder)
     monkeypatch.setattr(elementwise, "_stream_ptr_fn", lambda: lambda: 0)
     for swiglu, norm in ((False, False), (True, True)):
-        M.NbitsMma(np, np.float16, M.ZP_PACKED, 32, swiglu=swiglu, norm=norm)._driver()
+        M.NbitsMma(np, F16, F16, M.ZP_PACKED, 32, swiglu=swiglu, norm=norm)._driver()
     assert len(made) == 2 * len(M.ROW_TILES)
     for name, real, packed in made:
         assert packed == real, name

@@ -108,25 +108,30 @@ def test_matmul_nt_prologue_with_swiglu_and_bias(emulated):
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+@pytest.mark.parametrize("kind", ["f16", "f16-level4", "f32-level4"])
 @pytest.mark.parametrize("swiglu", [False, True], ids=["", "swiglu"])
 @pytest.mark.parametrize(("m", "k", "skip", "nbias"), CASES)
-def test_nbits_prologue_gives_norm_rows_bits(m, k, skip, nbias, swiglu, emulated):
+def test_nbits_prologue_gives_norm_rows_bits(m, k, skip, nbias, swiglu, kind, emulated):
+    """float16 A, and A rounded to int8 per block (accuracy_level 4: the unfused norm's
+    output, float16 or float32, rounded as quantize_a_int8 rounds it)."""
+    dtype, q8 = (F32 if kind.startswith("f32") else F16), kind.endswith("level4")
     chunks = -(-k // 32)
-    if not M.fits(m, chunks):
+    if not M.fits(m, chunks, -(-k // 32) if q8 else 0):
         pytest.skip("the rows do not fit the staging budget (the node runs two launches)")
     rng = np.random.default_rng(m + k)
-    x, s, gamma, b = _norm_inputs(rng, m, k, F16, skip, nbias)
+    x, s, gamma, b = _norm_inputs(rng, m, k, dtype, skip, nbias)
     n = 32
-    tables, layout = _tables(rng, k, n)
+    tables, layout = _tables(rng, k, n, dtype=dtype)
     h, total = _unfused_norm(x, s, gamma, b)
     cols = n // 2 if swiglu else n
-    want = M.NbitsMma(np, F16, M.ZP_PACKED, 32, swiglu=swiglu)(h, m, cols, k, tables, layout)
+    plain = M.NbitsMma(np, dtype, dtype, M.ZP_PACKED, 32, q8=q8, swiglu=swiglu)
+    want = plain(h, m, cols, k, tables, layout)
     norm, got_total = _norm_arg(x, s, gamma, b, s is not None)
-    fused = M.NbitsMma(np, F16, M.ZP_PACKED, 32, swiglu=swiglu, norm=True)
+    fused = M.NbitsMma(np, dtype, dtype, M.ZP_PACKED, 32, q8=q8, swiglu=swiglu, norm=True)
     got = fused(x, m, cols, k, tables, layout, norm=norm)
-    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     if s is not None:
-        np.testing.assert_array_equal(got_total.view(np.uint16), total.view(np.uint16))
+        np.testing.assert_array_equal(got_total.view(np.uint8), total.view(np.uint8))
 
 
 def test_only_block_zero_writes_the_sum(emulated):

@@ -31,19 +31,28 @@ Layout of one MMA (a warp; lane = 4 g + t):
   written by block 0.
 
 A tile is 8 output columns; ``P`` warps share a tile and split its k-steps
-when the tiles alone are too few to keep the device busy (narrow N, long K),
-adding their sums through shared memory in warp order (the same bits on every
-run). Blocks walk units of ``8 / P`` tiles with a grid-stride loop, so a block
-stages A once for several units. With ``SWIGLU`` a warp reads the gate rows
-``n`` and the up rows ``N + n`` of a joined gate/up weight and writes the
-SwiGLU of the two, rounded where the unfused MatMulNBits and SwiGLU nodes
-round. The bias is added to the float32 sum and the result rounded once, as
-``_nbits_cuda``'s GEMV does.
+(warp p takes k-steps p, p + P, ...) when the weight's tiles alone are too few
+to keep the device busy (narrow N, long K), adding their sums through shared
+memory in warp order (the same bits on every run). The split reads only the
+weight's rows and K, so the SwiGLU and normalising instantiations sum every
+column exactly as the plain GEMV does on the same weight. Blocks walk units of
+``8 / P`` tiles with a grid-stride loop, so a block stages A once for several
+units. With ``SWIGLU`` a warp reads the gate rows ``n`` and the up rows
+``N + n`` of a joined gate/up weight and writes the SwiGLU of the two, rounded
+where the unfused MatMulNBits and SwiGLU nodes round. The bias is added to the
+float32 sum and the result rounded once, as ``_nbits_cuda``'s GEMV does.
 
-Takes: bits = 4, float16 A (so not ``accuracy_level=4``, whose rounded
-activations are float32), no or packed uint8 zero points, a power-of-two
-block_size >= 16, at most 8 rows whose staged A fits :data:`SMEM_BUDGET`, a
-device of compute capability 8.0 or newer. ``_nbits_cuda`` runs the rest.
+With ``accuracy_level=4`` (``Q8``) the staging rounds A to int8 per block of K as
+``_nbits_cuda``'s ``quantize_a_int8`` does (float16 or float32 A, amax per block,
+``rint(a * 127 / amax)``) and stages the integers themselves, which float16 holds
+exactly; the products and their block sums are then exact integers, and each D value is
+scaled by the weight's and the activations' block scales in float32. One launch
+replaces the rounding launch and the GEMV.
+
+Takes: bits = 4, float16 A, or float32 A with ``accuracy_level=4``; no or packed uint8
+zero points; a power-of-two block_size >= 16; at most 8 rows whose staged A fits
+:data:`SMEM_BUDGET`; a device of compute capability 8.0 or newer. ``_nbits_cuda`` runs
+the rest (float32 A at accuracy level 0, 2- and 8-bit weights, float zero points).
 
 :data:`MMA_PRIMS` is the only block that names the f16x2 and MMA instructions;
 the tests' kernel emulator swaps it for host versions of the same names.
@@ -124,7 +133,9 @@ MMA_BODY = (
 namespace nm {
 
 __device__ __forceinline__ float sigmoid(float x) { return SIGMOID_EXPR; }
-__device__ __forceinline__ float rnd(float x) { return to_f(from_f<__half>(x)); }
+template <typename T> __device__ __forceinline__ float rnd(float x) {
+  return to_f(from_f<T>(x));
+}
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
 // Eight halves h0..h7 (one 16-byte word of A) as the pairs an A fragment takes: (h0, h4),
@@ -165,52 +176,80 @@ __device__ __forceinline__ void stage_plain(const __half* __restrict__ a, int M,
   }
 }
 
-// A's rows normalised as norm_rows normalises them (RMS, NORM_PROLOGUE): s = x (+ skip)
-// (+ nbias) in float32, y = (s * inv) * gamma rounded to float16, zeros past K and for rows
-// M .. MT - 1. Block 0 writes the rounded s to sum_out.
-__device__ __forceinline__ void stage_norm(const __half* __restrict__ x,
-                                           const __half* __restrict__ skip,
-                                           const __half* __restrict__ nbias,
-                                           const __half* __restrict__ gamma,
-                                           __half* __restrict__ sum_out, int M, int MT, int K,
-                                           int cpad, int skip_rows, float eps, int tpr, int vec,
-                                           float* shv) {
-  const int words = cpad * 4;
-  for (int m = 0; m < MT; ++m) {
-    uint4* row_out = a_row(m, cpad);
-    if (m >= M) {
-      for (int i = threadIdx.x; i < words; i += blockDim.x) row_out[i] = zero4();
-      continue;
+// A[m][k] (m < M, k < K) as the unfused nodes stored it, in float32: a itself, or with NORM
+// the norm's output rounded to TA (its row's inv in rinv) and s the residual sum.
+template <typename TA, int NORM>
+__device__ __forceinline__ float a_value(const TA* __restrict__ a, const TA* __restrict__ skip,
+                                         const TA* __restrict__ nbias,
+                                         const TA* __restrict__ gamma, int m, int k, int K,
+                                         int skip_rows, const float* rinv, float* s) {
+  if (!NORM) return to_f(a[(i64)m * K + k]);
+  const TA* sr = skip == nullptr ? nullptr : skip + (i64)(m % skip_rows) * K;
+  *s = residual(a + (i64)m * K, sr, nbias, (i64)k);
+  return to_f(from_f<TA>(prologue_value(*s, rinv[m], gamma, (i64)k)));
+}
+
+// A staged for every case but stage_plain's: with NORM normalised as norm_rows normalises it
+// (NORM_PROLOGUE: the rows' inv first, then each value; block 0 writes the rounded residual
+// sums to sum_out), with Q8 rounded to int8 per block of K as quantize_a_int8 rounds it
+// (amax of the block, q = rint(v * 127 / amax)): q itself is staged, a small integer float16
+// holds exactly, and amax per row and block is kept for the scales. Zeros past K and M.
+template <typename TA, int NORM, int Q8>
+__device__ __forceinline__ void stage_general(
+    const TA* __restrict__ a, const TA* __restrict__ skip, const TA* __restrict__ nbias,
+    const TA* __restrict__ gamma, TA* __restrict__ sum_out, int M, int MT, int K, int cpad,
+    int KB, int log2blk, int skip_rows, float eps, int tpr, int vec, float* shv, float* rinv,
+    float* amax) {
+  const int words = cpad * 4, nt = blockDim.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = nt >> 5;
+  if (NORM) {
+    for (int m = 0; m < M; ++m) {
+      const TA* sr = skip == nullptr ? nullptr : skip + (i64)(m % skip_rows) * K;
+      const float inv = prologue_inv(a + (i64)m * K, sr, nbias, (i64)K, eps, tpr, vec, shv);
+      if (threadIdx.x == 0) rinv[m] = inv;
     }
-    const __half* xr = x + (i64)m * K;
-    const __half* sr = skip == nullptr ? nullptr : skip + (i64)(m % skip_rows) * K;
-    const float inv = prologue_inv(xr, sr, nbias, (i64)K, eps, tpr, vec, shv);
-    __half* so = (sum_out != nullptr && blockIdx.x == 0) ? sum_out + (i64)m * K : nullptr;
-    for (int item = threadIdx.x; item < words; item += blockDim.x) {
-      const int k0 = item * 8;
-      unsigned h[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) h[j] = 0u;
-      if (k0 < K && vec) {  // a whole word of K
-        float s[8];
-        residual_vec(xr, sr, nbias, (i64)k0, s);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          h[j] = hbits(from_f<__half>(prologue_value(s[j], inv, gamma, (i64)(k0 + j))));
-        if (so != nullptr) store_vec(so + k0, s);
-      } else if (k0 < K) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int k = k0 + j;
+    __syncthreads();
+  }
+  if (Q8) {  // a warp per (row, block): the block's amax, fmaxf ignoring NaN as the CPU's
+    const int blk = 1 << log2blk;
+    for (int w = warp; w < MT * KB; w += nw) {
+      const int m = w / KB, kb = w - m * KB;
+      float mx = 0.f, s;
+      if (m < M) {
+        for (int i = lane; i < blk; i += 32) {
+          const int k = kb * blk + i;
           if (k < K) {
-            const float s = residual(xr, sr, nbias, (i64)k);
-            h[j] = hbits(from_f<__half>(prologue_value(s, inv, gamma, (i64)k)));
-            if (so != nullptr) so[k] = from_f<__half>(s);
+            mx = fmaxf(mx, fabsf(a_value<TA, NORM>(a, skip, nbias, gamma, m, k, K, skip_rows,
+                                                   rinv, &s)));
           }
         }
       }
-      row_out[item] = pack_halves(h);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
+      if (lane == 0) amax[w] = mx;
     }
+    __syncthreads();
+  }
+  TA* so = (NORM && sum_out != nullptr && blockIdx.x == 0) ? sum_out : nullptr;
+  for (int i = threadIdx.x; i < MT * words; i += nt) {
+    const int m = i / words, item = i - m * words, k0 = item * 8;
+    unsigned h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int k = k0 + j;
+      h[j] = 0u;
+      if (m < M && k < K) {
+        float s = 0.f;
+        float v = a_value<TA, NORM>(a, skip, nbias, gamma, m, k, K, skip_rows, rinv, &s);
+        if (Q8) {
+          const float mx = amax[m * KB + (k >> log2blk)];
+          v = rintf(v * (127.0f / (mx == 0.f ? 1.f : mx)));
+        }
+        h[j] = hbits(from_f<__half>(v));
+        if (so != nullptr) so[(i64)m * K + k] = from_f<TA>(s);
+      }
+    }
+    a_row(m, cpad)[item] = pack_halves(h);
   }
 }
 
@@ -234,18 +273,18 @@ __device__ __forceinline__ unsigned word_of(const uint4& v, int j) {
 }  // namespace nm
 
 // y[m, n] = sum_k A[m, k] (q[n, k] - zp[n, k / B]) scale[n, k / B] (+ bias[n]), A staged as
-// the module describes (normalised with NORM). With SWIGLU the weight holds 2N rows (gate,
-// then up) and y[m, n] = SwiGLU of the gate and up sums. B is (rows, RS) bytes, RS = 16 C;
-// S k-steps of 4 chunks; units of 8 >> log2p tiles of 8 columns; P = 1 << log2p warps a tile.
-template <typename TS, int ZP, int SUB16, int MT, int SWIGLU, int NORM>
+// the module describes (normalised with NORM, rounded to int8 per block with Q8). With
+// SWIGLU the weight holds 2N rows (gate, then up) and y[m, n] = SwiGLU of the gate and up
+// sums. B is (rows, RS) bytes, RS = 16 C; S k-steps of 4 chunks; units of 8 >> log2p tiles of
+// 8 columns; P = 1 << log2p warps a tile. TA is A's (and y's) type.
+template <typename TA, typename TS, int ZP, int SUB16, int MT, int SWIGLU, int NORM, int Q8>
 __global__ void __launch_bounds__(256) nbits_mma(
-    const __half* __restrict__ a, const __half* __restrict__ skip,
-    const __half* __restrict__ nbias, const __half* __restrict__ gamma,
-    __half* __restrict__ sum_out, const unsigned char* __restrict__ b,
+    const TA* __restrict__ a, const TA* __restrict__ skip, const TA* __restrict__ nbias,
+    const TA* __restrict__ gamma, TA* __restrict__ sum_out, const unsigned char* __restrict__ b,
     const TS* __restrict__ scales, const unsigned char* __restrict__ zp8,
-    const __half* __restrict__ bias, __half* __restrict__ y, i64 M_, i64 N_, i64 K_, i64 KB_,
-    i64 RS_, i64 ZS_, i64 C_, i64 S_, i64 log2blk_, i64 log2p_, i64 units_, i64 has_bias_,
-    i64 vec_, i64 skip_rows_, i64 tpr_, double eps_) {
+    const TA* __restrict__ bias, TA* __restrict__ y, i64 M_, i64 N_, i64 K_, i64 KB_, i64 RS_,
+    i64 ZS_, i64 C_, i64 S_, i64 log2blk_, i64 log2p_, i64 units_, i64 has_bias_, i64 vec_,
+    i64 skip_rows_, i64 tpr_, double eps_) {
   using namespace nm;
   constexpr int R = SWIGLU ? 2 : 1;      // weight rows a lane reads per column (gate, up)
   constexpr int U = SWIGLU ? 2 : 4;      // k-steps whose loads are in flight together
@@ -263,15 +302,18 @@ __global__ void __launch_bounds__(256) nbits_mma(
   const int T = (N + 7) >> 3;
   const int cpad = 4 * S;
   __shared__ float shv[32];
+  __shared__ float rinv[8];
   __shared__ float red[8 * R * 64];  // [warp][r][m][column] partial sums when P > 1
-
-  if (NORM) {
-    stage_norm(a, skip, nbias, gamma, sum_out, M, MT, K, cpad, (int)skip_rows_, (float)eps_,
-               (int)tpr_, (int)vec_, shv);
-  } else {
-    stage_plain(a, M, MT, K, cpad, (int)vec_);
-  }
   uint4* zeros = nm_smem + (i64)MT * cpad * 4;
+  float* amax = reinterpret_cast<float*>(zeros + 4);  // [MT][KB] with Q8
+
+  if (NORM || Q8) {
+    stage_general<TA, NORM, Q8>(a, skip, nbias, gamma, sum_out, M, MT, K, cpad, KB, log2blk,
+                                (int)skip_rows_, (float)eps_, (int)tpr_, (int)vec_, shv, rinv,
+                                amax);
+  } else {
+    stage_plain(reinterpret_cast<const __half*>(a), M, MT, K, cpad, (int)vec_);
+  }
   if (threadIdx.x < 4) zeros[threadIdx.x] = zero4();
   __syncthreads();
   // A lanes hold A row 4 m0 + t (its k positions are lane t's): their row's t is their own,
@@ -299,13 +341,16 @@ __global__ void __launch_bounds__(256) nbits_mma(
 #pragma unroll
         for (int j = 0; j < 2; ++j) srow[r][j] = (i64)min(n0 + 2 * t + j, N - 1) + (i64)r * N;
       }
-      for (int base = p * U; base < S; base += P * U) {
+      // Warp p of the tile sums k-steps p, p + P, p + 2P, ... in that order, U of them loaded
+      // at a time: which warp adds which k-step, and in what order, is U's choice alone.
+      for (int j0 = 0; p + j0 * P < S; j0 += U) {
         uint4 wv[U][R];
         unsigned zq[U][R];
         float sc[U][R][SUBS][2];
+        float asc[U][SUBS][MQ][2];  // with Q8: the activations' scale of each D row's block
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int ks = base + u;
+          const int ks = p + (j0 + u) * P;
           if (ks < S) {
             const int c = 4 * ks + t;  // this lane's chunk of its column
 #pragma unroll
@@ -328,11 +373,24 @@ __global__ void __launch_bounds__(256) nbits_mma(
                 for (int j = 0; j < 2; ++j)
                   sc[u][r][sb][j] = kb < KB ? to_f(scales[srow[r][j] * KB + kb]) : 0.f;
               }
+            if (Q8) {
+#pragma unroll
+              for (int sb = 0; sb < SUBS; ++sb) {
+                const int kb = SUB16 ? 2 * cs + sb : (cs * 32) >> log2blk;
+#pragma unroll
+                for (int q = 0; q < MQ; ++q)
+#pragma unroll
+                  for (int hh = 0; hh < 2; ++hh) {
+                    const int m = 4 * q + m0 + 2 * hh;
+                    asc[u][sb][q][hh] = m < MT && kb < KB ? amax[m * KB + kb] / 127.0f : 0.f;
+                  }
+              }
+            }
           }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int ks = base + u;
+          const int ks = p + (j0 + u) * P;
           if (ks < S) {
             const uint4* ap = alane ? a_row(m0, cpad) + (4 * ks + t) * 4 : zeros;
             const i64 step2 = alane ? (i64)2 * cpad * 4 : 0;  // rows m0 + 2, + 4, + 6
@@ -377,8 +435,11 @@ __global__ void __launch_bounds__(256) nbits_mma(
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
-                  for (int i = 0; i < 4; ++i)
-                    acc[q][r][i] = fmaf(sc[u][r][sb][i & 1], d[q][r][i], acc[q][r][i]);
+                  for (int i = 0; i < 4; ++i) {
+                    float f = sc[u][r][sb][i & 1];
+                    if (Q8) f *= asc[u][sb][q][i >> 1];
+                    acc[q][r][i] = fmaf(f, d[q][r][i], acc[q][r][i]);
+                  }
             }
           }
         }
@@ -409,11 +470,11 @@ __global__ void __launch_bounds__(256) nbits_mma(
               if (SWIGLU) {
                 float u = acc[q][R - 1][i];
                 if (has_bias) u += to_f(bias[N + n]);
-                const float gv = rnd(v);
-                const float act = rnd(gv * rnd(sigmoid(gv)));
-                v = act * rnd(u);
+                const float gv = rnd<TA>(v);
+                const float act = rnd<TA>(gv * rnd<TA>(sigmoid(gv)));
+                v = act * rnd<TA>(u);
               }
-              y[(i64)m * N + n] = from_f<__half>(v);
+              y[(i64)m * N + n] = from_f<TA>(v);
             }
           }
       }
@@ -444,11 +505,11 @@ __global__ void __launch_bounds__(256) nbits_mma(
         if (has_bias) v += to_f(bias[n]);
         if (SWIGLU) {
           if (has_bias) u += to_f(bias[N + n]);
-          const float gv = rnd(v);
-          const float act = rnd(gv * rnd(sigmoid(gv)));
-          v = act * rnd(u);
+          const float gv = rnd<TA>(v);
+          const float act = rnd<TA>(gv * rnd<TA>(sigmoid(gv)));
+          v = act * rnd<TA>(u);
         }
-        y[(i64)m * N + n] = from_f<__half>(v);
+        y[(i64)m * N + n] = from_f<TA>(v);
       }
     }
     __syncthreads();  // red is read before the next unit writes it
@@ -464,8 +525,14 @@ def source() -> str:
     return MMA_PRIMS + MMA_BODY
 
 
-def kernel_name(ts: str, zp: int, sub16: bool, mt: int, swiglu: bool, norm: bool) -> str:
-    return f"nbits_mma<{ts}, {zp}, {int(sub16)}, {mt}, {int(swiglu)}, {int(norm)}>"
+CT = {np.dtype(np.float16): "__half", np.dtype(np.float32): "float"}
+
+
+def kernel_name(
+    ta: str, ts: str, zp: int, sub16: bool, mt: int, swiglu: bool, norm: bool, q8: bool
+) -> str:
+    flags = f"{int(sub16)}, {mt}, {int(swiglu)}, {int(norm)}, {int(q8)}"
+    return f"nbits_mma<{ta}, {ts}, {zp}, {flags}>"
 
 
 def row_tile(m: int) -> int:
@@ -487,34 +554,39 @@ class MmaPlan:
     smem: int  # dynamic shared memory, bytes
 
 
-def smem_bytes(mt: int, chunks: int) -> int:
-    """The staged A of ``mt`` rows (zero-padded to whole k-steps) and its zero words."""
-    return mt * (-(-chunks // 4)) * 4 * 64 + 64
+def smem_bytes(mt: int, chunks: int, kb: int = 0) -> int:
+    """The staged A of ``mt`` rows (zero-padded to whole k-steps), its zero words and (int8
+    activations: ``kb`` blocks a row) the blocks' amax."""
+    return mt * (-(-chunks // 4)) * 4 * 64 + 64 + -(-mt * kb * 4 // 16) * 16
 
 
-def fits(m: int, chunks: int) -> bool:
-    """Whether ``m`` rows of ``chunks`` chunks stage within :data:`SMEM_BUDGET`."""
-    return 1 <= m <= MAX_M and smem_bytes(row_tile(m), chunks) <= SMEM_BUDGET
+def fits(m: int, chunks: int, kb: int = 0) -> bool:
+    """Whether ``m`` rows of ``chunks`` chunks (and ``kb`` amax a row) stage within
+    :data:`SMEM_BUDGET`."""
+    return 1 <= m <= MAX_M and smem_bytes(row_tile(m), chunks, kb) <= SMEM_BUDGET
 
 
-def plan(m: int, n: int, chunks: int, sms: int) -> MmaPlan:
-    """Geometry from the shape and the device's SM count (``n``: output columns).
+def plan(m: int, n: int, chunks: int, sms: int, kb: int = 0, rows: int = 0) -> MmaPlan:
+    """Geometry from the shape and the device's SM count (``n``: output columns; ``rows``:
+    the weight's rows, 2n with the SwiGLU, ``n`` when 0).
 
-    One warp per tile of 8 columns while the tiles give every SM
-    :data:`FILL_WARPS_PER_SM` warps; fewer tiles than that (a down projection:
-    narrow N, long K) share each tile among ``P`` warps (up to 8, never more
-    than its k-steps), each summing every P-th group of k-steps.
+    One warp per tile of 8 columns while the weight's tiles give every SM
+    :data:`FILL_WARPS_PER_SM` warps; fewer than that (a down projection: narrow N,
+    long K) share each tile among ``P`` warps (up to 8, never more than its
+    k-steps), warp p summing k-steps p, p + P, ... The choice reads the weight's
+    rows, so a SwiGLU GEMV sums each column as the plain GEMV on the same weight does.
     """
     mt = row_tile(m)
     ksteps = -(-chunks // 4)
     tiles = -(-n // 8)
+    weight_tiles = -(-(rows or n) // 8)
     want = sms * FILL_WARPS_PER_SM
     p = 1
-    while p < WARPS and 2 * p <= ksteps and tiles * p < want:
+    while p < WARPS and 2 * p <= ksteps and weight_tiles * p < want:
         p *= 2
     units = -(-tiles // (WARPS // p))
     grid = max(1, min(units, sms * BLOCKS_PER_SM))
-    return MmaPlan(mt, ksteps, p.bit_length() - 1, units, grid, smem_bytes(mt, chunks))
+    return MmaPlan(mt, ksteps, p.bit_length() - 1, units, grid, smem_bytes(mt, chunks, kb))
 
 
 _capable: dict[int, bool] = {}
@@ -532,25 +604,31 @@ def device_capable() -> bool:
 
 
 class NbitsMma:
-    """The launches of one node: compiled instantiations for every row tile, plans by rows."""
+    """The launches of one node: compiled instantiations for every row tile, plans by rows.
+
+    ``q8``: the node's ``accuracy_level=4`` (A rounded to int8 per block of K in the
+    staging); ``swiglu``: the SwiGLU epilogue; ``norm``: the RMS-norm prologue."""
 
     def __init__(
         self,
         xp: Any,
+        a_dtype: Any,
         scales_dtype: Any,
         zp_kind: int,
         block: int,
         *,
+        q8: bool = False,
         swiglu: bool = False,
         norm: bool = False,
     ) -> None:
         self.xp = xp
-        self.swiglu, self.norm = swiglu, norm
-        ts = {np.dtype(np.float16): "__half", np.dtype(np.float32): "float"}[np.dtype(scales_dtype)]
+        self.a_dtype = np.dtype(a_dtype)
+        self.q8, self.swiglu, self.norm = q8, swiglu, norm
+        ta, ts = CT[self.a_dtype], CT[np.dtype(scales_dtype)]
         self.sub16 = block == 16
         self.log2blk = block.bit_length() - 1
         self.names = {
-            mt: kernel_name(ts, zp_kind, self.sub16, mt, swiglu, norm) for mt in ROW_TILES
+            mt: kernel_name(ta, ts, zp_kind, self.sub16, mt, swiglu, norm, q8) for mt in ROW_TILES
         }
         self.fns = K.compile_kernels(source(), tuple(self.names.values()))
         self.sms = K.sm_count()
@@ -560,15 +638,22 @@ class NbitsMma:
     @staticmethod
     def takes(bits: int, a_dtype: Any, zp_kind: int, int8_a: bool, block: int, xp: Any) -> bool:
         """Whether a node of these attributes is this kernel's case (the rows are checked per
-        run by :func:`fits`)."""
-        if bits != 4 or int8_a or np.dtype(a_dtype) != np.float16:
+        run by :func:`fits`): 4-bit weights, float16 A, or float32 A rounded to int8
+        (``accuracy_level=4``), whose int8 values float16 holds exactly."""
+        dt = np.dtype(a_dtype)
+        if bits != 4 or not (dt == np.float16 or (dt == np.float32 and int8_a)):
             return False
         if zp_kind not in (ZP_NONE, ZP_PACKED) or block < 16 or block & (block - 1):
             return False
         return xp is np or device_capable()
 
-    def _plan(self, m: int, n: int, chunks: int) -> MmaPlan:
-        return plan(m, n, chunks, self.sms)
+    def fits(self, m: int, chunks: int, kb: int) -> bool:
+        """Whether ``m`` rows of this node stage within the budget."""
+        return fits(m, chunks, kb if self.q8 else 0)
+
+    def _plan(self, m: int, n: int, chunks: int, kb: int) -> MmaPlan:
+        rows = 2 * n if self.swiglu else n
+        return plan(m, n, chunks, self.sms, kb if self.q8 else 0, rows)
 
     def _driver(self) -> Any:
         """Launches straight through the driver (``launch.Launcher``)."""
@@ -603,25 +688,26 @@ class NbitsMma:
         bias: Any = None,
         norm: tuple | None = None,
     ) -> Any:
-        """``y`` (``m`` x ``n``, float16) for ``a`` (``m`` x ``k`` contiguous float16; with
-        :attr:`norm`, the norm's input x); the caller checked :meth:`takes` and :func:`fits`.
+        """``y`` (``m`` x ``n``, A's dtype) for ``a`` (``m`` x ``k`` contiguous; with ``norm``,
+        the norm's input x); the caller checked :meth:`takes` and :meth:`fits`.
 
         ``tables``: B, scales and packed zero points (or anything for none) on the device;
         ``layout``: (KB, RS, ZS, chunks) as ``_nbits_weights.Weights`` has them. ``norm``:
         (skip, skip_rows, nbias, gamma, sum_out, eps) for a normalising node.
         """
         kb, rs, zs, chunks = layout
-        p = self._plans(m, n, chunks)
-        y = self.xp.empty((m, n), np.float16)
+        p = self._plans(m, n, chunks, kb)
+        y = self.xp.empty((m, n), self.a_dtype)
         b, scales, zp8 = tables[0], tables[1], tables[2]
         if norm is None:
             skip = nbias = gamma = sum_out = None
             skip_rows, eps, tpr = 1, 0.0, 32
-            vec = k % 8 == 0 and K.address(a) % 16 == 0
-        else:
+            vec = k % 8 == 0 and K.address(a) % 16 == 0  # stage_plain's float16 words
+        else:  # norm_rows's own vector test, for its order of the sum of squares
             skip, skip_rows, nbias, gamma, sum_out, eps = norm
             tpr = K.row_threads(k)
-            vec = k % 8 == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
+            lanes = K.vector_width(self.a_dtype)
+            vec = k % lanes == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
         ptrs = (a, skip, nbias, gamma, sum_out, b, scales, zp8, bias, y)
         ints = (m, n, k, kb, rs, zs, chunks, p.ksteps, self.log2blk, p.log2p, p.units,
                 int(bias is not None), int(vec), skip_rows, tpr, eps)  # fmt: skip

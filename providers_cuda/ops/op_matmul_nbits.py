@@ -124,7 +124,7 @@ class _Runner:
         self.tile = max(1, min(w.n, GEMM_TILE_BYTES // (w.k * act_dtype.itemsize)))
         self.mma = None
         if MMA_GEMV and MMA.NbitsMma.takes(w.bits, a_dtype, zk, int8_a, w.block, xp):
-            self.mma = MMA.NbitsMma(xp, w.scales.host.dtype, zk, w.block)
+            self.mma = MMA.NbitsMma(xp, a_dtype, w.scales.host.dtype, zk, w.block, q8=int8_a)
         self.layout = (w.kb, w.rs, w.zs, w.chunks)
 
     def __call__(self, a, b=None, scales=None, zero_points=None, g_idx=None, bias=None):
@@ -139,18 +139,15 @@ class _Runner:
         m = 1
         for d in lead:
             m *= d
-        bias = self._bias(bias)
-        w = self.w
-        tables = (w.b.get(b), w.scales.get(scales))
-        if w.zp8 is not None:
-            tables += (w.zp8.get(zero_points), tables[1])
-        elif w.zpf is not None:
-            tables += (tables[0], w.zpf.get(zero_points))
-        else:
-            tables += tables  # placeholders the kernels do not read
+        bias = self.bias_for(bias)
+        tables = self.tables(b, scales, zero_points)
         if m == 0:
             return (xp.empty(lead + (n,), dtype=self.a_dtype),)
         a2 = xp.ascontiguousarray(a).reshape(m, k)
+        if self.mma is not None and self.mma.fits(m, self.w.chunks, self.w.kb):
+            # the tensor-core GEMV rounds A to int8 itself (accuracy_level 4)
+            y = self.mma(a2, m, self.n, self.k, tables[:3], self.layout, bias)
+            return (y.reshape(lead + (n,)),)
         if self.int8_a:
             a2 = self._round_int8(a2, m)
         if m <= K_.GEMV_MAX_M:
@@ -159,7 +156,19 @@ class _Runner:
             y = self._gemm(a2, m, bias, tables)
         return (y.reshape(lead + (n,)),)
 
-    def _bias(self, bias):
+    def tables(self, b, scales, zero_points):
+        """B, scales, packed zero points and float zero points as the kernels read them (the
+        session's device copies where their layout suits; placeholders for omitted ones)."""
+        w = self.w
+        tables = (w.b.get(b), w.scales.get(scales))
+        if w.zp8 is not None:
+            return tables + (w.zp8.get(zero_points), tables[1])
+        if w.zpf is not None:
+            return tables + (tables[0], w.zpf.get(zero_points))
+        return tables + tables  # placeholders the kernels do not read
+
+    def bias_for(self, bias):
+        """The bias the kernels add (the node's constant one, or the given one checked)."""
         if not self.has_bias:
             return None
         if self.bias is not None:
@@ -182,8 +191,6 @@ class _Runner:
         return out
 
     def _gemv(self, a2, m, bias, tables):
-        if self.mma is not None and MMA.fits(m, self.w.chunks):
-            return self.mma(a2, m, self.n, self.k, tables[:3], self.layout, bias)
         mt = K_.mt_for(m)
         g = self.geoms[mt]
         xp, i32 = self.xp, np.int32

@@ -19,6 +19,7 @@ cupy = pytest.importorskip("cupy", reason="the CUDA tests need CuPy and a GPU")
 
 #: The float16 4-bit cases of test_cuda_quant the tensor-core GEMV takes.
 CASES = [c for c in Q.NBITS_CASES if c[0] == 4 and c[2] != "float"]
+F16, F32 = np.float16, np.float32
 ROWS = (1, 2, 3, 5, 8)
 
 
@@ -123,11 +124,29 @@ def test_cuda_core_gemv_on_the_same_nodes(case, monkeypatch, mma_calls):
     assert not mma_calls
 
 
-def _tables(rng, k, n):
+#: accuracy_level 4: A rounded to int8 per block of K in the staging (float32 or float16 A).
+LEVEL4 = [
+    (4, 32, "packed", 200, 37),
+    (4, 16, "packed", 72, 19),
+    (4, 128, "none", 300, 23),
+    (4, 32, "none", 1100, 50),
+    (4, 32, "packed", 896, 4864),
+    (4, 32, "none", 4864, 896),
+]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", LEVEL4, ids=lambda c: "-".join(map(str, c)))
+def test_accuracy_level_4_rounds_in_the_staging(case, dtype, mma_calls):
+    Q._check_nbits(*case, dtype, accuracy_level=4, rows=(1, 3, 8))
+    assert [m for m, _, _ in mma_calls] == [1, 3, 8]
+
+
+def _tables(rng, k, n, dtype=F16):
     from onnxep.providers_cuda.ops._nbits_weights import Weights
 
-    b, scales, zp = Q._nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
-    node = Q._nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
+    b, scales, zp = Q._nbits_consts(rng, k, n, 4, 32, "packed", dtype)
+    node = Q._nbits_node(k, n, 4, 32, dtype, b, scales, zp)
     w = Weights(node, k, n, 4, 32, Q._xp())
     dev = [cupy.asarray(v) for v in (b, scales, zp)]
     tables = (w.b.get(dev[0]), w.scales.get(dev[1]), w.zp8.get(dev[2]))
@@ -136,20 +155,24 @@ def _tables(rng, k, n):
 
 @pytest.mark.parametrize(("m", "k", "h"), [(1, 896, 4864), (1, 64, 24), (3, 300, 11), (8, 96, 40)])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["", "bias"])
-def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(m, k, h, with_bias, mma_calls):
+@pytest.mark.parametrize("dtype", [F16, F32], ids=["f16", "f32-level4"])
+def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(m, k, h, with_bias, dtype, mma_calls):
     from onnxep.providers_cuda.ops import _fused_cuda as FC
     from onnxep.providers_cuda.ops import _nbits_mma_cuda as M
 
     rng = np.random.default_rng(m + k)
-    tables, layout = _tables(rng, k, 2 * h)
-    bias = cupy.asarray(rng.standard_normal(2 * h).astype(np.float16)) if with_bias else None
-    a = cupy.asarray(rng.standard_normal((m, k)).astype(np.float16))
-    xp = Q._xp()
-    plain = M.NbitsMma(xp, np.float16, M.ZP_PACKED, 32)(a, m, 2 * h, k, tables, layout, bias)
-    got = M.NbitsMma(xp, np.float16, M.ZP_PACKED, 32, swiglu=True)(a, m, h, k, tables, layout, bias)
-    fn = FC.kernels_for("swiglu_k", np.float16)[np.dtype(np.float16)]
-    want = cupy.empty((m, h), np.float16)
+    tables, layout = _tables(rng, k, 2 * h, dtype)
+    bias = cupy.asarray(rng.standard_normal(2 * h).astype(dtype)) if with_bias else None
+    a = cupy.asarray(rng.standard_normal((m, k)).astype(dtype))
+    xp, q8 = Q._xp(), dtype == F32
+    plain = M.NbitsMma(xp, dtype, dtype, M.ZP_PACKED, 32, q8=q8)(
+        a, m, 2 * h, k, tables, layout, bias
+    )
+    fused = M.NbitsMma(xp, dtype, dtype, M.ZP_PACKED, 32, q8=q8, swiglu=True)
+    got = fused(a, m, h, k, tables, layout, bias)
+    fn = FC.kernels_for("swiglu_k", dtype)[np.dtype(dtype)]
+    want = cupy.empty((m, h), dtype)
     n = np.int64(want.size)
     fn(FC.grid(want.size), (FC.BLOCK,), (plain, plain.reshape(-1)[h:], want, n, np.int64(h),
                                          np.int64(2 * h), np.int64(2 * h)))  # fmt: skip
-    assert cupy.array_equal(got.view(cupy.uint16), want.view(cupy.uint16))
+    assert cupy.array_equal(got.view(cupy.uint8), want.view(cupy.uint8))
