@@ -50,6 +50,11 @@ def test_decode_mode_drives_the_cache():
     assert "tok/s" in res.table()
     ours = res.sides[0]
     assert ours["device_to_host_copies"] == 0
+    # each side also decodes alone, its steps back to back, synced once at the end
+    assert set(res.sustained) == {"onnxep", "onnxruntime"} and min(res.sustained.values()) > 0
+    assert not [k for k in res.skipped if "back to back" in k], res.skipped
+    assert "back to back" in res.table()
+    assert res.to_json()["sustained_ms_per_step"] == res.sustained
 
 
 def test_profile_lists_top_ops():

@@ -437,3 +437,52 @@ def test_missing_tqdm_warns_and_shows_nothing(monkeypatch, caplog):
     bar.update(1)
     bar.close()
     assert "tqdm is not installed" in caplog.text
+
+
+# -- the device path's pipeline -----------------------------------------------------------
+
+
+class _Ordered(FakeDevice):
+    """A fake device that logs when the host waits for a token's copy."""
+
+    log: list[str] = []
+
+    def to_host_async(self, x):
+        snapshot = np.array(x, copy=True)  # what the copy queued now will deliver
+        self.counts["device_to_host"] += 1  # counted when queued, as the CUDA provider does
+
+        def wait():
+            self.log.append("read")
+            return snapshot
+
+        return wait
+
+
+class _OrderedPlugin(FakePlugin):
+    @hookimpl
+    def onnxep_create_provider(self, options):
+        return _Ordered(options)
+
+
+def test_step_t_plus_1_is_queued_before_token_t_is_read(monkeypatch):
+    plugin = _OrderedPlugin(share=True)
+    onnxep.register_provider(plugin, name="fakedev-ordered-plugin")
+    try:
+        path = MODELS["qwen2_fp32"]
+        sess = onnxep.InferenceSession(path, providers=["fakedev"])
+        _Ordered.log = []
+        run = sess.run_with_iobinding
+
+        def logged(io, run_options=None):
+            _Ordered.log.append("run")
+            return run(io, run_options)
+
+        monkeypatch.setattr(sess, "run_with_iobinding", logged)
+        steps = 5
+        res = onnxep.generate(sess, PROMPT, steps, progress=False)
+    finally:
+        unregister_plugin(plugin)
+    assert res.tokens == step_by_step(path, PROMPT, steps)
+    # after the prefill each token is read only once the next step was queued behind it
+    assert _Ordered.log == ["run"] + ["run", "read"] * (steps - 1) + ["read"], _Ordered.log
+    assert res.device_to_host_reads == [1] * steps
