@@ -18,6 +18,13 @@ if ! python3 -m pip install -q --no-index --no-deps --target /tmp/site .device/w
   exit 1
 fi
 export PYTHONPATH=/tmp/site
+# onnxruntime-gpu, where ../shared/gpu/install_peers.sh put it (/tmp/ortgpu), goes first: the
+# decode stages' onnxruntime sides run on its CUDA provider (without it they are skipped,
+# with the reason, in every table)
+if [ -d /tmp/ortgpu ] && [ -f /tmp/ort_env.sh ]; then
+  . /tmp/ort_env.sh
+  export PYTHONPATH=/tmp/ortgpu:/tmp/site
+fi
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
 python3 - >"$OUT/machine.json" <<'PY'
 import json, subprocess, cupy, onnxep
@@ -31,8 +38,11 @@ PY
 # each DTYPE (too big to carry), then, in one bench run per dtype and context (16 and ~2000
 # tokens), onnxep eager (capture off), onnxep-graph (the same decode with CUDA-graph capture
 # auto: full-capacity masks, one graph replayed per step), torch eager and torch-graph (the
-# torch twin with a static cache, its decode step one torch.cuda.CUDAGraph) on the same
-# weights. The JSON and the summary state each side's captures, replays and fallbacks and
+# torch twin with a static cache, its decode step one torch.cuda.CUDAGraph), onnxruntime-cuda
+# and onnxruntime-graph (onnxruntime-gpu through IO binding, each KV cache one buffer shared
+# as past and present, its CUDA graph off and on; skipped with the reason where onnxruntime
+# has no CUDA provider) on the same weights; each side also decodes alone, back to back.
+# DECODE_VS replaces the peers. The JSON and the summary state each side's captures, replays and fallbacks and
 # its fraction of the bandwidth floor (initializer bytes / 4.26 TB/s). The environment's
 # ONNXEP_CUDA_CAPTURE is unset (it overrides both onnxep sides' option). PROFILE yes adds
 # a profiled onnxep session at context 16 (host us per op; one more model load). DECODE_STEPS
@@ -66,7 +76,8 @@ decode_stage() {
       b0=$(date +%s)
       echo "== $dtype context $ctx" >>"$OUT/$name.log"
       env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.cli bench \
-        "$model" --providers cuda,cpu --vs torch,onnxep-graph,torch-graph \
+        "$model" --providers cuda,cpu \
+        --vs "${DECODE_VS:-torch,onnxep-graph,torch-graph,onnxruntime,onnxruntime-graph}" \
         --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
         --json "$OUT/${name}_${dtype}_ctx${ctx}.json" >>"$OUT/$name.log" 2>&1 || rc=$?
       echo "$name $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/$name.log"

@@ -325,8 +325,7 @@ def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
     # capturing side captures while warming up and only replays while timed
     capacity = prompt.shape[1] + max(steps + 1 + BACK_TO_BACK_UNTIMED, max(warmup, 1) + 1)
     for side in sides:
-        if isinstance(side, OnnxepSide):
-            side.decode_capacity = capacity
+        side.decode_capacity = capacity
         try:
             warm = side.decode_loop(spec, prompt, max(warmup, 1) + 1, dims, names)
             while not warm.done:
