@@ -285,7 +285,7 @@ class TorchGraphSide(TorchSide):
         return out
 
 
-SIDES = ("onnxruntime", ORT_GRAPH_SIDE, "reference", "torch", GRAPH_SIDE, TORCH_GRAPH_SIDE)
+SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE, TORCH_GRAPH_SIDE, ORT_GRAPH_SIDE)
 
 
 def _loaded_module(loaded: Sequence[Side] | None, device: str) -> Any:
