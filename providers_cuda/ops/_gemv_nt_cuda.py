@@ -251,6 +251,7 @@ class GemvNT:
         self.contiguous = K.contiguity_test(xp)
         self._launch = self._emulated if xp is np else self._driver(dtypes)
         self._dummy = {dt: xp.zeros(1, dt) for dt in dtypes}
+        self._plans = K.PlanCache(self._plan)
 
     def _driver(self, dtypes: list[np.dtype]) -> Any:
         """Launches straight through the driver (``launch.Launcher``), as ``Gemv`` does."""
@@ -278,6 +279,21 @@ class GemvNT:
         args = arrays + tuple(np.int64(v) for v in ints[:-1]) + (np.float64(ints[-1]),)
         self.fns[dt][name]((grid,), (BLOCK,), args)
 
+    def _plan(
+        self, shape: tuple, dt: np.dtype, wshape: tuple, swiglu: bool, no_bias: bool, vec: bool
+    ) -> tuple[str, int, tuple, tuple]:
+        """A plain launch for A of ``shape``: kernel name, grid, integer arguments, y's shape."""
+        n, k = wshape
+        cols = n // 2 if swiglu else n
+        lead = shape[:-1]
+        m = 1
+        for d in lead:
+            m *= d
+        v = vector_width(dt) if vec else 1
+        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, 0>"
+        grid = -(-cols * WARP // BLOCK)
+        return name, grid, (m, cols, k, int(not no_bias), 1, 32, 0, 0.0), (*lead, cols)
+
     def takes(self, a: Any, wt: Any, swiglu: bool = False) -> bool:
         """Whether ``a @ wt.T`` is this kernel's case: one float16/float32 dtype, ``wt`` a
         C-contiguous non-empty ``[N, K]`` matrix, and :func:`use_warps` for A's rows."""
@@ -304,29 +320,32 @@ class GemvNT:
         as ``norm_rows`` would and multiplies those (the caller checked :func:`norm_fits`
         and that every operand is C-contiguous)."""
         xp = self.xp
+        if not self.contiguous(a):
+            a = xp.ascontiguousarray(a)
+        if bias is not None and not self.contiguous(bias):
+            bias = xp.ascontiguousarray(bias)
+        dt = a.dtype
+        bias_arg = self._dummy[dt] if bias is None else bias
+        if norm is None:  # the decode path: its launch made once per shape
+            vec = (wt.shape[1] * dt.itemsize) % 16 == 0 and not (K.address(a) | K.address(wt)) & 15
+            name, grid, ints, shape = self._plans(a.shape, dt, wt.shape, swiglu, bias is None, vec)
+            y = xp.empty(shape, dt)
+            self._launch(dt, name, grid, (a, wt, bias_arg, y, None, None, None, None), ints, 0)
+            return y
         n, k = wt.shape
         cols = n // 2 if swiglu else n
         lead = a.shape[:-1]
         m = 1
         for d in lead:
             m *= d
-        if not self.contiguous(a):
-            a = xp.ascontiguousarray(a)
-        if bias is not None and not self.contiguous(bias):
-            bias = xp.ascontiguousarray(bias)
-        dt = a.dtype
         y = xp.empty((*lead, cols), dt)
-        bias_arg = self._dummy[dt] if bias is None else bias
         grid = -(-cols * WARP // BLOCK)
-        if norm is None:
-            vec = (k * dt.itemsize) % 16 == 0 and K.all_aligned((a, wt))
-            extra, tail, smem = (None,) * 4, (1, 32, 0, 0.0), 0
-        else:  # A is read from the staged rows (aligned); x's own alignment picks nvec
-            vec = (k * dt.itemsize) % 16 == 0 and K.all_aligned((wt,))
-            skip, skip_rows, nbias, gamma, sum_out, eps = norm
-            nvec = k % vector_width(dt) == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
-            extra = (skip, nbias, gamma, sum_out)
-            tail, smem = (skip_rows, K.row_threads(k), int(nvec), eps), m * k * dt.itemsize
+        # A is read from the staged rows (aligned); x's own alignment picks nvec
+        vec = (k * dt.itemsize) % 16 == 0 and K.all_aligned((wt,))
+        skip, skip_rows, nbias, gamma, sum_out, eps = norm
+        nvec = k % vector_width(dt) == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
+        extra = (skip, nbias, gamma, sum_out)
+        tail, smem = (skip_rows, K.row_threads(k), int(nvec), eps), m * k * dt.itemsize
         v = vector_width(dt) if vec else 1
         name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, {int(norm is not None)}>"
         ints = (m, cols, k, int(bias is not None), *tail)
