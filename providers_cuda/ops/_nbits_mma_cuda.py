@@ -633,6 +633,7 @@ class NbitsMma:
         self.fns = K.compile_kernels(source(), tuple(self.names.values()))
         self.sms = K.sm_count()
         self._plans = K.PlanCache(self._plan)
+        self._launches = K.PlanCache(self._launch_args)
         self._launch = self._emulated if xp is np else self._driver()
 
     @staticmethod
@@ -650,6 +651,16 @@ class NbitsMma:
     def fits(self, m: int, chunks: int, kb: int) -> bool:
         """Whether ``m`` rows of this node stage within the budget."""
         return fits(m, chunks, kb if self.q8 else 0)
+
+    def _launch_args(
+        self, m: int, n: int, k: int, layout: tuple, no_bias: bool, vec: bool
+    ) -> tuple[str, int, int, tuple]:
+        """A plain launch's kernel name, grid, shared memory and integer arguments."""
+        kb, rs, zs, chunks = layout
+        p = self._plans(m, n, chunks, kb)
+        ints = (m, n, k, kb, rs, zs, chunks, p.ksteps, self.log2blk, p.log2p, p.units,
+                int(not no_bias), int(vec), 1, 32, 0.0)  # fmt: skip
+        return self.names[p.mt], p.grid, p.smem, ints
 
     def _plan(self, m: int, n: int, chunks: int, kb: int) -> MmaPlan:
         rows = 2 * n if self.swiglu else n
@@ -695,19 +706,21 @@ class NbitsMma:
         ``layout``: (KB, RS, ZS, chunks) as ``_nbits_weights.Weights`` has them. ``norm``:
         (skip, skip_rows, nbias, gamma, sum_out, eps) for a normalising node.
         """
-        kb, rs, zs, chunks = layout
-        p = self._plans(m, n, chunks, kb)
         y = self.xp.empty((m, n), self.a_dtype)
         b, scales, zp8 = tables[0], tables[1], tables[2]
-        if norm is None:
-            skip = nbias = gamma = sum_out = None
-            skip_rows, eps, tpr = 1, 0.0, 32
+        if norm is None:  # the decode path: its launch made once per shape
             vec = k % 8 == 0 and K.address(a) % 16 == 0  # stage_plain's float16 words
-        else:  # norm_rows's own vector test, for its order of the sum of squares
-            skip, skip_rows, nbias, gamma, sum_out, eps = norm
-            tpr = K.row_threads(k)
-            lanes = K.vector_width(self.a_dtype)
-            vec = k % lanes == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
+            name, grid, smem, ints = self._launches(m, n, k, layout, bias is None, vec)
+            ptrs = (a, None, None, None, None, b, scales, zp8, bias, y)
+            self._launch(name, grid, smem, ptrs, ints)
+            return y
+        kb, rs, zs, chunks = layout
+        p = self._plans(m, n, chunks, kb)
+        # norm_rows's own vector test, for its order of the sum of squares
+        skip, skip_rows, nbias, gamma, sum_out, eps = norm
+        tpr = K.row_threads(k)
+        lanes = K.vector_width(self.a_dtype)
+        vec = k % lanes == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
         ptrs = (a, skip, nbias, gamma, sum_out, b, scales, zp8, bias, y)
         ints = (m, n, k, kb, rs, zs, chunks, p.ksteps, self.log2blk, p.log2p, p.units,
                 int(bias is not None), int(vec), skip_rows, tpr, eps)  # fmt: skip
