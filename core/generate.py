@@ -192,10 +192,14 @@ class GreedyDecoder:
         capacity: int | None = None,
         dims: Mapping[str, int] | None = None,
         share_on_host: bool = False,
+        pipeline: bool = True,
     ) -> None:
         """``share_on_host`` takes the shared-buffer path on the CPU provider too (host
         buffers bound as past and present, full-capacity masks): the device's path,
-        checked on the CPU; an error when no GroupQueryAttention shares the cache."""
+        checked on the CPU; an error when no GroupQueryAttention shares the cache.
+        ``pipeline`` (on a device) queues the next step before a token is read; off, a
+        step queues its own run and returns with the device idle, so steps of several
+        decoders interleaved by a benchmark time each decoder alone."""
         ids = _prompt(input_ids)
         steps = _positive_int("max_new_tokens", max_new_tokens)
         # the last token is never fed back, so the cache holds one fewer
@@ -241,6 +245,7 @@ class GreedyDecoder:
         self._queued: _Queued | None = None
         self._ids_buf: Any = None
         self._last_token_at: float | None = None
+        self._pipeline = bool(pipeline)
         self.result = GenerateResult(
             token_ids=np.zeros((self.batch, 0), np.int64),
             prompt_length=self.prompt_length,
@@ -466,14 +471,16 @@ class GreedyDecoder:
             self.io.bind_input(s.name, outs[k].array)
         self.past += run.rows
         self.ids = self._ids_buf
-        if len(self._tokens) + 1 < self.max_new_tokens:
+        if self._pipeline and len(self._tokens) + 1 < self.max_new_tokens:
             self._launch()  # step t+1 is queued before the host waits for token t
         token = np.array(read(), dtype=np.int64).reshape(self.batch)
         t2 = time.perf_counter()
         r = self.result
         r.host_ms.append((run.host_end - run.start) * 1000.0)
-        # Steps overlap: a step's wall time is the interval between two tokens on the host.
-        r.step_ms.append((t2 - self._last_token_at) * 1000.0)
+        # Pipelined steps overlap: a step's wall time is the interval between two tokens on
+        # the host; otherwise from binding the step's feeds to its token.
+        since = self._last_token_at if self._pipeline else run.start
+        r.step_ms.append((t2 - since) * 1000.0)
         self._last_token_at = t2
         r.copied_outputs.append(run.copied)
         after = self._counts()

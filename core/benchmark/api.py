@@ -370,7 +370,10 @@ def _back_to_back(result, side, spec, prompt, steps, dims, names) -> None:
     them are untimed (a capturing side captures a new loop's graph at its first step)."""
     untimed = BACK_TO_BACK_UNTIMED
     try:
-        loop = side.decode_loop(spec, prompt, steps + 1 + untimed, dims, names)
+        if isinstance(side, OnnxepSide):  # as onnxep.generate runs
+            loop = side.decode_loop(spec, prompt, steps + 1 + untimed, dims, names, pipeline=True)
+        else:
+            loop = side.decode_loop(spec, prompt, steps + 1 + untimed, dims, names)
         for _ in range(1 + untimed):
             loop.step()
         side.sync()

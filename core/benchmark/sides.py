@@ -79,11 +79,12 @@ class OnnxepSide(Side):
         self._last_feeds = feeds
         return self.session.run(None, feeds)
 
-    def decode_loop(self, spec, prompt, tokens, dims, output_names):
-        """onnxep's own loop (``onnxep.generate``'s): on a device the state never leaves it."""
+    def decode_loop(self, spec, prompt, tokens, dims, output_names, pipeline=False):
+        """onnxep's own loop (``onnxep.generate``'s): on a device the state never leaves it;
+        ``pipeline`` queues each next step before a token is read (back-to-back runs)."""
         from .loops import OnnxepLoop
 
-        return OnnxepLoop(self.session, prompt, tokens, dims, self.decode_capacity)
+        return OnnxepLoop(self.session, prompt, tokens, dims, self.decode_capacity, pipeline)
 
     def measured_reads(self) -> int | None:
         """Device-to-host reads of one more run with the last feeds, from the providers'
