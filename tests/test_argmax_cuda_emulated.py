@@ -74,3 +74,21 @@ def test_the_last_position_of_a_batch_of_logits(argmax):
     out = np.zeros((2, 1), np.int64)
     argmax(logits[:, -1], out)  # one position: the view is dense
     np.testing.assert_array_equal(out[:, 0], np.argmax(logits[:, -1], axis=-1))
+
+
+def test_driver_launch_signature_matches_the_kernels(argmax, monkeypatch):
+    """``launch.Launcher`` packs 8-byte arguments by a signature string: the kernel's own."""
+    from onnxep.providers_cuda import elementwise, launch
+
+    made = []
+
+    class Recorder:
+        def __init__(self, fn, signature):
+            made.append((fn.name, fn.signature, signature))
+
+    monkeypatch.setattr(launch, "Launcher", Recorder)
+    monkeypatch.setattr(elementwise, "_stream_ptr_fn", lambda: lambda: 0)
+    argmax._driver()
+    assert len(made) == len(A.ARGMAX_NAMES)
+    for name, real, packed in made:
+        assert packed == real, name

@@ -223,3 +223,24 @@ def test_takes_refuses_what_is_not_its_case(emulated):
     assert not gemv.takes(np.ones((9, 16), F32), wt)  # more rows than the kernel takes
     assert not gemv.takes(a, wt[:7], swiglu=True)
     assert not gemv.takes(a, np.ones((gemv.sms * G.WARPS_PER_SM * G.MAX_WAVES + 1, 16), F32))
+
+
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "normalising"])
+def test_driver_launch_signatures_match_the_kernels(emulated, monkeypatch, norm):
+    """On a GPU the launches go through ``launch.Launcher``, which packs 8-byte arguments by
+    a signature string: it must be the kernels' own (g++ reads it from the C parameters)."""
+    from onnxep.providers_cuda import elementwise, launch
+
+    made = []
+
+    class Recorder:
+        def __init__(self, fn, signature):
+            made.append((fn.name, fn.signature, signature))
+
+    monkeypatch.setattr(launch, "Launcher", Recorder)
+    monkeypatch.setattr(elementwise, "_stream_ptr_fn", lambda: lambda: 0)
+    gemv = G.GemvNT(np, None, norm=norm)
+    gemv._driver(list(gemv.fns))
+    assert len(made) == len(G.GEMV_NT_NAMES) // 2
+    for name, real, packed in made:
+        assert packed == real, name
