@@ -15,5 +15,6 @@ cp ../shared/wheels/*.whl .device/wheels/
 python3 -m pip wheel -q --no-deps -w .device/wheels "$build"
 cp -r "$build/tests" "$build/bench" "$build/pyproject.toml" .device/head/
 ln -sfn ../../wheels .device/head/.device/wheels  # gpu_check.sh installs from .device/wheels
-git rev-parse HEAD >.device/head/COMMIT  # the suite record names the commit it measured
+# the suite record names the commit it measured (run from .device/head or the root)
+git rev-parse HEAD | tee .device/head/COMMIT >.device/wheels/COMMIT
 echo "prepared .device from $(git rev-parse --short HEAD)"

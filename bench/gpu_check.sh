@@ -3,7 +3,8 @@
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
 #                                                  | gemv | decode | decode-1.5b | decode-hybrid
-#                                                  | fusions
+#                                                  | fusions | prefill | prefill-nbits
+#                                                  | prefill-models
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -154,6 +155,36 @@ for STAGE in "$@"; do
       rc=$?
       SUMMARY+=("fusions (rc $rc):" "$(grep '^#' "$OUT/fusions.log")")
       ;;
+    prefill)
+      # The attention prefill: the tensor-core kernel (both tile shapes where there are two),
+      # GroupQueryAttention's step with it and with the tiled kernel, torch's SDPA, the dense
+      # fp16 GEMM rate (bench/gpu_prefill_bench.py; PREFILL_ARGS adds or narrows).
+      eval "PF_ARGS=(${PREFILL_ARGS:---bidirectional})"
+      timeout 500 python3 bench/gpu_prefill_bench.py "${PF_ARGS[@]}" \
+        --json "$OUT/prefill_attention.jsonl" >"$OUT/prefill.log" 2>&1
+      rc=$?
+      SUMMARY+=("prefill (rc $rc): $(grep -c attention_prefill "$OUT/prefill_attention.jsonl") rows")
+      ;;
+    prefill-nbits)
+      # MatMulNBits at prefill row counts: a GEMV launch per 8 rows against dequantise +
+      # cuBLAS, and the scratch each holds (bench/gpu_nbits_prefill_bench.py).
+      timeout 500 python3 bench/gpu_nbits_prefill_bench.py --json "$OUT/nbits_prefill.jsonl" \
+        >"$OUT/prefill_nbits.log" 2>&1
+      rc=$?
+      SUMMARY+=("prefill-nbits (rc $rc): $(grep -c matmul_nbits "$OUT/nbits_prefill.jsonl") rows")
+      ;;
+    prefill-models)
+      # The qwen2.5-0.5b decoders' prefill (PREFILL_MODELS: SIZE:DTYPE list) per op type and
+      # kernel at 128-8000 tokens beside onnxruntime (its CUDA build where installed), greedy
+      # tokens and device memory after 2000/8000-token prompts and 32 steps.
+      read -ra specs <<<"${PREFILL_MODELS:-qwen2.5-0.5b:fp16 qwen2.5-0.5b:int4}"
+      makes=()
+      for spec in "${specs[@]}"; do makes+=(--make "$spec"); done
+      timeout 560 python3 bench/gpu_prefill_profile.py "${makes[@]}" --vs onnxruntime \
+        --json "$OUT/prefill_profile.jsonl" >"$OUT/prefill_models.log" 2>&1
+      rc=$?
+      SUMMARY+=("prefill-models (rc $rc):" "$(grep '"bench": "prefill"' "$OUT/prefill_profile.jsonl" | cut -c1-220)")
+      ;;
     decode)
       # The factory's qwen2.5-0.5b decoders (fp16, int4), built here (too big to carry).
       decode_stage decode genai qwen2.5-0.5b "${DECODE_BUDGET:-540}" yes fp16 int4
@@ -169,7 +200,8 @@ for STAGE in "$@"; do
       ;;
     *)
       echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | gemv" \
-        "| decode | decode-1.5b | decode-hybrid | fusions)"
+        "| decode | decode-1.5b | decode-hybrid | fusions | prefill | prefill-nbits" \
+        "| prefill-models)"
       exit 2
       ;;
   esac

@@ -30,7 +30,10 @@ def from_junit(path: Path, whole: bool) -> dict:
     root = ET.parse(path).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    commit_file = Path("COMMIT")
+    # device_prepare.sh writes it into .device/head and .device/wheels
+    commit_file = next(
+        (p for p in (Path("COMMIT"), Path(".device/wheels/COMMIT")) if p.is_file()), Path("COMMIT")
+    )
     device = "unknown"
     try:
         import cupy

@@ -81,6 +81,25 @@ LARGE = {
 }
 
 
+# Classic ML models (bench/ml_models.py: tree ensembles, linear, SVM) fitted and converted
+# into the scratch folder on each run; onnxep and onnxruntime on the same 1000 rows.
+ML_PEERS = dict(vs=["onnxruntime"])
+
+
+def ml_models(scratch: Path, wanted) -> dict:
+    try:
+        from bench.ml_models import build
+    except ImportError as exc:  # the converters are in the test extra
+        print(f"ML models skipped: {exc}")
+        return {}
+    try:
+        built = build(scratch / "ml", wanted)
+    except ImportError as exc:
+        print(f"ML models skipped: {exc}")
+        return {}
+    return {name: (path, dict(ML_PEERS, feeds=feeds)) for name, (path, feeds) in built.items()}
+
+
 def generated_models(scratch: Path, table: dict) -> dict:
     from bench.make_models import build
 
@@ -187,6 +206,7 @@ def main() -> None:
 
     todo = {k: v for k, v in STANDARD.items() if wanted(k)}
     todo.update(generated_models(scratch, {k: v for k, v in GENERATED.items() if wanted(k)}))
+    todo.update(ml_models(scratch, wanted))
     if a.large:
         todo.update(generated_models(scratch, {k: v for k, v in LARGE.items() if wanted(k)}))
     for name, (model, kw) in todo.items():

@@ -6,6 +6,7 @@ from .generate import GenerateResult, generate
 from .iobinding import IOBinding
 from .model_io import NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .ortvalue import OrtValue
 from .placement import PlacementReport
 from .registry_api import (
     ProviderStatus,
@@ -27,6 +28,7 @@ __all__ = [
     "InferenceSession",
     "ModelMetadata",
     "NodeArg",
+    "OrtValue",
     "PlacementReport",
     "ProviderStatus",
     "RunOptions",

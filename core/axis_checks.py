@@ -46,9 +46,11 @@ def _one_hot(node: onnx.NodeProto, ranks: Ranks, axes: list[int]) -> tuple[int, 
 
 
 def _quantize(node: onnx.NodeProto, ranks: Ranks, axes: list[int]) -> tuple[int, int] | None:
-    # With a scalar scale (per-tensor quantization) the spec ignores axis.
-    scale = ranks.get(node.input[1]) if len(node.input) > 1 else None
-    if not scale:
+    # With a scalar scale (per-tensor quantization) the spec ignores axis; onnxruntime also
+    # reads a one-element scale of any rank as per-tensor (its optimizer writes such models).
+    scale_name = node.input[1] if len(node.input) > 1 else ""
+    scale = ranks.get(scale_name)
+    if not scale or scale_name in getattr(ranks, "single", ()):
         return None
     return _generic(node, ranks, axes)
 
@@ -73,14 +75,26 @@ def _rank(t: onnx.TypeProto) -> int | None:
     return len(t.tensor_type.shape.dim)
 
 
+class _Ranks(dict):
+    """Value name -> rank, and ``single``: the values known to hold one element."""
+
+    single: set[str]
+
+
 def _graph_ranks(graph: onnx.GraphProto, outer: Ranks) -> Ranks:
-    ranks = dict(outer)
+    ranks = _Ranks(outer)
+    ranks.single = set(getattr(outer, "single", ()))
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         r = _rank(vi.type)
         if r is not None:
             ranks[vi.name] = r
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") and d.dim_value == 1 for d in dims):
+                ranks.single.add(vi.name)
     for t in graph.initializer:
         ranks[t.name] = len(t.dims)
+        if all(d == 1 for d in t.dims):
+            ranks.single.add(t.name)
     return ranks
 
 

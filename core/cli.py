@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,14 +26,21 @@ def cmd_providers(args: argparse.Namespace) -> int:
     from .registry_api import check_providers, plugin_failures
 
     rows = check_providers()  # starts each available provider once, to be sure it does
-    print(f"{'provider':12s} {'device':8s} {'version':10s} {'status':12s} source")
+    print(f"{'provider':12s} {'device':8s} {'version':10s} {'status':12s} {'default':8s} source")
     for r in rows:
         status = "broken" if r.broken else "available" if r.available else "unavailable"
-        print(f"{r.name:12s} {r.device:8s} {r.version:10s} {status:12s} {r.source}")
+        default = "yes" if r.default else "opt-in"
+        print(f"{r.name:12s} {r.device:8s} {r.version:10s} {status:12s} {default:8s} {r.source}")
         if r.aliases:
             print(f"{'':12s} aliases: {', '.join(r.aliases)}")
         if r.reason:
             print(f"{'':12s} why: {r.reason}")
+    used = [r.name for r in rows if r.default and r.available]
+    print(
+        f"\na session with no providers= list runs on: {', '.join(used) or 'none'} "
+        "(plugins.toml's order); an opt-in provider runs when named, providers=['NAME', "
+        "'cpu'], or when a plugins.toml of yours (ONNXEP_PLUGINS) adds it to the order"
+    )
     records = plugin_failures()
     for title, group in (
         ("plugins that failed", [f for f in records if f.failed]),
@@ -49,10 +59,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     model = args.model or bundled_model()
     sess = InferenceSession(model, providers=args.providers)
-    dims = cli_args.dims_dict(args.dim)
-    cli_args.check_dims(sess.get_inputs(), dims)
-    feeds = random_inputs(sess, dims, seed=args.seed)
+    made = cli_args.feed_options(args, model)
+    cli_args.check_dims(sess.get_inputs(), made["dims"])
+    feeds = random_inputs(sess, made.pop("dims"), seed=args.seed, **made)
     outs = sess.run(None, feeds)
+    if args.json:
+        print(json.dumps(run_json(model, sess, feeds, outs)))
+        return 0
     print(f"model: {model}")
     for name, value in feeds.items():
         print(f"input  {name}: {value.dtype} {list(value.shape)}")
@@ -60,11 +73,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     for arg, value in zip(sess.get_outputs(), outs):
         if isinstance(value, np.ndarray):
             print(f"output {arg.name}: {value.dtype} {list(value.shape)}\n{value}")
+        elif isinstance(value, list) and len(value) > 3:
+            # A sequence (of maps, for a classifier's ZipMap): its length and first entries.
+            head = ", ".join(repr(v) for v in value[:3])
+            print(f"output {arg.name}: {arg.type}, {len(value)} entries\n[{head}, ...]")
         else:
-            print(f"output {arg.name}: {value!r}")
+            print(f"output {arg.name}: {arg.type}\n{value!r}")
     print()
     print(sess.placement().format(max_nodes=args.max_nodes))
     return 0
+
+
+def _jsonable(value: Any) -> Any:
+    """An output as JSON: a tensor's dtype, shape and values; maps and sequences as they are."""
+    if isinstance(value, np.ndarray):
+        data = value.astype(str) if value.dtype.kind in "OSUV" else value
+        if data.dtype.kind == "f":
+            data = np.where(np.isfinite(data), data, np.nan).astype(np.float64)
+            flat = [None if np.isnan(x) else float(x) for x in data.reshape(-1)]
+            values: Any = np.array(flat, dtype=object).reshape(data.shape).tolist()
+        else:
+            values = data.tolist()
+        return {"dtype": str(value.dtype), "shape": list(value.shape), "values": values}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def run_json(model: Any, sess: Any, feeds: dict, outs: list) -> dict:
+    """``onnxep run --json``: the inputs' dtypes and shapes, every output, the placement."""
+    return {
+        "model": str(model),
+        "providers": sess.get_providers(),
+        "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()},
+        "outputs": {a.name: _jsonable(v) for a, v in zip(sess.get_outputs(), outs)},
+        "placement": sess.placement().counts(),
+    }
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -101,7 +149,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from .providers_select import select_providers
 
     # Checked once here, so a wrong name is one error rather than a failure per case.
-    select_providers(get_host(load_config()), args.providers, None)
+    select_providers(get_host(load_config()), args.providers, None, strict=True)
     cats = args.category or list(CATEGORIES)
     results = run_suite(args.providers, cats, args.pattern)
     if not results:
@@ -127,12 +175,19 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 0 if unexpected == 0 else 1
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from .coverage import coverage, format_coverage
+
+    print(format_coverage(coverage(args.providers, args.domains.split(","))))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import bench
 
-    dims = cli_args.dims_dict(args.dim)
-    if dims:
-        cli_args.check_dims(cli_args.declared_inputs(args.model), dims)
+    made = cli_args.feed_options(args, args.model)
+    if made["dims"]:
+        cli_args.check_dims(cli_args.declared_inputs(args.model), made["dims"])
     result = bench(
         args.model,
         providers=args.providers,
@@ -141,7 +196,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         decode=args.decode,
         context=args.context,
-        dims=dims,
+        feeds=made["given"] or None,
+        dims=made["dims"],
+        shapes=made["shapes"],
+        int_ranges=made["int_ranges"],
         profile=args.profile,
         json_path=args.json,
         plot=args.plot,
@@ -157,22 +215,42 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_parity(args: argparse.Namespace) -> int:
     from .parity import parity_report
 
-    dims = cli_args.dims_dict(args.dim)
-    if dims:
-        cli_args.check_dims(cli_args.declared_inputs(args.model), dims)
+    made = cli_args.feed_options(args, args.model)
+    if made["dims"]:
+        cli_args.check_dims(cli_args.declared_inputs(args.model), made["dims"])
     report = parity_report(
         args.model,
         [args.providers],
         reference=args.reference,
-        dims=dims,
+        inputs=made["given"] or None,
+        dims=made["dims"],
+        shapes=made["shapes"],
+        int_ranges=made["int_ranges"],
         seed=args.seed,
         rtol=args.rtol,
         atol=args.atol,
+        min_coverage=1.0 if args.strict else args.min_coverage,
     )
     print(f"model: {args.model}")
     print(report.format())
-    print("parity: ok" if report.ok else f"parity: {len(report.failures)} output(s) differ")
+    for cov in report.partial:
+        print(
+            f"onnxep: warning: {cov.provider} ran {cov.ran} of {cov.total} compute nodes; "
+            "outputs behind the others agree by construction (--strict fails on it)",
+            file=sys.stderr,
+        )
+    if report.ok:
+        print("parity: ok")
+    else:
+        why = [f"{len(report.failures)} output(s) differ"] if report.failures else []
+        print(f"parity: {'; '.join(why + report.coverage_problems)}")
     return 0 if report.ok else 1
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,15 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     providers_help = "comma-separated, priority order (default: plugins.toml)"
     ap = cli_args.Parser(prog="onnxep", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"onnxep {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("providers", help="discovered providers, availability, load failures")
     p.set_defaults(fn=cmd_providers)
     p = sub.add_parser("run", help="run a model on random inputs (a bundled one by default)")
     p.add_argument("model", nargs="?", type=cli_args.model_file)
     p.add_argument("--providers", type=cli_args.names, help=providers_help)
-    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    cli_args.add_feed_options(p, dim_help)
     p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     p.add_argument("--max-nodes", type=cli_args.non_negative_int, default=40)
+    p.add_argument("--json", action="store_true", help="outputs and placement as one JSON object")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("explain", help="placement report: providers, copies, fallback reasons")
     p.add_argument("model", type=cli_args.model_file)
@@ -212,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=cli_args.non_negative_int, default=5)
     p.add_argument("--decode", type=cli_args.positive_int, default=None, metavar="STEPS")
     p.add_argument("--context", type=cli_args.positive_int, default=16, metavar="N")
-    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    cli_args.add_feed_options(p, dim_help)
     p.add_argument("--json", type=cli_args.output_file, default=None, metavar="F")
     p.add_argument("--plot", type=cli_args.plot_file, default=None, metavar="F.png")
     p.add_argument("--profile", action="store_true", help="print the top ops by time")
@@ -227,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", type=cli_args.regex, default=None, help="regex on case names")
     p.set_defaults(fn=cmd_conformance)
+    p = sub.add_parser("coverage", help="per domain, each op's kernels by provider, or why not")
+    p.add_argument("--providers", type=cli_args.names, default="cpu")
+    p.add_argument("--domains", default="ai.onnx.ml,com.microsoft")
+    p.set_defaults(fn=cmd_coverage)
     p = sub.add_parser("parity", help="compare a model's outputs on providers with a reference")
     p.add_argument("model", type=cli_args.model_file)
     p.add_argument(
@@ -241,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="cpu",
         help="comma-separated reference providers",
     )
-    p.add_argument("--dim", action="append", type=cli_args.dim, help=dim_help)
+    cli_args.add_feed_options(p, dim_help)
     p.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     p.add_argument(
         "--rtol", type=cli_args.tolerance, default=None, help="override the per-dtype rtol"
@@ -249,6 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--atol", type=cli_args.tolerance, default=None, help="override the per-dtype atol"
     )
+    p.add_argument(
+        "--min-coverage",
+        type=cli_args.fraction,
+        default=None,
+        metavar="F",
+        help="fail unless the provider under test ran this fraction of the compute nodes "
+        "(default: at least one node)",
+    )
+    p.add_argument("--strict", action="store_true", help="fail unless it ran every compute node")
     p.set_defaults(fn=cmd_parity)
     return ap
 
@@ -258,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return args.fn(args)
+    except BrokenPipeError:
+        # the reader went away (onnxep explain ... | head): no traceback, as coreutils do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except cli_args.UsageError as exc:
         print(f"onnxep: error: {exc}\n{exc.usage}", end="", file=sys.stderr)
         return 2

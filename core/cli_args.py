@@ -43,6 +43,20 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(message, self.format_usage())
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an unknown flag is reported with its subcommand's usage
+        (``onnxep run --bogus`` shows run's options, not the list of commands)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            (self._chosen(ns) or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
+
+    def _chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):  # argparse's subcommand table
+                return action.choices.get(getattr(ns, action.dest, None))
+        return None
+
 
 def _int(text: str, what: str) -> int:
     try:
@@ -98,6 +112,91 @@ def dim(text: str) -> tuple[str, int]:
     return name, n
 
 
+def shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D0,D1,...``: an input's whole shape (for dims without names, too)."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    try:
+        dims = tuple(int(d) for d in value.split(",") if d.strip() != "")
+    except ValueError:
+        dims = ()
+    if not sep or not name or not dims or any(not 0 <= d <= MAX_DIM for d in dims):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=D0,D1,...; write the input's name and its whole shape, "
+            "e.g. --shape input_ids=1,512"
+        )
+    return name, dims
+
+
+def int_range(text: str) -> tuple[str, tuple[int, int]]:
+    """``NAME=LOW,HIGH``: random integers for an input in [LOW, HIGH)."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    parts = [p.strip() for p in value.split(",")]
+    try:
+        lo, hi = (int(p) for p in parts) if len(parts) == 2 else (0, 0)
+    except ValueError:
+        lo, hi = 0, 0
+    if not sep or not name or not lo < hi:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=LOW,HIGH with LOW < HIGH; e.g. --int-range sr=8000,16001 "
+            "gives integers from 8000 to 16000"
+        )
+    return name, (lo, hi)
+
+
+def add_feed_options(p: argparse.ArgumentParser, dim_help: str) -> None:
+    """--dim, --shape, --inputs and --int-range: what a command feeds the model."""
+    p.add_argument("--dim", action="append", type=dim, help=dim_help)
+    p.add_argument(
+        "--shape",
+        action="append",
+        type=shape,
+        metavar="NAME=D0,D1",
+        help="an input's whole shape, dims with or without names (repeatable)",
+    )
+    p.add_argument(
+        "--inputs",
+        action="append",
+        metavar="FILE",
+        help="real inputs: .npz, .npy or .pb (NAME=FILE for one input), or a folder of "
+        "input_N.pb (ONNX's test data); the rest stay random (repeatable)",
+    )
+    p.add_argument(
+        "--int-range",
+        action="append",
+        type=int_range,
+        metavar="NAME=LO,HI",
+        help="random integers for an input in [LO, HI) (repeatable)",
+    )
+
+
+def feed_options(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """The keyword arguments ``random_inputs`` (and parity, bench) take from those options."""
+    from .feed_files import read_feed_files
+
+    given: dict[str, Any] = {}
+    if getattr(args, "inputs", None):
+        given = read_feed_files(args.inputs, [a.name for a in declared_inputs(model)])
+    return {
+        "dims": dims_dict(getattr(args, "dim", None)),
+        "shapes": dict(getattr(args, "shape", None) or []),
+        "int_ranges": dict(getattr(args, "int_range", None) or []),
+        "given": given,
+    }
+
+
+def fraction(text: str) -> float:
+    """A number from 0 to 1 (--min-coverage)."""
+    try:
+        f = float(text)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1, e.g. 0.9")
+    return f
+
+
 def names(text: str) -> list[str]:
     """A comma-separated list with at least one name (--providers, --reference)."""
     out = [p.strip() for p in text.split(",") if p.strip()]
@@ -146,13 +245,39 @@ def regex(text: str) -> str:
     return text
 
 
+def folder_model(path: Path) -> Path | None:
+    """The model a genai-format folder names (genai_config.json's decoder filename)."""
+    cfg = path / "genai_config.json"
+    if not cfg.is_file():
+        return None
+    import json
+
+    try:
+        decoder = json.loads(cfg.read_text()).get("model", {}).get("decoder", {})
+    except (ValueError, OSError, AttributeError):
+        return None
+    name = decoder.get("filename", "model.onnx") if isinstance(decoder, dict) else None
+    return path / name if isinstance(name, str) else None
+
+
 def model_file(text: str) -> str:
-    """A model path that exists, is a regular file and can be read."""
+    """A model path that exists, is a regular file and can be read; a folder with a
+    genai_config.json stands for the model it names."""
     path = Path(text)
     if not path.exists():
         raise argparse.ArgumentTypeError(f"model file {text!r} does not exist")
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; pass the .onnx file inside it")
+        named = folder_model(path)
+        if named is None:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is a folder; pass the .onnx file inside it (or a model folder with "
+                "a genai_config.json)"
+            )
+        if not named.is_file():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: its genai_config.json names {named.name!r}, which is not there"
+            )
+        return model_file(str(named))
     if not path.is_file():
         # A device or a pipe: reading it may never end.
         raise argparse.ArgumentTypeError(f"{text!r} is not a regular file; pass an .onnx file")

@@ -27,11 +27,12 @@ def _syncs(providers: Sequence[Provider]) -> dict:
 
 
 def _run_contexts(providers: Sequence[Provider]) -> tuple[RunContext, ...]:
-    """The providers that override ``run_context``; a session without any pays nothing per run."""
+    """The providers that override ``run_context`` (on the class, or on the instance when an
+    option asks for one); a session without any pays nothing per run."""
     return tuple(
         (p.name, p.run_context)
         for p in providers
-        if type(p).run_context is not Provider.run_context
+        if getattr(p.run_context, "__func__", None) is not Provider.run_context
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "OnnxepError",
     "ProviderError",
     "RunError",
+    "with_cause",
 ]
 
 
@@ -60,3 +61,31 @@ class RunError(OnnxepError, RuntimeError):
 
 class NotSupported(OnnxepError):
     """Raised by a kernel builder to decline a node; the message is the reason."""
+
+
+def with_cause(exc: BaseException, limit: int = 400) -> str:
+    """``Type: message`` of ``exc``, with its innermost cause appended when it wraps one.
+
+    Libraries wrap errors in errors of their own (onnx-ir's SerdeError around the
+    NotImplementedError that says what is wrong); the wrapper alone rarely says
+    what to fix, so every message onnxep builds from a caught error carries the
+    innermost one of the chain (``raise ... from``, or raised while handling it).
+    Each part is cut at ``limit`` characters: some wrappers quote whole protos.
+    """
+
+    def part(e: BaseException) -> str:
+        text = f"{type(e).__name__}: {e}".strip()
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    inner, seen = exc, {id(exc)}
+    while True:
+        nxt = inner.__cause__
+        if nxt is None and not inner.__suppress_context__:
+            nxt = inner.__context__
+        if nxt is None or id(nxt) in seen:
+            break
+        seen.add(id(nxt))
+        inner = nxt
+    if inner is exc:
+        return part(exc)
+    return f"{part(exc)} (innermost cause: {part(inner)})"

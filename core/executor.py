@@ -12,7 +12,7 @@ from onnxep.providers.dtypes import dtype_name
 
 from .aliasing import apply_rules, keeps_output, output_rules, root_ids
 from .codegen import ShapeCache, generate
-from .errors import RunError
+from .errors import RunError, with_cause
 from .plan import SINK_SLOT, Plan, Step
 from .profiling import Profiler
 
@@ -23,7 +23,7 @@ RunContext = tuple[str, Callable[[], "AbstractContextManager[Any] | None"]]
 def _step_error(step: Step, exc: BaseException) -> RunError:
     return RunError(
         f"{step.op_type} node {step.name!r} on provider {step.provider!r} failed: "
-        f"{type(exc).__name__}: {exc}"
+        f"{with_cause(exc, limit=4000)}"
     )
 
 
@@ -170,7 +170,7 @@ class Executor:
                 index = v.lines.get(tb.tb_lineno)
             tb = tb.tb_next
         if index is None:
-            return RunError(f"the plan failed: {type(exc).__name__}: {exc}")
+            return RunError(f"the plan failed: {with_cause(exc, limit=4000)}")
         return _step_error(v.plan.steps[index], exc)
 
     def _run_checked(self, v: _Variant, feeds: Sequence[Any]) -> list[Any]:

@@ -31,20 +31,11 @@ from onnxep.providers.inplace import array_address
 
 from .aliasing import guard, root_ids
 from .errors import InvalidArgument
+from .model_io import host_array, is_device_array
+from .ortvalue import OrtValue, device_kind, element_dtype
 
-_DEVICE_TYPES = ("cpu", "cuda", "gpu")
-
-
-def _is_device_array(x: Any) -> bool:
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
-    probe = getattr(x, "__dlpack_device__", None)
-    if probe is None:
-        return False
-    try:
-        return int(probe()[0]) != 1  # kDLCPU
-    except Exception:
-        return False
+#: the name IO binding's results had before OrtValue took the role
+BoundValue = OrtValue
 
 
 def _same_memory(a: Any, b: Any) -> bool:
@@ -55,85 +46,6 @@ def _same_memory(a: Any, b: Any) -> bool:
         return False
     at = array_address(a)
     return a.strides == b.strides and at is not None and at == array_address(b)
-
-
-def element_dtype(element_type: Any, what: str) -> np.dtype:
-    """A NumPy dtype from onnxruntime's ``element_type``: a NumPy type or dtype, or an ONNX
-    element type as its ``TensorProto.DataType`` int (as onnxruntime's helpers pass)."""
-    if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
-        from onnx import TensorProto, helper
-
-        if int(element_type) not in TensorProto.DataType.values() or not element_type:
-            raise InvalidArgument(
-                f"{what}: element_type {int(element_type)} is not an ONNX element type "
-                "(onnx.TensorProto.DataType); pass one, or a NumPy dtype such as np.float32"
-            )
-        return np.dtype(helper.tensor_dtype_to_np_dtype(int(element_type)))
-    try:
-        return np.dtype(element_type)
-    except TypeError:
-        raise InvalidArgument(
-            f"{what}: element_type {element_type!r} is neither a NumPy dtype nor an ONNX "
-            "element type int; pass np.float32 or onnx.TensorProto.FLOAT, say"
-        ) from None
-
-
-def _host_array(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "__dlpack__") and not _is_device_array(x):
-        return np.from_dlpack(x)
-    return np.asarray(x)
-
-
-@dataclass
-class BoundValue:
-    """An output as onnxruntime's OrtValue shows it: ``numpy()``, ``shape()``, ``data_type()``.
-
-    ``value`` is the array itself (a CuPy array for an output left on the
-    device, the caller's own object for a bound buffer).
-    """
-
-    value: Any
-    array: Any = None  # the NumPy or CuPy array behind ``value``
-    to_host: Any = None
-    #: ``array`` is memory the caller owns (a bound buffer): a host result is a copy of it,
-    #: since the caller may free it or the next run write into it
-    borrowed: bool = False
-
-    def __post_init__(self) -> None:
-        if self.array is None:
-            self.array = self.value
-
-    def numpy(self) -> np.ndarray:
-        a = self.array
-        if isinstance(a, np.ndarray):
-            return a.copy() if self.borrowed else a
-        if self.to_host is not None:
-            return self.to_host(a)
-        if hasattr(a, "get"):  # CuPy
-            return a.get()
-        return np.asarray(a)
-
-    def shape(self) -> list[int]:
-        return list(self.array.shape)
-
-    def data_type(self) -> str:
-        from onnxep.providers.dtypes import dtype_name
-
-        return f"tensor({dtype_name(np.dtype(self.array.dtype))})"
-
-    def element_type(self) -> Any:
-        return np.dtype(self.array.dtype).type
-
-    def device_name(self) -> str:
-        return "cpu" if isinstance(self.array, np.ndarray) else "cuda"
-
-    def data_ptr(self) -> int:
-        a = self.array
-        if isinstance(a, np.ndarray):
-            return a.ctypes.data
-        return int(a.data.ptr)
 
 
 @dataclass
@@ -148,7 +60,7 @@ class IOBinding:
         self._session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, _OutputBinding] = {}
-        self._results: list[BoundValue] = []
+        self._results: list[OrtValue] = []
         self._host_read: set[str] | None = None
         #: outputs the last run copied into their bound buffers (a shared one needs none)
         self.copied_outputs: list[str] = []
@@ -158,7 +70,7 @@ class IOBinding:
         #: the last run's donations and, per output, the value it delivered in place (both
         #: dropped when an output is bound anew)
         self._donation: tuple[tuple[str, ...], list, dict[str, int]] | None = None
-        self._in_place: dict[str, tuple[Any, BoundValue]] = {}
+        self._in_place: dict[str, tuple[Any, OrtValue]] = {}
 
     # -- the device provider --------------------------------------------------------------
     def _device_provider(self, why: str) -> Any:
@@ -207,7 +119,7 @@ class IOBinding:
                 f"bind_input({name!r}, {device_type!r}, ...) needs element_type, shape and "
                 "buffer_ptr; to bind an array, call bind_input(name, array)"
             )
-        device = self._device_type(device_type)
+        device = device_kind(device_type)
         self.bind_input_array(
             name, self._from_pointer(device, element_type, shape, buffer_ptr, f"input {name!r}")
         )
@@ -218,16 +130,16 @@ class IOBinding:
     def bind_input_array(self, name: str, arr: Any) -> None:
         """Bind any array (NumPy or a device array) as input ``name``."""
         arg = self._check_input(name)
-        if _is_device_array(arr):
+        if is_device_array(arr):
             arr = self._device_provider(f"input {name!r} is a device array").adopt(arr)
         elif not isinstance(arr, np.ndarray):
-            arr = _host_array(arr)
+            arr = host_array(arr)
         self._check_feed(arg, arr)
         self._inputs[name] = arr
         self._note_input(name, arr)
 
     def bind_ortvalue_input(self, name: str, value: Any) -> None:
-        self.bind_input_array(name, value.array if isinstance(value, BoundValue) else value)
+        self.bind_input_array(name, value.array if isinstance(value, OrtValue) else value)
 
     # -- outputs --------------------------------------------------------------------------
     def bind_output(
@@ -250,7 +162,7 @@ class IOBinding:
         if not isinstance(device_type, str):
             self._bind_buffer(name, device_type)
             return
-        device = self._device_type(device_type)
+        device = device_kind(device_type)
         if buffer_ptr is not None:
             if element_type is None or shape is None:
                 raise InvalidArgument(
@@ -265,15 +177,15 @@ class IOBinding:
 
     def bind_ortvalue_output(self, name: str, value: Any) -> None:
         self._check_output(name)
-        self._bind_buffer(name, value.array if isinstance(value, BoundValue) else value)
+        self._bind_buffer(name, value.array if isinstance(value, OrtValue) else value)
 
     def _bind_buffer(self, name: str, buf: Any) -> None:
-        if _is_device_array(buf):
+        if is_device_array(buf):
             arr = self._device_provider(f"the buffer for output {name!r} is a device array")
             view = arr.adopt(buf)
             device = "cuda"
         else:
-            view = _host_array(buf)
+            view = host_array(buf)
             device = "cpu"
             if not view.flags.writeable:
                 # DLPack imports of read-only memory (an onnxruntime OrtValue, say) are read-only.
@@ -318,7 +230,7 @@ class IOBinding:
         self._shared_inputs.clear()
         self._results = []
 
-    def get_outputs(self) -> list[BoundValue]:
+    def get_outputs(self) -> list[OrtValue]:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
@@ -334,15 +246,6 @@ class IOBinding:
         self.synchronize_inputs()
 
     # -- checks ---------------------------------------------------------------------------
-    @staticmethod
-    def _device_type(device_type: str) -> str:
-        d = device_type.lower()
-        if d not in _DEVICE_TYPES:
-            raise InvalidArgument(
-                f"unknown device_type {device_type!r}; use one of {', '.join(_DEVICE_TYPES)}"
-            )
-        return "cuda" if d == "gpu" else d
-
     def _check_input(self, name: str) -> Any:
         args = self._session.get_inputs() + self._session.get_overridable_initializers()
         for a in args:
@@ -379,7 +282,7 @@ class IOBinding:
         sess = self._session
         names = list(self._outputs) or [o.name for o in sess.get_outputs()]
         feeds = self._inputs
-        host_read = [n for n in self._host_read_inputs() if _is_device_array(feeds.get(n))]
+        host_read = [n for n in self._host_read_inputs() if is_device_array(feeds.get(n))]
         if host_read:
             # A host kernel (shape math, control flow) reads these inputs: it gets a copy.
             provider = self._device_provider("a bound input is on the device")
@@ -450,17 +353,17 @@ class IOBinding:
             self._host_read = read
         return self._host_read
 
-    def _deliver(self, name: str, value: Any) -> BoundValue:
+    def _deliver(self, name: str, value: Any) -> OrtValue:
         last = self._in_place.get(name)
         if last is not None and last[0] is value:
             return last[1]  # the very array found in its bound buffer last run
         bound = self._outputs.get(name) or _OutputBinding()
-        on_host = not _is_device_array(value)
+        on_host = not is_device_array(value)
         provider = None
         if not on_host or bound.device != "cpu":
             provider = self._device_provider(f"output {name!r} is on the device")
         if bound.array is not None:
-            delivered = BoundValue(
+            delivered = OrtValue(
                 bound.buffer, bound.array, provider and provider.to_host, borrowed=True
             )
             if _same_memory(bound.array, value):
@@ -470,9 +373,9 @@ class IOBinding:
                 self.copied_outputs.append(name)
             return delivered
         if bound.device == "cpu":
-            return BoundValue(value if on_host else provider.to_host(value))
+            return OrtValue(value if on_host else provider.to_host(value))
         dev = provider.from_host(value) if on_host else value
-        return BoundValue(dev, dev, provider.to_host)
+        return OrtValue(dev, dev, provider.to_host)
 
     @staticmethod
     def _write(name: str, bound: _OutputBinding, value: Any, provider: Any) -> None:

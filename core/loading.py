@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
+from google.protobuf.text_format import ParseError as TextParseError
 from onnx import external_data_helper
 
 from .errors import InvalidGraph, InvalidModel
-from .proto_checks import check_attribute_fields, check_text, check_value_types
+from .proto_checks import check_attribute_fields, check_value_types, normalise_text
 from .schema_checks import check_node_schemas
 from .tensor_checks import check_external_range, check_tensor_data, external_ref
-from .version_checks import check_versions
+from .version_checks import check_versions, import_used_domains
 
 ModelLike = str | os.PathLike | bytes | onnx.ModelProto
 
@@ -35,7 +37,11 @@ class LoadedModel:
 def read_model(model: ModelLike) -> LoadedModel:
     """Parse ``model`` without external data; raise InvalidModel with the reason."""
     if isinstance(model, onnx.ModelProto):
-        return LoadedModel(model, None)
+        # Loading normalises the proto in place (node order, dims, imports): the caller's
+        # model stays as it was, as onnxruntime leaves it.
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        return LoadedModel(proto, None)
     if isinstance(model, (bytes, bytearray, memoryview)):
         try:
             proto = onnx.load_from_string(bytes(model))
@@ -52,9 +58,16 @@ def read_model(model: ModelLike) -> LoadedModel:
         if not path.is_file():
             # A device or pipe (/dev/zero) would be read forever.
             raise InvalidModel(f"{str(path)!r} is not a regular file; pass an .onnx file")
+        if path.suffix.lower() == ".json":
+            # onnx.load reads .json as the JSON form of a ModelProto; a genai_config.json
+            # (the folder's settings) is the common mistake here
+            raise InvalidModel(
+                f"{str(path)!r} is a JSON file, not an ONNX model; pass the .onnx file it goes "
+                "with (a genai_config.json names it under model.decoder.filename)"
+            )
         try:
             proto = onnx.load(str(path), load_external_data=False)
-        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+        except (DecodeError, ParseError, TextParseError, ValueError, RuntimeError, OSError) as exc:
             raise InvalidModel(f"{str(path)!r} is not an ONNX model: {exc}") from None
         if not proto.HasField("graph"):
             raise InvalidModel(f"{str(path)!r} is not an ONNX model: it has no graph")
@@ -80,8 +93,9 @@ def _refuse_external(proto: onnx.ModelProto, what: str) -> None:
         )
 
 
-def load_external_data(loaded: LoadedModel) -> None:
-    """Read external tensors, refusing any location outside the model's folder."""
+def load_external_data(loaded: LoadedModel, notes: list[str]) -> None:
+    """Read external tensors, refusing any location outside the model's folder; load notes
+    (a repeated key) go to ``notes``."""
     tensors = _external_tensors(loaded.proto)
     if not tensors:
         return
@@ -90,7 +104,7 @@ def load_external_data(loaded: LoadedModel) -> None:
     base = loaded.path.parent.resolve()
     for t in tensors:
         what = f"tensor {t.name!r}"
-        ref = external_ref(t, what)
+        ref = external_ref(t, what, notes)
         try:
             target = (base / ref.location).resolve()
         except (ValueError, OSError) as exc:
@@ -235,35 +249,26 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
     return used - defined
 
 
-def check_model(proto: onnx.ModelProto) -> None:
-    """Versions, tensor data, structure and each node's op schema; raise on the first fault."""
-    check_text(proto)
+def check_model(proto: onnx.ModelProto) -> list[str]:
+    """Versions, tensor data, structure and each node's op schema; raise on the first fault.
+
+    What onnxruntime accepts as it is but onnxep reads in a normal form
+    (negative dims, text that is not UTF-8, a domain used but not imported)
+    is normalised in ``proto``; the returned load notes say what was.
+    """
+    notes: list[str] = []
+    normalise_text(proto, notes)
     check_versions(proto)
-    check_value_types(proto.graph)
+    check_value_types(proto.graph, notes)
     check_attribute_fields(proto)
     if not proto.opset_import:
         raise InvalidGraph("the model imports no opset; add opset_import for the default domain")
-    domains = {op.domain for op in proto.opset_import} | {"ai.onnx"}
-    local = {(f.domain, f.name) for f in proto.functions}
-    for node in _all_nodes(proto.graph):
-        if node.domain not in domains and (node.domain, node.op_type) not in local:
-            raise InvalidGraph(
-                f"node {node.op_type} {node.name!r} uses domain {node.domain!r}, "
-                "which the model does not import (add it to opset_import)"
-            )
+    import_used_domains(proto, notes)
     check_tensor_data(proto)
     densify_sparse(proto.graph)
     check_graph(proto.graph)
     check_node_schemas(proto)
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                yield from _all_nodes(sub)
+    return notes
 
 
 def sparse_to_dense(sp: onnx.SparseTensorProto) -> onnx.TensorProto:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ import onnx_ir as ir
 from onnxep.providers.dtypes import dtype_name, np_dtype
 
 from .errors import InvalidArgument
+from .map_types import MapType
 
 
 def _elem_name(dtype: Any) -> str:
@@ -44,6 +46,8 @@ def type_string(t: Any) -> str:
         return f"optional({type_string(t.elem_type)})"
     if isinstance(t, ir.SparseTensorType):
         return f"sparse_tensor({_elem_name(t.dtype)})"
+    if isinstance(t, MapType):
+        return f"map({_elem_name(t.key)},{type_string(t.value)})"
     return str(t)
 
 
@@ -117,6 +121,35 @@ def _is_integer(dtype: np.dtype) -> bool:
     return True
 
 
+def is_device_array(x: Any) -> bool:
+    """Whether ``x`` lives in device memory (CUDA array interface, or DLPack off the CPU)."""
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    probe = getattr(x, "__dlpack_device__", None)
+    if probe is None:
+        return False
+    try:
+        return int(probe()[0]) != 1  # kDLCPU
+    except Exception:
+        return False
+
+
+def host_array(x: Any, name: str = "") -> np.ndarray:
+    """A NumPy view of a host array from another library (DLPack or the array interface)."""
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        if hasattr(x, "__dlpack__"):
+            return np.from_dlpack(x)
+        return np.asarray(x)
+    except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+        what = f"input {name!r}" if name else "the array"
+        raise InvalidArgument(
+            f"{what} is a {type(x).__name__} that NumPy cannot read ({exc}); pass a NumPy "
+            "array (for a torch tensor: .detach().cpu().numpy())"
+        ) from None
+
+
 class FeedCheck:
     """Checks one graph input's feed: kind, dtype, rank, and the dims the model fixes."""
 
@@ -132,8 +165,11 @@ class FeedCheck:
             except ValueError:
                 self.dtype = None  # undeclared element type: the kernels check it
         self.shape = self.arg.shape if self.tensor else None
+        self.map = _map_check(t, self.name, self.arg.type)
 
     def __call__(self, feed: Any) -> Any:
+        if self.map is not None:
+            return self.map(feed)
         if not self.tensor:
             return feed
         if not isinstance(feed, np.ndarray):
@@ -141,8 +177,10 @@ class FeedCheck:
                 feed = np.asarray(feed)  # a NumPy scalar has a dtype: checked like an array
             elif isinstance(feed, (list, tuple, int, float, bool, complex, str)):
                 feed = python_to_array(feed, self.dtype, self.name, self.arg.type)
-            elif hasattr(feed, "__array__") or hasattr(feed, "__dlpack__"):
+            elif is_device_array(feed):
                 return feed  # a device array; its provider checks it
+            elif hasattr(feed, "__dlpack__") or hasattr(feed, "__array__"):
+                feed = host_array(feed, self.name)  # a torch CPU tensor, say: no copy
             else:
                 raise InvalidArgument(
                     f"input {self.name!r} must be a numpy array, got {type(feed).__name__}"
@@ -168,3 +206,59 @@ class FeedCheck:
                         f"{list(feed.shape)}) but the model fixes it to {want} (shape {self.shape})"
                     )
         return feed
+
+
+def _map_check(t: Any, name: str, declared: str) -> Any:
+    """The check of a ``map(K, V)`` or ``seq(map(K, V))`` input, or None for other types."""
+    seq = isinstance(t, ir.SequenceType)
+    m = t.elem_type if seq else t
+    if not isinstance(m, MapType):
+        return None
+    string_keys = m.key == ir.DataType.STRING
+    try:
+        value_dt = np_dtype(int(m.dtype))
+    except ValueError:
+        value_dt = None
+
+    def one(d: Any, where: str) -> dict:
+        if not isinstance(d, Mapping):
+            raise InvalidArgument(
+                f"input {name!r} is {declared}; {where} must be a dict, got {type(d).__name__}"
+            )
+        out = {}
+        for k, v in d.items():
+            if string_keys:
+                if isinstance(k, bytes):
+                    k = k.decode("utf-8")
+                if not isinstance(k, str):
+                    raise InvalidArgument(
+                        f"input {name!r} is {declared}; key {k!r} of {where} is not a string"
+                    )
+            else:
+                if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+                    raise InvalidArgument(
+                        f"input {name!r} is {declared}; key {k!r} of {where} is not an integer"
+                    )
+                k = int(k)
+            if value_dt is not None and value_dt.kind in "fiu":
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+                    raise InvalidArgument(
+                        f"input {name!r} is {declared}; the value of key {k!r} in {where} is "
+                        f"{type(v).__name__}, not a number"
+                    )
+                v = value_dt.type(v).item()
+            elif value_dt is not None and value_dt.kind == "O" and isinstance(v, bytes):
+                v = v.decode("utf-8")
+            out[k] = v
+        return out
+
+    def check(feed: Any) -> Any:
+        if not seq:
+            return one(feed, "the feed")
+        if not isinstance(feed, (list, tuple)):
+            raise InvalidArgument(
+                f"input {name!r} is {declared}; feed a list of dicts, got {type(feed).__name__}"
+            )
+        return [one(d, f"element {i}") for i, d in enumerate(feed)]
+
+    return check

@@ -179,7 +179,9 @@ def run_node_case(
         warnings.simplefilter("ignore")
         try:
             sess = InferenceSession(
-                model, SessionOptions(log_severity_level=3), providers=list(providers)
+                model,
+                SessionOptions(log_severity_level=3, strict_providers=True),
+                providers=list(providers),
             )
         except NotImplementedOp as exc:
             return CaseOutcome(case.name, SKIPPED, f"no provider can run it: {exc}", ops)

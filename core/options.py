@@ -6,6 +6,8 @@ import enum
 import os
 from dataclasses import dataclass, field
 
+from .errors import InvalidArgument
+
 
 class GraphOptimizationLevel(enum.IntEnum):
     ORT_DISABLE_ALL = 0
@@ -19,13 +21,17 @@ class SessionOptions:
     """Options for one session; names follow onnxruntime where it has them.
 
     ``disable_fallback`` makes any compute node that leaves the first provider
-    an error. ``plugins_config`` names a plugins.toml that overrides the
-    default key by key (as ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
+    an error, and a listed provider that is unavailable here too.
+    ``strict_providers`` makes only the latter an error: by default such a
+    provider is skipped with one warning, as onnxruntime does. ``plugins_config``
+    names a plugins.toml that overrides the default key by key (as
+    ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
     switches rewrite passes off by name for this session.
     """
 
     graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
     disable_fallback: bool = False
+    strict_providers: bool = False
     log_severity_level: int = 2
     log_verbosity_level: int = 0
     logid: str = ""
@@ -35,6 +41,22 @@ class SessionOptions:
     disabled_rewrites: list[str] = field(default_factory=list)
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
+    #: where the session writes its model after rewrites ("" writes nothing), as onnxruntime
+    optimized_model_filepath: str = ""
+
+    def strict(self) -> bool:
+        """Whether a listed provider that is unavailable here is an error (else a warning)."""
+        return self.disable_fallback or self.strict_providers
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dim ``dim_name`` of the model's inputs to ``dim_value`` (as
+        onnxruntime does): feeds must then have that size there, and kernels plan for it."""
+        if isinstance(dim_value, bool) or not isinstance(dim_value, int) or dim_value < 0:
+            raise InvalidArgument(
+                f"add_free_dimension_override_by_name({dim_name!r}, {dim_value!r}): the value "
+                "must be a whole number >= 0"
+            )
+        self.free_dimension_overrides[str(dim_name)] = int(dim_value)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         """Accepted for onnxruntime compatibility; entries are kept but not interpreted."""
@@ -42,6 +64,7 @@ class SessionOptions:
 
     def __post_init__(self) -> None:
         self.config_entries: dict[str, str] = {}
+        self.free_dimension_overrides: dict[str, int] = {}
 
 
 @dataclass

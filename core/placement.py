@@ -102,10 +102,15 @@ class PlacementReport:
 
     providers: list[str]
     nodes: list[NodePlacement] = field(default_factory=list)
+    #: What loading read in a normal form that onnxruntime accepts as it is (a negative dim
+    #: read as unknown, a domain used but not imported...), one sentence each.
+    load_notes: list[str] = field(default_factory=list)
     copies: list[CopyPlacement] = field(default_factory=list)
     rewrites: dict[str, int] = field(default_factory=dict)
     skipped_rewrites: list[str] = field(default_factory=list)
     fusions: list[FusionReport] = field(default_factory=list)
+    #: per graph output, the nodes of the main graph it is computed from
+    output_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __iter__(self):
         return iter(self.nodes)
@@ -141,6 +146,7 @@ class PlacementReport:
     def to_dict(self) -> dict:
         return {
             "providers": self.providers,
+            "load_notes": list(self.load_notes),
             "counts": self.counts(),
             "nodes": [
                 {
@@ -162,6 +168,9 @@ class PlacementReport:
 
     def format(self, max_nodes: int | None = None) -> str:
         lines = [f"providers: {', '.join(self.providers)}"]
+        if self.load_notes:
+            lines.append("load notes:")
+            lines += [f"  - {note}" for note in self.load_notes]
         counts = self.counts()
         lines.append(
             "nodes per provider: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))

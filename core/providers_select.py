@@ -1,13 +1,19 @@
 """Turning the ``providers=`` argument into Provider instances, in priority order.
 
-Providers the user names must start; a failure is a :class:`ProviderError`
-caused by what the plugin raised. Providers chosen by default (``providers=None``,
-and the CPU provider appended as last resort) are skipped when they fail to
-start: the host records why, and the session goes on with the others.
+A provider the user names that is unavailable here (no GPU, no driver, not
+installed, failed to load or start) is skipped with one warning saying why and
+how to get it, and the session runs on the rest of the list, as onnxruntime
+does: one script serves a laptop and a GPU server. ``strict`` (the session's
+``disable_fallback``) makes that a :class:`ProviderError` instead. A name that
+is neither a discovered provider nor onnxruntime's ``...ExecutionProvider``
+form stays an error either way: it is more likely a typo than a portable list.
+Providers chosen by default (``providers=None``, and the CPU provider appended
+as last resort) are skipped quietly when they fail: the host records why.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,15 +76,32 @@ def _unknown(host: PluginHost, name: str) -> ProviderError:
     return ProviderError(unknown_message(host, name))
 
 
+def skip_warning(name: str, why: str) -> None:
+    """The one warning for a listed provider the session runs without."""
+    warnings.warn(
+        f"provider {name!r} is skipped: {why}. The session runs on the rest of the list; "
+        "SessionOptions(disable_fallback=True) makes this an error.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def _portable_name(name: str) -> bool:
+    """onnxruntime's spelling of a provider this install lacks (TensorrtExecutionProvider)."""
+    return name.endswith("ExecutionProvider") and len(name) > len("ExecutionProvider")
+
+
 def select_providers(
     host: PluginHost,
     providers: Sequence[Any] | None,
     provider_options: Sequence[dict[str, Any]] | None,
+    strict: bool = False,
 ) -> Selection:
-    """``(name, options)`` in priority order; asking for an unusable provider is an error."""
+    """``(name, options)`` in priority order; a listed provider that is unusable here is
+    skipped with a warning, or with ``strict`` an error (see the module's note)."""
     named: set[str] = set()
     if providers is None:
-        names = [n for n in host.ordered_names() if host.providers[n].available]
+        names = [n for n in host.default_names() if host.providers[n].available]
         entries = [(n, {}) for n in names]
     else:
         if isinstance(providers, str):
@@ -95,12 +118,22 @@ def select_providers(
     for name, opts in entries:
         real = host.resolve(name)
         if real is None:
-            raise _unknown(host, name)
+            error = _unknown(host, name)
+            if strict or not (_portable_name(name) or missing_reason(host, name)):
+                raise error
+            skip_warning(name, str(error).removeprefix(f"provider {name!r} "))
+            continue
         dp = host.providers[real]
-        if dp.broken is not None:
-            raise ProviderError(f"provider {real!r} failed to start: {dp.broken}") from dp.error
-        if not dp.available:
-            raise ProviderError(f"provider {real!r} is not available here: {dp.unavailable}")
+        if dp.broken is not None or not dp.available:
+            why = (
+                f"failed to start: {dp.broken}"
+                if dp.broken is not None
+                else f"is not available here: {dp.unavailable}"
+            )
+            if strict:
+                raise ProviderError(f"provider {real!r} {why}") from dp.error
+            skip_warning(real, why)
+            continue
         if any(real == n for n, _ in out):
             raise ConfigError(f"provider {real!r} is listed twice")
         out.append((real, {**host.config.options_for(real), **opts}))
@@ -118,24 +151,34 @@ def select_providers(
 
 
 def create_providers(
-    host: PluginHost, selected: list[tuple[str, dict[str, Any]]]
+    host: PluginHost, selected: list[tuple[str, dict[str, Any]]], strict: bool = False
 ) -> list[Provider]:
-    """Start the selected providers; one the user did not name is skipped if it fails.
+    """Start the selected providers; one that fails is skipped (with a warning if the user
+    named it), or with ``strict`` a named one failing is an error.
 
     A plain list (not a :class:`Selection`) counts every entry as named.
     """
     named = getattr(selected, "named", None)
     made: list[Provider] = []
     skipped: list[str] = []
+    named_failures: list[tuple[str, ProviderStartError]] = []
     for name, opts in selected:
         try:
             made.append(host.create(name, opts))
         except ProviderStartError as exc:
             if named is None or name in named:
-                raise ProviderError(f"provider {name!r} failed to start: {exc.reason}") from (
-                    exc.__cause__
-                )
+                if strict or named is None:
+                    raise ProviderError(
+                        f"provider {name!r} failed to start: {exc.reason}"
+                    ) from exc.__cause__
+                named_failures.append((name, exc))
             skipped.append(f"{name}: {exc.reason}")
+    if not made and named_failures:
+        # nothing left to run on: the first listed failure is the error, not a warning
+        name, exc = named_failures[0]
+        raise ProviderError(f"provider {name!r} failed to start: {exc.reason}") from exc.__cause__
     if not made:
         raise ProviderError(f"no provider could start: {'; '.join(skipped)}")
+    for name, exc in named_failures:
+        skip_warning(name, f"failed to start: {exc.reason}")
     return made

@@ -29,6 +29,8 @@ class ProviderStatus:
     available: bool
     reason: str | None
     broken: bool = False
+    #: taken by a session that names no providers (plugins.toml's ``order``); others opt in
+    default: bool = False
 
 
 def get_available_providers() -> list[str]:
@@ -48,6 +50,7 @@ def _status(host: Any, n: str) -> ProviderStatus:
         dp.available,
         dp.reason,
         dp.broken is not None,
+        n in host.default_names(),
     )
 
 

@@ -6,8 +6,10 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -20,11 +22,13 @@ from .axis_checks import check_axes
 from .captured import CaptureConfig, CapturedRunner, graph_id_of
 from .compile import CompileContext, CompiledGraph, compile_graph
 from .config import load_config
-from .errors import InvalidArgument, InvalidGraph
+from .errors import InvalidArgument, InvalidGraph, with_cause
 from .iobinding import IOBinding
 from .loading import ModelLike, check_model, load_external_data, read_model
+from .map_types import restore_map_types, strip_map_types
 from .model_io import FeedCheck, NodeArg
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .ortvalue import OrtValue
 from .partition import ownership
 from .placement import CopyPlacement, FusionReport, NodePlacement, PlacementReport
 from .profiling import Profiler
@@ -63,11 +67,26 @@ def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         return proto  # shapes only help kernels pick; the run does not depend on them
 
 
+def _override_free_dims(proto: onnx.ModelProto, overrides: Mapping[str, int]) -> None:
+    """SessionOptions.add_free_dimension_override_by_name: a named dim becomes that size."""
+    if not overrides:
+        return
+    for value in proto.graph.input:
+        if value.type.WhichOneof("value") != "tensor_type":
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in overrides:
+                dim.dim_value = overrides[dim.dim_param]
+
+
 def _to_ir(proto: onnx.ModelProto) -> ir.Model:
+    # onnx-ir has no map types: they are taken off before and put back after (map_types).
+    proto, maps = strip_map_types(proto)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:
-        raise InvalidGraph(f"the model could not be read into onnx-ir: {exc}") from exc
+        raise InvalidGraph(f"the model could not be read into onnx-ir: {with_cause(exc)}") from exc
+    restore_map_types(model, maps)
     if model.functions:
         ir.passes.common.InlinePass()(model)
     return model
@@ -92,20 +111,31 @@ class InferenceSession:
     ) -> None:
         if kwargs:
             raise InvalidArgument(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        self._source = model  # set_providers compiles it again
         self._options = sess_options or SessionOptions()
         self._config = load_config(self._options.plugins_config)
         self._host: PluginHost = get_host(self._config)
-        selected = select_providers(self._host, providers, provider_options)
-        self._providers: list[Provider] = create_providers(self._host, selected)
+        selected = select_providers(
+            self._host, providers, provider_options, strict=self._options.strict()
+        )
+        if self._options.intra_op_num_threads:
+            # onnxruntime's session option; the CPU provider applies it to NumPy's BLAS
+            for name, opts in selected:
+                if name == "cpu":
+                    opts.setdefault("intra_op_num_threads", self._options.intra_op_num_threads)
+        self._providers: list[Provider] = create_providers(
+            self._host, selected, strict=self._options.strict()
+        )
         self._provider_options = {p.name: dict(p.options) for p in self._providers}
         host = next((p for p in self._providers if p.name == "cpu"), None)
 
         loaded = read_model(model)
-        check_model(loaded.proto)
+        self._load_notes: list[str] = check_model(loaded.proto)
+        _override_free_dims(loaded.proto, self._options.free_dimension_overrides)
         proto = _infer_shapes(loaded.proto)
         check_axes(proto)
         loaded.proto = proto
-        load_external_data(loaded)
+        load_external_data(loaded, self._load_notes)
         self._proto_meta = proto
         self._model = _to_ir(proto)
         self._model_path = loaded.path
@@ -149,7 +179,26 @@ class InferenceSession:
         self._input_args = [NodeArg.of(v) for v in self._inputs]
         self._capture = self._capture_runner()
         self._inplace = self._inplace_pairs()
+        if self._options.optimized_model_filepath:
+            self._write_optimized(self._options.optimized_model_filepath)
         self._log_summary()
+
+    def _write_optimized(self, path: str | os.PathLike) -> None:
+        """The model after this session's rewrites (fusions produce ``onnxep`` domain ops,
+        as onnxruntime's produce ``com.microsoft`` ones), as onnxruntime writes it."""
+        proto = ir.serde.serialize_model(self._model)
+        big = proto.ByteSize() > 1_800_000_000  # protobuf's 2 GB limit
+        try:
+            onnx.save_model(
+                proto,
+                os.fspath(path),
+                save_as_external_data=big,
+                location=f"{Path(path).name}.data" if big else None,
+            )
+        except (OSError, ValueError) as exc:
+            raise InvalidArgument(
+                f"optimized_model_filepath {os.fspath(path)!r} could not be written: {exc}"
+            ) from exc
 
     def _inplace_pairs(self) -> dict[str, tuple[str, str]]:
         """Graph inputs a kernel may update in place (``KernelSpec.inplace``) when a caller
@@ -329,6 +378,34 @@ class InferenceSession:
                 return self._capture.run(inputs, gid, True, protect, in_place)
             return self._main.executor.run_on_device(inputs, protect_feeds=protect)
 
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """onnxruntime's run on OrtValues: inputs read where they are (host or device),
+        outputs left where their provider made them."""
+        feeds = {
+            k: (v.array if isinstance(v, OrtValue) else v) for k, v in input_dict_ort_values.items()
+        }
+        outs = self._run_on_device(feeds, output_names, run_options)
+        device = next((p for p in self._providers if p.device != "cpu"), None)
+        return [
+            OrtValue(v)
+            if isinstance(v, np.ndarray) or device is None
+            else OrtValue(v, v, device.to_host)
+            for v in outs
+        ]
+
+    def set_providers(
+        self,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        """Compile the model again for ``providers`` (onnxruntime's ``set_providers``)."""
+        self.__init__(self._source, self._options, providers, provider_options)
+
     def io_binding(self) -> IOBinding:
         """An onnxruntime-style binding: bind inputs and outputs, then ``run_with_iobinding``."""
         return IOBinding(self)
@@ -367,10 +444,28 @@ class InferenceSession:
             report.copies += [
                 CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
             ]
+        report.load_notes = list(self._load_notes)
         report.rewrites = dict(self._rewrites)
+        report.output_nodes = self._output_nodes()
         report.skipped_rewrites = list(self._skipped)
         report.fusions = list(self._fusions)
         return report
+
+    def _output_nodes(self) -> dict[str, tuple[str, ...]]:
+        """Each graph output's ancestry: the placed nodes of the main graph it depends on."""
+        name_of = {id(p.node): p.name for p in self._main.placed}
+        out: dict[str, tuple[str, ...]] = {}
+        for value in self._model.graph.outputs:
+            seen: set[int] = set()
+            stack = [value.producer()]
+            while stack:
+                node = stack.pop()
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                stack += [v.producer() for v in node.inputs if v is not None]
+            out[value.name or ""] = tuple(name_of[i] for i in seen if i in name_of)
+        return out
 
     def capture_stats(self) -> dict[str, Any]:
         """Capture counters (captures, replays, fallbacks, invalidations, segments) and the

@@ -161,8 +161,12 @@ class ExternalRef:
     length: int | None
 
 
-def external_ref(t: TensorProto, what: str) -> ExternalRef:
-    """Parse ``t.external_data``; an unknown, repeated or malformed entry is an error."""
+def external_ref(t: TensorProto, what: str, notes: list[str]) -> ExternalRef:
+    """Parse ``t.external_data``; an unknown or malformed entry is an error.
+
+    A key given twice is read from its last entry, as onnxruntime and onnx
+    read it, with a note.
+    """
     entries: dict[str, str] = {}
     for entry in t.external_data:
         if entry.key not in EXTERNAL_KEYS:
@@ -171,7 +175,10 @@ def external_ref(t: TensorProto, what: str) -> ExternalRef:
                 f"(ONNX defines {', '.join(EXTERNAL_KEYS)})"
             )
         if entry.key in entries:
-            raise InvalidModel(f"{what} gives external_data key {entry.key!r} twice")
+            notes.append(
+                f"{what} gives external_data key {entry.key!r} twice ({entries[entry.key]!r}, "
+                f"{entry.value!r}); the last is read, as onnxruntime reads it"
+            )
         entries[entry.key] = entry.value
     if not entries.get("location"):
         raise InvalidModel(f"{what} is stored externally but names no location")

@@ -10,8 +10,9 @@ the first broken plugin, which is why it is not used.)
 Starting a provider calls its own plugin's ``onnxep_create_provider``,
 ``onnxep_kernels`` and ``onnxep_graph_rewrites`` (``extended``). When one of
 them raises with the provider's configured options, the provider is *broken*
-for the process: it is recorded with the reason, default selections skip it
-and naming it is an error carrying the original exception. Another plugin's
+for the process: it is recorded with the reason, default selections skip it,
+naming it skips it with a warning (an error carrying the original exception under
+``disable_fallback``). Another plugin's
 hook raising for the provider is that plugin's failure, recorded, and the
 provider keeps working.
 """
@@ -299,7 +300,8 @@ class PluginHost:
                 describe(raised.error),
                 raised.hook,
                 provider=dp.name,
-                effect=f"provider {dp.name!r} is broken: sessions skip it, naming it is an error",
+                effect=f"provider {dp.name!r} is broken: sessions skip it (an error under "
+                "disable_fallback)",
             )
         )
 
@@ -357,6 +359,26 @@ class PluginHost:
                 effect="the pass was rolled back and left out of the session",
             )
         )
+
+    def default_names(self) -> list[str]:
+        """The providers a session takes when none are named: plugins.toml's ``order``.
+
+        An installed provider that ``order`` does not name is opt-in (named in
+        ``providers=``, or added to the order by a plugins.toml of the user's), so
+        installing a package never changes what an existing script runs on. One
+        the program registered itself (``onnxep.register_provider``) is an explicit
+        choice: it joins the default before cpu, as unlisted providers once did.
+        """
+        order = [n for n in self.config.order if n in self.providers]
+        chosen = sorted(
+            n
+            for n, dp in self.providers.items()
+            if n not in order and dp.source == "register_provider"
+        )
+        if "cpu" in order:
+            i = order.index("cpu")
+            return order[:i] + chosen + order[i:]
+        return order + chosen
 
     def ordered_names(self) -> list[str]:
         """Every discovered provider in plugins.toml order; unlisted ones go before cpu."""

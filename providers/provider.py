@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxep.errors import NotSupported
+from onnxep.errors import NotSupported, with_cause
 
 from .kernel import KernelSpec
 from .node import NodeInfo
@@ -92,7 +92,7 @@ class Provider:
         except NotSupported as exc:
             return Decline(str(exc))
         except Exception as exc:
-            return Decline(f"{node.op_type}: kernel builder failed: {type(exc).__name__}: {exc}")
+            return Decline(f"{node.op_type}: kernel builder failed: {with_cause(exc, limit=2000)}")
         return Claim(fn, spec)
 
     def _no_kernel_reason(self, node: NodeInfo) -> str:

@@ -13,12 +13,40 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
+from urllib.parse import unquote, urlparse
 
-INSTALL_HINT = (
-    "pip install 'onnxep[cuda12]' (CUDA 12 drivers) or 'onnxep[cuda13]' (CUDA 13 drivers)"
-)
+
+def _checkout() -> str | None:
+    """The folder onnxep is installed from in editable mode (``pip install -e``), if it is."""
+    # Every onnxep distribution on the path: a checkout's own onnxep.egg-info (the
+    # current folder) has no direct_url.json, the installed editable record has.
+    for dist in importlib.metadata.distributions(name="onnxep"):
+        try:
+            info = json.loads(dist.read_text("direct_url.json") or "{}")
+        except ValueError:
+            continue
+        if info.get("dir_info", {}).get("editable"):
+            return unquote(urlparse(info.get("url", "")).path) or None
+    return None
+
+
+def install_command(extra: str) -> str:
+    """How to add ``extra`` the way this onnxep was installed: from a checkout or the index."""
+    where = _checkout()
+    if where is not None:
+        return f'pip install -e ".[{extra}]" (in the checkout {where})'
+    return f'pip install "onnxep[{extra}]"'
+
+
+def install_hint() -> str:
+    return (
+        f"{install_command('cuda12')} for CUDA 12 drivers, or the same with cuda13 for "
+        "CUDA 13 drivers"
+    )
+
 
 # CUresult codes the message distinguishes (cuda.h).
 _NO_DEVICE = 100
@@ -76,7 +104,7 @@ def driver_status() -> tuple[int, int] | str:
 def unavailable_reason() -> str | None:
     """``None`` when the CUDA provider can run here, else one sentence with the fix."""
     if importlib.util.find_spec("cupy") is None:
-        return f"CuPy is not installed: {INSTALL_HINT}"
+        return f"CuPy is not installed: {install_hint()}"
     status = driver_status()
     if isinstance(status, str):
         return status
@@ -89,6 +117,6 @@ def unavailable_reason() -> str | None:
         return (
             f"the installed CuPy (cupy-cuda{want}x) needs a driver for CUDA {want}, but this "
             f"driver supports CUDA {have}.{version % 1000 // 10}: update the driver, or "
-            f"pip uninstall cupy-cuda{want}x && pip install 'onnxep[cuda{have}]'"
+            f"pip uninstall cupy-cuda{want}x && {install_command(f'cuda{have}')}"
         )
     return None

@@ -312,12 +312,22 @@ def _dtype_name(a: Any, b: Any) -> str:
     return name
 
 
-def _check_out(out: Any, shape: tuple[int, ...], dtype: Any) -> None:
-    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
-        raise BlasError(
-            f"out must be a C-contiguous {dtype} array of shape {shape}, got "
-            f"{out.dtype} {tuple(out.shape)} (c_contiguous={out.flags.c_contiguous})"
-        )
+def _out_rows(out: Any, shape: tuple[int, ...], dtype: Any) -> int:
+    """The element stride between ``out``'s rows (cuBLAS's ldc) after checking it.
+
+    ``out`` is C-contiguous, or a 2-D matrix whose rows are contiguous and further apart
+    than their length (a block of columns of a wider matrix, written in place)."""
+    if out.shape == shape and out.dtype == dtype:
+        if out.flags.c_contiguous:
+            return shape[-1] if shape else 1
+        item, st = out.itemsize, out.strides
+        if len(shape) == 2 and st[1] == item and st[0] % item == 0 and st[0] >= shape[1] * item:
+            return st[0] // item
+    raise BlasError(
+        f"out must be a C-contiguous {dtype} array of shape {shape} (or a 2-D block of "
+        f"columns with contiguous rows), got {out.dtype} {tuple(out.shape)} with strides "
+        f"{tuple(out.strides)}"
+    )
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
@@ -325,7 +335,8 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
 
     Takes CuPy arrays of float32 or float16 (both the same); ``out``, when
     given, must be a C-contiguous array of the result's shape and dtype and
-    is written in place. Transposed views are read without a copy.
+    is written in place (or a 2-D block of columns of a wider matrix, rows contiguous).
+    Transposed views are read without a copy.
     """
     return gemm(a, b, out=out)
 
@@ -380,13 +391,14 @@ def gemm(
         shape = (*batch, n) if not squeeze_b else tuple(batch)
     elif squeeze_b:
         shape = (*batch, m)
+    ldc = n
     if out is None:
         if beta != 0.0:
             raise BlasError("gemm with beta != 0 needs out, holding the addend")
         out = cupy.empty(shape, dtype=a.dtype)
     else:
-        _check_out(out, shape, a.dtype)
-    c = out.reshape(full_shape)
+        ldc = _out_rows(out, shape, a.dtype)
+    c = out.reshape(full_shape) if ldc == n else out  # a block of columns is 2-D already
     count = math.prod(batch)
     if count == 0 or m == 0 or n == 0:
         return out
@@ -435,7 +447,7 @@ def gemm(
             beta_p,
             _ptr(c),
             code,
-            n,
+            ldc,
             compute,
             _GEMM_DEFAULT,
         )

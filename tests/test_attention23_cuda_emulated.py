@@ -39,12 +39,15 @@ def emulator():
 
 @pytest.fixture
 def cuda_attention(emulator, monkeypatch):
-    """providers_cuda's Attention module wired to the emulator, on an 8-SM device."""
+    """providers_cuda's Attention module wired to the emulator, on an 8-SM device of compute
+    capability 7.5, so every case runs the tiled kernel (the tensor-core one, which sm_80
+    devices take for float16, has its own tests: tests/test_flash_prefill_emulated.py)."""
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import op_attention
+    from onnxep.providers_cuda.ops import _flash_prefill, op_attention
 
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     monkeypatch.setattr(op_attention, "sm_count", lambda: 8)
+    monkeypatch.setattr(_flash_prefill, "device_facts", lambda: (75, 64 * 1024))
     return op_attention
 
 

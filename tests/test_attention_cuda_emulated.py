@@ -36,9 +36,11 @@ def emulator():
 
 @pytest.fixture(params=[8, 132], ids=["8sm", "132sm"])
 def cuda_ops(request, emulator, monkeypatch):
-    """The CUDA op modules wired to the emulator, on a device of ``param`` SMs."""
+    """The CUDA op modules wired to the emulator, on a device of ``param`` SMs and compute
+    capability 7.5, so prefills run the tiled kernel (the tensor-core one, which sm_80
+    devices take for float16, has its own tests: tests/test_flash_prefill_emulated.py)."""
     from onnxep.providers_cuda import nvrtc
-    from onnxep.providers_cuda.ops import _attention_cuda, _rotary_cuda
+    from onnxep.providers_cuda.ops import _attention_cuda, _flash_prefill, _rotary_cuda
     from onnxep.providers_cuda.ops import op_group_query_attention as gqa
     from onnxep.providers_cuda.ops import op_rotary_embedding as rope23
     from onnxep.providers_cuda.ops import op_rotary_embedding_contrib as rope
@@ -46,6 +48,7 @@ def cuda_ops(request, emulator, monkeypatch):
     monkeypatch.setattr(nvrtc, "function", emulator.function)
     for mod in (gqa, _rotary_cuda, _attention_cuda):
         monkeypatch.setattr(mod, "sm_count", lambda: request.param)
+    monkeypatch.setattr(_flash_prefill, "device_facts", lambda: (75, 64 * 1024))
     xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     xp.empty = nan_empty
     xp.empty_like = lambda a: nan_empty(a.shape, a.dtype)

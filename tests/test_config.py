@@ -53,7 +53,10 @@ def test_session_options_config_disables_a_provider(tmp_path, toy_dist):
     p.write_text("[providers.toy]\nenabled = false\n")
     m = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [1])], [tensor("y", [1])])
     opts = onnxep.SessionOptions(plugins_config=str(p))
+    strict = onnxep.SessionOptions(plugins_config=str(p), disable_fallback=True)
     with pytest.raises(ProviderError, match="'toy' .*disabled in plugins.toml"):
+        onnxep.InferenceSession(m, strict, providers=["toy"])
+    with pytest.warns(UserWarning, match="'toy' is skipped: .*disabled in plugins.toml"):
         onnxep.InferenceSession(m, opts, providers=["toy"])
     sess = onnxep.InferenceSession(m, opts)
     assert "toy" not in sess.get_providers()

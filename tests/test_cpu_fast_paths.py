@@ -62,3 +62,32 @@ def test_rms_norm_fast_path_matches_generic():
     node = NodeInfo("SimplifiedLayerNormalization", attrs={"epsilon": 1e-5}, outputs=(None,))
     want = generic(node, np)(x, w)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+@pytest.mark.parametrize("a_shape", [[2, 3, 64], [64], [4, 1, 5, 64]])
+def test_matmul_constant_half_weight_matches_generic_bit_for_bit(elem, a_shape):
+    """The weight widened once gives the generic kernel's product exactly (same float32
+    operands, same BLAS call), for every broadcast shape; a fed B takes the generic kernel."""
+    from onnx import numpy_helper
+
+    from onnxep.providers.node import NodeInfo
+    from onnxep.providers.ops.op_mat_mul import mat_mul as generic
+
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 48)).astype(np.float32).astype(dt)
+    a = rng.standard_normal(a_shape).astype(np.float32).astype(dt)
+    init = numpy_helper.from_array(w, "w")
+    if elem == TensorProto.BFLOAT16:  # from_array stores ml_dtypes' bfloat16 as raw bits
+        init = helper.make_tensor("w", elem, w.shape, w.view(np.uint16).tobytes(), raw=True)
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    want = generic(NodeInfo("MatMul", outputs=(None,)), np)(a, w)[0]
+    const = make_model([node], [tensor("a", a_shape, elem)], [tensor("y", None, elem)], [init])
+    (got,) = onnxep.InferenceSession(const, providers=["cpu"]).run(None, {"a": a})
+    assert got.dtype == dt and got.shape == want.shape
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    fed = make_model([node], [tensor("a", a_shape, elem), tensor("w", [64, 48], elem)],
+                     [tensor("y", None, elem)])  # fmt: skip
+    (got,) = onnxep.InferenceSession(fed, providers=["cpu"]).run(None, {"a": a, "w": w})
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))

@@ -20,7 +20,18 @@ from onnxep.providers_cuda.provider import CUDAProvider
 def test_missing_cupy_says_how_to_install(monkeypatch):
     monkeypatch.setattr(availability.importlib.util, "find_spec", lambda name: None)
     why = availability.unavailable_reason()
-    assert why.startswith("CuPy is not installed") and "onnxep[cuda12]" in why
+    assert why.startswith("CuPy is not installed") and "[cuda12]" in why
+    assert availability.install_hint() in why
+
+
+@pytest.mark.parametrize("editable", [True, False])
+def test_install_hint_follows_the_install_mode(monkeypatch, editable):
+    monkeypatch.setattr(availability, "_checkout", lambda: "/src/onnxep" if editable else None)
+    hint = availability.install_hint()
+    if editable:
+        assert 'pip install -e ".[cuda12]" (in the checkout /src/onnxep)' in hint
+    else:
+        assert hint.startswith('pip install "onnxep[cuda12]"')
 
 
 def test_missing_driver_is_one_sentence(monkeypatch):
@@ -34,7 +45,8 @@ def test_old_driver_for_the_installed_cupy(monkeypatch):
     monkeypatch.setattr(availability, "driver_status", lambda: (12040, 1))
     monkeypatch.setattr(availability, "cupy_cuda_major", lambda: 13)
     why = availability.unavailable_reason()
-    assert "cupy-cuda13x" in why and "CUDA 12.4" in why and "onnxep[cuda12]" in why
+    assert "cupy-cuda13x" in why and "CUDA 12.4" in why
+    assert availability.install_command("cuda12") in why
 
 
 def test_no_device(monkeypatch):

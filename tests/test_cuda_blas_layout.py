@@ -202,3 +202,19 @@ def test_bad_operands_name_the_problem(fake, a, b, out, match):
 def test_supports():
     assert blas.supports(np.dtype(np.float16)) and blas.supports(np.dtype(np.float32))
     assert blas.supports(np.dtype(np.float64)) and not blas.supports(np.dtype(np.int32))
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_out_may_be_a_block_of_columns_of_a_wider_matrix(fake, beta):
+    """A product written straight into columns 3..8 of a 12-column matrix (ldc = 12): the
+    columns around it stay as they were."""
+    rng = np.random.default_rng(8)
+    a, wt = _rand(rng, (4, 6), np.float32), _rand(rng, (5, 6), np.float32)
+    whole = _rand(rng, (4, 12), np.float32)
+    before = whole.copy()
+    blas.gemm(a, wt, trans_b=True, beta=beta, out=whole[:, 3:8])
+    np.testing.assert_allclose(whole[:, 3:8], a @ wt.T + beta * before[:, 3:8], rtol=1e-5)
+    np.testing.assert_array_equal(np.delete(whole, range(3, 8), axis=1),
+                                  np.delete(before, range(3, 8), axis=1))  # fmt: skip
+    with pytest.raises(blas.BlasError, match="block of columns"):
+        blas.gemm(a, wt, trans_b=True, out=whole[:, 3:8].T.T[::2])

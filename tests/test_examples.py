@@ -181,10 +181,14 @@ def test_torch_device_that_is_missing_is_one_clear_sentence(installed):
 
     if torch.cuda.is_available():
         pytest.skip("this torch sees a CUDA device")
+    strict = onnxep.SessionOptions(disable_fallback=True)
     with pytest.raises(
         ProviderError, match="'torch' failed to start:.*torch device 'cuda' is not available"
     ):
-        onnxep.InferenceSession(_mixed_model(), providers=[("torch", {"device": "cuda"})])
+        onnxep.InferenceSession(_mixed_model(), strict, providers=[("torch", {"device": "cuda"})])
+    with pytest.warns(UserWarning, match="'torch' is skipped: failed to start:.*'cuda'"):
+        sess = onnxep.InferenceSession(_mixed_model(), providers=[("torch", {"device": "cuda"})])
+    assert sess.get_providers() == ["cpu"]
 
 
 def test_torch_native_kernels_replace_the_generic_ones(installed):
@@ -396,7 +400,9 @@ def test_fresh_venv_runs_torch_and_swish(fresh_env):
         "  [helper.make_tensor_value_info('y', T.FLOAT, [3, 3])])\n"
         "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17),\n"
         "  helper.make_opsetid('com.example', 1)])\n"
-        "s = onnxep.InferenceSession(m)\n"
+        # installing a provider package changes no default: it is opt-in, named
+        "assert onnxep.InferenceSession(m).get_providers() == ['cpu']\n"
+        "s = onnxep.InferenceSession(m, providers=['torch'])\n"
         "assert s.get_providers() == ['torch', 'cpu'], s.get_providers()\n"
         "x = np.eye(3, dtype=np.float32)\n"
         "(y,) = s.run(None, {'x': x})\n"

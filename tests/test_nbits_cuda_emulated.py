@@ -233,3 +233,22 @@ def test_geometry_covers_every_chunk_once_and_splits_only_when_short(k, n, bits,
 def test_geometry_splits_the_narrow_down_projection_not_the_lm_head():
     assert K_.gemv_geometry(896, 4864 // 32, 4, 1, 132).splits > 1
     assert K_.gemv_geometry(151936, 896 // 32, 4, 1, 132).splits == 1
+
+
+def test_rows_past_one_launch_run_one_launch_per_eight(launches):
+    """Up to :func:`gemv_rows` rows, the GEMV runs once per 8 rows (beyond, the GEMM)."""
+    bits, block, zp, k, n = 4, 16, "packed", 72, 19
+    most = op_matmul_nbits.gemv_rows(k, n, bits, block, 4, 4)  # float32 A and scales
+    assert most == 16, most  # (1140 packed + 2 x 5472 dense bytes) / 1140 x 0.25: 2 launches
+    gpu_quant._check_nbits(bits, block, zp, k, n, np.float32, rows=(9, most))
+    assert launches == ["nbits_gemv"] * 4
+
+
+@pytest.mark.parametrize(
+    "k,n,bits,act,scale,rows",
+    [(896, 4864, 4, 2, 2, 16), (896, 4864, 4, 4, 4, 24), (4864, 896, 8, 2, 2, 8),
+     (896, 151936, 4, 2, 2, 16)],
+)  # fmt: skip
+def test_gemv_rows_from_the_bytes_each_path_moves(k, n, bits, act, scale, rows):
+    """Qwen2.5-0.5B's MLP and LM head: wider activations make the dequantised copy dearer."""
+    assert op_matmul_nbits.gemv_rows(k, n, bits, 32, act, scale) == rows

@@ -15,8 +15,8 @@ from __future__ import annotations
 import cuda_emulator as emu
 import numpy as np
 import pytest
+from test_gemv_nt_cuda_emulated import _swiglu_k
 
-from onnxep.providers_cuda.ops import _fused_cuda as FC
 from onnxep.providers_cuda.ops import _nbits_mma_cuda as M
 from onnxep.providers_cuda.ops import op_matmul_nbits
 from onnxep.providers_cuda.ops._nbits_weights import Weights
@@ -255,20 +255,6 @@ def test_repeats_bit_for_bit_in_both_fiber_orders(mma):
 # --------------------------------------------------------------- the SwiGLU epilogue
 
 
-def _swiglu_k(y):
-    """The emulated one-launch SwiGLU the unfused graph runs on a packed [gate | up]."""
-    fn = FC.kernels_for("swiglu_k", y.dtype)[y.dtype]
-    cols = y.shape[-1] // 2
-    out = np.empty((y.shape[0], cols), y.dtype)
-    n = np.int64(out.size)
-    fn(
-        FC.grid(out.size),
-        (FC.BLOCK,),
-        (y, y.reshape(-1)[cols:], out, n, np.int64(cols), np.int64(2 * cols), np.int64(2 * cols)),
-    )
-    return out
-
-
 def _tables(rng, k, n, block=32, zp_kind="packed", dtype=F16):
     """Random weights of a node, as the kernel reads them: (B, scales, zero points), layout."""
     b, scales, zp = gpu_quant._nbits_consts(rng, k, n, 4, block, zp_kind, dtype)
@@ -288,7 +274,7 @@ def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(m, k, h, with_bias, dtype,
     a = rng.standard_normal((m, k)).astype(dtype)
     q8 = dtype == F32
     plain = M.NbitsMma(np, dtype, dtype, M.ZP_PACKED, 32, q8=q8)
-    want = _swiglu_k(plain(a, m, 2 * h, k, tables, layout, bias))
+    want = _swiglu_k(plain(a, m, 2 * h, k, tables, layout, bias), dtype)
     fused = M.NbitsMma(np, dtype, dtype, M.ZP_PACKED, 32, q8=q8, swiglu=True)
     got = fused(a, m, h, k, tables, layout, bias)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -338,3 +338,53 @@ def test_assert_parity_on_sequence_outputs_and_nan_values():
     report = assert_parity(seq_model, ["cpu"], inputs={"x": x})
     assert [r.output for r in report.results] == ["seq[0]", "seq[1]", "seq[2]"]
     assert report.ok
+
+
+def test_parity_reports_what_the_provider_under_test_ran(good_and_bad):
+    """good_relu runs the Relu, the CPU the Add: 1 of 2 compute nodes, said and warned."""
+    with pytest.warns(UserWarning, match="good_relu ran 1 of 2 compute nodes"):
+        report = assert_parity(_relu_model(), ["good_relu"], dims={"N": 2})
+    cov = report.coverage["good_relu"]
+    assert (cov.ran, cov.total) == (1, 2)
+    assert cov.per_output["r"] == (1, 2)
+    ((node, op, to, why),) = cov.fell_back
+    assert (node, op, to) == ("add", "Add", "cpu") and "Add" in why
+    text = report.format()
+    assert "coverage: good_relu ran 1 of 2 compute nodes (50%)" in text
+    assert "1 x Add -> cpu" in text and "[1/2 nodes on good_relu]" in text
+
+
+def test_min_coverage_and_strict_fail_a_partial_run(good_and_bad):
+    with pytest.raises(AssertionError, match="ran 1 of 2 compute nodes .50%., under min_coverage"):
+        assert_parity(_relu_model(), ["good_relu"], strict=True)
+    with pytest.raises(AssertionError, match="under min_coverage 75%"):
+        assert_parity(_relu_model(), ["good_relu"], min_coverage=0.75)
+    with pytest.warns(UserWarning):
+        assert assert_parity(_relu_model(), ["good_relu"], min_coverage=0.5).ok
+
+
+def test_a_provider_that_ran_nothing_fails_by_default(good_and_bad):
+    """Both sides then ran the same CPU kernels: agreement proves nothing."""
+    add_only = make_model(
+        [helper.make_node("Add", ["x", "y"], ["s"], name="add")],
+        [tensor("x", [2]), tensor("y", [2])],
+        [tensor("s", [2])],
+    )
+    with pytest.raises(AssertionError, match="'good_relu' ran none of the 1 compute nodes"):
+        assert_parity(add_only, ["good_relu"])
+    report = onnxep.testing.parity_report(add_only, ["good_relu"])
+    assert not report.ok and not report.failures and report.coverage_problems
+
+
+def test_cli_parity_prints_coverage_and_strict_fails(good_and_bad, tmp_path, capsys):
+    import onnx
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_relu_model(), str(path))
+    assert main(["parity", str(path), "--providers", "good_relu"]) == 0
+    captured = capsys.readouterr()
+    assert "coverage: good_relu ran 1 of 2 compute nodes" in captured.out
+    assert "warning: good_relu ran 1 of 2 compute nodes" in captured.err
+    assert main(["parity", str(path), "--providers", "good_relu", "--strict"]) == 1
+    assert "parity: provider 'good_relu' ran 1 of 2" in capsys.readouterr().out
+    assert main(["parity", str(path), "--providers", "cpu", "--strict"]) == 0

@@ -18,6 +18,9 @@ from onnxep.providers.discovery import unregister_plugin
 from onnxep.providers.registry import KernelRegistry
 from onnxep.rewrites.contract import GraphState
 
+#: naming an unusable provider is an error only under disable_fallback (else a warning)
+STRICT = onnxep.SessionOptions(disable_fallback=True)
+
 
 @kernel("Relu", since=6, dtypes=["float"])
 def _relu(node, xp):
@@ -123,15 +126,18 @@ def test_default_selection_skips_a_provider_that_fails_to_start(registered):
     assert status.broken and not status.available and "device lost" in status.reason
     assert "flaky" not in onnxep.get_available_providers()
     with pytest.raises(ProviderError, match="'flaky' failed to start.*device lost") as err:
-        onnxep.InferenceSession(_relu_model(), providers=["flaky"])
+        onnxep.InferenceSession(_relu_model(), STRICT, providers=["flaky"])
     assert err.value.__cause__ is lost
 
 
 def test_naming_a_provider_that_fails_to_start_carries_the_plugin_error(registered):
     registered(_provider_plugin("flaky2", create=_raise(OSError("no such device"))), "flaky2")
     with pytest.raises(ProviderError, match="'flaky2' failed to start") as err:
-        onnxep.InferenceSession(_relu_model(), providers=["flaky2", "cpu"])
+        onnxep.InferenceSession(_relu_model(), STRICT, providers=["flaky2", "cpu"])
     assert isinstance(err.value.__cause__, OSError)
+    with pytest.warns(UserWarning, match="'flaky2' is skipped: failed to start.*no such device"):
+        sess = onnxep.InferenceSession(_relu_model(), providers=["flaky2", "cpu"])
+    assert sess.get_providers() == ["cpu"]
 
 
 def test_options_that_fail_break_only_that_session(registered):
@@ -142,7 +148,7 @@ def test_options_that_fail_break_only_that_session(registered):
 
     registered(_provider_plugin("picky", create=create), "picky")
     with pytest.raises(ProviderError, match="no 'gpu' device"):
-        onnxep.InferenceSession(_relu_model(), providers=[("picky", {"device": "gpu"})])
+        onnxep.InferenceSession(_relu_model(), STRICT, providers=[("picky", {"device": "gpu"})])
     assert not _records("picky")
     sess = onnxep.InferenceSession(_relu_model(), providers=["picky"])
     assert sess.placement()["relu"].provider == "picky"
@@ -170,7 +176,7 @@ def test_own_hook_raising_breaks_the_provider(registered, hook):
         plugin = _provider_plugin("halfbuilt", rewrites=_raise(err))
     registered(plugin, "halfbuilt")
     with pytest.raises(ProviderError, match=f"'halfbuilt' failed to start.*{hook}") as info:
-        onnxep.InferenceSession(_relu_model(), providers=["halfbuilt"])
+        onnxep.InferenceSession(_relu_model(), STRICT, providers=["halfbuilt"])
     assert info.value.__cause__ is err
     sess = onnxep.InferenceSession(_relu_model())
     assert sess.get_providers() == [p for p in onnxep.get_available_providers()]

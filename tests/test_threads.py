@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import onnxep
 
@@ -85,3 +86,66 @@ def test_concurrent_first_runs_of_a_cold_session_are_bit_identical_to_serial_run
     differ = [(t, k) for t, got in enumerate(results) for k, outs in got if outs != want[k]]
     assert not differ, f"{len(differ)} of {threads * runs * len(feeds)} runs differ in bits"
     assert [_bits(cold, f) for f in feeds] == want
+
+
+def _blas_threads_now() -> int:
+    from threadpoolctl import threadpool_info
+
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def _matmul_model():
+    from conftest import make_model, tensor
+    from onnx import helper
+
+    return make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [tensor("a", [64, 64]), tensor("b", [64, 64])],
+        [tensor("y", [64, 64])],
+    )
+
+
+def test_intra_op_num_threads_limits_blas_during_runs_only():
+    """SessionOptions(intra_op_num_threads=1) is honoured: BLAS runs one thread inside a run,
+    and the process's own setting is back after it."""
+    pytest.importorskip("threadpoolctl")
+    seen = []
+    before = _blas_threads_now()
+    opts = onnxep.SessionOptions(intra_op_num_threads=1)
+    sess = onnxep.InferenceSession(_matmul_model(), opts, providers=["cpu"])
+    assert sess.get_provider_options()["cpu"]["intra_op_num_threads"] == 1
+    cpu = sess.providers[0]
+    with cpu.run_context():
+        seen.append(_blas_threads_now())
+    a = np.ones((64, 64), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"a": a, "b": a})[0], a @ a)
+    assert seen == [1]
+    assert _blas_threads_now() == before
+
+
+def test_sessions_with_different_thread_counts_run_concurrently_and_correctly():
+    pytest.importorskip("threadpoolctl")
+    one = onnxep.InferenceSession(
+        _matmul_model(), onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
+    )
+    two = onnxep.InferenceSession(
+        _matmul_model(), onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
+    )
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+
+    def job(i):
+        sess = one if i % 2 else two
+        return sess.run(None, {"a": a, "b": a})[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        for y in pool.map(job, range(40)):
+            np.testing.assert_allclose(y, a @ a, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_thread_count_is_one_sentence():
+    from onnxep.errors import ProviderError
+
+    bad = onnxep.SessionOptions(intra_op_num_threads=-2)
+    with pytest.raises(ProviderError, match="'cpu' failed to start.*intra_op_num_threads must be"):
+        onnxep.InferenceSession(_matmul_model(), bad, providers=["cpu"])

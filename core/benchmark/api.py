@@ -193,6 +193,8 @@ def bench(
     context: int = 16,
     feeds: Mapping[str, Any] | None = None,
     dims: Mapping[str, int] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
     profile: bool = False,
     json_path: str | None = None,
     plot: str | None = None,
@@ -250,7 +252,8 @@ def bench(
     if decode:
         profile_feeds = _decode(result, sides, decode, context, warmup, progress, seed, dims)
     else:
-        profile_feeds = _latency(result, sides, runs, warmup, feeds, dims, progress, seed)
+        made = {"dims": dims, "shapes": shapes, "int_ranges": int_ranges}
+        profile_feeds = _latency(result, sides, runs, warmup, feeds, made, progress, seed)
     for side in sides:
         if side.name not in result.skipped:
             result.sides.append(side.describe())
@@ -277,10 +280,19 @@ def bench(
     return result
 
 
-def _latency(result, sides, runs, warmup, feeds, dims, progress, seed) -> None:
+def _latency(result, sides, runs, warmup, feeds, made, progress, seed) -> None:
+    """``feeds`` given are used as they are; the model's other inputs are made as ``made``
+    (dims, shapes, int_ranges) says."""
     from onnxep.random_inputs import random_inputs
 
-    feeds = dict(feeds) if feeds is not None else random_inputs(sides[0].session, dims, seed=seed)
+    feeds = random_inputs(
+        sides[0].session,
+        made["dims"],
+        seed=seed,
+        shapes=made["shapes"],
+        int_ranges=made["int_ranges"],
+        given=feeds,
+    )
     live = []
     for side in sides:
         try:

@@ -67,7 +67,8 @@ class OnnxepSide(Side):
     ) -> None:
         import onnxep
 
-        opts = onnxep.SessionOptions(enable_profiling=profile)
+        # a benchmark of a provider that is missing here is an error, not a CPU figure
+        opts = onnxep.SessionOptions(enable_profiling=profile, strict_providers=True)
         self.session = onnxep.InferenceSession(model, opts, providers=providers)
         self.name = name
         self.output_names = [o.name for o in self.session.get_outputs()]

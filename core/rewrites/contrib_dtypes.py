@@ -53,6 +53,18 @@ def _stash(node: ir.Node) -> Fixed:
 
 _X = _like(0, same_shape=True)  # output 0 is input 0's type and shape
 _F32 = Fixed(ir.DataType.FLOAT)
+_I32 = Fixed(ir.DataType.INT32)
+
+
+def _wired(i: int, otherwise: Fixed) -> Callable[[ir.Node], FromInput | Fixed]:
+    """Input ``i``'s type when it is wired, else ``otherwise`` (the kernel's fallback)."""
+
+    def rule(node: ir.Node) -> FromInput | Fixed:
+        wired = i < len(node.inputs) and node.inputs[i] is not None
+        return _like(i) if wired else otherwise
+
+    return rule
+
 
 #: (domain, op_type) -> one rule per output, in output order.
 RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
@@ -80,6 +92,38 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     # output, mean, inv_std_var (float statistics), input_skip_bias_sum
     (MS, "SkipLayerNormalization"): (_X, _F32, _F32, _X),
     (MS, "SkipSimplifiedLayerNormalization"): (_X, _F32, _F32, _X),
+    # quantized ops (providers_cpu/ops): 8-bit outputs keep their input's type, products
+    # scaled back to float are float32
+    (MS, "DecoderMaskedMultiHeadAttention"): (_like(0), _like(0), _like(0), _like(0)),
+    (MS, "DequantizeLinear"): (_like(1),),  # the scale's type
+    (MS, "DynamicQuantizeLSTM"): (_like(0), _like(0), _like(0)),
+    (MS, "DynamicQuantizeMatMul"): (_F32,),
+    (MS, "EmbedLayerNormalization"): (_F32, _I32, _F32),
+    (MS, "FusedGemm"): (_like(0),),
+    (MS, "Inverse"): (_X,),
+    (MS, "MatMulBnb4"): (_like(0),),
+    (MS, "MatMulInteger16"): (_I32,),
+    (MS, "MatMulIntegerToFloat"): (_F32,),
+    (MS, "MoE"): (_X,),
+    (MS, "NhwcMaxPool"): (_like(0),),
+    (MS, "QAttention"): (_F32, _F32),
+    (MS, "QEmbedLayerNormalization"): (_F32, _I32),
+    (MS, "QGemm"): (_wired(8, _F32),),  # y_zero_point's type, float without it
+    (MS, "QLinearAdd"): (_like(0),),
+    (MS, "QLinearAveragePool"): (_like(0),),
+    (MS, "QLinearConcat"): (_like(1),),  # Y_zero_point's type
+    (MS, "QLinearConv"): (_wired(7, Fixed(ir.DataType.UINT8)),),
+    (MS, "QLinearGlobalAveragePool"): (_like(0),),
+    (MS, "QLinearLeakyRelu"): (_X,),
+    (MS, "QLinearMul"): (_like(0),),
+    (MS, "QLinearSigmoid"): (_X,),
+    (MS, "QLinearSoftmax"): (_X,),
+    (MS, "QLinearWhere"): (_like(1),),
+    (MS, "QMoE"): (_X,),
+    (MS, "QuantizeLinear"): (_wired(2, Fixed(ir.DataType.UINT8)),),
+    (MS, "SparseAttention"): (_like(0), _like(0), _like(0)),
+    (MS, "Tokenizer"): (Fixed(ir.DataType.STRING),),
+    (MS, "TransposeMatMul"): (_like(0),),
     # ONNX Attention-23's types: Y and qk as Q (T1), present key as K (T1), value as V (T2)
     (EP, "Attention"): (_like(0), _like(4, 1), _like(5, 2), _like(0)),
     (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention

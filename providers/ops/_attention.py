@@ -131,8 +131,9 @@ def contrib_mask_bias(xp, mask, unidirectional, b, s, past, total, ct, filter_va
     """onnxruntime-style mask for Attention/MultiHeadAttention as an additive (B, 1, S, T) bias.
 
     Disallowed keys get ``filter_value`` (finite, -10000 by default) rather
-    than -inf, so a row with no allowed key averages uniformly like
-    onnxruntime instead of producing zeros. ``mask`` may be key lengths (B,),
+    than -inf, so a row with no allowed key averages uniformly like onnxruntime
+    instead of producing zeros; future keys (``unidirectional``) get the dtype's
+    lowest value, as onnxruntime's causal mask. ``mask`` may be key lengths (B,),
     end and start positions (2B,), a 0/1 raw mask (B, T) or (B, S, T), or a
     (B, 1, M, M) Megatron mask read at rows [past, past + S).
     """
@@ -161,11 +162,17 @@ def contrib_mask_bias(xp, mask, unidirectional, b, s, past, total, ct, filter_va
             allowed = mask[:, :, past : past + s, :total] > 0
         else:
             raise ValueError(f"attention mask of rank {mask.ndim} is not supported")
+    zero, filt = xp.zeros((), dtype=ct), xp.asarray(filter_value, dtype=ct)
+    bias = None if allowed is None else xp.where(allowed, zero, filt)
     if unidirectional:
         i = xp.reshape(xp.arange(s), (1, 1, s, 1))
-        causal = j <= i + past
-        allowed = causal if allowed is None else allowed & causal
-    return xp.where(allowed, xp.zeros((), dtype=ct), xp.asarray(filter_value, dtype=ct))
+        # onnxruntime masks future keys outright (the dtype's lowest value) and padding
+        # softly (the filter value), so a row whose past keys are all padding still
+        # averages over them and never over the future
+        low = xp.asarray(float(np.finfo(np.dtype(ct)).min), dtype=ct)
+        causal = xp.where(j <= i + past, zero, low)
+        bias = causal if bias is None else xp.maximum(bias + causal, low)
+    return bias
 
 
 def contrib_sdpa(xp, q, k, v, scale, bias=None, attn_bias=None):

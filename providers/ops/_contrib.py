@@ -217,6 +217,24 @@ def dequantize_nbits(
     return down(w, dtype)
 
 
+def int8_blocks(a: Any, block: int, xp: Any) -> Any:
+    """A rounded as int8 per block of K (symmetric, round half to even), back in float32."""
+    af = a.astype(xp.float32)
+    k = af.shape[-1]
+    pad = (-k) % block
+    if pad:
+        af = xp.concat([af, xp.zeros(af.shape[:-1] + (pad,), dtype=xp.float32)], axis=-1)
+    blocks = xp.reshape(af, af.shape[:-1] + ((k + pad) // block, block))
+    amax = xp.max(xp.abs(blocks), axis=-1, keepdims=True)
+    scale = amax / xp.float32(127.0)
+    # An all-zero block rounds to zeros whatever its inverse scale; 1 avoids 0 * inf.
+    inv = xp.float32(127.0) / xp.where(amax == 0, xp.float32(1.0), amax)
+    q = xp.round(blocks * inv)
+    q *= scale
+    out = xp.reshape(q, af.shape)
+    return out[..., :k] if pad else out
+
+
 def check_nbits(bits: int, block_size: int, op: str) -> None:
     if bits not in (2, 3, 4, 5, 6, 7, 8):
         raise NotSupported(f"{op}: bits={bits} is not supported (2..8)")

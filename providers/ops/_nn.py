@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from onnxep.errors import NotSupported
+from onnxep.errors import InvalidArgument, NotSupported
 
 # Dtypes BLAS and the ufuncs handle natively; anything else is computed in float32.
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -69,6 +69,22 @@ def resolve_pads(auto_pad, in_sp, kernel, strides, dilations, pb, pe):
             b.append(big)
             e.append(small)
     return b, e
+
+
+def conv_out_dims(op, in_sp, pb, pe, kernel, dilations, strides) -> tuple[int, ...]:
+    """Conv's output sizes; an input shorter than the dilated kernel (with its pads) is an
+    error naming the axis, as onnxruntime's "Invalid input shape" is, not an empty output."""
+    out = []
+    for axis, (n, a, e, k, d, s) in enumerate(zip(in_sp, pb, pe, kernel, dilations, strides)):
+        span = (k - 1) * d + 1
+        if n + a + e < span:
+            raise InvalidArgument(
+                f"{op}: the input's spatial axis {axis + 2} has {n} elements ({a} + {e} with "
+                f"its pads), fewer than the kernel's extent {span} (kernel {k}, dilation {d}); "
+                f"feed at least {max(span - a - e, 1)} there, or pad the input"
+            )
+        out.append((n + a + e - span) // s + 1)
+    return tuple(out)
 
 
 def pool_geometry(in_sp, kernel, strides, dilations, pb, pe, ceil_mode, auto_pad="NOTSET"):

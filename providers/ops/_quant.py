@@ -76,7 +76,9 @@ def saturate_cast(v: Any, dt: np.dtype, xp: Any, saturate: bool = True) -> Any:
     dt = np.dtype(dt)
     if _is_int(dt):
         lo, hi = int_range(dt)
-        v = xp.clip(xp.round(v), lo, hi)
+        # fmax, not clip: NaN (x / 0, inf / inf) saturates to the minimum, as onnxruntime's
+        # QuantizeLinear does (its clamp's max(x, lo) returns lo for NaN).
+        v = xp.minimum(xp.fmax(xp.round(v), lo), hi)
         # Sub-byte ml_dtypes convert from int32 reliably, and from float by truncation.
         if dt.itemsize <= 1 and dt.kind == "V":
             v = v.astype(xp.int32)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 
-from ._nn import auto_pad_of, compute_dtype, im2col, pad_spatial, resolve_pads, spatial_attrs
+from ._nn import (
+    auto_pad_of,
+    compute_dtype,
+    conv_out_dims,
+    im2col,
+    pad_spatial,
+    resolve_pads,
+    spatial_attrs,
+)
 
 
 def conv_setup(node):
@@ -32,10 +40,7 @@ def conv(node, xp):
         k = ksh or list(w.shape[2:])
         in_sp = x.shape[2:]
         pb, pe = resolve_pads(auto_pad, in_sp, k, strides, dil, pb0, pe0)
-        out = [
-            (n + a + e - ((kk - 1) * d + 1)) // s + 1
-            for n, a, e, kk, d, s in zip(in_sp, pb, pe, k, dil, strides)
-        ]
+        out = list(conv_out_dims(node.op_type, in_sp, pb, pe, k, dil, strides))
         dt = x.dtype
         cdt = compute_dtype(dt)
         xc = x.astype(cdt, copy=False)

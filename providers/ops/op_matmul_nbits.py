@@ -65,27 +65,9 @@ def matmul_nbits(node: NodeInfo, xp: Any):
         w = cached
         if w is None:
             w = dequant(b, scales, zero_points, g_idx, _weight_dtype(a.dtype, xp))
-        y = C.matmul(_int8_blocks(a, block_size, xp) if int8_a else a, w, xp)
+        y = C.matmul(C.int8_blocks(a, block_size, xp) if int8_a else a, w, xp)
         if bias is not None:
             y = y + C.up(bias, xp, y.dtype)
         return (C.down(y, a.dtype),)
 
     return run
-
-
-def _int8_blocks(a: Any, block: int, xp: Any) -> Any:
-    """A rounded as int8 per block of K (symmetric, round half to even), back in float32."""
-    af = a.astype(xp.float32)
-    k = af.shape[-1]
-    pad = (-k) % block
-    if pad:
-        af = xp.concat([af, xp.zeros(af.shape[:-1] + (pad,), dtype=xp.float32)], axis=-1)
-    blocks = xp.reshape(af, af.shape[:-1] + ((k + pad) // block, block))
-    amax = xp.max(xp.abs(blocks), axis=-1, keepdims=True)
-    scale = amax / xp.float32(127.0)
-    # An all-zero block rounds to zeros whatever its inverse scale; 1 avoids 0 * inf.
-    inv = xp.float32(127.0) / xp.where(amax == 0, xp.float32(1.0), amax)
-    q = xp.round(blocks * inv)
-    q *= scale
-    out = xp.reshape(q, af.shape)
-    return out[..., :k] if pad else out

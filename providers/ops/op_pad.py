@@ -1,4 +1,4 @@
-from onnxep.errors import NotSupported
+from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 
 from ._shape import ints, norm_axes, string_zero
@@ -25,11 +25,31 @@ def _pad(xp, x, pads, axes, mode, value):
     width = tuple((max(b, 0), max(e, 0)) for b, e in zip(before, after))
     if not any(b or e for b, e in width):
         return x
+    if mode in ("reflect", "edge"):
+        _check_mirrored(x.shape, width, mode)
     if mode == "constant":
         if value is None:
             value = string_zero(x.dtype)
         return xp.pad(x, width, mode="constant", constant_values=value)
     return xp.pad(x, width, mode=mode)
+
+
+def _check_mirrored(shape, width, mode):
+    """Reflect mirrors at most ``n - 1`` elements of an axis of ``n`` and edge needs one;
+    NumPy would instead reflect again and again, which is not what ONNX (or onnxruntime)
+    computes, so a wider pad is refused as onnxruntime refuses it."""
+    for axis, ((b, e), n) in enumerate(zip(width, shape)):
+        if not (b or e):
+            continue
+        limit = n - 1 if mode == "reflect" else (None if n else 0)
+        if n == 0 or (limit is not None and max(b, e) > limit):
+            need = 2 if mode == "reflect" else 1
+            raise InvalidArgument(
+                f"Pad {mode}: axis {axis} has {n} element(s) (after negative pads crop it) and "
+                f"pads ({b}, {e}); {mode} needs at least {need} element(s) there and pads of at "
+                f"most {max(n - 1, 0) if mode == 'reflect' else 'any size'}: use mode "
+                "'constant' or a smaller pad"
+            )
 
 
 def _mode(node, allowed):

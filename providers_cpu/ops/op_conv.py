@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from onnxep.providers.kernel import kernel
-from onnxep.providers.ops._nn import compute_dtype, resolve_pads
+from onnxep.providers.ops._nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
 from ._nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -70,10 +70,7 @@ def build_conv(node, post=None):
         if g is None:
             in_sp = shape[2:]
             pb, pe = resolve_pads(auto_pad, in_sp, k, strides, dil, pb0, pe0)
-            out = tuple(
-                (n + a + e - ((kk - 1) * d + 1)) // s + 1
-                for n, a, e, kk, d, s in zip(in_sp, pb, pe, k, dil, strides)
-            )
+            out = conv_out_dims(node.op_type, in_sp, pb, pe, k, dil, strides)
             pointwise = (
                 all(v == 1 for v in k)
                 and all(s == 1 for s in strides)

@@ -8,7 +8,9 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_layer_normalization import layer_normalization as generic
 
 
-@kernel("LayerNormalization", since=17)
+# onnxruntime registers its own kernel in the default domain below opset 17 (the op was a
+# contrib op there): same attributes and outputs, so one builder serves both.
+@kernel("LayerNormalization", since=(1, 17))
 def layer_normalization(node, xp):
     general = generic(node, xp)
     axis = int(node.attr("axis", -1))

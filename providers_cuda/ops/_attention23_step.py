@@ -21,6 +21,7 @@ from onnxep.errors import InvalidArgument
 
 from ._attention23_cuda import ATTN, CONCAT
 from ._attention_cuda import FLAT_BLOCK, flat_grid
+from ._flash_prefill import plan_attention
 from ._gqa_geometry import BLOCK, MAX_HEAD_SIZE, plan_prefill
 
 _OP = "Attention"
@@ -100,8 +101,13 @@ def split_keys(blocks: int, keys: int, bk: int, sms: int) -> tuple[int, int]:
     return math.ceil(keys / chunk), chunk
 
 
-def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: Sequence[Any]):
-    """The callable running one call for inputs shaped like ``ins`` (values are never read)."""
+def plan_step(
+    cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: Sequence[Any], flash=None
+):
+    """The callable running one call for inputs shaped like ``ins`` (values are never read).
+
+    ``flash`` (``_flash_prefill.Kernels``): a call whose route allows it runs the
+    tensor-core kernel instead of att_prefill; the route taken is ``step.route``."""
     q, k, v = ins[Q], ins[K], ins[V]
     dt = q.dtype
     fns = fns_by_dtype.get(dt)
@@ -186,6 +192,12 @@ def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: 
         scale=scale,
         softcap=cfg.softcap,
     )  # fmt: skip
+    route, fast = (None, None) if flash is None else plan_attention(
+        flash, xp, dt, cfg, b=b, hq=hq, hkv=hkv, d=d, dv=dv, sq=sq, total=total, past=pl,
+        split=nsplit, strides=(qst, kst, vst, yst),
+        mask=None if mask is None else mst, nonpad_offset=nonpad is not None and not has_past,
+        scale=scale, sms=sms,
+    )  # fmt: skip
     attn, reduce_ = fns["att_prefill"], fns["att_reduce"]
     grid = (qtiles * nsplit, hq, b)
     part_n = b * hq * sq * nsplit * (dv + 2) if nsplit > 1 else 0
@@ -232,12 +244,15 @@ def plan_step(cfg: AttentionConfig, fns_by_dtype: dict, sms: int, xp: Any, ins: 
                     mh = mask
             if convert_nonpad:
                 nonpad = ascontig(nonpad.astype(np.int64))
-            part = empty(part_n, dtype=np.float32) if part_n else None
-            attn(grid, block, (q, ka, va, mb, mf, mh, nonpad, part, y, prm), shared_mem=smem)
-            if part_n:
-                reduce_(red_grid, red_block, (part, y, prm))
+            # the tensor-core kernel declines only arrays off a 16-byte boundary
+            if fast is None or not fast(q, ka, va, None, None, nonpad, mb, mf, mh, None, None, y):
+                part = empty(part_n, dtype=np.float32) if part_n else None
+                attn(grid, block, (q, ka, va, mb, mf, mh, nonpad, part, y, prm), shared_mem=smem)
+                if part_n:
+                    reduce_(red_grid, red_block, (part, y, prm))
         return (y, present_k, present_v, None)
 
+    step.route = route  # type: ignore[attr-defined]
     return step
 
 

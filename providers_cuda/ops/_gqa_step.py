@@ -21,6 +21,7 @@ import numpy as np
 from onnxep.errors import InvalidArgument
 
 from ._attention_cuda import FLAT_BLOCK, flat_grid
+from ._flash_prefill import plan_gqa
 from ._gqa_cuda import ATTN, DECODE, FILL, PREPARE
 from ._gqa_geometry import BLOCK, plan_decode, plan_prefill, uses_decode
 
@@ -102,8 +103,13 @@ def _check_inputs(cfg, ins: Sequence[Any]) -> tuple[int, int, int, int, bool]:
     return b, s, d, pl, packed
 
 
-def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any]):
-    """The callable running one step for inputs shaped like ``ins`` (values are never read)."""
+def plan_step(
+    cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Sequence[Any], flash=None
+):
+    """The callable running one step for inputs shaped like ``ins`` (values are never read).
+
+    ``flash`` (``_flash_prefill.Kernels``): a prefill whose route allows it runs the
+    tensor-core kernel instead of gqa_prefill; the route taken is ``step.route``."""
     dt = ins[QUERY].dtype
     fns = fns_by_dtype.get(dt)
     if fns is None:
@@ -161,6 +167,7 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
     y_shape = (b, s, nh * d)
     empty, ascontig = xp.empty, xp.ascontiguousarray
 
+    route = None  # the prefill kernel's route (a decode step has one kernel)
     if uses_decode(s):
         geo = plan_decode(b, nh, nkv, d, kv_limit, sms)
         prm = DECODE.to_device(
@@ -203,13 +210,20 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
         prefill = fns["gqa_prefill"]
         grid, block = ((s + geo.bq - 1) // geo.bq, nh, b), (BLOCK,)
         qbuf_shape = (b, nh, s, d)
+        route, fast = (None, None) if flash is None else plan_gqa(
+            flash, xp, dt, cfg, b=b, s=s, d=d, cap=cap, kv_limit=kv_limit,
+            bias_strides=bias_strides, scale=scale, sms=sms,
+        )  # fmt: skip
 
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
             qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
             prep(prep_grid, (FLAT_BLOCK,), (query, key, value, qbuf, kc, vc, seqlens, qseq, cos,
                                             sin, pos, prep_prm))  # fmt: skip
-            prefill(grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, y, prm),
-                    shared_mem=geo.smem)  # fmt: skip
+            # the tensor-core kernel declines only arrays off a 16-byte boundary
+            if fast is None or not fast(qbuf, kc, vc, seqlens, qseq, None, None, None, None,
+                                        bias, sink, y):  # fmt: skip
+                prefill(grid, block, (qbuf, kc, vc, seqlens, qseq, bias, sink, y, prm),
+                        shared_mem=geo.smem)  # fmt: skip
             return y
 
     def step(ins: list) -> tuple:
@@ -231,6 +245,7 @@ def plan_step(cfg, fns_by_dtype: dict, sms: int, xp: Any, total: int, ins: Seque
             key, value = query, query
         return (attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq), kc, vc)
 
+    step.route = route  # type: ignore[attr-defined]
     return step
 
 

@@ -119,8 +119,9 @@ def dtypes_for(node_dtype: Any) -> list[np.dtype]:
 
 def address(a: Any) -> int:
     """Where an array's first element lives (a host address for the emulator's NumPy arrays)."""
-    ptr = getattr(a.data, "ptr", None)
-    return ptr if ptr is not None else a.ctypes.data
+    if isinstance(a, np.ndarray):  # ml_dtypes arrays have no buffer view to ask
+        return a.ctypes.data
+    return a.data.ptr
 
 
 def all_aligned(arrays: Sequence[Any]) -> bool:

@@ -14,7 +14,9 @@ differ, and head sizes above the kernel's limit. What this kernel accepts it
 runs in one launch, plus ``att_concat`` twice when present caches are built
 from past ones and ``att_reduce`` when the keys are split across blocks
 (decode), without host synchronisation or cuBLAS, so it can be captured in a
-CUDA graph.
+CUDA graph. Float16 calls with one head size, a multiple of 16 up to 256, whose
+keys are not split run the tensor-core flash kernel instead on sm_80 and later
+(``_flash_prefill``); each signature's route is on the kernel (``run.routes``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from onnxep.providers.node import NodeInfo
 from ._attention23_cuda import ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from ._attention23_step import AttentionConfig, plan_step
 from ._attention_cuda import kernels_by_dtype, sm_count
+from ._flash_prefill import Kernels, Route, log_route
 from ._gqa_geometry import MAX_HEAD_SIZE
 
 _FLOATS = ("float", "float16")
@@ -83,7 +86,11 @@ def _build(node: NodeInfo, xp, opset: int):
         ATTENTION_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0)
     )
     sms = sm_count()
+    flash = Kernels(node.op_type)
+    flash.prepare(node.input_dtype(0), *_static_head_sizes(node))
     steps: dict[tuple, object] = {}
+    # the kernel each signature took and why (``run.routes``), for reports
+    routes: dict[tuple, Route] = {}
 
     def run(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
         ins = (q, k, v, mask, past_k, past_v, nonpad)
@@ -92,10 +99,32 @@ def _build(node: NodeInfo, xp, opset: int):
         if step is None:
             if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every call
                 steps.clear()
-            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins)
+            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, ins, flash)
+            routes[sig] = step.route
+            log_route(node.op_type, node.name, sig[0][0], step.route)
         return step(ins)
 
+    run.routes = routes  # type: ignore[attr-defined]
     return run
+
+
+def _static_head_sizes(node: NodeInfo) -> tuple[int | None, int | None]:
+    """Q's and V's head sizes where the declared shapes tell them (4-D inputs, or 3-D with
+    the head-count attributes), else None."""
+    sizes = []
+    for i, attr in ((0, "q_num_heads"), (2, "kv_num_heads")):
+        x = node.inputs[i] if node.has_input(i) else None
+        shape = x.shape if x is not None else None
+        width = shape[-1] if shape else None
+        heads = node.attr(attr, None)
+        if not isinstance(width, int):
+            sizes.append(None)
+        elif len(shape) == 4:
+            sizes.append(width)
+        else:
+            ok = heads is not None and int(heads) > 0 and width % int(heads) == 0
+            sizes.append(width // int(heads) if ok else None)
+    return sizes[0], sizes[1]
 
 
 @kernel("Attention", since=(23, 24, 25), dtypes=_DTYPES, capture_safe=True)

@@ -19,7 +19,10 @@ loop moves only the new rows. Otherwise a fresh cache is filled from the past.
 
 A single-token (decode) step is one launch, ``gqa_decode`` (rotary, cache
 write, split-K attention and the merge of the splits fused); a longer step is
-two (prepare, prefill). A fresh cache adds one fill. Nothing synchronizes or
+two (prepare, prefill): float16 head sizes that are multiples of 16 up to 256
+take the tensor-core flash kernel on sm_80 and later (``_flash_prefill``), the
+rest the tiled kernel, and the route of each signature is on the kernel
+(``run.routes``, logged at debug level). A fresh cache adds one fill. Nothing synchronizes or
 reads device memory on the host, so the step can be captured in a CUDA graph.
 """
 
@@ -32,6 +35,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from ._attention_cuda import kernels_by_dtype, sm_count
+from ._flash_prefill import Kernels, Route, log_route
 from ._gqa_cuda import GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS
 from ._gqa_geometry import MAX_HEAD_SIZE
 from ._gqa_step import host_total, plan_step
@@ -115,7 +119,11 @@ def group_query_attention(node: NodeInfo, xp):
         raise NotSupported(f"{_OP}: head size {hd} is above the CUDA kernel's {MAX_HEAD_SIZE}")
     fns_by_dtype = kernels_by_dtype(GQA_SOURCE, KERNEL_NAMES, NAME_EXPRESSIONS, node.input_dtype(0))
     sms = sm_count()
+    flash = Kernels(_OP)
+    flash.prepare(node.input_dtype(0), hd)
     steps: dict[tuple, object] = {}
+    # the prefill kernel each signature took and why (``run.routes``), for reports
+    routes: dict[tuple, Route] = {}
 
     def run(
         query,
@@ -141,7 +149,11 @@ def group_query_attention(node: NodeInfo, xp):
         if step is None:
             if len(steps) >= _MAX_PLANS:  # a growing cache makes a new signature every step
                 steps.clear()
-            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, total, ins)
+            step = steps[sig] = plan_step(cfg, fns_by_dtype, sms, xp, total, ins, flash)
+            if step.route is not None:
+                routes[sig] = step.route
+                log_route(_OP, node.name, sig[1][0] if sig[1] else None, step.route)
         return step(ins)
 
+    run.routes = routes  # type: ignore[attr-defined]
     return run

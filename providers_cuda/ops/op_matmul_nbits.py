@@ -1,21 +1,27 @@
 """com.microsoft MatMulNBits on CUDA: A @ dequantize(B).T (+ bias) with 2-, 4- or 8-bit weights.
 
 Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch: on the tensor
-cores for 4-bit weights and float16 activations (``_nbits_mma_cuda``), else
-``_nbits_cuda``'s (K split across blocks and merged in the same launch); prefill
-dequantises tiles of the weight into a scratch buffer and multiplies with
-cuBLAS (``providers_cuda.blas``). The weight, scales and zero points must be
-constant initializers, checked once here, at session creation, and read from
-the session's device copies where their layout suits the kernels, else
-repacked once (``_nbits_weights``); a decode step costs one launch and reads
-each weight byte once. Numerics follow the CPU
-kernel: float32 accumulation, zero points subtracted exactly, and with
-``accuracy_level=4`` the activations rounded to int8 per block of K first,
-with the CPU's arithmetic (the rounded activations match bit for bit).
+cores for 4-bit weights with float16 activations, or float32 ones rounded to int8
+(``accuracy_level=4``), where their staged rows fit (``_nbits_mma_cuda``), else
+``_nbits_cuda``'s (K split across blocks inside it); a few more rows run ``_nbits_cuda``'s
+once per 8 rows, up to :func:`gemv_rows`; beyond, a prefill dequantises the weight once
+per call, a tile of at most ``GEMM_TILE_BYTES`` at a time, into scratch from the session's
+pool (freed when the call ends: no dequantised copy outlives a call, the point of a 4-bit
+weight being its memory) and multiplies each tile with one cuBLAS GEMM
+(``providers_cuda.blas``) that writes its columns of the output in place, the bias
+added in the GEMM's float32 epilogue (beta = 1 over the broadcast bias). The weight,
+scales and zero points must be constant initializers, checked once here, at session
+creation, and read from the session's device copies where their layout suits the
+kernels, else repacked once (``_nbits_weights``); a decode step costs one launch and
+reads each weight byte once. Numerics follow the CPU kernel: float32 accumulation,
+zero points subtracted exactly, and with ``accuracy_level=4`` the activations rounded
+to int8 per block of K first, with the CPU's arithmetic (the rounded activations match
+bit for bit).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -28,11 +34,29 @@ from . import _nbits_mma_cuda as MMA
 from ._nbits_weights import Weights, fail
 from ._quant_cuda import ctype_of, sm_count
 
+_log = logging.getLogger("onnxep.cuda.matmul_nbits")
+
 #: Largest dequantised weight tile the prefill path holds at once (bytes).
 GEMM_TILE_BYTES = 64 * 1024 * 1024
 #: Whether the nodes it takes run the tensor-core GEMV (tests and benchmarks turn it off to
 #: run ``_nbits_cuda``'s on the same nodes).
 MMA_GEMV = True
+#: Share of the device's copy bandwidth the GEMV reaches on a weight it streams (measured
+#: on the H200, bench/gpu_gemv_bench.py, 2026-12-01: 10-20% on Qwen2.5 MLP shapes, 52% on
+#: the LM head); bench/gpu_nbits_prefill_bench.py times both paths at every row count.
+GEMV_BANDWIDTH_SHARE = 0.25
+
+
+def gemv_rows(k: int, n: int, bits: int, block: int, act_itemsize: int, scale_itemsize: int):
+    """Most rows of A that run as GEMV launches of up to ``GEMV_MAX_M`` rows (each reading
+    the packed weight once, at ``GEMV_BANDWIDTH_SHARE`` of the bandwidth) before one
+    dequantisation (reading the packed weight, writing the ``act_itemsize`` one) and a
+    cuBLAS GEMM reading it back cost less: both are bound by memory at these row counts,
+    so the device's bandwidth cancels and the shape alone decides."""
+    packed = n * (-(-k // block)) * (block * bits // 8 + scale_itemsize)
+    dense = n * k * act_itemsize
+    launches = max(1, int(GEMV_BANDWIDTH_SHARE * (packed + 2 * dense) / packed))
+    return launches * K_.GEMV_MAX_M
 
 
 def _check_attrs(node: NodeInfo) -> tuple[int, int, int, int]:
@@ -122,6 +146,15 @@ class _Runner:
         self.shape_args = (i32(w.n), i32(w.k), i32(w.kb), i32(w.rs), i32(w.zs), i32(w.chunks))
         self.sms = sms
         self.tile = max(1, min(w.n, GEMM_TILE_BYTES // (w.k * act_dtype.itemsize)))
+        sc = w.scales.host.dtype.itemsize
+        self.gemv_rows = gemv_rows(w.k, w.n, w.bits, w.block, act_dtype.itemsize, sc)
+        #: the rule, for reports: which path a call of M rows takes
+        self.routes = {
+            f"M <= {self.gemv_rows}": f"GEMV, one launch per {K_.GEMV_MAX_M} rows",
+            f"M > {self.gemv_rows}": f"dequantise {self.tile}-row tiles of the weight into "
+            f"scratch, one cuBLAS GEMM each",
+        }
+        _log.debug("MatMulNBits K=%d N=%d bits=%d: %s", w.k, w.n, w.bits, self.routes)
         self.mma = None
         if MMA_GEMV and MMA.NbitsMma.takes(w.bits, a_dtype, zk, int8_a, w.block, xp):
             self.mma = MMA.NbitsMma(xp, a_dtype, w.scales.host.dtype, zk, w.block, q8=int8_a)
@@ -152,6 +185,8 @@ class _Runner:
             a2 = self._round_int8(a2, m)
         if m <= K_.GEMV_MAX_M:
             y = self._gemv(a2, m, bias, tables)
+        elif m <= self.gemv_rows:
+            y = self._gemv_rows(a2, m, bias, tables)
         else:
             y = self._gemm(a2, m, bias, tables)
         return (y.reshape(lead + (n,)),)
@@ -190,11 +225,21 @@ class _Runner:
         )
         return out
 
-    def _gemv(self, a2, m, bias, tables):
+    def _gemv_rows(self, a2, m, bias, tables):
+        """More rows than one GEMV launch takes: a launch per ``GEMV_MAX_M`` rows."""
+        y = self.xp.empty((m, self.n), dtype=self.a_dtype)
+        step = K_.GEMV_MAX_M
+        for r0 in range(0, m, step):
+            rows = min(step, m - r0)
+            self._gemv(a2[r0 : r0 + rows], rows, bias, tables, y[r0 : r0 + rows])
+        return y
+
+    def _gemv(self, a2, m, bias, tables, y=None):
         mt = K_.mt_for(m)
         g = self.geoms[mt]
         xp, i32 = self.xp, np.int32
-        y = xp.empty((m, self.n), dtype=self.a_dtype)
+        if y is None:
+            y = xp.empty((m, self.n), dtype=self.a_dtype)
         bias_arg = self.dummy if bias is None else bias
         has_bias = i32(bias is not None)
         split = g.splits > 1
@@ -218,15 +263,23 @@ class _Runner:
         return y
 
     def _gemm(self, a2, m, bias, tables):
-        """Tiles of N: dequantise rows into scratch, then one cuBLAS product per tile."""
+        """Tiles of N: dequantise rows into scratch, then one cuBLAS product per tile written
+        into its columns of the output (over the broadcast bias, beta = 1: rounded once)."""
         from onnxep.providers_cuda import blas
 
         xp, w = self.xp, self.w
         i32 = np.int32
+        act = self.act_dtype
+        # int8-rounded activations are float32, and so is their product: a tile at a time,
+        # rounded to A's type into its columns
+        direct = act == self.a_dtype
         out = xp.empty((m, self.n), dtype=self.a_dtype)
+        if bias is not None and direct:
+            out[...] = bias
+        beta = 0.0 if bias is None else 1.0
         for n0 in range(0, self.n, self.tile):
             rows = min(self.tile, self.n - n0)
-            wt = xp.empty((rows, w.k), dtype=self.act_dtype)
+            wt = xp.empty((rows, w.k), dtype=act)
             words = rows * (-(-w.k // (32 // w.bits)))
             blocks = max(1, min(-(-words // K_.BLOCK_THREADS), self.sms * 16))
             args = (*tables, wt, i32(n0), i32(rows))
@@ -235,11 +288,13 @@ class _Runner:
                 (K_.BLOCK_THREADS,),
                 (*args, i32(w.k), i32(w.kb), i32(w.rs), i32(w.zs)),
             )
-            yt = blas.gemm(a2, wt, trans_b=True)
-            whole = rows == self.n
-            if bias is not None:
-                yt = yt.astype(np.float32) + bias[n0 : n0 + rows].astype(np.float32)
-            if whole:
-                return yt.astype(self.a_dtype, copy=False)
-            out[:, n0 : n0 + rows] = yt
+            if direct:
+                blas.gemm(a2, wt, trans_b=True, beta=beta, out=out[:, n0 : n0 + rows])
+            else:
+                yt = xp.empty((m, rows), dtype=act)
+                if bias is not None:
+                    yt[...] = bias[n0 : n0 + rows]
+                out[:, n0 : n0 + rows] = blas.gemm(a2, wt, trans_b=True, beta=beta, out=yt)
+                del yt
+            del wt  # back to the pool before the next tile's scratch
         return out

@@ -170,7 +170,9 @@ NBITS_CASES = [
     (2, 32, "none", 100, 11),
     (2, 128, "float", 130, 7),
 ]
-M_ROWS = (1, 2, 3, 5, 8, 17)  # GEMV with 1, 2, 4 and 8 rows per launch; 17: dequantise + cuBLAS
+# GEMV with 1, 2, 4 and 8 rows per launch; 17: a GEMV per 8 rows or dequantise + cuBLAS,
+# by op_matmul_nbits.gemv_rows; 40: dequantise + cuBLAS
+M_ROWS = (1, 2, 3, 5, 8, 17, 40)
 
 
 def _check_nbits(
@@ -246,6 +248,20 @@ def test_matmul_nbits_long_k_and_wide_n():
     """K beyond one shared-memory segment for one row; N wide enough for 4 columns per task."""
     _check_nbits(4, 128, "none", 8960, 24, np.float16, rows=(1, 8))
     _check_nbits(4, 32, "packed", 896, 20000, np.float16, rows=(1, 3, 17))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("accuracy_level", [0, 4])
+@pytest.mark.parametrize("bias_kind", [None, "const"])
+def test_matmul_nbits_gemm_in_tiles(bias_kind, accuracy_level, dtype, monkeypatch):
+    """A prefill's weight dequantised a few rows at a time (N = 37 in tiles of 8), each
+    tile's GEMM written into its columns of the output, the bias added once."""
+    from onnxep.providers_cuda.ops import op_matmul_nbits
+
+    k = 200
+    monkeypatch.setattr(op_matmul_nbits, "GEMM_TILE_BYTES", 8 * k * 4)
+    _check_nbits(4, 32, "packed", k, 37, dtype, accuracy_level=accuracy_level,
+                 bias_kind=bias_kind, rows=(40, 300))  # fmt: skip
 
 
 def test_matmul_nbits_lead_dims_and_empty_rows():

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# onnxruntime-gpu and the model builder on the GPU machine, in parts that fit one device call
+# each beside this repository (its tracked files are ~30 MB of the 64 MiB a call carries).
+#
+# Here:   bench/gpu_peers.sh stage        # .device/peers/ortxz.partNN (33 MB each, 7 parts)
+#         (needs ../shared/gpu/stage_peers.sh run first: it downloads the wheels)
+# There:  bench/gpu_peers.sh part         # one call per part, carrying .device/peers/ortxz.partNN,
+#                                         # calls less than 30 s apart so the machine stays warm
+#         bench/gpu_peers.sh install      # after the last part (carry .device/peers/builder and
+#                                         # ortxz.sha256 too): onnxruntime-gpu under /tmp/ortgpu,
+#                                         # /tmp/ort_env.sh, the builder under /tmp/ob
+# The wheel is repacked as tar.xz without the TensorRT provider (unused): 204 MB instead of 256.
+set -euo pipefail
+P=.device/peers
+case "${1:-}" in
+  stage)
+    whl=$(ls "$P"/dl/onnxruntime_gpu-*.whl)
+    work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+    (cd "$work" && unzip -q "$whl" && rm -f onnxruntime/capi/libonnxruntime_providers_tensorrt.so \
+      && tar cf - onnxruntime onnxruntime_gpu-*.dist-info | xz -T2 -6 >ort.tar.xz)
+    rm -f "$P"/ortxz.part*
+    split -b 33000000 -d "$work/ort.tar.xz" "$P/ortxz.part"
+    (cd "$work" && sha256sum ort.tar.xz) >"$P/ortxz.sha256"
+    ls -la "$P"/ortxz.*
+    ;;
+  part)
+    mkdir -p /tmp/x && cp "$P"/ortxz.part* /tmp/x/ && ls /tmp/x
+    ;;
+  install)
+    cat /tmp/x/ortxz.part* >/tmp/x/ort.tar.xz
+    (cd /tmp/x && sha256sum -c "$OLDPWD/$P/ortxz.sha256")
+    mkdir -p /tmp/ortgpu && python3 -c "import lzma,tarfile,sys; tarfile.open(fileobj=lzma.open('/tmp/x/ort.tar.xz')).extractall('/tmp/ortgpu')"
+    SP=$(python3 -c "import site; print(site.getsitepackages()[0])")
+    LIBS=$(find "$SP/nvidia" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+    echo "export LD_LIBRARY_PATH=${LIBS}/usr/local/cuda/lib64:\${LD_LIBRARY_PATH:-}" >/tmp/ort_env.sh
+    . /tmp/ort_env.sh
+    PYTHONPATH=/tmp/ortgpu python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+    if [ -d "$P/builder" ] && [ ! -d /tmp/ob/onnx_ir ]; then
+      python3 -m pip install -q --no-index --no-deps --target /tmp/ob "$P"/builder/onnx_ir-*.whl
+      cp -r "$P/builder/onnxruntime_genai" /tmp/ob/
+      echo "model builder installed under /tmp/ob"
+    fi
+    ;;
+  *)
+    echo "usage: bench/gpu_peers.sh stage | part | install"; exit 2 ;;
+esac

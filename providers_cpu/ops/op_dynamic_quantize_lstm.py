@@ -1,0 +1,82 @@
+"""com.microsoft DynamicQuantizeLSTM: LSTM whose products run on 8-bit weights.
+
+What onnxruntime.quantization.quantize_dynamic makes of LSTM. W is [dirs, input, 4H] and
+R [dirs, H, 4H] (transposed from LSTM's), 8-bit, with per-direction or per-column scales
+and zero points (W_scale, W_zero_point, R_scale, R_zero_point, inputs 8-11). As onnxruntime
+does, X is quantized to uint8 once for the whole sequence and each step's hidden state
+before its product with R, both with DynamicQuantizeLinear's range rule; products are
+those 8-bit values times the 8-bit weights, scaled back to float. The cell is LSTM's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxep.errors import InvalidArgument
+from onnxep.providers.kernel import kernel
+from onnxep.providers.ops._flow import clipper, project, recurrent
+
+from ._qlinear import dequantize_per_column, dynamic_uint8
+
+
+def _fake_quant(x: np.ndarray) -> np.ndarray:
+    """``x`` through uint8 and back, with the range rule of onnxruntime's dynamic quantization."""
+    q, scale, zp = dynamic_uint8(x)
+    return (q.astype(np.float32) - np.float32(zp)) * scale
+
+
+@kernel("DynamicQuantizeLSTM", since=1, domain="com.microsoft", dtypes={0: ("float",)})
+def dynamic_quantize_lstm(node: Any, xp: Any):
+    op = node.op_type
+    input_forget = bool(node.attr("input_forget", 0))
+
+    def make_cell(W, R, B, P, acts, clip, H):
+        f, g, h_act = acts
+        cl = clipper(np, clip)
+        bias = None if B is None else B[: 4 * H] + B[4 * H :]
+        Wt, Rt = W.T, R.T
+        pi, po, pf = (None, None, None) if P is None else (P[:H], P[H : 2 * H], P[2 * H :])
+
+        def pre(X):
+            xw = project(np, _fake_quant(X), Wt)
+            return xw if bias is None else xw + bias
+
+        def step(xw, states):
+            h, c = states
+            a = xw + np.matmul(_fake_quant(h), Rt)
+            ai, ao, af, ac = a[..., :H], a[..., H : 2 * H], a[..., 2 * H : 3 * H], a[..., 3 * H :]
+            if pi is not None:
+                ai = ai + pi * c
+                af = af + pf * c
+            i = f(cl(ai))
+            fg = 1 - i if input_forget else f(cl(af))
+            c_new = fg * c + i * g(cl(ac))
+            if po is not None:
+                ao = ao + po * c_new
+            o = f(cl(ao))
+            return (o * h_act(c_new), c_new)
+
+        return pre, step
+
+    cell_run = recurrent(
+        node, np, default_acts=("Sigmoid", "Tanh", "Tanh"), n_states=2, make_cell=make_cell
+    )
+
+    def run(
+        X, W, R, B=None, lens=None, h0=None, c0=None, P=None, ws=None, wz=None, rs=None, rz=None
+    ):
+        if ws is None or rs is None:
+            raise InvalidArgument(f"{op}: W_scale and R_scale are required")
+        if W.ndim != 3 or R.ndim != 3 or W.shape[2] != R.shape[2] or R.shape[2] != 4 * R.shape[1]:
+            raise InvalidArgument(
+                f"{op}: W must be [dirs, input, 4H] and R [dirs, H, 4H], got {W.shape}, {R.shape}"
+            )
+        # the weights back in float and in LSTM's [dirs, 4H, k] layout: the 8-bit products
+        # are exact in float32 before their one scaling
+        Wf = np.swapaxes(dequantize_per_column(W, ws, wz, op, "W"), 1, 2)
+        Rf = np.swapaxes(dequantize_per_column(R, rs, rz, op, "R"), 1, 2)
+        return cell_run(X, Wf, Rf, B, lens, h0, c0, P)
+
+    return run

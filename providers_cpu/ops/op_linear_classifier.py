@@ -1,0 +1,67 @@
+"""LinearClassifier (ai.onnx.ml): X @ coefficients^T + intercepts, the top class, then the
+post transform. One score with two class labels gives the two columns [1 - s, s] and the
+label ``classlabels[1]`` when s > 0, as onnxruntime does (its post transform is not
+applied to such a binary score, save PROBIT)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxep.errors import NotSupported
+from onnxep.providers.kernel import kernel
+from onnxep.providers.node import NodeInfo
+
+from ._ml_common import PROBIT, apply_post, class_labels, floats, post_transform, probit, rows_2d
+
+
+@kernel(
+    "LinearClassifier", since=1, domain="ai.onnx.ml", dtypes=["float", "double", "int64", "int32"]
+)
+def linear_classifier(node: NodeInfo, xp: Any):
+    coef = floats(node, "coefficients", np.float32)
+    if coef is None or not coef.size:
+        raise NotSupported("LinearClassifier: attribute 'coefficients' is required")
+    b = floats(node, "intercepts", np.float32)
+    labels, strings = class_labels(node, "classlabels_ints")
+    n_out = len(b) if b is not None else 0
+    if n_out == 0 or coef.size % n_out:
+        raise NotSupported(
+            f"LinearClassifier: {coef.size} coefficients do not split into {n_out} rows "
+            "(one per intercept)"
+        )
+    w = coef.reshape(n_out, -1).astype(np.float64)
+    post = post_transform(node)
+    if n_out > 1 and len(labels) < n_out:
+        raise NotSupported(
+            f"LinearClassifier: {n_out} scores per row but only {len(labels)} class labels"
+        )
+    if n_out == 1:
+        two = len(labels) == 2
+        pos = labels[1] if two else ("1" if strings else np.int64(1))
+        neg = labels[0] if two else ("0" if strings else np.int64(0))
+        label_dt = object if strings else np.int64
+
+    def run(x):
+        x2 = rows_2d(np.asarray(x), "LinearClassifier").astype(np.float32).astype(np.float64)
+        if x2.shape[1] != w.shape[1]:
+            raise ValueError(
+                f"LinearClassifier: the input has {x2.shape[1]} features per row, the "
+                f"coefficients {w.shape[1]}"
+            )
+        s = x2 @ w.T + b
+        if n_out == 1:
+            score = s[:, 0]
+            y = np.where(score > 0, pos, neg).astype(label_dt)
+            if post == PROBIT:
+                z = probit(s)
+            elif two:
+                z = np.stack([1.0 - score, score], axis=1)
+            else:
+                z = s
+            return y, z.astype(np.float32)
+        y = labels[np.argmax(s, axis=1)]
+        return y, apply_post(s, post).astype(np.float32)
+
+    return run
