@@ -27,6 +27,14 @@ if [ -d /tmp/ortgpu ] && [ -f /tmp/ort_env.sh ]; then
   export PYTHONPATH=/tmp/ortgpu:/tmp/site
 fi
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
+# The decode stages' onnxruntime peers: onnxruntime-gpu eager and graph where it is on the
+# path; else only the graph side, which the tables then list as skipped with the reason (a
+# CPU onnxruntime beside a GPU decode would only slow the stage down)
+if python3 -c "import onnxruntime as o, sys; sys.exit('CUDAExecutionProvider' not in o.get_available_providers())" 2>/dev/null; then
+  ORT_SIDES=onnxruntime,onnxruntime-graph
+else
+  ORT_SIDES=onnxruntime-graph
+fi
 python3 - >"$OUT/machine.json" <<'PY'
 import json, subprocess, cupy, onnxep
 p = cupy.cuda.runtime.getDeviceProperties(0)
@@ -78,7 +86,7 @@ decode_stage() {
       echo "== $dtype context $ctx" >>"$OUT/$name.log"
       env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.cli bench \
         "$model" --providers cuda,cpu \
-        --vs "${DECODE_VS:-torch,onnxep-graph,torch-graph,onnxruntime,onnxruntime-graph}" \
+        --vs "${DECODE_VS:-torch,onnxep-graph,torch-graph,$ORT_SIDES}" \
         --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
         --json "$OUT/${name}_${dtype}_ctx${ctx}.json" >>"$OUT/$name.log" 2>&1 || rc=$?
       echo "$name $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/$name.log"

@@ -126,22 +126,24 @@ ORT_GRAPH_SIDE = "onnxruntime-graph"
 
 class OrtSide(Side):
     """onnxruntime on the same model: its CUDA provider when the bench runs onnxep on CUDA
-    (a side to skip, with the reason, where this onnxruntime has none), else its CPU one.
-    A decode binds fixed-capacity KV buffers as past and present
-    (:class:`~.ort_loop.OrtBoundLoop`) where GroupQueryAttention can share them; ``graph``
-    replays the decode step from onnxruntime's CUDA graph."""
+    and this onnxruntime has one (onnxruntime-gpu), else its CPU one (the side is then named
+    ``onnxruntime``, not ``onnxruntime-cuda``). A decode binds fixed-capacity KV buffers as
+    past and present (:class:`~.ort_loop.OrtBoundLoop`) where GroupQueryAttention can share
+    them; ``graph`` replays the decode step from onnxruntime's CUDA graph (a side to skip,
+    with the reason, where onnxruntime has no CUDA provider)."""
 
     def __init__(self, model: str, want_cuda: bool, graph: bool = False) -> None:
         import onnxruntime as ort
 
         avail = ort.get_available_providers()
-        if (want_cuda or graph) and "CUDAExecutionProvider" not in avail:
+        cuda = "CUDAExecutionProvider" in avail
+        if graph and not cuda:
             raise NotSupported(
                 f"onnxruntime {ort.__version__} here has no CUDAExecutionProvider (it has "
-                f"{', '.join(avail)}): install onnxruntime-gpu to compare with it on the GPU"
+                f"{', '.join(avail)}): install onnxruntime-gpu to compare with its CUDA graph"
             )
         provs: list[Any] = ["CPUExecutionProvider"]
-        if want_cuda or graph:
+        if (want_cuda or graph) and cuda:
             options = {"enable_cuda_graph": "1"} if graph else {}
             provs.insert(0, ("CUDAExecutionProvider", options))
         so = ort.SessionOptions()
