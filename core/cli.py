@@ -285,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--vs",
         type=cli_args.peers,
         default="onnxruntime",
-        help="peers: onnxruntime,reference,torch,onnxep-graph,torch-graph (the last two: CUDA)",
+        help="peers: onnxruntime,reference,torch,onnxep-graph,torch-graph,onnxruntime-graph "
+        "(the last three: CUDA; onnxruntime-graph: onnxruntime-gpu's CUDA graph, decode only)",
     )
     p.add_argument("--runs", type=cli_args.positive_int, default=50)
     p.add_argument("--warmup", type=cli_args.non_negative_int, default=5)

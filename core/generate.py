@@ -12,6 +12,14 @@ Logits stay on the device and the argmax runs there, so a step reads back
 one token id per sequence. On the CPU provider the same loop runs on NumPy
 and feeds the state back, which is the NumPy kernels' fast path.
 
+On a device the loop never waits for the host between steps: the argmax of
+step t writes its ids straight into the device buffer bound as step t+1's
+``input_ids`` (``Provider.argmax_rows_into``), its copy to the host is
+queued behind it (``Provider.to_host_async``), and step t+1 is queued before
+the host waits for token t, so that one read per step overlaps the next
+step's work. The mask and positions of step t+1 depend on no token: the
+host writes them while the device runs step t.
+
 Each step feeds ``input_ids``, an ``attention_mask`` and ``position_ids``
 when the model has them. The builder's graph takes ``total_sequence_length``
 from the mask's shape on the host and ``seqlens_k`` from its sum on the
@@ -243,6 +251,7 @@ class GreedyDecoder:
         share_on_host: bool = False,
         lengths: Sequence[int] | None = None,
         choose: Callable[[Any, Any], Any] | None = None,
+        pipeline: bool = True,
     ) -> None:
         """``share_on_host`` takes the shared-buffer path on the CPU provider too (host
         buffers bound as past and present, full-capacity masks): the device's path,
@@ -252,7 +261,11 @@ class GreedyDecoder:
         lengths padded on the right (see :func:`_right_padding`). ``choose(logits, xp)``
         picks the next token of every row from the ``[batch, vocabulary]`` logits of each
         row's last real position, computed where they are with the provider's array
-        module, and returns the ids there (one read follows); None: the argmax."""
+        module, and returns the ids there (one read follows); None: the argmax.
+
+        ``pipeline`` (on a device) queues the next step before a token is read; off, a
+        step queues its own run and returns with the device idle, so steps of several
+        decoders interleaved by a benchmark time each decoder alone."""
         ids = _prompt(input_ids)
         steps = _positive_int("max_new_tokens", max_new_tokens)
         # the last token is never fed back, so the cache holds one fewer
@@ -295,6 +308,12 @@ class GreedyDecoder:
         self.full_mask = self.state_path == SHARED and spec.mask is not None
         self._capture_start = self._capture_counters()
         self._tokens: list[np.ndarray] = []
+        # The device path's pipeline: the run queued and not yet read, the device buffer the
+        # argmax writes the next ids into, and when the last token reached the host.
+        self._queued: _Queued | None = None
+        self._ids_buf: Any = None
+        self._last_token_at: float | None = None
+        self._pipeline = bool(pipeline)
         self.result = GenerateResult(
             token_ids=np.zeros((self.batch, 0), np.int64),
             prompt_length=self.prompt_length,
@@ -402,8 +421,9 @@ class GreedyDecoder:
         snaps = [p.transfer_counts() for p in self._counted]
         return sum(c["device_to_host"] for c in snaps), sum(c["host_to_device"] for c in snaps)
 
-    def _step_feeds(self) -> dict[str, np.ndarray]:
-        """The next run's ids, mask and positions (small host arrays, copied up by the run)."""
+    def _step_feeds(self) -> dict[str, Any]:
+        """The next run's ids, mask and positions (small host arrays, copied up by the run;
+        the ids are the device buffer the last step's argmax wrote, on the device path)."""
         spec = self.spec
         n = self.ids.shape[1]
         f = {spec.ids: self.ids}
@@ -473,6 +493,8 @@ class GreedyDecoder:
             raise InvalidArgument(
                 f"all {self.max_new_tokens} tokens were generated; make a new GreedyDecoder"
             )
+        if self._state_on_device:
+            return self._pipelined_step()
         n = self.ids.shape[1]
         before = self._counts()
         t0 = time.perf_counter()
@@ -496,6 +518,72 @@ class GreedyDecoder:
             self.io.bind_input(s.name, outs[k].array)
         self.past += n
         self.ids = token[:, None]
+        self._tokens.append(token)
+        return token
+
+    # -- the device path: the next run queued before this token is read -------------------
+    def _launch(self) -> None:
+        """Bind the next run's feeds and queue it (the device may still be on the last one)."""
+        before = self._counts()
+        t0 = time.perf_counter()
+        for name, value in self._step_feeds().items():
+            if isinstance(value, np.ndarray):
+                self.io.bind_cpu_input(name, value)
+            else:
+                self.io.bind_input(name, value)
+        self.session.run_with_iobinding(self.io)
+        t1 = time.perf_counter()
+        self._queued = _Queued(self.io.get_outputs(), self.ids.shape[1], t0, t1, before,
+                               len(self.io.copied_outputs))  # fmt: skip
+        if self._last_token_at is None:
+            self._last_token_at = t0
+
+    def _queue_token(self, logits: Any) -> Any:
+        """Every row's next token (the argmax of its last real position, or ``choose``'s),
+        written on the device into the buffer the next run reads as its ids; returns the
+        wait for its host copy."""
+        p = self.provider
+        with _entered(p):
+            last = self._last(logits)
+            if self._ids_buf is None:
+                self._ids_buf = p.xp.zeros((self.batch, 1), dtype=np.int64)
+            if self._choose is None:
+                p.argmax_rows_into(last, self._ids_buf)
+            else:
+                self._ids_buf[:, 0] = p.xp.asarray(self._choose(last, p.xp)).reshape(self.batch)
+            return p.to_host_async(self._ids_buf)
+
+    def _pipelined_step(self) -> np.ndarray:
+        if self._queued is None:
+            self._launch()
+        run = self._queued
+        assert run is not None
+        self._queued = None
+        outs = run.outputs
+        read = self._queue_token(outs[0].array)
+        for s, k in self._fed_back:
+            self.states[s.name] = outs[k].array
+            self.io.bind_input(s.name, outs[k].array)
+        self.past += run.rows
+        self.ids = self._ids_buf
+        if self._pipeline and len(self._tokens) + 1 < self.max_new_tokens:
+            self._launch()  # step t+1 is queued before the host waits for token t
+        token = np.array(read(), dtype=np.int64).reshape(self.batch)
+        t2 = time.perf_counter()
+        r = self.result
+        r.host_ms.append((run.host_end - run.start) * 1000.0)
+        # Pipelined steps overlap: a step's wall time is the interval between two tokens on
+        # the host; otherwise from binding the step's feeds to its token.
+        since = self._last_token_at if self._pipeline else run.start
+        r.step_ms.append((t2 - since) * 1000.0)
+        self._last_token_at = t2
+        r.copied_outputs.append(run.copied)
+        after = self._counts()
+        if run.counts is not None and after is not None:
+            # this step's reads and uploads, its own token's included, not the next run's feeds
+            queued = self._queued.counts if self._queued is not None else after
+            r.device_to_host_reads.append(after[0] - run.counts[0])  # type: ignore[union-attr]
+            r.host_to_device_copies.append(queued[1] - run.counts[1])  # type: ignore[union-attr]
         self._tokens.append(token)
         return token
 
@@ -534,11 +622,23 @@ class GreedyDecoder:
 
     def host_feeds(self) -> dict[str, np.ndarray]:
         """The next run's feeds in host memory (for a profiled run outside any timing)."""
-        f = self._step_feeds()
+        f = {**self._step_feeds(), **self.states}
         to_host = self.provider.to_host
-        for name, value in self.states.items():
-            f[name] = value if isinstance(value, np.ndarray) else np.asarray(to_host(value))
-        return f
+        return {n: v if isinstance(v, np.ndarray) else np.asarray(to_host(v)) for n, v in f.items()}
+
+
+@dataclass
+class _Queued:
+    """A run queued on the device and not yet read: its outputs (device arrays), the rows
+    it fed, when its run call started and returned, the transfer counts before it, and the
+    outputs it copied into bound buffers."""
+
+    outputs: list[Any]
+    rows: int
+    start: float
+    host_end: float
+    counts: tuple[int, int] | None
+    copied: int
 
 
 def generate(

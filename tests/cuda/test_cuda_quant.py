@@ -551,9 +551,12 @@ def test_gather_block_quantized_session():
 
 @pytest.fixture
 def split_k(monkeypatch):
-    """Every GEMV splits K three ways, whatever the device's size."""
+    """Every ``_nbits_cuda`` GEMV splits K three ways, whatever the device's size (the nodes
+    the tensor-core GEMV would take run this one too)."""
     from onnxep.providers_cuda.ops import _nbits_cuda as K_
+    from onnxep.providers_cuda.ops import op_matmul_nbits
 
+    monkeypatch.setattr(op_matmul_nbits, "MMA_GEMV", False)
     real = K_.gemv_geometry
 
     def geometry(n, chunks, bits, mt, sms, force=None, splits=None):
