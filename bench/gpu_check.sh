@@ -2,7 +2,7 @@
 # The GPU machine's checks, one stage per call (each fits the device tool's 10 minutes).
 #
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
-#                                                  | attention | decode | decode-1.5b
+#                                                  | attention | gemv | decode | decode-1.5b
 #                                                  | decode-hybrid | fusions | prefill
 #                                                  | prefill-nbits | prefill-models
 #
@@ -19,7 +19,22 @@ if ! python3 -m pip install -q --no-index --no-deps --target /tmp/site .device/w
   exit 1
 fi
 export PYTHONPATH=/tmp/site
+# onnxruntime-gpu, where ../shared/gpu/install_peers.sh put it (/tmp/ortgpu), goes first: the
+# decode stages' onnxruntime sides run on its CUDA provider (without it they are skipped,
+# with the reason, in every table)
+if [ -d /tmp/ortgpu ] && [ -f /tmp/ort_env.sh ]; then
+  . /tmp/ort_env.sh
+  export PYTHONPATH=/tmp/ortgpu:/tmp/site
+fi
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
+# The decode stages' onnxruntime peers: onnxruntime-gpu eager and graph where it is on the
+# path; else only the graph side, which the tables then list as skipped with the reason (a
+# CPU onnxruntime beside a GPU decode would only slow the stage down)
+if python3 -c "import onnxruntime as o, sys; sys.exit('CUDAExecutionProvider' not in o.get_available_providers())" 2>/dev/null; then
+  ORT_SIDES=onnxruntime,onnxruntime-graph
+else
+  ORT_SIDES=onnxruntime-graph
+fi
 python3 - >"$OUT/machine.json" <<'PY'
 import json, subprocess, cupy, onnxep
 p = cupy.cuda.runtime.getDeviceProperties(0)
@@ -31,9 +46,13 @@ PY
 # decode_stage NAME KIND SIZE BUDGET PROFILE DTYPE...: the factory's KIND/SIZE decoder built here in
 # each DTYPE (too big to carry), then, in one bench run per dtype and context (16 and ~2000
 # tokens; DECODE_CONTEXTS="16 2000 8000 32000" replaces them), onnxep eager (capture off),
-# onnxep-graph (the same decode with CUDA-graph capture auto: full-capacity masks, one
-# graph replayed per step), torch eager and torch-graph (the torch twin with a static cache,
-# its decode step one torch.cuda.CUDAGraph) on the same weights. The JSON and the summary state each side's captures, replays and fallbacks and
+# onnxep-graph (the same decode with CUDA-graph capture auto: full-capacity masks, one graph
+# replayed per step), torch eager and torch-graph (the
+# torch twin with a static cache, its decode step one torch.cuda.CUDAGraph), onnxruntime-cuda
+# and onnxruntime-graph (onnxruntime-gpu through IO binding, each KV cache one buffer shared
+# as past and present, its CUDA graph off and on; skipped with the reason where onnxruntime
+# has no CUDA provider) on the same weights; each side also decodes alone, back to back.
+# DECODE_VS replaces the peers. The JSON and the summary state each side's captures, replays and fallbacks and
 # its fraction of the bandwidth floor (initializer bytes / 4.26 TB/s). The environment's
 # ONNXEP_CUDA_CAPTURE is unset (it overrides both onnxep sides' option). PROFILE yes adds
 # a profiled onnxep session at context 16 (host us per op; one more model load). DECODE_STEPS
@@ -67,7 +86,8 @@ decode_stage() {
       b0=$(date +%s)
       echo "== $dtype context $ctx" >>"$OUT/$name.log"
       env -u ONNXEP_CUDA_CAPTURE timeout $(( left < 240 ? left : 240 )) python3 -m onnxep.tools.cli bench \
-        "$model" --providers cuda,cpu --vs torch,onnxep-graph,torch-graph \
+        "$model" --providers cuda,cpu \
+        --vs "${DECODE_VS:-torch,onnxep-graph,torch-graph,$ORT_SIDES}" \
         --decode "${DECODE_STEPS:-64}" --context "$ctx" --warmup 3 "${extra[@]}" \
         --json "$OUT/${name}_${dtype}_ctx${ctx}.json" >>"$OUT/$name.log" 2>&1 || rc=$?
       echo "$name $dtype ctx $ctx took $(( $(date +%s) - b0 )) s" >>"$OUT/$name.log"
@@ -135,6 +155,20 @@ for line in open(sys.argv[1]):
 PY
 )")
       ;;
+    gemv)
+      # Decode GEMVs at the Qwen2.5-0.5B/1.5B shapes (bench/gpu_gemv_bench.py): cuBLAS and
+      # MatMulNT in fp16, MatMulNBits int4 on the tensor cores and on the CUDA cores, each
+      # against a device copy measured in the same run; then again with every call on its
+      # own weight copy (--cold: memory, not L2). About 2 minutes in all.
+      GEMV_CASES=${GEMV_CASES:-fp16_cublas,fp16_nt,int4,int4_zp,int4_cc,int4_zp_cc}
+      timeout 240 python3 bench/gpu_gemv_bench.py --cases "$GEMV_CASES" \
+        >"$OUT/gemv.jsonl" 2>"$OUT/gemv.log"
+      rc=$?
+      timeout 240 python3 bench/gpu_gemv_bench.py --cold --cases "$GEMV_CASES" \
+        >"$OUT/gemv_cold.jsonl" 2>>"$OUT/gemv.log" || rc=$?
+      SUMMARY+=("gemv (rc $rc): us and share of copy bandwidth, warm L2 | cold" \
+        "$(python3 bench/gpu_gemv_bench.py --summary "$OUT/gemv.jsonl" "$OUT/gemv_cold.jsonl" 2>&1)")
+      ;;
     fusions)
       # Fusions off against on, same run: kernels, plan nodes and ms per decode step, eager
       # and captured (bench/gpu_fusions.py). The decode stages delete the qwen2.5-0.5b models
@@ -198,7 +232,7 @@ PY
       ;;
     *)
       echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | attention" \
-        "| decode | decode-1.5b | decode-hybrid | fusions | prefill | prefill-nbits" \
+        "| gemv | decode | decode-1.5b | decode-hybrid | fusions | prefill | prefill-nbits" \
         "| prefill-models)"
       exit 2
       ;;

@@ -214,10 +214,11 @@ def run_case(
     capacity = args.prompt + tokens
     decoders = {}
     for key, sess in sides.items():
-        warm = GreedyDecoder(sess, prompt, 1 + SETTLE, capacity=capacity)
+        warm = GreedyDecoder(sess, prompt, 1 + SETTLE, capacity=capacity, pipeline=False)
         while not warm.done:
             warm.step()
-        decoders[key] = GreedyDecoder(sess, prompt, tokens, capacity=capacity)
+        # steps interleaved with the other session's: each returns with the device idle
+        decoders[key] = GreedyDecoder(sess, prompt, tokens, capacity=capacity, pipeline=False)
     for _ in range(1 + SETTLE + args.steps):  # interleaved: one step of each in turn
         for d in decoders.values():
             d.step()

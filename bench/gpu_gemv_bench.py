@@ -2,6 +2,8 @@
 the int4 MatMulNBits GEMV, timed inside CUDA graphs; prints one JSON line per case and shape.
 
     python bench/gpu_gemv_bench.py [--replays 50] [--calls 20] [--models qwen0.5b,qwen1.5b]
+                                   [--cases ...] [--cold]
+    python bench/gpu_gemv_bench.py --summary WARM.jsonl [COLD.jsonl]
 
 Shapes (K -> N) are Qwen2.5-0.5B's (896 -> 1152 joined q/k/v, 896 -> 896 o, 896 -> 4864
 up, 4864 -> 896 down, 896 -> 9728 joined gate/up, 896 -> 151936 LM head) and
@@ -16,7 +18,10 @@ Cases, each on the same activations:
   through cuBLAS (the bias broadcast into the output, then a GEMM with beta = 1) and through
   the GEMV (the bias in its epilogue);
 * ``int4`` / ``int4_zp``: MatMulNBits with 4-bit weights in blocks of 32, without and with
-  packed zero points, through the CUDA kernel builder;
+  packed zero points, through the CUDA kernel builder (float16 activations: the tensor-core
+  GEMV, ``_nbits_mma_cuda``; the row's ``route`` says which ran);
+* ``int4_cc`` / ``int4_zp_cc``: the same nodes through ``_nbits_cuda``'s CUDA-core GEMV (the
+  tensor-core route turned off), in the same run;
 * ``fp16_ref``: a plain fp16 GEMV on W stored ``[N, K]`` (one warp per output), a floor
   for comparison;
 * ``fp16_nt``: the same product through onnxep::MatMulNT's CUDA kernel on W^T stored
@@ -32,6 +37,12 @@ launch gaps are those a captured decode step sees. ``bytes`` is what a call must
 (weights, scales, zero points, activations, output), ``tbs`` that over ``us``, and
 ``of_copy`` that against ``copy_tbs``, a device-to-device copy measured in the same run.
 ``host_us`` is one eager call's Python and launch cost.
+
+Replayed 20 times, a product of a few MB reads its weights from the 50 MB L2, not from
+memory. ``--cold`` gives each call of the graph its own copy of the weights, enough copies
+to pass twice the device's L2 (``fp16_cublas``, ``fp16_nt`` and the ``int4`` cases; the
+others are left out), so ``of_copy`` compares memory with memory; the row's ``copies`` says
+how many.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -94,9 +106,11 @@ extern "C" __global__ void fp16_gemv(const __half* __restrict__ w, const __half*
 
 
 def _graph_timer(cupy, replays: int, calls: int):
-    """``us(fn)``: median per-call device time of ``fn`` captured ``calls`` times in a graph."""
+    """``us(fn, n)``: median per-call device time of ``fn`` captured ``max(calls, n)`` times in
+    one graph."""
 
-    def us(fn) -> float:
+    def us(fn, n_calls: int = 0) -> float:
+        n_calls = max(calls, n_calls)
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
             fn()  # warm-up outside capture: handles, workspaces, pool blocks
@@ -105,7 +119,7 @@ def _graph_timer(cupy, replays: int, calls: int):
             # Each call's output is dropped before the next, so the pool hands the next call
             # the same blocks the warm-up left: nothing is allocated from the driver in capture.
             stream.begin_capture()
-            for _ in range(calls):
+            for _ in range(n_calls):
                 fn()
             graph = stream.end_capture()
             graph.launch(stream)
@@ -117,7 +131,7 @@ def _graph_timer(cupy, replays: int, calls: int):
                 graph.launch(stream)
                 end.record(stream)
                 end.synchronize()
-                times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0 / calls)
+                times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0 / n_calls)
         del graph
         return statistics.median(times)
 
@@ -147,7 +161,11 @@ def _copy_tbs(cupy, replays: int) -> float:
     return 2 * src.nbytes / statistics.median(times) / 1e6
 
 
-def _fp16_cases(cupy, k: int, n: int, x):
+#: The cases ``--cold`` runs (each call on its own copy of the weights).
+COLD_CASES = {"fp16_cublas", "fp16_nt", "int4", "int4_zp", "int4_cc", "int4_zp_cc"}
+
+
+def _fp16_cases(cupy, k: int, n: int, x, cold: bool = False):
     from onnxep.providers_cuda import blas, nvrtc
     from onnxep.providers_cuda.ops.gemv_cuda import Gemv
     from onnxep.providers_cuda.xp import cuda_namespace
@@ -169,18 +187,22 @@ def _fp16_cases(cupy, k: int, n: int, x):
         raise RuntimeError(f"GEMV and cuBLAS disagree at K={k} N={n}: {err} (scale {scale})")
     nbytes = w.nbytes + x.nbytes + y.nbytes
     nt, route = _nt_case(cupy, x, wt, "none")
+    copies = _copies(cupy, w.nbytes, cold)
+    ws = [(w,)] + [(w.copy(),) for _ in range(copies - 1)]
+    wts = [(wt,)] + [(wt.copy(),) for _ in range(copies - 1)]
 
     def cublas_bias():
         y[...] = bias
         blas.gemm(x, w, beta=1.0, out=y)
 
+    more = {"copies": copies}
     return {
-        "fp16_cublas": (lambda: blas.gemm(x, w, out=y), nbytes),
+        "fp16_cublas": (_cycling(lambda w: blas.gemm(x, w, out=y), ws), nbytes, more),
         "fp16_gemv": (lambda: gemv(x, w), nbytes),
         "fp16_cublas_bias": (cublas_bias, nbytes + bias.nbytes),
         "fp16_gemv_bias": (lambda: gemv(x, w, bias), nbytes + bias.nbytes),
         "fp16_ref": (lambda: ref((blocks,), (256,), (wt, x, y, np.int32(n), np.int32(k))), nbytes),
-        "fp16_nt": (nt, nbytes, {"route": route}),
+        "fp16_nt": (_cycling(nt, wts), nbytes, {"route": route, **more}),
     }
 
 
@@ -206,12 +228,32 @@ def _nt_case(cupy, x, wt, activation: str):
         scale = float(cupy.abs(want.astype(cupy.float32)).max())
         if not err <= 4e-3 * scale + 1e-3:
             raise RuntimeError(f"MatMulNT and cuBLAS disagree at {tuple(wt.shape)}: {err}")
-    return (lambda: fn(x, wt)[0]), route
+    return (lambda w=wt: fn(x, w)[0]), route
 
 
-def _int4_case(cupy, k: int, n: int, with_zp: bool, x):
+def _copies(cupy, nbytes: int, cold: bool) -> int:
+    """Weight copies a case cycles through: 1, or (``--cold``) enough to pass twice the L2."""
+    if not cold:
+        return 1
+    l2 = int(cupy.cuda.Device().attributes["L2CacheSize"])
+    return max(1, -(-2 * l2 // nbytes))
+
+
+def _cycling(fn, sets):
+    """``fn(*set)`` over ``sets`` in turn, one per call (a graph captures them in order)."""
+    state = {"i": 0}
+
+    def call():
+        i = state["i"]
+        state["i"] = (i + 1) % len(sets)
+        return fn(*sets[i])
+
+    return call
+
+
+def _int4_case(cupy, k: int, n: int, with_zp: bool, x, *, mma: bool = True, cold: bool = False):
     from onnxep.providers.node import NodeInfo, ValueInfo
-    from onnxep.providers_cuda.ops.op_matmul_nbits import matmul_nbits
+    from onnxep.providers_cuda.ops import op_matmul_nbits
     from onnxep.providers_cuda.xp import cuda_namespace
 
     rng = np.random.default_rng(0)
@@ -225,13 +267,54 @@ def _int4_case(cupy, k: int, n: int, with_zp: bool, x):
     )
     attrs = {"K": k, "N": n, "bits": 4, "block_size": block}
     node = NodeInfo("MatMulNBits", "com.microsoft", "bench", 1, attrs, ins, (ValueInfo("Y"),))
-    fn = matmul_nbits(node, cuda_namespace())
-    dev = [cupy.asarray(arr) for _, arr in consts]  # the session's device copies
-    nbytes = b.nbytes + scales.nbytes + (zp.nbytes if with_zp else 0) + x.nbytes + n * 2
-    return (lambda: fn(x, *dev)[0]), nbytes
+    saved = op_matmul_nbits.MMA_GEMV
+    op_matmul_nbits.MMA_GEMV = mma
+    try:
+        fn = op_matmul_nbits.matmul_nbits(node, cuda_namespace())
+    finally:
+        op_matmul_nbits.MMA_GEMV = saved
+    weights = b.nbytes + scales.nbytes + (zp.nbytes if with_zp else 0)
+    # The session's device copies (the kernel adopts whichever it is given, as a view).
+    sets = [[cupy.asarray(arr) for _, arr in consts] for _ in range(_copies(cupy, weights, cold))]
+    extra = {"route": "mma" if mma and _ran_mma(fn) else "cuda-core", "copies": len(sets)}
+    return _cycling(lambda *dev: fn(x, *dev)[0], sets), weights + x.nbytes + n * 2, extra
+
+
+def _ran_mma(fn) -> bool:
+    """Whether the built node takes the tensor-core GEMV (its runner holds one)."""
+    return getattr(fn, "mma", None) is not None
+
+
+def summary(warm: str, cold: str | None = None) -> str:
+    """One line per shape and case from the JSON lines of a run (and of its ``--cold`` run):
+    microseconds and share of the copy bandwidth, warm | cold."""
+
+    def rows(path):
+        out = {}
+        if path is None:
+            return out
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if "case" in r:
+                    out[r["model"], r["shape"], r["case"]] = r
+        return out
+
+    w, c = rows(warm), rows(cold)
+    lines = []
+    for key, r in w.items():
+        text = f"{key[0]} {key[1]} {key[2]}{'/' + r['route'] if 'route' in r else ''}: "
+        text += f"{r['us']} us {r['of_copy']:.0%}"
+        if key in c:
+            text += f" | cold {c[key]['us']} us {c[key]['of_copy']:.0%}"
+        lines.append(text)
+    return "\n".join(lines)
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--summary"]:
+        print(summary(*sys.argv[2:4]))
+        return
     import cupy
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -242,11 +325,16 @@ def main() -> None:
         "--cases",
         default=(
             "fp16_cublas,fp16_gemv,fp16_cublas_bias,fp16_gemv_bias,fp16_ref,fp16_nt,"
-            "fp16_nt_swiglu,int4,int4_zp"
+            "fp16_nt_swiglu,int4,int4_zp,int4_cc,int4_zp_cc"
         ),
+    )
+    ap.add_argument(
+        "--cold", action="store_true", help="each call its own weight copy: no L2 reuse"
     )
     args = ap.parse_args()
     wanted = set(args.cases.split(","))
+    if args.cold:
+        wanted &= COLD_CASES
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     us = _graph_timer(cupy, args.replays, args.calls)
     copy_tbs = round(_copy_tbs(cupy, args.replays), 3)
@@ -256,21 +344,26 @@ def main() -> None:
             x = cupy.random.standard_normal((1, k), dtype=cupy.float32).astype(cupy.float16)
             cases = {}
             if any(c.startswith("fp16") for c in wanted):
-                cases.update(_fp16_cases(cupy, k, n, x))
+                cases.update(_fp16_cases(cupy, k, n, x, args.cold))
             if "fp16_nt_swiglu" in wanted and shape == "gate_up":
                 wt = (cupy.random.standard_normal((n, k), dtype=cupy.float32) * 0.05).astype(
                     cupy.float16
                 )
                 fn, route = _nt_case(cupy, x, wt, "swiglu")
                 cases["fp16_nt_swiglu"] = (fn, wt.nbytes + x.nbytes + n, {"route": route})
-            if "int4" in wanted:
-                cases["int4"] = _int4_case(cupy, k, n, False, x)
-            if "int4_zp" in wanted:
-                cases["int4_zp"] = _int4_case(cupy, k, n, True, x)
+            for case, zp, mma in (
+                ("int4", False, True),
+                ("int4_zp", True, True),
+                ("int4_cc", False, False),
+                ("int4_zp_cc", True, False),
+            ):
+                if case in wanted:
+                    cases[case] = _int4_case(cupy, k, n, zp, x, mma=mma, cold=args.cold)
             for case, (fn, nbytes, *extra) in cases.items():
                 if case not in wanted:
                     continue
-                t = us(fn)
+                copies = max([e.get("copies", 1) for e in extra] or [1])
+                t = us(fn, copies)  # a replay walks every copy
                 row = {
                     "bench": "gemv",
                     "model": model,

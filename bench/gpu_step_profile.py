@@ -35,7 +35,9 @@ def main() -> None:
         args.model, providers=[("cuda", {"capture": args.capture}), "cpu"]
     )
     prompt = np.random.default_rng(0).integers(1, 100, 8)
-    dec = GreedyDecoder(sess, prompt, 4 + args.steps, capacity=8 + 4 + args.steps)
+    # not pipelined: each step's run is queued inside its own step, so the profiled steps
+    # launch exactly their own kernels
+    dec = GreedyDecoder(sess, prompt, 4 + args.steps, capacity=8 + 4 + args.steps, pipeline=False)
     for _ in range(4):  # prefill and warm-up
         dec.step()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

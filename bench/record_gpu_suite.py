@@ -11,6 +11,10 @@ On the GPU machine (``bench/gpu_check.sh tests`` does it)::
 Back here, append that record (one JSON line) to bench/results/gpu-suite.jsonl::
 
     python bench/record_gpu_suite.py --append OUT/gpu_suite.json
+
+Where no GPU machine can be had (the session's device time is spent), say so at HEAD::
+
+    python bench/record_gpu_suite.py --not-run "why"
 """
 
 from __future__ import annotations
@@ -58,7 +62,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-junit", type=Path, help="pytest --junitxml file of the run")
     ap.add_argument("--whole", choices=("yes", "no"), default="yes")
     ap.add_argument("--append", type=Path, help="a record written by --from-junit")
+    ap.add_argument(
+        "--not-run",
+        metavar="WHY",
+        help="record that the whole suite could not run at HEAD, and why (no GPU machine)",
+    )
     args = ap.parse_args(argv)
+    if args.not_run:
+        import subprocess
+
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        record = {
+            "commit": head,
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+            "whole": False,
+            "not_run": args.not_run,
+        }
+        with RECORDS.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"appended to {RECORDS}: {record}")
+        return 0
     if args.from_junit:
         print(json.dumps(from_junit(args.from_junit, args.whole == "yes")))
         return 0

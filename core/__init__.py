@@ -15,7 +15,8 @@ from . import errors
 
 if TYPE_CHECKING:
     from .compile.placement import PlacementReport
-    from .generation.greedy import GenerateResult, generate
+    from .generation.generator import Generation, GenerationStats, Generator, generate
+    from .generation.greedy import GenerateResult
     from .iobinding import IOBinding
     from .model_io import NodeArg
     from .options import GraphOptimizationLevel, RunOptions, SessionOptions
@@ -37,6 +38,9 @@ __version__ = "0.1.0"
 _HOME = {
     "BenchResult": ".tools.benchmark",
     "GenerateResult": ".generation.greedy",
+    "Generation": ".generation.generator",
+    "GenerationStats": ".generation.generator",
+    "Generator": ".generation.generator",
     "GraphOptimizationLevel": ".options",
     "IOBinding": ".iobinding",
     "InferenceSession": ".session",
@@ -48,7 +52,7 @@ _HOME = {
     "RunOptions": ".options",
     "SessionOptions": ".options",
     "bench": ".tools.benchmark",
-    "generate": ".generation.greedy",
+    "generate": ".generation.generator",
     "get_all_providers": ".plugins.registration",
     "get_available_providers": ".plugins.registration",
     "plugin_failures": ".plugins.registration",
@@ -59,6 +63,9 @@ _HOME = {
 __all__ = [
     "BenchResult",
     "GenerateResult",
+    "Generation",
+    "GenerationStats",
+    "Generator",
     "GraphOptimizationLevel",
     "IOBinding",
     "InferenceSession",

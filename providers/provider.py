@@ -120,6 +120,19 @@ class Provider:
         """Copy a host (NumPy) array onto this provider's device."""
         return value
 
+    def to_host_async(self, value: Any) -> Callable[[], Any]:
+        """Start copying one of this provider's arrays into host memory; the returned callable
+        waits for that copy alone (not for work queued after it) and returns the host array,
+        so a caller can queue more work before it reads. A host provider copies nothing."""
+        host = self.to_host(value)
+        return lambda: host
+
+    def argmax_rows_into(self, x: Any, out: Any) -> None:
+        """``out`` (int64, one entry per row) gets the argmax of each row of the 2-D ``x``
+        (ties and NaN as NumPy's argmax), on this provider's device and without waiting for
+        it: greedy decoding writes the next step's token ids there."""
+        out[...] = self.xp.argmax(x, axis=-1).astype(out.dtype).reshape(out.shape)
+
     def synchronize(self) -> None:
         """Wait for work queued on the device; a host provider has none."""
 

@@ -16,8 +16,14 @@ import sys
 import threading
 from typing import Any
 
-#: Argument codes: ``p`` device pointer, ``q`` int64, ``i`` int32, ``f`` float32.
-_CTYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int32, "f": ctypes.c_float}
+#: Argument codes: ``p`` device pointer, ``q`` int64, ``d`` float64, ``i`` int32, ``f`` float32.
+_CTYPES = {
+    "p": ctypes.c_uint64,
+    "q": ctypes.c_int64,
+    "d": ctypes.c_double,
+    "i": ctypes.c_int32,
+    "f": ctypes.c_float,
+}
 #: cuLaunchKernel's ``extra`` keys: the arguments as one packed buffer.
 _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 
@@ -53,7 +59,7 @@ class Launcher:
         self._launch = None
         loaded = getattr(function, "kernel", function)  # RawKernel -> its cuda.Function
         self._ptr = getattr(loaded, "ptr", None)
-        if set(signature) - set("pq"):
+        if set(signature) - set("pqd"):
             use_driver = False  # packing is only written for 8-byte arguments
         self._pack = struct.Struct("<" + signature.replace("p", "Q")).pack_into
         if use_driver and isinstance(self._ptr, int) and self._ptr:
@@ -70,7 +76,7 @@ class Launcher:
     def _packed(self) -> tuple[Any, Any]:
         """This thread's argument buffer and the ``extra`` array pointing at it.
 
-        Every argument here is 8 bytes (pointers and int64), so the kernel's
+        Every argument here is 8 bytes (pointers, int64, float64), so the kernel's
         parameter block is the arguments packed back to back, written with
         one ``struct.pack_into`` per launch.
         """
@@ -85,20 +91,24 @@ class Launcher:
             slot = self._local.packed = (buf, extra, nbytes)
         return slot[0], slot[1]
 
-    def __call__(self, grid: int, block: int, args: tuple, stream: int) -> None:
-        """Queue the kernel on ``stream`` (a raw handle); ``args`` follow the signature."""
+    def __call__(
+        self, grid: int, block: int, args: tuple, stream: int, shared_mem: int = 0
+    ) -> None:
+        """Queue the kernel on ``stream`` (a raw handle) with ``shared_mem`` bytes of dynamic
+        shared memory; ``args`` follow the signature."""
         launch = self._launch
         if launch is None:
-            self._cupy_call(grid, block, args)
+            self._cupy_call(grid, block, args, shared_mem)
             return
         buf, extra = self._packed()
         self._pack(buf, 0, *args)
-        rc = launch(self._ptr, grid, 1, 1, block, 1, 1, 0, stream, None, extra)
+        rc = launch(self._ptr, grid, 1, 1, block, 1, 1, shared_mem, stream, None, extra)
         if rc:
             raise RuntimeError(f"cuLaunchKernel failed with CUDA error {rc}")
 
-    def _cupy_call(self, grid: int, block: int, args: tuple) -> None:
+    def _cupy_call(self, grid: int, block: int, args: tuple, shared_mem: int = 0) -> None:
         import numpy as np
 
-        conv = {"p": np.uint64, "q": np.int64, "i": np.int32, "f": np.float32}
-        self.function((grid,), (block,), tuple(conv[c](a) for c, a in zip(self.signature, args)))
+        conv = {"p": np.uint64, "q": np.int64, "d": np.float64, "i": np.int32, "f": np.float32}
+        values = tuple(conv[c](a) for c, a in zip(self.signature, args))
+        self.function((grid,), (block,), values, shared_mem=shared_mem)

@@ -80,6 +80,7 @@ class CUDAProvider(Provider):
         self.malloc = self.pool.malloc
         self._nesting = threading.local()
         self.transfers = PinnedTransfers(cupy, self.stream, self.device_id)
+        self._argmax: Any = None  # ops/_argmax_cuda.ArgMaxRows, built at the first call
         props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
         self.device_name = props["name"].decode(errors="replace")
 
@@ -194,6 +195,41 @@ class CUDAProvider(Provider):
                 self.error_flag.after_sync()  # clearing a set record queues on our device
             return host
         return value
+
+    def to_host_async(self, value: Any) -> Any:
+        """Queue a device array's copy into pinned host memory; the returned callable waits for
+        that copy alone and returns the host array, raising RunError there (as :meth:`to_host`
+        does) if an index kernel met a bad index before the copy."""
+        cp = self._cupy
+        if not isinstance(value, cp.ndarray):
+            return super().to_host_async(value)
+        with cp.cuda.Device(self.device_id), self.stream:
+            if not value.flags.c_contiguous:
+                value = cp.ascontiguousarray(value)
+            self.error_flag.before_sync()
+            host, done = self.transfers.download_async(value)
+
+        def wait() -> Any:
+            done.synchronize()
+            with cp.cuda.Device(self.device_id):
+                self.error_flag.after_sync()
+            return host
+
+        return wait
+
+    def argmax_rows_into(self, x: Any, out: Any) -> None:
+        """One launch per call (``ops/_argmax_cuda``) for float16/float32 rows of unit stride,
+        written straight into ``out``; anything else through CuPy's argmax."""
+        with self.run_context():
+            if self._argmax is None:
+                from .ops.argmax_cuda import ArgMaxRows
+
+                self._argmax = ArgMaxRows(self._cupy)
+            if self._argmax.takes(x) and out.dtype == np.int64 and out.size == x.shape[0]:
+                stride = out.strides[0] // out.itemsize if out.ndim else 1
+                self._argmax(x, out, stride)
+            else:
+                super().argmax_rows_into(x, out)
 
     def from_host(self, value: Any) -> Any:
         if value is None or isinstance(value, list):

@@ -4,7 +4,9 @@ Uploads copy the NumPy array into a pinned buffer (a host memcpy), queue
 the DMA on the stream and return at once; the pinned buffer is kept until
 an event recorded after the copy has passed. Downloads queue the DMA into a
 pinned NumPy array and wait for the stream, since the host is about to read
-it. Every copy is counted, so a run's device-to-host reads can be checked.
+it; an asynchronous download waits later, for an event recorded after its
+own copy only (greedy decoding queues the next step before it reads a token).
+Every copy is counted, so a run's device-to-host reads can be checked.
 """
 
 from __future__ import annotations
@@ -77,6 +79,19 @@ class PinnedTransfers:
             self._inflight.clear()
 
     # -- device -> host -----------------------------------------------------------------
+    def download_async(self, x: Any) -> tuple[np.ndarray, Any]:
+        """Queue ``x``'s copy into a pinned host array; returns it and an event recorded after
+        the copy (the array holds ``x`` once the event has passed)."""
+        out = self._empty_pinned(x.shape, dtype=x.dtype)
+        done = self._cupy.cuda.Event(block=False, disable_timing=True)
+        if x.size:
+            x.get(stream=self.stream, out=out)
+        done.record(self.stream)
+        c = self.counts
+        c.device_to_host += 1
+        c.device_to_host_bytes += x.nbytes
+        return out, done
+
     def download(self, x: Any) -> np.ndarray:
         """``x`` in pinned host memory, after the stream has delivered it."""
         out = self._empty_pinned(x.shape, dtype=x.dtype)

@@ -213,6 +213,7 @@ template <class T> constexpr char code() {
          : std::is_same<T, int>::value           ? 'i'
          : std::is_same<T, long long>::value     ? 'q'
          : std::is_same<T, float>::value         ? 'f'
+         : std::is_same<T, double>::value        ? 'd'
                                                  : '?';
 }
 
@@ -344,13 +345,14 @@ class EmulatedKernel:
                 buffers[key] = (buf, off, a)
             buf, off, _ = buffers[key]
             return ctypes.c_void_p(buf.ctypes.data + off)
-        want = {"i": np.int32, "q": np.int64, "f": np.float32}.get(code)
+        want = {"i": np.int32, "q": np.int64, "f": np.float32, "d": np.float64}.get(code)
         if want is None or type(a) is not want:
             expected = want.__name__ if want else f"of C type code {code!r}"
             raise EmulatorError(
                 f"{where} must be {expected} (the parameter's type), got {type(a).__name__}"
             )
-        return {"i": ctypes.c_int32, "q": ctypes.c_int64, "f": ctypes.c_float}[code](a)
+        kinds = {"i": ctypes.c_int32, "q": ctypes.c_int64, "f": ctypes.c_float}
+        return kinds.get(code, ctypes.c_double)(a)
 
 
 def compile_kernels(body: str, names: Sequence[str]) -> dict[str, EmulatedKernel]:

@@ -50,6 +50,11 @@ def test_decode_mode_drives_the_cache():
     assert "tok/s" in res.table()
     ours = res.sides[0]
     assert ours["device_to_host_copies"] == 0
+    # each side also decodes alone, its steps back to back, synced once at the end
+    assert set(res.sustained) == {"onnxep", "onnxruntime"} and min(res.sustained.values()) > 0
+    assert not [k for k in res.skipped if "back to back" in k], res.skipped
+    assert "back to back" in res.table()
+    assert res.to_json()["sustained_ms_per_step"] == res.sustained
 
 
 def test_profile_lists_top_ops():
@@ -100,3 +105,40 @@ def test_cli_bench_prints_table(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "median ms" in res.stdout and "onnxruntime" in res.stdout
     assert json.loads(out.read_text())["samples_ms"]["onnxep"]
+
+
+GENAI = DATA / "genai"
+
+
+def test_onnxruntime_decodes_on_kv_buffers_shared_as_past_and_present():
+    """onnxruntime's side binds each cache once, as GroupQueryAttention shares it (the
+    onnxruntime-genai way); its tokens are onnxep's."""
+    res = bench(
+        str(GENAI / "qwen2_fp32" / "model.onnx"),
+        ["cpu"],
+        vs=["onnxruntime"],
+        decode=4,
+        context=6,
+        warmup=1,
+        progress=False,
+    )
+    (ort,) = [s for s in res.sides if s["name"] == "onnxruntime"]
+    assert "shared as past and present" in ort["decode"], ort
+    assert res.tokens["onnxruntime"] == res.tokens["onnxep"]
+    assert "onnxruntime" in res.sustained
+
+
+def test_onnxruntime_on_a_growing_cache_takes_host_feeds_and_its_graph_is_skipped():
+    res = bench(
+        str(DATA / "llama_kv.onnx"),  # present = Concat(past, new): nothing to share
+        ["cpu"],
+        vs=["onnxruntime", "onnxruntime-graph"],
+        decode=2,
+        context=4,
+        warmup=1,
+        progress=False,
+    )
+    (ort,) = [s for s in res.sides if s["name"] == "onnxruntime"]
+    assert "decode" not in ort and res.tokens["onnxruntime"] == res.tokens["onnxep"]
+    # the graph side needs onnxruntime's CUDA provider (onnxruntime-gpu), and says so
+    assert "onnxruntime-gpu" in res.skipped["onnxruntime-graph"]

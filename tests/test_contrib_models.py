@@ -186,7 +186,16 @@ def export_lstm(path: Path) -> None:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """{(source, variant): path} for every model onnxruntime itself can load."""
-    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice on preprocessing
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizer's advice on preprocessing
+    try:
+        return _corpus(tmp_path_factory)
+    finally:
+        root.setLevel(level)  # later tests read warnings (caplog)
+
+
+def _corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("contrib_corpus")
     made = ("bert", "bert_ts", "lstm_ts")
     sources = {s: (out if s in made else DATA) / f"{s}.onnx" for s in SOURCES}

@@ -23,13 +23,18 @@ F32, F16 = np.float32, np.float16
 TOL = {F32: (2e-5, 2e-5), F16: (2e-3, 2e-3)}
 
 
+#: The emulator's stand-in for the dynamic shared memory a normalising launch stages in.
+HOST_NT_SMEM = "static uint4 nt_smem[48 * 1024 / 16];\n"
+
+
 @pytest.fixture
 def emulated(monkeypatch):
     why = emu.why_unavailable()
     if why:
         pytest.skip(why)
     emu.install(monkeypatch)
-    emu.ALL_NAMES.setdefault(G.GEMV_NT_BODY, G.GEMV_NT_NAMES)
+    monkeypatch.setattr(G, "NT_SMEM", HOST_NT_SMEM)
+    emu.ALL_NAMES.setdefault(G.source(), G.GEMV_NT_NAMES)
     emu.ALL_NAMES.setdefault(FC.FUSED_BODY, FC.FUSED_NAMES)
 
 
@@ -37,9 +42,9 @@ def _launches(monkeypatch):
     names: list[str] = []
     real = G.GemvNT.emulated
 
-    def counted(self, dt, name, grid, arrays, ints):
+    def counted(self, dt, name, *rest):
         names.append(name)
-        return real(self, dt, name, grid, arrays, ints)
+        return real(self, dt, name, *rest)
 
     monkeypatch.setattr(G.GemvNT, "emulated", counted)
     return names
@@ -103,7 +108,7 @@ def test_a_misaligned_weight_runs_the_scalar_loads(emulated, monkeypatch):
     shifted[...] = wt
     got = gemv(a, shifted)
     np.testing.assert_allclose(got.astype(np.float64), _reference(a, wt, None), **_tol(F16))
-    assert names == ["gemv_nt<__half, 1, 2, 0>"]
+    assert names == ["gemv_nt<__half, 1, 2, 0, 0>"]
 
 
 def _tol(dtype):
@@ -111,7 +116,7 @@ def _tol(dtype):
     return {"rtol": rtol, "atol": atol}
 
 
-def _swiglu_k(y, dtype):
+def swiglu_k(y, dtype):
     """The emulated one-launch SwiGLU the unfused graph runs on a packed [gate | up]."""
     fn = FC.kernels_for("swiglu_k", dtype)[np.dtype(dtype)]
     cols = y.shape[-1] // 2
@@ -135,7 +140,7 @@ def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(lead, k, h, with_bias, dty
     assert gemv.takes(a, wt, swiglu=True)
     got = gemv(a, wt, bias, swiglu=True)
     plain = gemv(a, wt, bias)  # the same sums, rounded as the GEMM's output
-    want = _swiglu_k(np.ascontiguousarray(plain.reshape(-1, 2 * h)), dtype).reshape(got.shape)
+    want = swiglu_k(np.ascontiguousarray(plain.reshape(-1, 2 * h)), dtype).reshape(got.shape)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     # and close to the exact math
     ref = _reference(a, wt, bias)
@@ -218,3 +223,24 @@ def test_takes_refuses_what_is_not_its_case(emulated):
     assert not gemv.takes(np.ones((9, 16), F32), wt)  # more rows than the kernel takes
     assert not gemv.takes(a, wt[:7], swiglu=True)
     assert not gemv.takes(a, np.ones((gemv.sms * G.WARPS_PER_SM * G.MAX_WAVES + 1, 16), F32))
+
+
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "normalising"])
+def test_driver_launch_signatures_match_the_kernels(emulated, monkeypatch, norm):
+    """On a GPU the launches go through ``launch.Launcher``, which packs 8-byte arguments by
+    a signature string: it must be the kernels' own (g++ reads it from the C parameters)."""
+    from onnxep.providers_cuda import elementwise, launch
+
+    made = []
+
+    class Recorder:
+        def __init__(self, fn, signature):
+            made.append((fn.name, fn.signature, signature))
+
+    monkeypatch.setattr(launch, "Launcher", Recorder)
+    monkeypatch.setattr(elementwise, "stream_ptr_fn", lambda: lambda: 0)
+    gemv = G.GemvNT(np, None, norm=norm)
+    gemv.driver(list(gemv.fns))
+    assert len(made) == len(G.GEMV_NT_NAMES) // 2
+    for name, real, packed in made:
+        assert packed == real, name

@@ -441,3 +441,93 @@ def test_missing_tqdm_warns_and_shows_nothing(monkeypatch, caplog):
     bar.update(1)
     bar.close()
     assert "tqdm is not installed" in caplog.text
+
+
+# -- the device path's pipeline -----------------------------------------------------------
+
+
+class _Ordered(FakeDevice):
+    """A fake device that logs when the host waits for a token's copy."""
+
+    log: list[str] = []
+
+    def to_host_async(self, x):
+        snapshot = np.array(x, copy=True)  # what the copy queued now will deliver
+        self.counts["device_to_host"] += 1  # counted when queued, as the CUDA provider does
+
+        def wait():
+            self.log.append("read")
+            return snapshot
+
+        return wait
+
+
+class _OrderedPlugin(FakePlugin):
+    @hookimpl
+    def onnxep_create_provider(self, options):
+        return _Ordered(options)
+
+
+@pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "one-at-a-time"])
+def test_step_t_plus_1_is_queued_before_token_t_is_read(monkeypatch, pipeline):
+    plugin = _OrderedPlugin(share=True)
+    onnxep.register_provider(plugin, name="fakedev-ordered-plugin")
+    try:
+        path = MODELS["qwen2_fp32"]
+        sess = onnxep.InferenceSession(path, providers=["fakedev"])
+        _Ordered.log = []
+        run = sess.run_with_iobinding
+
+        def logged(io, run_options=None):
+            _Ordered.log.append("run")
+            return run(io, run_options)
+
+        monkeypatch.setattr(sess, "run_with_iobinding", logged)
+        steps = 5
+        dec = GreedyDecoder(sess, PROMPT, steps, pipeline=pipeline)
+        while not dec.done:
+            dec.step()
+        res = dec.finish()
+    finally:
+        unregister_plugin(plugin)
+    assert res.tokens == step_by_step(path, PROMPT, steps)
+    if pipeline:  # after the prefill each token is read once the next step is queued behind it
+        assert _Ordered.log == ["run"] + ["run", "read"] * (steps - 1) + ["read"], _Ordered.log
+    else:  # a benchmark's interleaved steps: each step's run and read alone
+        assert _Ordered.log == ["run", "read"] * steps, _Ordered.log
+    assert res.device_to_host_reads == [1] * steps
+
+
+@pytest.mark.parametrize("chooser", ["argmax", "choose"])
+def test_device_path_takes_ragged_rows_and_a_chooser(chooser):
+    """The pipelined device path reads each row's first token at its own last position and
+    asks ``choose`` where one is given, as the host path does: the same tokens as each prompt
+    decoded alone on the CPU."""
+    plugin = FakePlugin(share=True)
+    onnxep.register_provider(plugin, name="fakedev-ragged-plugin")
+    try:
+        path = str(DATA / "genai" / "qwen2_fp32" / "model.onnx")
+        dev = onnxep.InferenceSession(path, providers=["fakedev"])
+        cpu = onnxep.InferenceSession(path, providers=["cpu"])
+        rng = np.random.default_rng(5)
+        prompts = [rng.integers(3, 500, n) for n in (7, 3, 5)]
+        batch = np.zeros((3, 7), np.int64)
+        for b, p in enumerate(prompts):
+            batch[b, : len(p)] = p
+        seen = []
+
+        def choose(logits, xp):
+            seen.append(logits.shape)
+            return xp.argmax(logits, axis=-1)
+
+        pick = None if chooser == "argmax" else choose
+        dec = GreedyDecoder(dev, batch, 5, lengths=[7, 3, 5], choose=pick, capacity=16)
+        assert dec.state_path == SHARED
+        while not dec.done:
+            dec.step()
+        for row, p in zip(dec.finish().token_ids, prompts):
+            assert row.tolist() == onnxep.generate(cpu, p, 5, progress=False).tokens
+        if pick is not None:
+            assert seen and all(s == (3, 512) for s in seen)
+    finally:
+        unregister_plugin(plugin)

@@ -70,9 +70,12 @@ class _DynamicShared:
 
 @pytest.fixture
 def launches(monkeypatch):
+    """The builders' ``_nbits_cuda`` launches by kernel name; the nodes the tensor-core GEMV
+    would take run this GEMV too (test_nbits_mma_cuda_emulated.py tests that one)."""
     why = emu.why_unavailable()
     if why:
         pytest.skip(why)
+    monkeypatch.setattr(op_matmul_nbits, "MMA_GEMV", False)
     body = host_source()
     seen: list[str] = []
 
@@ -83,8 +86,8 @@ def launches(monkeypatch):
     monkeypatch.setattr(K_, "module", module)
     monkeypatch.setattr(op_matmul_nbits, "sm_count", lambda: emu.EMULATED_SMS)
     host = types.SimpleNamespace(asarray=np.asarray, asnumpy=np.asarray)
-    monkeypatch.setattr(gpu_quant, "_cp", lambda: host)
-    monkeypatch.setattr(gpu_quant, "_xp", lambda: np)
+    monkeypatch.setattr(gpu_quant, "device_cupy", lambda: host)
+    monkeypatch.setattr(gpu_quant, "device_xp", lambda: np)
     return seen
 
 

@@ -398,3 +398,19 @@ def test_graph_state_restores_every_kind_of_change():
     assert state.same_as(GraphState(model))
     assert ir.serde.serialize_model(model) == before_proto
     assert [u.node.name for u in add.outputs[0].uses()] == ["relu"]  # Neg holds no use
+
+
+def test_options_the_provider_refuses_are_an_error_not_a_skip(registered):
+    """A typo in a provider's options is the caller's mistake: an error naming it, as in
+    onnxruntime, not a warning and a run on the rest of the list."""
+    from onnxep.errors import ConfigError
+
+    def create(options):
+        if "colour" in options:
+            raise ConfigError("unknown option 'colour'")
+        return Provider("fussy", options)
+
+    registered(_provider_plugin("fussy", create=create), "fussy")
+    with pytest.raises(ProviderError, match="'fussy' failed to start.*unknown option 'colour'"):
+        onnxep.InferenceSession(_relu_model(), providers=[("fussy", {"colour": "blue"}), "cpu"])
+    assert onnxep.InferenceSession(_relu_model(), providers=["fussy"]).get_providers()[0] == "fussy"

@@ -12,6 +12,14 @@ Logits stay on the device and the argmax runs there, so a step reads back
 one token id per sequence. On the CPU provider the same loop runs on NumPy
 and feeds the state back, which is the NumPy kernels' fast path.
 
+On a device the loop never waits for the host between steps: the argmax of
+step t writes its ids straight into the device buffer bound as step t+1's
+``input_ids`` (``Provider.argmax_rows_into``), its copy to the host is
+queued behind it (``Provider.to_host_async``), and step t+1 is queued before
+the host waits for token t, so that one read per step overlaps the next
+step's work. The mask and positions of step t+1 depend on no token: the
+host writes them while the device runs step t.
+
 Each step feeds ``input_ids``, an ``attention_mask`` and ``position_ids``
 when the model has them. The builder's graph takes ``total_sequence_length``
 from the mask's shape on the host and ``seqlens_k`` from its sum on the
@@ -21,14 +29,17 @@ ones for the rows filled so far and the new token, zeros after: the step's
 input shapes never change, so GroupQueryAttention plans once and a session
 with CUDA-graph capture on replays one graph per step (GroupQueryAttention
 attends only ``seqlens_k + 1`` keys, so the tokens are the same). Where the
-cache grows instead, the mask grows with it (past + new, all ones).
+cache grows instead, the mask grows with it (past + new, all ones). Prompts of
+different lengths padded on the right (``lengths``) get each row's own ones,
+positions and first token (see ``_right_padding``), and a ``choose`` callable
+may pick the tokens instead of the argmax (onnxep.sampling's chooser).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +167,60 @@ def _unshared_caches(session: Any, spec: DecodeSpec) -> list[str]:
     return unshared
 
 
+def _right_padding(
+    session: Any, spec: DecodeSpec, ids: np.ndarray, lengths: Sequence[int] | None
+) -> np.ndarray:
+    """Each row's right padding (int64 [batch]), after checking the model can take it.
+
+    A row padded on the right by ``pad`` tokens shows the model a mask of its
+    real tokens only; GroupQueryAttention takes each row's length from the
+    mask's sum (``seqlens_k``), attends only that many keys, writes each new
+    row at the row's own length and rotates by it, so the padding is never
+    read and is overwritten as the row grows. Caches that other attention
+    keeps (the new rows land after the padding, at one offset for every row)
+    and fixed-size states (a recurrent state would take the padding in) would
+    need more than a mask, so those models are refused.
+    """
+    batch, width = ids.shape
+    if lengths is None:
+        return np.zeros(batch, np.int64)
+    lens = np.asarray(lengths)
+    if lens.shape != (batch,) or lens.dtype.kind not in "iu" or (lens < 1).any():
+        raise InvalidArgument(
+            f"lengths must be one positive integer per row of input_ids ({batch}), "
+            f"got {np.asarray(lengths).tolist()!r}"
+        )
+    if (lens > width).any():
+        raise InvalidArgument(
+            f"lengths {lens.tolist()} exceed the {width} tokens of each input_ids row"
+        )
+    pad = (width - lens).astype(np.int64)
+    if pad.any():
+        why = _ragged_refusal(session, spec)
+        if why:
+            raise InvalidArgument(
+                f"prompts of different lengths cannot be batched on this model: {why}; "
+                "give prompts of one length or generate them one at a time"
+            )
+    return pad
+
+
+def _ragged_refusal(session: Any, spec: DecodeSpec) -> str:
+    """Why the model cannot take right-padded rows ('' when it can)."""
+    if spec.mask is None:
+        return "it takes no attention_mask to say where each row ends"
+    fixed = [s.name for s in spec.states if s.grow_axis is None]
+    if fixed:
+        return f"its fixed-size state {fixed[0]!r} would take the padding in"
+    unshared = _unshared_caches(session, spec)
+    if unshared:
+        return (
+            f"its cache {unshared[0]} is not addressed by each row's length, as "
+            "GroupQueryAttention's is"
+        )
+    return ""
+
+
 @contextlib.contextmanager
 def _entered(provider: Any) -> Iterator[None]:
     """The provider's device, stream and pool made current (CuPy keeps them per thread)."""
@@ -184,10 +249,23 @@ class GreedyDecoder:
         capacity: int | None = None,
         dims: Mapping[str, int] | None = None,
         share_on_host: bool = False,
+        lengths: Sequence[int] | None = None,
+        choose: Callable[[Any, Any], Any] | None = None,
+        pipeline: bool = True,
     ) -> None:
         """``share_on_host`` takes the shared-buffer path on the CPU provider too (host
         buffers bound as past and present, full-capacity masks): the device's path,
-        checked on the CPU; an error when no GroupQueryAttention shares the cache."""
+        checked on the CPU; an error when no GroupQueryAttention shares the cache.
+
+        ``lengths``: each row's prompt length when ``input_ids`` holds prompts of different
+        lengths padded on the right (see :func:`_right_padding`). ``choose(logits, xp)``
+        picks the next token of every row from the ``[batch, vocabulary]`` logits of each
+        row's last real position, computed where they are with the provider's array
+        module, and returns the ids there (one read follows); None: the argmax.
+
+        ``pipeline`` (on a device) queues the next step before a token is read; off, a
+        step queues its own run and returns with the device idle, so steps of several
+        decoders interleaved by a benchmark time each decoder alone."""
         ids = _prompt(input_ids)
         steps = _positive_int("max_new_tokens", max_new_tokens)
         # the last token is never fed back, so the cache holds one fewer
@@ -208,6 +286,8 @@ class GreedyDecoder:
                 f"this model's inputs are {[a.name for a in session.get_inputs()]}"
             )
         self.session, self.spec = session, spec
+        self._pad = _right_padding(session, spec, ids, lengths)
+        self._choose = choose
         self.batch, self.max_new_tokens = ids.shape[0], steps
         self.prompt_length = ids.shape[1]
         self.ids, self.past = ids, 0
@@ -228,6 +308,12 @@ class GreedyDecoder:
         self.full_mask = self.state_path == SHARED and spec.mask is not None
         self._capture_start = self._capture_counters()
         self._tokens: list[np.ndarray] = []
+        # The device path's pipeline: the run queued and not yet read, the device buffer the
+        # argmax writes the next ids into, and when the last token reached the host.
+        self._queued: _Queued | None = None
+        self._ids_buf: Any = None
+        self._last_token_at: float | None = None
+        self._pipeline = bool(pipeline)
         self.result = GenerateResult(
             token_ids=np.zeros((self.batch, 0), np.int64),
             prompt_length=self.prompt_length,
@@ -335,35 +421,63 @@ class GreedyDecoder:
         snaps = [p.transfer_counts() for p in self._counted]
         return sum(c["device_to_host"] for c in snaps), sum(c["host_to_device"] for c in snaps)
 
-    def step_feeds(self) -> dict[str, np.ndarray]:
-        """The next run's ids, mask and positions (small host arrays, copied up by the run)."""
+    def step_feeds(self) -> dict[str, Any]:
+        """The next run's ids, mask and positions (small host arrays, copied up by the run;
+        the ids are the device buffer the last step's argmax wrote, on the device path)."""
         spec = self.spec
         n = self.ids.shape[1]
         f = {spec.ids: self.ids}
-        if spec.mask and self.full_mask and self.past:
+        # a row padded on the right by `pad` tokens has past - pad real ones cached
+        filled = np.maximum(self.past - self._pad, 0)
+        if spec.mask:
             # capacity was checked to hold past + n rows
-            mask = np.zeros((self.batch, self.capacity), spec.mask_dtype)
-            mask[:, : self.past + n] = 1
-            f[spec.mask] = mask
-        elif spec.mask:
-            f[spec.mask] = np.ones((self.batch, self.past + n), spec.mask_dtype)
+            width = self.capacity if self.full_mask and self.past else self.past + n
+            valid = self.past + n - self._pad
+            mask = np.arange(width)[None] < valid[:, None]
+            f[spec.mask] = mask.astype(spec.mask_dtype)
         if spec.positions:
-            pos = np.arange(self.past, self.past + n, dtype=np.int64)[None].repeat(self.batch, 0)
+            pos = filled[:, None] + np.arange(n, dtype=np.int64)[None]
             f[spec.positions] = pos if spec.positions_rank == 2 else np.stack([pos] * 3)
         return f
 
-    def _argmax(self, logits: Any) -> np.ndarray:
-        """The last position's argmax per row, computed where the logits are; one read."""
+    def _last(self, logits: Any) -> Any:
+        """Each row's logits at its last real position, [batch, vocabulary], where they are."""
         if logits.ndim != 3:
             raise InvalidArgument(
                 f"logits output {self.spec.logits!r} has shape {list(logits.shape)}; "
                 "generate needs [batch, sequence, vocabulary]"
             )
+        if self.past or not self._pad.any():
+            return logits[:, -1]
+        if logits.shape[1] != self.prompt_length:
+            raise InvalidArgument(
+                f"logits output {self.spec.logits!r} holds {logits.shape[1]} positions of the "
+                f"{self.prompt_length}-token prefill; prompts of different lengths need one "
+                "per position, so give prompts of one length"
+            )
+        xp = self.provider.xp if self._state_on_device else np
+        # one view per row: no index array to copy to the device
+        return xp.stack(
+            [logits[b, self.prompt_length - 1 - int(p)] for b, p in enumerate(self._pad)]
+        )
+
+    def _chosen(self, logits: Any) -> np.ndarray:
+        """``choose``'s token of every row, computed where the logits are; one read."""
         if not self._state_on_device:
-            return np.argmax(np.asarray(logits)[:, -1], axis=-1).astype(np.int64)
+            ids = self._choose(self._last(np.asarray(logits)), np)
+            return np.asarray(ids, dtype=np.int64).reshape(self.batch)
         p = self.provider
         with _entered(p):
-            last = logits[:, -1]
+            ids = self._choose(self._last(logits), p.xp)
+        return np.array(p.to_host(ids), dtype=np.int64).reshape(self.batch)
+
+    def _argmax(self, logits: Any) -> np.ndarray:
+        """The last position's argmax per row, computed where the logits are; one read."""
+        if not self._state_on_device:
+            return np.argmax(self._last(np.asarray(logits)), axis=-1).astype(np.int64)
+        p = self.provider
+        with _entered(p):
+            last = self._last(logits)
             if last.shape[0] == 1:
                 # A whole-array argmax takes CuPy's device-wide (CUB) reduction; one along an
                 # axis gives each row a single block: 110 us of a 2.3 ms step on the H200 for
@@ -379,6 +493,8 @@ class GreedyDecoder:
             raise InvalidArgument(
                 f"all {self.max_new_tokens} tokens were generated; make a new GreedyDecoder"
             )
+        if self._state_on_device:
+            return self._pipelined_step()
         n = self.ids.shape[1]
         before = self._counts()
         t0 = time.perf_counter()
@@ -387,7 +503,7 @@ class GreedyDecoder:
         self.session.run_with_iobinding(self.io)
         t1 = time.perf_counter()
         outs = self.io.get_outputs()
-        token = self._argmax(outs[0].array)
+        token = self._argmax(outs[0].array) if self._choose is None else self._chosen(outs[0].array)
         t2 = time.perf_counter()
         after = self._counts()
         r = self.result
@@ -402,6 +518,72 @@ class GreedyDecoder:
             self.io.bind_input(s.name, outs[k].array)
         self.past += n
         self.ids = token[:, None]
+        self._tokens.append(token)
+        return token
+
+    # -- the device path: the next run queued before this token is read -------------------
+    def _launch(self) -> None:
+        """Bind the next run's feeds and queue it (the device may still be on the last one)."""
+        before = self._counts()
+        t0 = time.perf_counter()
+        for name, value in self.step_feeds().items():
+            if isinstance(value, np.ndarray):
+                self.io.bind_cpu_input(name, value)
+            else:
+                self.io.bind_input(name, value)
+        self.session.run_with_iobinding(self.io)
+        t1 = time.perf_counter()
+        self._queued = _Queued(self.io.get_outputs(), self.ids.shape[1], t0, t1, before,
+                               len(self.io.copied_outputs))  # fmt: skip
+        if self._last_token_at is None:
+            self._last_token_at = t0
+
+    def _queue_token(self, logits: Any) -> Any:
+        """Every row's next token (the argmax of its last real position, or ``choose``'s),
+        written on the device into the buffer the next run reads as its ids; returns the
+        wait for its host copy."""
+        p = self.provider
+        with _entered(p):
+            last = self._last(logits)
+            if self._ids_buf is None:
+                self._ids_buf = p.xp.zeros((self.batch, 1), dtype=np.int64)
+            if self._choose is None:
+                p.argmax_rows_into(last, self._ids_buf)
+            else:
+                self._ids_buf[:, 0] = p.xp.asarray(self._choose(last, p.xp)).reshape(self.batch)
+            return p.to_host_async(self._ids_buf)
+
+    def _pipelined_step(self) -> np.ndarray:
+        if self._queued is None:
+            self._launch()
+        run = self._queued
+        assert run is not None
+        self._queued = None
+        outs = run.outputs
+        read = self._queue_token(outs[0].array)
+        for s, k in self._fed_back:
+            self.states[s.name] = outs[k].array
+            self.io.bind_input(s.name, outs[k].array)
+        self.past += run.rows
+        self.ids = self._ids_buf
+        if self._pipeline and len(self._tokens) + 1 < self.max_new_tokens:
+            self._launch()  # step t+1 is queued before the host waits for token t
+        token = np.array(read(), dtype=np.int64).reshape(self.batch)
+        t2 = time.perf_counter()
+        r = self.result
+        r.host_ms.append((run.host_end - run.start) * 1000.0)
+        # Pipelined steps overlap: a step's wall time is the interval between two tokens on
+        # the host; otherwise from binding the step's feeds to its token.
+        since = self._last_token_at if self._pipeline else run.start
+        r.step_ms.append((t2 - since) * 1000.0)
+        self._last_token_at = t2
+        r.copied_outputs.append(run.copied)
+        after = self._counts()
+        if run.counts is not None and after is not None:
+            # this step's reads and uploads, its own token's included, not the next run's feeds
+            queued = self._queued.counts if self._queued is not None else after
+            r.device_to_host_reads.append(after[0] - run.counts[0])  # type: ignore[union-attr]
+            r.host_to_device_copies.append(queued[1] - run.counts[1])  # type: ignore[union-attr]
         self._tokens.append(token)
         return token
 
@@ -440,11 +622,23 @@ class GreedyDecoder:
 
     def host_feeds(self) -> dict[str, np.ndarray]:
         """The next run's feeds in host memory (for a profiled run outside any timing)."""
-        f = self.step_feeds()
+        f = {**self.step_feeds(), **self.states}
         to_host = self.provider.to_host
-        for name, value in self.states.items():
-            f[name] = value if isinstance(value, np.ndarray) else np.asarray(to_host(value))
-        return f
+        return {n: v if isinstance(v, np.ndarray) else np.asarray(to_host(v)) for n, v in f.items()}
+
+
+@dataclass
+class _Queued:
+    """A run queued on the device and not yet read: its outputs (device arrays), the rows
+    it fed, when its run call started and returned, the transfer counts before it, and the
+    outputs it copied into bound buffers."""
+
+    outputs: list[Any]
+    rows: int
+    start: float
+    host_end: float
+    counts: tuple[int, int] | None
+    copied: int
 
 
 def generate(

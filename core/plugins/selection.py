@@ -3,7 +3,8 @@
 A provider the user names that is unavailable here (no GPU, no driver, not
 installed, failed to load or start) is skipped with one warning saying why and
 how to get it, and the session runs on the rest of the list, as onnxruntime
-does: one script serves a laptop and a GPU server. ``strict`` (the session's
+does: one script serves a laptop and a GPU server; options the provider refuses
+(a typo, a device id out of range) are an error, as in onnxruntime. ``strict`` (the session's
 ``disable_fallback``) makes that a :class:`ProviderError` instead. A name that
 is neither a discovered provider nor onnxruntime's ``...ExecutionProvider``
 form stays an error either way: it is more likely a typo than a portable list.
@@ -20,7 +21,7 @@ from typing import Any
 from onnxep.plugins.host import PluginHost, ProviderStartError
 from onnxep.providers.provider import Provider
 
-from ..errors import ConfigError, ProviderError
+from ..errors import ConfigError, InvalidArgument, ProviderError
 
 ProviderArg = str | tuple[str, dict[str, Any]]
 
@@ -167,7 +168,10 @@ def create_providers(
             made.append(host.create(name, opts))
         except ProviderStartError as exc:
             if named is None or name in named:
-                if strict or named is None:
+                # Options the provider refused are the caller's mistake, not this machine's
+                # lack: an error, as onnxruntime's for a bad provider option.
+                refused = isinstance(exc.__cause__, (ConfigError, InvalidArgument))
+                if strict or named is None or refused:
                     raise ProviderError(
                         f"provider {name!r} failed to start: {exc.reason}"
                     ) from exc.__cause__

@@ -128,7 +128,11 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     (EP, "Attention"): (_like(0), _like(4, 1), _like(5, 2), _like(0)),
     (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention
     (EP, "MatMulBias"): (_like(0),),
+    (EP, "MatMulNBits"): (_like(0),),  # as com.microsoft's (half N with swiglu)
     (EP, "MatMulNT"): (_like(0),),  # A's type; the width is Wt's rows (or half, with swiglu)
+    # the GEMV's output in x's type; the residual sum x's type and shape
+    (EP, "NormMatMulNBits"): (_like(0), _X),
+    (EP, "NormMatMulNT"): (_like(0), _X),
     (EP, "Rsqrt"): (_X,),
     (EP, "SiLU"): (_X,),
     (EP, "SwiGLU"): (_like(0),),

@@ -1,4 +1,4 @@
-"""The ``onnxep`` command line: providers, run, explain, conformance."""
+"""The ``onnxep`` command line: providers, run, explain, conformance, bench, parity, generate."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument, OnnxepError, RunError
-from . import cli_args
+from . import cli_args, cli_generate
 
 
 def bundled_model() -> Path:
@@ -285,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--vs",
         type=cli_args.peers,
         default="onnxruntime",
-        help="peers: onnxruntime,reference,torch,onnxep-graph,torch-graph (the last two: CUDA)",
+        help="peers: onnxruntime,reference,torch,onnxep-graph,torch-graph,onnxruntime-graph "
+        "(the last three: CUDA; onnxruntime-graph: onnxruntime-gpu's CUDA graph, decode only)",
     )
     p.add_argument("--runs", type=cli_args.positive_int, default=50)
     p.add_argument("--warmup", type=cli_args.non_negative_int, default=5)
@@ -342,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--strict", action="store_true", help="fail unless it ran every compute node")
     p.set_defaults(fn=cmd_parity)
+    cli_generate.add_parser(sub, providers_help)
     return ap
 
 

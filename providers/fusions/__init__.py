@@ -15,7 +15,9 @@ from .gelu import FuseGelu
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
 from .matmul_bias import FuseMatMulBias
+from .norm_matmul import FuseNormMatMul
 from .pattern_pass import PatternFusionPass
+from .quantized_swiglu import FuseQuantizedSwiGLU
 from .reporting import ReportingFusionPass
 from .rms_norm import FuseRMSNorm
 from .rsqrt import FuseRsqrt
@@ -37,8 +39,9 @@ def standard_fusions() -> list[ReportingFusionPass]:
     after those, since they read what SwiGLU and MatMulBias became. The
     LinearAttention gate fold comes last, and its L2-norm fold after it: that
     one only folds into the gated node the first made. Weights are transposed
-    last, for the MatMuls the joins left (and a packed SwiGLU folds into its
-    gate/up product there).
+    after them, for the MatMuls the joins left (and a packed SwiGLU folds into its
+    gate/up product there), a packed SwiGLU folds into its joined MatMulNBits
+    next, and the norms fold into the GEMVs those made last.
     """
     return [
         FuseRMSNorm(),
@@ -54,6 +57,8 @@ def standard_fusions() -> list[ReportingFusionPass]:
         FuseLinearAttentionGates(),
         FuseLinearAttentionL2Norm(),
         FuseTransposedWeights(),
+        FuseQuantizedSwiGLU(),
+        FuseNormMatMul(),
     ]
 
 
@@ -64,6 +69,8 @@ __all__ = [
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",
     "FuseMatMulBias",
+    "FuseNormMatMul",
+    "FuseQuantizedSwiGLU",
     "FuseRMSNorm",
     "FuseRsqrt",
     "FuseSharedInputMatMuls",

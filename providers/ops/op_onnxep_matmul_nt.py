@@ -34,8 +34,8 @@ def activation(node: NodeInfo) -> str:
         act = act.decode()
     if act not in ACTIVATIONS:
         raise InvalidModel(
-            f"onnxep::MatMulNT node {node.name!r}: activation must be one of "
-            f"{', '.join(ACTIVATIONS)}; got {act!r}"
+            f"{node.domain or 'onnxep'}::{node.op_type} node {node.name!r}: activation must be "
+            f"one of {', '.join(ACTIVATIONS)}; got {act!r}"
         )
     return act
 

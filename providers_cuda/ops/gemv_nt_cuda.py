@@ -35,7 +35,8 @@ import numpy as np
 from .. import elementwise as EW
 from . import reduce_cuda as K
 from .gemv_cuda import GEMV_BODY, ROW_TILES, row_tile, vector_width
-from .reduce_source import CTYPE
+from .norm_cuda import NORM_HELPERS, NORM_PROLOGUE
+from .reduce_source import COMMON, CTYPE
 
 #: Rows of A the kernel takes (after flattening A's batch dims); more go to cuBLAS.
 GEMV_NT_MAX_M = 8
@@ -58,8 +59,15 @@ _HELPERS, _MARK, _ = GEMV_BODY.partition("// y[m, n] = sum_k")
 if not _MARK or "gemv_unpack" not in _HELPERS:
     raise ImportError("gemv_cuda.GEMV_BODY no longer starts with its load helpers")
 
+#: The dynamic shared memory a normalising launch stages its rows in; the tests' emulator
+#: stands a static buffer in (read at build time).
+NT_SMEM = "extern __shared__ uint4 nt_smem[];\n"
+
 GEMV_NT_BODY = (
-    _HELPERS
+    COMMON
+    + NORM_HELPERS
+    + NORM_PROLOGUE
+    + _HELPERS
     + r"""
 __device__ __forceinline__ float nt_sigmoid(float x) { return SIGMOID_EXPR; }
 
@@ -67,18 +75,64 @@ template <typename T> __device__ __forceinline__ float nt_rnd(float x) {
   return to_f(from_f<T>(x));
 }
 
+// Rows m < M of A normalised as norm_rows normalises them (NORM_PROLOGUE), into sa ([M, K]
+// of T); block 0 writes the rounded sums s to sum_out.
+template <typename T>
+__device__ __forceinline__ void nt_stage_norm(const T* __restrict__ x, const T* __restrict__ skip,
+                                              const T* __restrict__ nbias,
+                                              const T* __restrict__ gamma, T* __restrict__ sum_out,
+                                              T* sa, int M, int K, int skip_rows, float eps,
+                                              int tpr, int vec, float* sh) {
+  constexpr int VN = Vec<T>::N;
+  for (int m = 0; m < M; ++m) {
+    const T* xr = x + (i64)m * K;
+    const T* sr = skip == nullptr ? nullptr : skip + (i64)(m % skip_rows) * K;
+    const float inv = prologue_inv(xr, sr, nbias, (i64)K, eps, tpr, vec, sh);
+    T* so = (sum_out != nullptr && blockIdx.x == 0) ? sum_out + (i64)m * K : nullptr;
+    T* out = sa + (i64)m * K;
+    if (vec) {
+      for (int i = threadIdx.x * VN; i < K; i += blockDim.x * VN) {
+        float v[VN], o[VN];
+        residual_vec(xr, sr, nbias, (i64)i, v);
+#pragma unroll
+        for (int e = 0; e < VN; ++e) o[e] = prologue_value(v[e], inv, gamma, (i64)(i + e));
+        store_vec(out + i, o);
+        if (so != nullptr) store_vec(so + i, v);
+      }
+    } else {
+      for (int i = threadIdx.x; i < K; i += blockDim.x) {
+        const float v = residual(xr, sr, nbias, (i64)i);
+        out[i] = from_f<T>(prologue_value(v, inv, gamma, (i64)i));
+        if (so != nullptr) so[i] = from_f<T>(v);
+      }
+    }
+  }
+}
+
 // Warp j computes y[m, j] for m < M <= MT from row j of w (and row j + N with SWIGLU,
-// N being the output width H), reading a[m, :] alongside.
-template <typename T, int V, int MT, int SWIGLU>
+// N being the output width H), reading a[m, :] alongside. With NORM, a is the norm's input x
+// and every block first stages its rows normalised in shared memory (skip, nbias, gamma,
+// sum_out, skip_rows, tpr, nvec and eps as norm_rows takes them), then reads A there.
+template <typename T, int V, int MT, int SWIGLU, int NORM>
 __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
-                        const T* __restrict__ bias, T* __restrict__ y, i64 M_, i64 N_, i64 K_,
-                        i64 has_bias) {
+                        const T* __restrict__ bias, T* __restrict__ y,
+                        const T* __restrict__ skip, const T* __restrict__ nbias,
+                        const T* __restrict__ gamma, T* __restrict__ sum_out, i64 M_, i64 N_,
+                        i64 K_, i64 has_bias, i64 skip_rows, i64 tpr, i64 nvec, double eps) {
   const int M = (int)M_, N = (int)N_, K = (int)K_;
   constexpr int U = 4;
   constexpr int P = SWIGLU ? 2 : 1;  // weight rows per warp
   typedef typename GemvRaw<T, V>::type Raw;
   const int j = (int)(((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const int lane = (int)threadIdx.x & 31;
+  if (NORM) {  // every thread of the block takes part (barriers), whatever its j
+    __shared__ float sh[32];
+    T* sa = reinterpret_cast<T*>(nt_smem);
+    nt_stage_norm(a, skip, nbias, gamma, sum_out, sa, M, K, (int)skip_rows, (float)eps,
+                  (int)tpr, (int)nvec, sh);
+    __syncthreads();
+    a = sa;
+  }
   if (j >= N) return;  // j is the same for the whole warp: no shuffle loses a lane
   const T* rows[P];
 #pragma unroll
@@ -147,14 +201,31 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
 )
 
 
-def kernel_names(dtype: Any) -> tuple[str, ...]:
-    """Every instantiation a node of ``dtype`` may launch."""
+def kernel_names(dtype: Any, norm: bool = False) -> tuple[str, ...]:
+    """Every instantiation a node of ``dtype`` may launch (the normalising ones with ``norm``)."""
     c = CTYPE[np.dtype(dtype)]
     vecs = (vector_width(dtype), 1)
-    return tuple(f"gemv_nt<{c}, {v}, {mt}, {s}>" for v in vecs for mt in ROW_TILES for s in (0, 1))
+    tiles = [(v, mt) for v in vecs for mt in ROW_TILES]
+    return tuple(f"gemv_nt<{c}, {v}, {mt}, {s}, {int(norm)}>" for v, mt in tiles for s in (0, 1))
 
 
-GEMV_NT_NAMES = tuple(n for dt in CTYPE for n in kernel_names(dt))
+GEMV_NT_NAMES = tuple(n for dt in CTYPE for norm in (False, True) for n in kernel_names(dt, norm))
+
+
+def source() -> str:
+    """The kernels' source past ``_reduce_source.PRIMITIVES`` (read at build time, so the
+    emulator can stand its own :data:`NT_SMEM` in)."""
+    return NT_SMEM + GEMV_NT_BODY
+
+
+#: Dynamic shared memory a normalising launch may stage its rows in (bytes): a block may hold
+#: 48 KiB without opting in, its static arrays included.
+NORM_SMEM_BUDGET = 44 * 1024
+
+
+def norm_fits(m: int, k: int, dtype: Any) -> bool:
+    """Whether ``m`` rows of ``k`` values of ``dtype`` stage within the budget."""
+    return 1 <= m <= GEMV_NT_MAX_M and m * k * np.dtype(dtype).itemsize <= NORM_SMEM_BUDGET
 
 
 def use_warps(m: int, outputs: int, sms: int) -> bool:
@@ -169,16 +240,18 @@ class GemvNT:
     """The warp-per-output launches of one node; :meth:`takes` says which products are its
     case (the caller runs cuBLAS on the others)."""
 
-    def __init__(self, xp: Any, dtype: Any = None) -> None:
+    def __init__(self, xp: Any, dtype: Any = None, norm: bool = False) -> None:
         self.xp = xp
+        self.norm = norm
         dtypes = K.dtypes_for(dtype)
         self.fns: dict[np.dtype, dict[str, Any]] = {
-            dt: K.compile_kernels(GEMV_NT_BODY, kernel_names(dt)) for dt in dtypes
+            dt: K.compile_kernels(source(), kernel_names(dt, norm)) for dt in dtypes
         }
         self.sms = K.sm_count()
         self.contiguous = K.contiguity_test(xp)
         self._launch = self.emulated if xp is np else self.driver(dtypes)
         self._dummy = {dt: xp.zeros(1, dt) for dt in dtypes}
+        self._plans = K.PlanCache(self._plan)
 
     def driver(self, dtypes: list[np.dtype]) -> Any:
         """Launches straight through the driver (``launch.Launcher``), as ``Gemv`` does."""
@@ -187,20 +260,39 @@ class GemvNT:
 
         stream = stream_ptr_fn()
         launchers = {
-            (dt, name): Launcher(fn, "pppp" + "q" * 4)
+            (dt, name): Launcher(fn, "p" * 8 + "q" * 7 + "d")
             for dt in dtypes
             for name, fn in self.fns[dt].items()
         }
 
-        def launch(dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
-            ptrs = tuple(x.data.ptr for x in arrays)
-            launchers[dt, name](grid, BLOCK, ptrs + ints, stream())
+        def launch(dt, name, grid, arrays, ints, smem=0) -> None:
+            ptrs = tuple(0 if x is None else x.data.ptr for x in arrays)
+            launchers[dt, name](grid, BLOCK, ptrs + ints, stream(), smem)
 
         return launch
 
-    def emulated(self, dt: np.dtype, name: str, grid: int, arrays: tuple, ints: tuple) -> None:
-        """NumPy arrays (the tests' kernel emulator): the kernel called as CuPy calls one."""
-        self.fns[dt][name]((grid,), (BLOCK,), arrays + tuple(np.int64(v) for v in ints))
+    def emulated(self, dt, name, grid, arrays, ints, smem=0) -> None:
+        """NumPy arrays (the tests' kernel emulator, whose shared memory stands in for the
+        dynamic one): the kernel called as CuPy calls one."""
+        if smem > NORM_SMEM_BUDGET:
+            raise ValueError(f"{name}: {smem} bytes of shared memory")
+        args = arrays + tuple(np.int64(v) for v in ints[:-1]) + (np.float64(ints[-1]),)
+        self.fns[dt][name]((grid,), (BLOCK,), args)
+
+    def _plan(
+        self, shape: tuple, dt: np.dtype, wshape: tuple, swiglu: bool, no_bias: bool, vec: bool
+    ) -> tuple[str, int, tuple, tuple]:
+        """A plain launch for A of ``shape``: kernel name, grid, integer arguments, y's shape."""
+        n, k = wshape
+        cols = n // 2 if swiglu else n
+        lead = shape[:-1]
+        m = 1
+        for d in lead:
+            m *= d
+        v = vector_width(dt) if vec else 1
+        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, 0>"
+        grid = -(-cols * WARP // BLOCK)
+        return name, grid, (m, cols, k, int(not no_bias), 1, 32, 0, 0.0), (*lead, cols)
 
     def takes(self, a: Any, wt: Any, swiglu: bool = False) -> bool:
         """Whether ``a @ wt.T`` is this kernel's case: one float16/float32 dtype, ``wt`` a
@@ -217,27 +309,45 @@ class GemvNT:
             m *= d
         return use_warps(m, n // 2 if swiglu else n, self.sms)
 
-    def __call__(self, a: Any, wt: Any, bias: Any = None, swiglu: bool = False) -> Any:
+    def __call__(
+        self, a: Any, wt: Any, bias: Any = None, swiglu: bool = False, norm: tuple | None = None
+    ) -> Any:
         """``a @ wt.T (+ bias)``, then the SwiGLU of its halves when ``swiglu``; the caller
-        checked :meth:`takes` (and that ``bias``, when given, is N values of a's dtype)."""
+        checked :meth:`takes` (and that ``bias``, when given, is N values of a's dtype).
+
+        ``norm`` (this object built with ``norm=True``): ``(skip, skip_rows, nbias, gamma,
+        sum_out, eps)``; ``a`` is then the norm's input x, every block normalises its rows
+        as ``norm_rows`` would and multiplies those (the caller checked :func:`norm_fits`
+        and that every operand is C-contiguous)."""
         xp = self.xp
+        if not self.contiguous(a):
+            a = xp.ascontiguousarray(a)
+        if bias is not None and not self.contiguous(bias):
+            bias = xp.ascontiguousarray(bias)
+        dt = a.dtype
+        bias_arg = self._dummy[dt] if bias is None else bias
+        if norm is None:  # the decode path: its launch made once per shape
+            vec = (wt.shape[1] * dt.itemsize) % 16 == 0 and not (K.address(a) | K.address(wt)) & 15
+            name, grid, ints, shape = self._plans(a.shape, dt, wt.shape, swiglu, bias is None, vec)
+            y = xp.empty(shape, dt)
+            self._launch(dt, name, grid, (a, wt, bias_arg, y, None, None, None, None), ints, 0)
+            return y
         n, k = wt.shape
         cols = n // 2 if swiglu else n
         lead = a.shape[:-1]
         m = 1
         for d in lead:
             m *= d
-        if not self.contiguous(a):
-            a = xp.ascontiguousarray(a)
-        if bias is not None and not self.contiguous(bias):
-            bias = xp.ascontiguousarray(bias)
-        dt = a.dtype
-        vec = (k * dt.itemsize) % 16 == 0 and K.all_aligned((a, wt))
-        v = vector_width(dt) if vec else 1
         y = xp.empty((*lead, cols), dt)
-        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}>"
-        bias_arg = self._dummy[dt] if bias is None else bias
-        ints = (m, cols, k, int(bias is not None))
         grid = -(-cols * WARP // BLOCK)
-        self._launch(dt, name, grid, (a, wt, bias_arg, y), ints)
+        # A is read from the staged rows (aligned); x's own alignment picks nvec
+        vec = (k * dt.itemsize) % 16 == 0 and K.all_aligned((wt,))
+        skip, skip_rows, nbias, gamma, sum_out, eps = norm
+        nvec = k % vector_width(dt) == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
+        extra = (skip, nbias, gamma, sum_out)
+        tail, smem = (skip_rows, K.row_threads(k), int(nvec), eps), m * k * dt.itemsize
+        v = vector_width(dt) if vec else 1
+        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, {int(norm is not None)}>"
+        ints = (m, cols, k, int(bias is not None), *tail)
+        self._launch(dt, name, grid, (a, wt, bias_arg, y, *extra), ints, smem)
         return y

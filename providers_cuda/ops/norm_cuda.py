@@ -31,9 +31,10 @@ import numpy as np
 from . import reduce_cuda as K
 from .reduce_source import COMMON, CTYPE
 
-NORM_BODY = (
-    COMMON
-    + r"""
+#: The per-element steps of ``norm_rows`` (the residual sum and the normalised value), shared
+#: with the GEMVs that normalise their input in a prologue (``_nbits_mma_cuda``, ``_gemv_nt_cuda``)
+#: so a fused norm gives the same bits as this kernel.
+NORM_HELPERS = r"""
 // x (+ skip) (+ bias) at element i, in float32, added in that order as on the CPU.
 template <typename T>
 __device__ __forceinline__ float residual(const T* xr, const T* sr, const T* bias, i64 i) {
@@ -72,6 +73,70 @@ __device__ __forceinline__ float normalised(float c, float inv, float w, const T
   return beta != nullptr ? o + to_f(beta[i]) : o;
 }
 
+// Thread t's share of sum((s - mean)^2) over a row of n when tpr threads share the row (the
+// order the row reduction then combines), each square rounded.
+template <typename T>
+__device__ __forceinline__ float sq_dev_part(const T* xr, const T* sr, const T* bias, i64 n,
+                                             float mean, int t, int tpr, int vec) {
+  constexpr int V = Vec<T>::N;
+  float acc = 0.f;
+  if (vec) {
+    for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
+      float s[V];
+      residual_vec(xr, sr, bias, i, s);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float c = s[k] - mean;
+        acc += __fmul_rn(c, c);
+      }
+    }
+  } else {
+    for (i64 i = t; i < n; i += tpr) {
+      const float c = residual(xr, sr, bias, i) - mean;
+      acc += __fmul_rn(c, c);
+    }
+  }
+  return acc;
+}
+"""
+
+#: What a GEMV needs to normalise its rows in a prologue exactly as ``norm_rows`` does (after
+#: ``COMMON`` and :data:`NORM_HELPERS`).
+NORM_PROLOGUE = r"""
+// inv = 1 / sqrt(sum(s * s) / n + eps) for one row, s = x (+ skip) (+ bias), as norm_rows
+// computes it with tpr threads per row (an RMS norm: no mean), for a block of any size: its
+// threads stand in for the tpr, pass by pass, and the ones past tpr add zeros, which leave
+// every partial sum as it was. Every thread of the block must call it (two barriers) and
+// gets inv. sh holds 32 floats.
+template <typename T>
+__device__ __forceinline__ float prologue_inv(const T* xr, const T* sr, const T* bias, i64 n,
+                                              float eps, int tpr, int vec, float* sh) {
+  const int nt = blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int passes = tpr > nt ? tpr / nt : 1;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int vt = pass * nt + threadIdx.x;
+    float acc = vt < tpr ? sq_dev_part(xr, sr, bias, n, 0.f, vt, tpr, vec) : 0.f;
+    acc = warp_reduce<R_SUM>(acc);
+    if (lane == 0) sh[pass * (nt >> 5) + warp] = acc;
+  }
+  __syncthreads();
+  // norm_rows: a warp per row adds its lanes only; a block per row, its warps' sums too.
+  const float total = tpr == 32 ? sh[0] : warp_reduce<R_SUM>(lane < (tpr >> 5) ? sh[lane] : 0.f);
+  __syncthreads();  // every thread has read sh before it is written again
+  return 1.f / sqrtf(total / (float)n + eps);
+}
+
+// Element i of a normalised row (no beta, no rounding of s * inv): norm_rows's y[i].
+template <typename T>
+__device__ __forceinline__ float prologue_value(float s, float inv, const T* gamma, i64 i) {
+  return normalised<T>(s - 0.f, inv, to_f(gamma[i]), nullptr, 0, 0);
+}
+"""
+
+NORM_BODY = (
+    COMMON
+    + NORM_HELPERS
+    + r"""
 // Rows of n elements: s = x (+ skip) (+ bias); c = s - mean, mean = sum(s) / n when
 // centered, else 0; inv = 1 / sqrt(sum(c * c) / n + eps); y = (c * inv) * w (+ beta), with
 // c * inv rounded to T first when round_c. One warp per row when tpr == 32 (blockDim.x / 32
@@ -109,23 +174,7 @@ __global__ void norm_rows(const T* __restrict__ x, const T* __restrict__ skip,
     acc = row_reduce<R_SUM>(acc, tpr, sh);
     mean = acc / (float)n;  // n == 0: NaN, as the CPU's mean of nothing
   }
-  float acc = 0.f;
-  if (vec) {
-    for (i64 i = (i64)t * V; i < n; i += (i64)tpr * V) {
-      float s[V];
-      residual_vec(xr, sr, bias, i, s);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float c = s[k] - mean;
-        acc += __fmul_rn(c, c);
-      }
-    }
-  } else {
-    for (i64 i = t; i < n; i += tpr) {
-      const float c = residual(xr, sr, bias, i) - mean;
-      acc += __fmul_rn(c, c);
-    }
-  }
+  float acc = sq_dev_part(xr, sr, bias, n, mean, t, tpr, vec);
   acc = row_reduce<R_SUM>(acc, tpr, sh);
   const float inv = 1.f / sqrtf(acc / (float)n + eps);
   if (t == 0) {

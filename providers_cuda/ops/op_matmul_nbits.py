@@ -1,11 +1,13 @@
 """com.microsoft MatMulNBits on CUDA: A @ dequantize(B).T (+ bias) with 2-, 4- or 8-bit weights.
 
-Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch (K split across
-blocks inside it, see ``nbits_cuda``); a few more rows run it once per 8 rows, up to
-:func:`gemv_rows`; beyond, a prefill dequantises the weight once per call, a tile of
-at most ``GEMM_TILE_BYTES`` at a time, into scratch from the session's pool (freed
-when the call ends: no dequantised copy outlives a call, the point of a 4-bit weight
-being its memory) and multiplies each tile with one cuBLAS GEMM
+Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch: on the tensor
+cores for 4-bit weights with float16 activations, or float32 ones rounded to int8
+(``accuracy_level=4``), where their staged rows fit (``_nbits_mma_cuda``), else
+``_nbits_cuda``'s (K split across blocks inside it); a few more rows run ``_nbits_cuda``'s
+once per 8 rows, up to :func:`gemv_rows`; beyond, a prefill dequantises the weight once
+per call, a tile of at most ``GEMM_TILE_BYTES`` at a time, into scratch from the session's
+pool (freed when the call ends: no dequantised copy outlives a call, the point of a 4-bit
+weight being its memory) and multiplies each tile with one cuBLAS GEMM
 (``providers_cuda.blas``) that writes its columns of the output in place, the bias
 added in the GEMM's float32 epilogue (beta = 1 over the broadcast bias). The weight,
 scales and zero points must be constant initializers, checked once here, at session
@@ -28,6 +30,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
 from . import nbits_cuda as K_
+from . import nbits_mma_cuda as MMA
 from .nbits_weights import Weights, fail
 from .quant_cuda import ctype_of, sm_count
 
@@ -35,6 +38,9 @@ _log = logging.getLogger("onnxep.cuda.matmul_nbits")
 
 #: Largest dequantised weight tile the prefill path holds at once (bytes).
 GEMM_TILE_BYTES = 64 * 1024 * 1024
+#: Whether the nodes it takes run the tensor-core GEMV (tests and benchmarks turn it off to
+#: run ``_nbits_cuda``'s on the same nodes).
+MMA_GEMV = True
 #: Share of the device's copy bandwidth the GEMV reaches on a weight it streams (measured
 #: on the H200, bench/gpu_gemv_bench.py, 2026-12-01: 10-20% on Qwen2.5 MLP shapes, 52% on
 #: the LM head); bench/gpu_nbits_prefill_bench.py times both paths at every row count.
@@ -149,6 +155,10 @@ class NBitsRunner:
             f"scratch, one cuBLAS GEMM each",
         }
         _log.debug("MatMulNBits K=%d N=%d bits=%d: %s", w.k, w.n, w.bits, self.routes)
+        self.mma = None
+        if MMA_GEMV and MMA.NbitsMma.takes(w.bits, a_dtype, zk, int8_a, w.block, xp):
+            self.mma = MMA.NbitsMma(xp, a_dtype, w.scales.host.dtype, zk, w.block, q8=int8_a)
+        self.layout = (w.kb, w.rs, w.zs, w.chunks)
 
     def __call__(self, a, b=None, scales=None, zero_points=None, g_idx=None, bias=None):
         xp, n, k = self.xp, self.n, self.k
@@ -162,18 +172,15 @@ class NBitsRunner:
         m = 1
         for d in lead:
             m *= d
-        bias = self._bias(bias)
-        w = self.w
-        tables = (w.b.get(b), w.scales.get(scales))
-        if w.zp8 is not None:
-            tables += (w.zp8.get(zero_points), tables[1])
-        elif w.zpf is not None:
-            tables += (tables[0], w.zpf.get(zero_points))
-        else:
-            tables += tables  # placeholders the kernels do not read
+        bias = self.bias_for(bias)
+        tables = self.tables(b, scales, zero_points)
         if m == 0:
             return (xp.empty(lead + (n,), dtype=self.a_dtype),)
         a2 = xp.ascontiguousarray(a).reshape(m, k)
+        if self.mma is not None and self.mma.fits(m, self.w.chunks, self.w.kb):
+            # the tensor-core GEMV rounds A to int8 itself (accuracy_level 4)
+            y = self.mma(a2, m, self.n, self.k, tables[:3], self.layout, bias)
+            return (y.reshape(lead + (n,)),)
         if self.int8_a:
             a2 = self._round_int8(a2, m)
         if m <= K_.GEMV_MAX_M:
@@ -184,7 +191,19 @@ class NBitsRunner:
             y = self._gemm(a2, m, bias, tables)
         return (y.reshape(lead + (n,)),)
 
-    def _bias(self, bias):
+    def tables(self, b, scales, zero_points):
+        """B, scales, packed zero points and float zero points as the kernels read them (the
+        session's device copies where their layout suits; placeholders for omitted ones)."""
+        w = self.w
+        tables = (w.b.get(b), w.scales.get(scales))
+        if w.zp8 is not None:
+            return tables + (w.zp8.get(zero_points), tables[1])
+        if w.zpf is not None:
+            return tables + (tables[0], w.zpf.get(zero_points))
+        return tables + tables  # placeholders the kernels do not read
+
+    def bias_for(self, bias):
+        """The bias the kernels add (the node's constant one, or the given one checked)."""
         if not self.has_bias:
             return None
         if self.bias is not None:

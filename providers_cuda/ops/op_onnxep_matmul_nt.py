@@ -43,9 +43,19 @@ def matmul_nt(node: NodeInfo, xp: Any):
         out[...] = bias
         return blas.gemm(a, wt, trans_b=True, beta=1.0, out=out)
 
+    contiguous = gemv.contiguous
+    routes: dict[tuple, bool] = {}  # operands' shapes and dtypes -> whether the GEMV takes them
+
     def run(a, wt, bias=None):
-        check_operands(node, a, wt, bias, act)
-        if (bias is None or bias.dtype == a.dtype) and gemv.takes(a, wt, swiglu):
+        meta = None if bias is None else (bias.shape, bias.dtype)
+        key = (a.shape, a.dtype, wt.shape, wt.dtype, contiguous(wt), meta)
+        warp = routes.get(key)
+        if warp is None:  # checked once per shape: a decode step's operands keep theirs
+            check_operands(node, a, wt, bias, act)
+            warp = (bias is None or bias.dtype == a.dtype) and gemv.takes(a, wt, swiglu)
+            if len(routes) < 64:
+                routes[key] = warp
+        if warp:
             return (gemv(a, wt, bias, swiglu),)
         y = gemm(a, wt, bias)
         return glu(y) if swiglu else (y,)

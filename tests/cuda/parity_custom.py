@@ -290,6 +290,67 @@ def matmul_nt(dtype, rng):
     return m, feeds
 
 
+def nbits_consts(rng, k, n, dtype, block=32):
+    blocks = -(-k // block)
+    b = rng.integers(0, 256, (n, blocks, block // 2), dtype=np.uint8)
+    scales = (rng.random((n, blocks)) * 0.1 + 0.01).astype(dtype)
+    zp = rng.integers(0, 256, (n, -(-blocks // 2)), dtype=np.uint8)
+    return b, scales, zp
+
+
+def onnxep_matmul_nbits(dtype, rng):
+    """The joined gate/up product with its SwiGLU; float32 A at accuracy_level 4 (the
+    factory's int4 decoders), float16 A at 0."""
+    k, n = 64, 16
+    b, scales, zp = nbits_consts(rng, k, n, dtype)
+    f = {"A": _r(rng, (2, 3, k), dtype), "B": b, "scales": scales, "zero_points": zp}
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": 32, "activation": "swiglu"}
+    attrs["accuracy_level"] = 4 if dtype == "float32" else 0
+    names = ["A", "B", "scales", "zero_points"]
+    m, feeds = _model("MatMulNBits", f, names, ["Y"], attrs, "onnxep", consts=tuple(names[1:]))
+    m.opset_import.append(helper.make_opsetid("onnxep", 1))
+    return m, feeds
+
+
+def _norm_inputs(rng, dtype, k):
+    return {
+        "x": _r(rng, (2, 3, k), dtype),
+        "skip": _r(rng, (2, 3, k), dtype),
+        "gamma": (rng.random(k) + 0.5).astype(dtype),
+    }
+
+
+def norm_matmul_nt(dtype, rng):
+    """A skip RMS norm in the GEMV's prologue (six rows), its residual sum kept, a bias."""
+    k, n = 64, 24
+    f = _norm_inputs(rng, dtype, k)
+    f["Wt"], f["bias"] = _r(rng, (n, k), dtype, 0.125), _r(rng, (n,), dtype)
+    names = ["x", "skip", "gamma", "", "Wt", "bias"]
+    m, feeds = _model(
+        "NormMatMulNT", f, names, ["Y", "sum"], {"epsilon": 1e-6, "activation": "none"},
+        "onnxep", consts=("gamma", "Wt", "bias"),
+    )  # fmt: skip
+    m.opset_import.append(helper.make_opsetid("onnxep", 1))
+    return m, feeds
+
+
+def norm_matmul_nbits(dtype, rng):
+    """A skip RMS norm, the joined gate/up MatMulNBits reading it and the SwiGLU, one node;
+    float32 A at accuracy_level 4."""
+    k, n = 64, 16
+    f = _norm_inputs(rng, dtype, k)
+    f["B"], f["scales"], f["zero_points"] = nbits_consts(rng, k, n, dtype)
+    attrs = {"epsilon": 1e-6, "K": k, "N": n, "bits": 4, "block_size": 32}
+    attrs.update(activation="swiglu", accuracy_level=4 if dtype == "float32" else 0)
+    names = ["x", "skip", "gamma", "", "B", "scales", "zero_points"]
+    m, feeds = _model(
+        "NormMatMulNBits", f, names, ["Y", "sum"], attrs, "onnxep",
+        consts=("gamma", "B", "scales", "zero_points"),
+    )  # fmt: skip
+    m.opset_import.append(helper.make_opsetid("onnxep", 1))
+    return m, feeds
+
+
 CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     "::GlobalLpPool": global_lp_pool,
     "::SimplifiedLayerNormalization": simplified_ln(""),
@@ -323,4 +384,7 @@ CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     # and the plan would hold no MatMulBias; a fed weight keeps the op this case checks.
     "onnxep::MatMulBias": fused("MatMulBias", {"A": (2, 3, 16), "B": (16, 8), "C": (8,)}, ("C",)),
     "onnxep::MatMulNT": matmul_nt,
+    "onnxep::MatMulNBits": onnxep_matmul_nbits,
+    "onnxep::NormMatMulNT": norm_matmul_nt,
+    "onnxep::NormMatMulNBits": norm_matmul_nbits,
 }

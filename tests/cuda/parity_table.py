@@ -578,9 +578,21 @@ TABLE = {
         ("custom:onnxep::MatMulBias", "float32"),
         ("custom:onnxep::MatMulBias", "float16"),
     ],
+    "onnxep::MatMulNBits": [
+        ("custom:onnxep::MatMulNBits", "float32"),
+        ("custom:onnxep::MatMulNBits", "float16"),
+    ],
     "onnxep::MatMulNT": [
         ("custom:onnxep::MatMulNT", "float32"),
         ("custom:onnxep::MatMulNT", "float16"),
+    ],
+    "onnxep::NormMatMulNBits": [
+        ("custom:onnxep::NormMatMulNBits", "float32"),
+        ("custom:onnxep::NormMatMulNBits", "float16"),
+    ],
+    "onnxep::NormMatMulNT": [
+        ("custom:onnxep::NormMatMulNT", "float32"),
+        ("custom:onnxep::NormMatMulNT", "float16"),
     ],
     "onnxep::Rsqrt": [
         ("custom:onnxep::Rsqrt", "float32"),

@@ -22,13 +22,13 @@ MS = "com.microsoft"
 U16 = 2.0**-11  # float16 unit roundoff
 
 
-def _cp():
+def device_cupy():
     import cupy
 
     return cupy
 
 
-def _xp():
+def device_xp():
     from onnxep.providers_cuda.xp import cuda_namespace
 
     return cuda_namespace()
@@ -68,7 +68,7 @@ TOL = {np.dtype(np.float32): (1e-5, 1e-4), np.dtype(np.float16): (2.5e-3, 1e-3)}
 # ---------------------------------------------------------------- MatMulNBits
 
 
-def _nbits_consts(rng, k, n, bits, block, zp_kind, dtype):
+def nbits_consts(rng, k, n, bits, block, zp_kind, dtype):
     """B, scales and zero points as onnxruntime's quantizer lays them out (see the CPU tests)."""
     kb = -(-k // block)
     blob = block * bits // 8
@@ -178,10 +178,10 @@ M_ROWS = (1, 2, 3, 5, 8, 17, 40)
 def check_nbits(
     bits, block, zp_kind, k, n, dtype, *, accuracy_level=0, bias_kind=None, rows=M_ROWS, seed=0
 ):
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = builders()
     rng = np.random.default_rng(seed + 7 * k + n + bits)
-    b, scales, zp = _nbits_consts(rng, k, n, bits, block, zp_kind, dtype)
+    b, scales, zp = nbits_consts(rng, k, n, bits, block, zp_kind, dtype)
     bias = None if bias_kind is None else rng.standard_normal(n).astype(dtype)
     node = nbits_node(
         k,
@@ -197,7 +197,7 @@ def check_nbits(
         accuracy_level=accuracy_level,
     )
     ref_fn = cpu(node, np)
-    fn = cuda(node, _xp())
+    fn = cuda(node, device_xp())
     dev = [None if v is None else cp.asarray(v) for v in (b, scales, zp, None, bias)]
     atol, rtol = TOL[np.dtype(dtype)]
     for m in rows:
@@ -265,13 +265,13 @@ def test_matmul_nbits_gemm_in_tiles(bias_kind, accuracy_level, dtype, monkeypatc
 
 
 def test_matmul_nbits_lead_dims_and_empty_rows():
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = builders()
     rng = np.random.default_rng(1)
     k, n = 64, 10
-    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float32)
+    b, scales, zp = nbits_consts(rng, k, n, 4, 32, "packed", np.float32)
     node = nbits_node(k, n, 4, 32, np.float32, b, scales, zp)
-    fn, ref = cuda(node, _xp()), cpu(node, np)
+    fn, ref = cuda(node, device_xp()), cpu(node, np)
     for shape in [(2, 3, k), (k,), (0, k), (2, 0, k)]:
         a = rng.standard_normal(shape).astype(np.float32)
         (got,) = fn(cp.asarray(a), cp.asarray(b), cp.asarray(scales), cp.asarray(zp))
@@ -281,34 +281,34 @@ def test_matmul_nbits_lead_dims_and_empty_rows():
 
 
 def test_matmul_nbits_default_g_idx_is_accepted_and_reordering_declined():
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = builders()
     rng = np.random.default_rng(2)
     k, n, block = 96, 12, 32
-    b, scales, zp = _nbits_consts(rng, k, n, 4, block, "packed", np.float32)
+    b, scales, zp = nbits_consts(rng, k, n, 4, block, "packed", np.float32)
     g_idx = (np.arange(k) // block).astype(np.int32)
     node = nbits_node(k, n, 4, block, np.float32, b, scales, zp, g_idx=g_idx)
     a = rng.standard_normal((3, k)).astype(np.float32)
-    (got,) = cuda(node, _xp())(cp.asarray(a))
+    (got,) = cuda(node, device_xp())(cp.asarray(a))
     (want,) = cpu(node, np)(a, b, scales, zp, g_idx)
     extra = _nbits_extra(a, b, scales, zp, k, n, 4, block, want, False)
     _assert_close(cp.asnumpy(got), want, 1e-5, 1e-4, "default g_idx", extra)
     shuffled = rng.permutation(g_idx).astype(np.int32)
     node = nbits_node(k, n, 4, block, np.float32, b, scales, zp, g_idx=shuffled)
     with pytest.raises(NotSupported, match="g_idx that reorders"):
-        cuda(node, _xp())
+        cuda(node, device_xp())
 
 
 def test_matmul_nbits_declines_what_it_cannot_repack():
     _, cuda = builders()
     rng = np.random.default_rng(3)
-    b, scales, zp = _nbits_consts(rng, 64, 8, 4, 32, "packed", np.float32)
+    b, scales, zp = nbits_consts(rng, 64, 8, 4, 32, "packed", np.float32)
     node = nbits_node(64, 8, 4, 32, np.float32, b, scales, zp, const=False)
     with pytest.raises(NotSupported, match="B .input 1. must be a constant initializer"):
-        cuda(node, _xp())
+        cuda(node, device_xp())
     node = nbits_node(64, 8, 4, 32, np.float32, b[:, :1], scales, zp)
     with pytest.raises(NotSupported, match="B must hold"):
-        cuda(node, _xp())
+        cuda(node, device_xp())
     for attrs, why in [
         ({"bits": 3}, "bits=3"),
         ({"block_size": 24}, "block_size=24"),
@@ -317,11 +317,11 @@ def test_matmul_nbits_declines_what_it_cannot_repack():
         node = nbits_node(64, 8, 4, 32, np.float32, b, scales, zp)
         node.attrs = {**node.attrs, **attrs}
         with pytest.raises(NotSupported, match=why):
-            cuda(node, _xp())
+            cuda(node, device_xp())
 
 
 def test_matmul_nbits_omitted_projection():
-    cp = _cp()
+    cp = device_cupy()
     _, cuda = builders()
     n = 6
     bias = np.arange(n, dtype=np.float32)
@@ -337,19 +337,19 @@ def test_matmul_nbits_omitted_projection():
         bias=bias,
     )
     a = cp.ones((2, 32), dtype=np.float32)
-    (got,) = cuda(node, _xp())(a, None, None, None, None, cp.asarray(bias))
+    (got,) = cuda(node, device_xp())(a, None, None, None, None, cp.asarray(bias))
     np.testing.assert_array_equal(cp.asnumpy(got), np.broadcast_to(bias, (2, n)))
 
 
 def test_matmul_nbits_inside_stream_capture():
     """Both paths record into a CUDA graph and replay with the eager results."""
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = builders()
     rng = np.random.default_rng(4)
     k, n = 200, 37
-    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
+    b, scales, zp = nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
     node = nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
-    fn, ref = cuda(node, _xp()), cpu(node, np)
+    fn, ref = cuda(node, device_xp()), cpu(node, np)
     stream = cp.cuda.Stream(non_blocking=True)
     for m in (1, 17):
         a = rng.standard_normal((m, k)).astype(np.float16)
@@ -432,7 +432,7 @@ GBQ_CASES = [
 @pytest.mark.parametrize("with_zp", [False, True], ids=["nozp", "zp"])
 @pytest.mark.parametrize("case", GBQ_CASES, ids=str)
 def test_gather_block_quantized_matches_cpu_builder(case, with_zp, idx_dtype, sdtype):
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = _gbq_builders()
     shape, bits, block, g, q = case
     rng = np.random.default_rng(len(shape) * 31 + bits + block)
@@ -445,20 +445,20 @@ def test_gather_block_quantized_matches_cpu_builder(case, with_zp, idx_dtype, sd
         dev = [cp.asarray(v) for v in (data, idx, scales)] + (
             [] if zp is None else [cp.asarray(zp)]
         )
-        (got,) = cuda(node, _xp())(*dev)
+        (got,) = cuda(node, device_xp())(*dev)
         # Both compute (q - zp) * scale once in float32: equal bit for bit.
         _assert_close(cp.asnumpy(got), want, 0, 0, f"GatherBlockQuantized {case} const={const}")
 
 
 def test_gather_block_quantized_out_of_range_indices_give_zeros():
     """The schema's rule (and the CPU kernel's): an index outside [-s, s-1] gives a zero slice."""
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = _gbq_builders()
     rng = np.random.default_rng(5)
     data, scales, zp = _gbq_table(rng, (6, 64), 4, 32, 1, True, np.float16)
     node = _gbq_node(data, scales, zp, 4, 32, 0, 1, np.int64, 1)
     idx = np.array([2, 6, -1, -7, 5, 2**40], np.int64)
-    (got,) = cuda(node, _xp())(*(cp.asarray(v) for v in (data, idx, scales, zp)))
+    (got,) = cuda(node, device_xp())(*(cp.asarray(v) for v in (data, idx, scales, zp)))
     got = cp.asnumpy(got)
     (want,) = cpu(node, np)(data, idx, scales, zp)
     _assert_close(got, want, 0, 0, "out-of-range indices")
@@ -471,7 +471,7 @@ def test_gather_block_quantized_declines_packing_across_the_quantized_axis():
     data, scales, _ = _gbq_table(rng, (64, 6), 4, 32, 0, False, np.float32)
     node = _gbq_node(data, scales, None, 4, 32, 1, 0, np.int64, 1)
     with pytest.raises(NotSupported, match="quantize_axis must be the last axis"):
-        cuda(node, _xp())
+        cuda(node, device_xp())
 
 
 # ---------------------------------------------------------------- through sessions
@@ -514,7 +514,7 @@ def _both(model, feeds):
 def test_matmul_nbits_session(shape, dtype):
     rng = np.random.default_rng(7)
     k, n = 96, 37
-    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", dtype)
+    b, scales, zp = nbits_consts(rng, k, n, 4, 32, "packed", dtype)
     bias = rng.standard_normal(n).astype(dtype)
     inits = {"B": b, "scales": scales, "zero_points": zp}
     node_inputs = {"A": rng.standard_normal(shape).astype(dtype)}
@@ -553,9 +553,12 @@ def test_gather_block_quantized_session():
 
 @pytest.fixture
 def split_k(monkeypatch):
-    """Every GEMV splits K three ways, whatever the device's size."""
+    """Every ``_nbits_cuda`` GEMV splits K three ways, whatever the device's size (the nodes
+    the tensor-core GEMV would take run this one too)."""
     from onnxep.providers_cuda.ops import nbits_cuda as K_
+    from onnxep.providers_cuda.ops import op_matmul_nbits
 
+    monkeypatch.setattr(op_matmul_nbits, "MMA_GEMV", False)
     real = K_.gemv_geometry
 
     def geometry(n, chunks, bits, mt, sms, force=None, splits=None):
@@ -609,12 +612,12 @@ def test_matmul_nbits_split_k_matches_cpu_builder(case, dtype, split_k, nbits_la
 @pytest.mark.parametrize(("k", "n"), [(4864, 896), (8960, 1536), (896, 4864)])
 def test_matmul_nbits_decode_shapes_repeat_bit_for_bit(k, n):
     """The down projections split K on a large GPU; results must not vary run to run."""
-    cp = _cp()
+    cp = device_cupy()
     rng = np.random.default_rng(9)
-    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
+    b, scales, zp = nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
     node = nbits_node(k, n, 4, 32, np.float16, b, scales, zp)
     cpu, cuda = builders()
-    fn = cuda(node, _xp())
+    fn = cuda(node, device_xp())
     a = rng.standard_normal((1, k)).astype(np.float16)
     dev = [cp.asarray(v) for v in (b, scales, zp)]
     (got,) = fn(cp.asarray(a), *dev)
@@ -626,14 +629,14 @@ def test_matmul_nbits_decode_shapes_repeat_bit_for_bit(k, n):
 
 
 def test_matmul_nbits_split_k_inside_stream_capture(split_k):
-    cp = _cp()
+    cp = device_cupy()
     cpu, cuda = builders()
     rng = np.random.default_rng(10)
     k, n = 600, 45
-    b, scales, zp = _nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
+    b, scales, zp = nbits_consts(rng, k, n, 4, 32, "packed", np.float16)
     bias = rng.standard_normal(n).astype(np.float16)
     node = nbits_node(k, n, 4, 32, np.float16, b, scales, zp, bias=bias)
-    fn = cuda(node, _xp())
+    fn = cuda(node, device_xp())
     a = cp.asarray(rng.standard_normal((3, k)).astype(np.float16))
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:

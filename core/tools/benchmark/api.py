@@ -38,6 +38,10 @@ class BenchResult:
     settings: dict[str, Any] = field(default_factory=dict)
     #: the model's initializer bytes: a decode step's bandwidth floor reads them once
     weight_bytes: int | None = None
+    #: decode mode: ms per step of each side decoding alone, its steps back to back with one
+    #: sync at the end (as ``onnxep.generate`` runs: the next step queued before a token is
+    #: read), where the interleaved samples sync after every step
+    sustained: dict[str, float] = field(default_factory=dict)
 
     def ratio(self, side: str) -> float:
         """``side``'s median over onnxep's: above 1 means onnxep is faster."""
@@ -92,6 +96,11 @@ class BenchResult:
             from .decode_report import floor_line
 
             lines.append(floor_line(self.to_json()).strip() + " (H200 copy bandwidth)")
+        if self.sustained:
+            alone = ", ".join(
+                f"{k} {v:.3f} ms/step ({1000.0 / v:.1f} tok/s)" for k, v in self.sustained.items()
+            )
+            lines.append(f"back to back (each side alone, one sync at the end): {alone}")
         lines += self._token_lines()
         if self.profile_top:
             lines.append("top ops by time (onnxep profile):")
@@ -131,6 +140,7 @@ class BenchResult:
             "tokens": self.tokens,
             "per_step": self.per_step,
             "profile_top": self.profile_top,
+            "sustained_ms_per_step": self.sustained,
         }
 
 
@@ -325,10 +335,9 @@ def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
     live = []
     # one capacity for the warm-up and the timed decode: the same step shapes, so a
     # capturing side captures while warming up and only replays while timed
-    capacity = prompt.shape[1] + max(steps + 1, max(warmup, 1) + 1)
+    capacity = prompt.shape[1] + max(steps + 1 + BACK_TO_BACK_UNTIMED, max(warmup, 1) + 1)
     for side in sides:
-        if isinstance(side, OnnxepSide):
-            side.decode_capacity = capacity
+        side.decode_capacity = capacity
         try:
             warm = side.decode_loop(spec, prompt, max(warmup, 1) + 1, dims, names)
             while not warm.done:
@@ -353,12 +362,40 @@ def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
             bar.update(1)
     bar.close()
     result.tokens = {name: list(loop.tokens) for name, loop in loops.items()}
+    for side in live:
+        _back_to_back(result, side, spec, prompt, steps, dims, names)
     for side in sides:
         loop = loops.get(side.name)
         if isinstance(side, OnnxepSide) and isinstance(loop, OnnxepLoop):
             side.decode_info = _record_onnxep_steps(result, side.name, loop)
     ours = loops.get("onnxep")
     return ours.decoder.host_feeds() if isinstance(ours, OnnxepLoop) else None
+
+
+#: Decode steps a back-to-back run leaves untimed after its prefill.
+BACK_TO_BACK_UNTIMED = 2
+
+
+def _back_to_back(result, side, spec, prompt, steps, dims, names) -> None:
+    """``steps`` decode steps of ``side`` alone, synced once at the end: what a decode loop
+    sustains when nothing waits between its steps. The prefill and two decode steps before
+    them are untimed (a capturing side captures a new loop's graph at its first step)."""
+    untimed = BACK_TO_BACK_UNTIMED
+    try:
+        if isinstance(side, OnnxepSide):  # as onnxep.generate runs
+            loop = side.decode_loop(spec, prompt, steps + 1 + untimed, dims, names, pipeline=True)
+        else:
+            loop = side.decode_loop(spec, prompt, steps + 1 + untimed, dims, names)
+        for _ in range(1 + untimed):
+            loop.step()
+        side.sync()
+        t0 = time.perf_counter()
+        while not loop.done:
+            loop.step()
+        side.sync()
+        result.sustained[side.name] = (time.perf_counter() - t0) * 1000.0 / steps
+    except Exception as exc:
+        result.skipped[f"{side.name} back to back"] = f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _record_onnxep_steps(result: BenchResult, name: str, loop: OnnxepLoop) -> dict[str, Any]:

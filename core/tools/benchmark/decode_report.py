@@ -95,6 +95,8 @@ def block(tag: str, r: Mapping[str, Any], bandwidth: float = H200_BANDWIDTH) -> 
         f" us/op, placement {ours.get('nodes_per_provider')}; tokens equal: {agree}",
     ]
     for side in r["sides"]:
+        if side.get("decode"):  # how a peer keeps its cache (onnxruntime's IO binding)
+            lines.append(f"  {side['name']}: {side['decode']}")
         c = side.get("capture_timed")
         if not c:
             continue
@@ -110,6 +112,12 @@ def block(tag: str, r: Mapping[str, Any], bandwidth: float = H200_BANDWIDTH) -> 
             f"  {side['name']} capture {c['policy']}: timed decode captures {c['captures']},"
             f" replays {c['replays']}, fallbacks {c['fallbacks']}{extra}"
             + (f"; failures: {'; '.join(c['failures'])[:300]}" if c["failures"] else "")
+        )
+    alone = r.get("sustained_ms_per_step") or {}
+    if alone:
+        lines.append(
+            "  back to back (each side alone, one sync at the end): "
+            + "; ".join(f"{k} {1000 / v:.1f} tok/s {v:.3f} ms/step" for k, v in alone.items())
         )
     lines.append(floor_line(r, bandwidth))
     for name, why in r.get("skipped", {}).items():

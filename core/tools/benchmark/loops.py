@@ -84,11 +84,16 @@ class OnnxepLoop(DecoderLoop):
         tokens: int,
         dims: Mapping[str, int],
         capacity: int | None = None,
+        pipeline: bool = False,
     ) -> None:
+        """``pipeline`` off (interleaved steps): each step returns with the device idle, so
+        the next side's step is timed alone; on, as ``onnxep.generate`` runs."""
         super().__init__(tokens)
         from ...generation.greedy import GreedyDecoder
 
-        self.decoder = GreedyDecoder(session, prompt, tokens, capacity=capacity, dims=dims)
+        self.decoder = GreedyDecoder(
+            session, prompt, tokens, capacity=capacity, dims=dims, pipeline=pipeline
+        )
 
 
 class TorchLoop(DecodeLoop):

@@ -18,6 +18,10 @@ class Side:
     """One runtime under test. ``run`` returns host outputs in the model's output order."""
 
     name = "side"
+    #: the KV buffers' rows in a decode, where a side keeps fixed-capacity caches (set by the
+    #: bench: one capacity for the warm-up and the timed decode, so a graph captured while
+    #: warming up is replayed while timed)
+    decode_capacity: int | None = None
 
     def run(self, feeds: Mapping[str, Any]) -> list[Any]:
         raise NotImplementedError
@@ -71,19 +75,17 @@ class OnnxepSide(Side):
         self._last_feeds: Any = None
         #: what a decode run learned (state path, per-step counters), shown with the placement
         self.decode_info: dict[str, Any] = {}
-        #: the KV buffers' rows in a decode (set by the bench: one capacity for the warm-up
-        #: and the timed decode, so a capturing session replays the graph it warmed up)
-        self.decode_capacity: int | None = None
 
     def run(self, feeds):
         self._last_feeds = feeds
         return self.session.run(None, feeds)
 
-    def decode_loop(self, spec, prompt, tokens, dims, output_names):
-        """onnxep's own loop (``onnxep.generate``'s): on a device the state never leaves it."""
+    def decode_loop(self, spec, prompt, tokens, dims, output_names, pipeline=False):
+        """onnxep's own loop (``onnxep.generate``'s): on a device the state never leaves it;
+        ``pipeline`` queues each next step before a token is read (back-to-back runs)."""
         from .loops import OnnxepLoop
 
-        return OnnxepLoop(self.session, prompt, tokens, dims, self.decode_capacity)
+        return OnnxepLoop(self.session, prompt, tokens, dims, self.decode_capacity, pipeline)
 
     def measured_reads(self) -> int | None:
         """Device-to-host reads of one more run with the last feeds, from the providers'
@@ -118,31 +120,75 @@ class OnnxepSide(Side):
         }
 
 
+#: onnxruntime with the CUDA provider's graph (``enable_cuda_graph``): decode steps only
+ORT_GRAPH_SIDE = "onnxruntime-graph"
+
+
 class OrtSide(Side):
-    def __init__(self, model: str, want_cuda: bool) -> None:
+    """onnxruntime on the same model: its CUDA provider when the bench runs onnxep on CUDA
+    and this onnxruntime has one (onnxruntime-gpu), else its CPU one (the side is then named
+    ``onnxruntime``, not ``onnxruntime-cuda``). A decode binds fixed-capacity KV buffers as
+    past and present (:class:`~.ort_loop.OrtBoundLoop`) where GroupQueryAttention can share
+    them; ``graph`` replays the decode step from onnxruntime's CUDA graph (a side to skip,
+    with the reason, where onnxruntime has no CUDA provider)."""
+
+    def __init__(self, model: str, want_cuda: bool, graph: bool = False) -> None:
         import onnxruntime as ort
 
         avail = ort.get_available_providers()
-        provs = ["CPUExecutionProvider"]
-        if want_cuda and "CUDAExecutionProvider" in avail:
-            provs.insert(0, "CUDAExecutionProvider")
+        cuda = "CUDAExecutionProvider" in avail
+        if graph and not cuda:
+            raise NotSupported(
+                f"onnxruntime {ort.__version__} here has no CUDAExecutionProvider (it has "
+                f"{', '.join(avail)}): install onnxruntime-gpu to compare with its CUDA graph"
+            )
+        provs: list[Any] = ["CPUExecutionProvider"]
+        if (want_cuda or graph) and cuda:
+            options = {"enable_cuda_graph": "1"} if graph else {}
+            provs.insert(0, ("CUDAExecutionProvider", options))
         so = ort.SessionOptions()
         # Spinning intra-op threads keep cores busy after a run returns, which on a
         # small machine slows whichever side runs next; interleaved timing needs them idle.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.ort, self.model, self.graph = ort, model, graph
         self.session = ort.InferenceSession(model, so, providers=provs)
-        self.name = "onnxruntime" + ("-cuda" if provs[0].startswith("CUDA") else "")
+        self.on_cuda = self.session.get_providers()[0] == "CUDAExecutionProvider"
+        self.name = ORT_GRAPH_SIDE if graph else "onnxruntime" + ("-cuda" if self.on_cuda else "")
         self.version = ort.__version__
+        self._loop: Any = None
 
     def run(self, feeds):
+        if self.graph:
+            raise NotSupported(
+                f"{ORT_GRAPH_SIDE} times decode steps only: give --decode STEPS (its graph "
+                "needs inputs bound at fixed addresses)"
+            )
         return self.session.run(None, dict(feeds))
 
+    def decode_loop(self, spec, prompt, tokens, dims, output_names):
+        """IO binding with the KV caches shared in place where GroupQueryAttention makes
+        them; else (graph off) host feeds, the cache round-tripping through NumPy."""
+        from .ort_loop import OrtBoundLoop, shares_caches
+
+        why = shares_caches(self.model, spec) if isinstance(self.model, str) else "no path"
+        if why is None:
+            self._loop = OrtBoundLoop(self, spec, prompt, tokens, dims, self.decode_capacity)
+            return self._loop
+        if self.graph:
+            raise NotSupported(f"{ORT_GRAPH_SIDE} needs every cache shared in place: {why}")
+        self._loop = None
+        return super().decode_loop(spec, prompt, tokens, dims, output_names)
+
     def describe(self):
-        return {
-            "name": self.name,
-            "version": self.version,
-            "providers": self.session.get_providers(),
-        }
+        providers = self.session.get_providers()
+        out = {"name": self.name, "version": self.version, "providers": providers}
+        if self._loop is not None:
+            out["decode"] = (
+                f"IO binding, {sum(1 for s in self._loop.spec.states if s.grow_axis is not None)}"
+                f" KV buffer(s) of {self._loop.capacity} rows shared as past and present"
+                + (", CUDA graph" if self.graph else "")
+            )
+        return out
 
 
 class ReferenceSide(Side):
@@ -243,7 +289,7 @@ class TorchGraphSide(TorchSide):
         return out
 
 
-SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE, TORCH_GRAPH_SIDE)
+SIDES = ("onnxruntime", "reference", "torch", GRAPH_SIDE, TORCH_GRAPH_SIDE, ORT_GRAPH_SIDE)
 
 
 def _loaded_module(loaded: Sequence[Side] | None, device: str) -> Any:
@@ -257,6 +303,8 @@ def make_peer(kind: str, model: str, want_cuda: bool, loaded: Sequence[Side] | N
     a device) a torch side on the same device shares instead of loading a second copy."""
     if kind == "onnxruntime":
         return OrtSide(model, want_cuda)
+    if kind == ORT_GRAPH_SIDE:
+        return OrtSide(model, want_cuda, graph=True)
     if kind == "reference":
         return ReferenceSide(model)
     if kind == "torch":
