@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv-newest && . .venv-newest/bin/activate
 pip install -q -U pip && pip install -q -U -e ".[test]"
 pip freeze --exclude onnxep | grep -iE "^(onnx|onnxruntime|onnx-ir|onnxscript|numpy|torch|hypothesis|ruff|pytest)=="
-python -m pytest -q "$@"
+ONNXEP_NEWEST=1 python -m pytest -q "$@"
