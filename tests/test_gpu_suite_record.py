@@ -23,10 +23,11 @@ RECORDS = ROOT / "bench" / "results" / "gpu-suite.jsonl"
 GPU_PATHS = (
     "providers_cuda",
     "tests/cuda",
-    "core/captured.py",
-    "core/capture_plan.py",
+    "core/capture",
+    "providers/capture.py",
     "core/iobinding.py",
-    "core/generate.py",
+    "core/compiled_model.py",
+    "core/generation",
 )
 
 
