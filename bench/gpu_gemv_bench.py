@@ -19,8 +19,8 @@ Cases, each on the same activations:
   the GEMV (the bias in its epilogue);
 * ``int4`` / ``int4_zp``: MatMulNBits with 4-bit weights in blocks of 32, without and with
   packed zero points, through the CUDA kernel builder (float16 activations: the tensor-core
-  GEMV, ``_nbits_mma_cuda``; the row's ``route`` says which ran);
-* ``int4_cc`` / ``int4_zp_cc``: the same nodes through ``_nbits_cuda``'s CUDA-core GEMV (the
+  GEMV, ``nbits_mma_cuda``; the row's ``route`` says which ran);
+* ``int4_cc`` / ``int4_zp_cc``: the same nodes through ``nbits_cuda``'s CUDA-core GEMV (the
   tensor-core route turned off), in the same run;
 * ``fp16_ref``: a plain fp16 GEMV on W stored ``[N, K]`` (one warp per output), a floor
   for comparison;

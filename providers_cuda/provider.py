@@ -80,7 +80,7 @@ class CUDAProvider(Provider):
         self.malloc = self.pool.malloc
         self._nesting = threading.local()
         self.transfers = PinnedTransfers(cupy, self.stream, self.device_id)
-        self._argmax: Any = None  # ops/_argmax_cuda.ArgMaxRows, built at the first call
+        self._argmax: Any = None  # ops/argmax_cuda.ArgMaxRows, built at the first call
         props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
         self.device_name = props["name"].decode(errors="replace")
 
@@ -218,7 +218,7 @@ class CUDAProvider(Provider):
         return wait
 
     def argmax_rows_into(self, x: Any, out: Any) -> None:
-        """One launch per call (``ops/_argmax_cuda``) for float16/float32 rows of unit stride,
+        """One launch per call (``ops/argmax_cuda``) for float16/float32 rows of unit stride,
         written straight into ``out``; anything else through CuPy's argmax."""
         with self.run_context():
             if self._argmax is None:

@@ -1,4 +1,4 @@
-"""Greedy decoding's one-launch argmax (``providers_cuda/ops/_argmax_cuda.py``) on the emulator.
+"""Greedy decoding's one-launch argmax (``providers_cuda/ops/argmax_cuda.py``) on the emulator.
 
 Each row's id must be NumPy's argmax (ties to the lowest index, the first NaN winning),
 written where the caller points, also when several blocks share a row and the last one

@@ -70,7 +70,7 @@ class _DynamicShared:
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The builders' ``_nbits_cuda`` launches by kernel name; the nodes the tensor-core GEMV
+    """The builders' ``nbits_cuda`` launches by kernel name; the nodes the tensor-core GEMV
     would take run this GEMV too (test_nbits_mma_cuda_emulated.py tests that one)."""
     why = emu.why_unavailable()
     if why:

@@ -1,4 +1,4 @@
-"""The tensor-core int4 MatMulNBits GEMV (``_nbits_mma_cuda``) on the CPU kernel emulator.
+"""The tensor-core int4 MatMulNBits GEMV (``nbits_mma_cuda``) on the CPU kernel emulator.
 
 The kernel's CUDA C runs on tests/cuda_emulator.py with :data:`HOST_MMA_PRIMS` standing in
 for its f16x2 and ``mma.sync`` instructions: the f16x2 operations round as the GPU's do,
@@ -23,7 +23,7 @@ from onnxep.providers_cuda.ops.nbits_weights import Weights
 
 gpu_quant = emu.gpu_test_module("test_cuda_quant")
 
-#: Host versions of the names in ``_nbits_mma_cuda.MMA_PRIMS`` (and the CUDA built-ins the
+#: Host versions of the names in ``nbits_mma_cuda.MMA_PRIMS`` (and the CUDA built-ins the
 #: kernel uses beyond the emulator's own).
 HOST_MMA_PRIMS = r"""
 #define __launch_bounds__(...)
@@ -150,7 +150,7 @@ class _Unbuilt:
 
 
 def _unreachable(*args, **kw):
-    raise AssertionError("the case ran _nbits_cuda's kernels, not the MMA GEMV")
+    raise AssertionError("the case ran nbits_cuda's kernels, not the MMA GEMV")
 
 
 def no_old_kernels(exprs):
@@ -200,7 +200,7 @@ def test_misaligned_and_odd_k_stage_element_by_element(mma):
 
 
 def test_float32_scales(mma):
-    """bfloat16 or float64 scales reach the kernel as float32 (``_nbits_weights``)."""
+    """bfloat16 or float64 scales reach the kernel as float32 (``nbits_weights``)."""
     rng = np.random.default_rng(4)
     k, n = 96, 21
     b, _, _ = gpu_quant.nbits_consts(rng, k, n, 4, 32, "none", np.float16)

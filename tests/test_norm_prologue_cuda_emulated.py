@@ -2,7 +2,7 @@
 
 ``fuse_norm_matmul`` folds a SimplifiedLayerNormalization or SkipSimplifiedLayerNormalization
 into the MatMulNT or MatMulNBits GEMV that reads it; on CUDA the GEMV then normalises its
-rows itself (``_norm_cuda.NORM_PROLOGUE``). Here each normalising launch is compared byte
+rows itself (``norm_cuda.NORM_PROLOGUE``). Here each normalising launch is compared byte
 for byte with what the unfused nodes' kernels give: ``norm_rows`` (the norm's CUDA kernel),
 then the same GEMV on its output; and the residual sum it writes with ``norm_rows``'s.
 Lengths cover a warp per row (K <= 256), a block per row of fewer threads than the GEMV's
@@ -30,7 +30,7 @@ EPS = 1e-6
 
 @pytest.fixture
 def emulated(monkeypatch):
-    install_mma(monkeypatch)  # also routes _reduce_cuda (norm_rows, gemv_nt) to the emulator
+    install_mma(monkeypatch)  # also routes reduce_cuda (norm_rows, gemv_nt) to the emulator
     monkeypatch.setattr(G, "NT_SMEM", HOST_NT_SMEM)
     emu.ALL_NAMES.setdefault(G.source(), G.GEMV_NT_NAMES)
 

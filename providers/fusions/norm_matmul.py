@@ -7,7 +7,7 @@ com.microsoft ``SkipSimplifiedLayerNormalization`` (its mean and inv_std_var unr
 residual sum may be read) into the onnxep::MatMulNT, com.microsoft MatMulNBits or
 onnxep::MatMulNBits that is its output's only reader, as that GEMV's A. The fused node
 takes the norm's inputs ``(x, skip, gamma, norm_bias)`` then the GEMV's other inputs, and
-gives the GEMV's output and the residual sum (``providers/ops/_norm_prologue.py``); on CUDA
+gives the GEMV's output and the residual sum (``providers/ops/norm_prologue.py``); on CUDA
 the GEMV normalises its rows in a prologue, the skip-add included, one launch instead of
 two. The GEMV's other inputs must not be computed in the graph (weights, scales and biases
 are initializers): the fused node takes the norm's place. Runs last, after the passes that

@@ -2,7 +2,7 @@
 
 Inputs ``(x, skip?, gamma, norm_bias?, B, scales, zero_points?, g_idx?, bias?)``, outputs
 ``(y, sum?)``, attributes ``epsilon`` and onnxep::MatMulNBits's (``K``, ``N``, ``bits``,
-``block_size``, ``accuracy_level``, ``activation``; ``_norm_prologue`` describes the
+``block_size``, ``accuracy_level``, ``activation``; ``norm_prologue`` describes the
 layout). The generic kernel is the two nodes' generic kernels in sequence; the CUDA kernel
 normalises in the tensor-core GEMV's prologue.
 """

@@ -1,7 +1,7 @@
 """onnxep::NormMatMulNT: an RMS norm (with a skip, or without) and the MatMulNT that reads it.
 
 Inputs ``(x, skip?, gamma, norm_bias?, Wt, bias?)``, outputs ``(y, sum?)``, attributes
-``epsilon`` and MatMulNT's ``activation`` (``_norm_prologue`` describes the layout). The
+``epsilon`` and MatMulNT's ``activation`` (``norm_prologue`` describes the layout). The
 generic kernel is the two nodes' generic kernels in sequence, so it gives what they gave;
 the CUDA kernel normalises in the GEMV's prologue.
 """

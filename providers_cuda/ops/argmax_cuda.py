@@ -116,7 +116,7 @@ ARGMAX_NAMES = tuple(f"argmax_rows<{c}>" for c in CTYPE.values())
 
 
 def source() -> str:
-    """The kernels' source past ``_reduce_source.PRIMITIVES`` (read at build time, so the
+    """The kernels' source past ``reduce_source.PRIMITIVES`` (read at build time, so the
     emulator can stand its own :data:`SHFL_I64` in)."""
     return SHFL_I64 + ARGMAX_BODY
 

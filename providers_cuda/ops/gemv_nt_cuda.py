@@ -213,7 +213,7 @@ GEMV_NT_NAMES = tuple(n for dt in CTYPE for norm in (False, True) for n in kerne
 
 
 def source() -> str:
-    """The kernels' source past ``_reduce_source.PRIMITIVES`` (read at build time, so the
+    """The kernels' source past ``reduce_source.PRIMITIVES`` (read at build time, so the
     emulator can stand its own :data:`NT_SMEM` in)."""
     return NT_SMEM + GEMV_NT_BODY
 

@@ -1,6 +1,6 @@
 """MatMulNBits GEMV with 4-bit weights and float16 activations on the tensor cores.
 
-``_nbits_cuda``'s GEMV turns each weight into a float32 and spends three
+``nbits_cuda``'s GEMV turns each weight into a float32 and spends three
 instructions a value (a byte permute, a subtraction, an FMA): on an LM head it
 keeps the H200's issue slots busier than its memory (52% of copy bandwidth).
 This kernel reads the same packed rows once with 16-byte loads, turns a 32-bit
@@ -40,10 +40,10 @@ column exactly as the plain GEMV does on the same weight. Blocks walk units of
 units. With ``SWIGLU`` a warp reads the gate rows ``n`` and the up rows
 ``N + n`` of a joined gate/up weight and writes the SwiGLU of the two, rounded
 where the unfused MatMulNBits and SwiGLU nodes round. The bias is added to the
-float32 sum and the result rounded once, as ``_nbits_cuda``'s GEMV does.
+float32 sum and the result rounded once, as ``nbits_cuda``'s GEMV does.
 
 With ``accuracy_level=4`` (``Q8``) the staging rounds A to int8 per block of K as
-``_nbits_cuda``'s ``quantize_a_int8`` does (float16 or float32 A, amax per block,
+``nbits_cuda``'s ``quantize_a_int8`` does (float16 or float32 A, amax per block,
 ``rint(a * 127 / amax)``) and stages the integers themselves, which float16 holds
 exactly; the products and their block sums are then exact integers, and each D value is
 scaled by the weight's and the activations' block scales in float32. One launch
@@ -51,7 +51,7 @@ replaces the rounding launch and the GEMV.
 
 Takes: bits = 4, float16 A, or float32 A with ``accuracy_level=4``; no or packed uint8
 zero points; a power-of-two block_size >= 16; at most 8 rows whose staged A fits
-:data:`SMEM_BUDGET`; a device of compute capability 8.0 or newer. ``_nbits_cuda`` runs
+:data:`SMEM_BUDGET`; a device of compute capability 8.0 or newer. ``nbits_cuda`` runs
 the rest (float32 A at accuracy level 0, 2- and 8-bit weights, float zero points).
 
 :data:`MMA_PRIMS` is the only block that names the f16x2 and MMA instructions;
@@ -86,7 +86,7 @@ SMEM_BUDGET = 44 * 1024
 FILL_WARPS_PER_SM = 16
 #: Blocks per SM of the grid-stride loop (more queue; each stages A once).
 BLOCKS_PER_SM = 8
-#: Zero-point kinds the kernel takes (``_nbits_cuda``'s numbering).
+#: Zero-point kinds the kernel takes (``nbits_cuda``'s numbering).
 ZP_NONE, ZP_PACKED = 0, 1
 
 #: The f16x2 and MMA instructions (sm_80+; a device below that never launches the kernel,
@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(256) nbits_mma(
 
 
 def source() -> str:
-    """The kernels' source past ``_reduce_source.PRIMITIVES`` (read at build time, so the
+    """The kernels' source past ``reduce_source.PRIMITIVES`` (read at build time, so the
     emulator can stand its own :data:`MMA_PRIMS` in)."""
     return MMA_PRIMS + MMA_BODY
 
@@ -703,7 +703,7 @@ class NbitsMma:
         the norm's input x); the caller checked :meth:`takes` and :meth:`fits`.
 
         ``tables``: B, scales and packed zero points (or anything for none) on the device;
-        ``layout``: (KB, RS, ZS, chunks) as ``_nbits_weights.Weights`` has them. ``norm``:
+        ``layout``: (KB, RS, ZS, chunks) as ``nbits_weights.Weights`` has them. ``norm``:
         (skip, skip_rows, nbias, gamma, sum_out, eps) for a normalising node.
         """
         y = self.xp.empty((m, n), self.a_dtype)

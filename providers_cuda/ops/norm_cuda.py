@@ -32,7 +32,7 @@ from . import reduce_cuda as K
 from .reduce_source import COMMON, CTYPE
 
 #: The per-element steps of ``norm_rows`` (the residual sum and the normalised value), shared
-#: with the GEMVs that normalise their input in a prologue (``_nbits_mma_cuda``, ``_gemv_nt_cuda``)
+#: with the GEMVs that normalise their input in a prologue (``nbits_mma_cuda``, ``gemv_nt_cuda``)
 #: so a fused norm gives the same bits as this kernel.
 NORM_HELPERS = r"""
 // x (+ skip) (+ bias) at element i, in float32, added in that order as on the CPU.

@@ -2,8 +2,8 @@
 
 Decode (up to 8 rows of A) runs one fused dequantise-GEMV launch: on the tensor
 cores for 4-bit weights with float16 activations, or float32 ones rounded to int8
-(``accuracy_level=4``), where their staged rows fit (``_nbits_mma_cuda``), else
-``_nbits_cuda``'s (K split across blocks inside it); a few more rows run ``_nbits_cuda``'s
+(``accuracy_level=4``), where their staged rows fit (``nbits_mma_cuda``), else
+``nbits_cuda``'s (K split across blocks inside it); a few more rows run ``nbits_cuda``'s
 once per 8 rows, up to :func:`gemv_rows`; beyond, a prefill dequantises the weight once
 per call, a tile of at most ``GEMM_TILE_BYTES`` at a time, into scratch from the session's
 pool (freed when the call ends: no dequantised copy outlives a call, the point of a 4-bit
@@ -39,7 +39,7 @@ _log = logging.getLogger("onnxep.cuda.matmul_nbits")
 #: Largest dequantised weight tile the prefill path holds at once (bytes).
 GEMM_TILE_BYTES = 64 * 1024 * 1024
 #: Whether the nodes it takes run the tensor-core GEMV (tests and benchmarks turn it off to
-#: run ``_nbits_cuda``'s on the same nodes).
+#: run ``nbits_cuda``'s on the same nodes).
 MMA_GEMV = True
 #: Share of the device's copy bandwidth the GEMV reaches on a weight it streams (measured
 #: on the H200, bench/gpu_gemv_bench.py, 2026-12-01: 10-20% on Qwen2.5 MLP shapes, 52% on

@@ -1,6 +1,6 @@
 """onnxep::MatMulNBits on CUDA: MatMulNBits with its SwiGLU in the tensor-core GEMV's epilogue.
 
-Rows the tensor-core GEMV takes (``_nbits_mma_cuda``: 4-bit weights, float16 A or float32
+Rows the tensor-core GEMV takes (``nbits_mma_cuda``: 4-bit weights, float16 A or float32
 A rounded to int8, up to 8 rows) run one launch that writes ``silu(gate) * up`` rounded
 where the unfused MatMulNBits and SwiGLU nodes round; anything else runs com.microsoft
 MatMulNBits's CUDA kernel, then onnxep::SwiGLU's, as the unfused nodes did.

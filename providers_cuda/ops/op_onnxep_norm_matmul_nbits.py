@@ -1,7 +1,7 @@
 """onnxep::NormMatMulNBits on CUDA: the RMS norm in the tensor-core GEMV's prologue.
 
-Rows and operands the prologue and the tensor-core GEMV take (``_norm_fold``,
-``_nbits_mma_cuda``) run one launch: every block normalises the rows as ``norm_rows``
+Rows and operands the prologue and the tensor-core GEMV take (``norm_fold``,
+``nbits_mma_cuda``) run one launch: every block normalises the rows as ``norm_rows``
 does, block 0 writes the residual sum, and the GEMV (with its SwiGLU epilogue when the
 node has one) reads the normalised rows from shared memory. Anything else runs the norm's
 CUDA kernel, then onnxep::MatMulNBits's, as the unfused nodes did.

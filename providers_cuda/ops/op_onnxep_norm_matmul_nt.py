@@ -1,6 +1,6 @@
 """onnxep::NormMatMulNT on CUDA: the RMS norm in the warp-per-output GEMV's prologue.
 
-Rows and operands the prologue and the GEMV take (``_norm_fold``; ``_gemv_nt_cuda``'s
+Rows and operands the prologue and the GEMV take (``norm_fold``; ``gemv_nt_cuda``'s
 routing rule, with the normalised rows within its staging budget) run one launch: every
 block normalises the rows as ``norm_rows`` does, block 0 writes the residual sum, and the
 GEMV (bias and SwiGLU in its epilogue) reads the normalised rows from shared memory.

@@ -1,6 +1,6 @@
 """Greedy decoding's device side on the GPU: the one-launch argmax and the pipelined loop.
 
-``CUDAProvider.argmax_rows_into`` (ops/_argmax_cuda) must give CuPy's argmax (ties to the
+``CUDAProvider.argmax_rows_into`` (ops/argmax_cuda) must give CuPy's argmax (ties to the
 lowest index, NaN first) written into the caller's buffer, at a 151936-token vocabulary
 too, inside a CUDA graph; ``to_host_async`` must deliver the value queued, not a later
 one. ``generate`` queues step t+1 before it reads token t: the tokens are the CPU

@@ -1,4 +1,4 @@
-"""The tensor-core int4 MatMulNBits GEMV (``_nbits_mma_cuda``) on the GPU.
+"""The tensor-core int4 MatMulNBits GEMV (``nbits_mma_cuda``) on the GPU.
 
 float16 4-bit nodes of up to 8 rows run it: checked against the CPU provider's kernel on
 the GPU tests' cases (tests/cuda/test_cuda_quant.py's tolerances), at the decode shapes of

@@ -553,7 +553,7 @@ def test_gather_block_quantized_session():
 
 @pytest.fixture
 def split_k(monkeypatch):
-    """Every ``_nbits_cuda`` GEMV splits K three ways, whatever the device's size (the nodes
+    """Every ``nbits_cuda`` GEMV splits K three ways, whatever the device's size (the nodes
     the tensor-core GEMV would take run this one too)."""
     from onnxep.providers_cuda.ops import nbits_cuda as K_
     from onnxep.providers_cuda.ops import op_matmul_nbits
