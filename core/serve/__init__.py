@@ -28,7 +28,15 @@ from .cluster import start_ray
 from .limits import Limits, RequestError
 from .replica import ModelReplica
 
-__all__ = ["BatchAxis", "Limits", "ModelReplica", "RequestError", "app", "find_batch_axis", "start_ray"]
+__all__ = [
+    "BatchAxis",
+    "Limits",
+    "ModelReplica",
+    "RequestError",
+    "app",
+    "find_batch_axis",
+    "start_ray",
+]
 
 
 def app(model: Any, **options: Any) -> Any:

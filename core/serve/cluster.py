@@ -69,7 +69,9 @@ def start_ray(
         nodes = {n["NodeManagerAddress"] for n in ray.nodes()}
         if nodes != {"127.0.0.1"}:
             ray.shutdown()
-            raise InvalidArgument(f"the local Ray started on {', '.join(sorted(nodes))}, not loopback")
+            raise InvalidArgument(
+                f"the local Ray started on {', '.join(sorted(nodes))}, not loopback"
+            )
         return True
     ray.init(address=address, log_to_driver=False)
     return False

@@ -105,7 +105,9 @@ def app(
     limits = limits or Limits()
     name = name or (path.name if path.is_dir() else path.stem)
     if batching and (not isinstance(max_batch_size, int) or max_batch_size < 1):
-        raise ValueError(f"max_batch_size must be a whole number of 1 or more, got {max_batch_size}")
+        raise ValueError(
+            f"max_batch_size must be a whole number of 1 or more, got {max_batch_size}"
+        )
     replica = {
         "providers": list(providers) if providers is not None else None,
         "provider_options": list(provider_options) if provider_options is not None else None,

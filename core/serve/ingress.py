@@ -35,7 +35,14 @@ from .limits import (
     RequestError,
     over_limit,
 )
-from .tensors import feeds_from_json, feeds_from_npz, is_npz, outputs_to_json, outputs_to_npz
+from .tensors import (
+    feeds_from_json,
+    feeds_from_npz,
+    is_npz,
+    outputs_to_json,
+    outputs_to_npz,
+    parse_json,
+)
 
 #: what a call through a handle raises when the replica it went to is gone or refusing
 REPLICA_GONE = (
@@ -110,6 +117,8 @@ class Ingress:
         self.model = model
         self.limits = limits
         self.name = name
+        #: calls sent again because the replica they went to was gone
+        self.retried = 0
 
     async def _call(self, method: str, *args: Any) -> Any:
         """``method`` on a model replica, again on another when the replica is gone, within
@@ -125,6 +134,7 @@ class Ingress:
                 raise self._timeout() from None
             except REPLICA_GONE as exc:
                 last = exc
+                self.retried += 1
             if attempt + 1 < ATTEMPTS and loop.time() + BACKOFF_S < deadline:
                 await asyncio.sleep(BACKOFF_S * (attempt + 1))
             else:
@@ -158,21 +168,26 @@ class Ingress:
                 NOT_FOUND, f"no route {path!r}; this server has {', '.join(sorted(ROUTES))}"
             )
         if request.method not in methods:
-            raise RequestError(NOT_ALLOWED, f"{path} takes {' or '.join(methods)}, not {request.method}")
+            raise RequestError(
+                NOT_ALLOWED, f"{path} takes {' or '.join(methods)}, not {request.method}"
+            )
         if path == "/health":
             return json_response({"status": "ok"})
         if path == "/report":
-            return json_response(await self._call("report"))
+            report = await self._call("report")
+            report["ingress"] = {"retried": self.retried}
+            return json_response(report)
         if path == "/v1/models":
             return json_response(
-                {"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "onnxep"}]}
+                {
+                    "object": "list",
+                    "data": [{"id": self.name, "object": "model", "owned_by": "onnxep"}],
+                }
             )
         body = await read_body(request, self.limits)
         if path == "/infer":
             return await self._infer(request, body)
         chat = path == "/v1/chat/completions"
-        from .tensors import parse_json
-
         job = parse_request(parse_json(body), self.limits, chat=chat)
         if job.stream:
             return await self._stream(job)
@@ -214,6 +229,7 @@ class Ingress:
                 break
             except REPLICA_GONE as exc:
                 last = exc
+                self.retried += 1
                 if attempt + 1 == ATTEMPTS or loop.time() + BACKOFF_S >= deadline:
                     raise RequestError(
                         UNAVAILABLE,

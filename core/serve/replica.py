@@ -146,8 +146,8 @@ class ModelReplica:
             )
         if job.model is not None and job.model != self.name:
             raise RequestError(
-                NOT_FOUND, f"model {job.model!r} is not served here; this server serves "
-                f"{self.name!r}"
+                NOT_FOUND,
+                f"model {job.model!r} is not served here; this server serves {self.name!r}",
             )
         return self.generator
 
@@ -173,7 +173,10 @@ class ModelReplica:
         longest = max(len(r) for r in ids)
         if longest > self.limits.max_prompt_tokens:
             raise over_limit(
-                UNPROCESSABLE, "the prompt's length in tokens", longest, self.limits,
+                UNPROCESSABLE,
+                "the prompt's length in tokens",
+                longest,
+                self.limits,
                 "max_prompt_tokens",
             )
         options = dict(job.options)
@@ -245,7 +248,8 @@ class ModelReplica:
             "started": self.started,
             "providers": self.session.get_providers(),
             "inputs": [
-                {"name": a.name, "type": a.type, "shape": a.shape} for a in self.session.get_inputs()
+                {"name": a.name, "type": a.type, "shape": a.shape}
+                for a in self.session.get_inputs()
             ],
             "outputs": [
                 {"name": a.name, "type": a.type, "shape": a.shape}
