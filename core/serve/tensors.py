@@ -147,7 +147,7 @@ def tensor_from_json(name: str, obj: Any) -> np.ndarray:
         floats = dtype.kind == "f" or dtype == DTYPES["bfloat16"]
         if arr.dtype.kind in "UO" and floats:
             arr = _leaves(name, _with_specials(name, data))
-        arr = _typed(name, arr, dtype, dname)
+        arr = _typed(name, arr, dtype, dname, data)
     if shape is not None and list(arr.shape) != shape:
         size = math.prod(shape)
         if arr.ndim != 1 or arr.size != size:
@@ -160,12 +160,39 @@ def tensor_from_json(name: str, obj: Any) -> np.ndarray:
     return arr
 
 
-def _typed(name: str, arr: np.ndarray, dtype: np.dtype, dname: str) -> np.ndarray:
-    """``arr`` (as NumPy read the JSON leaves) as ``dtype``, refusing a leaf of another kind
-    or a value the dtype cannot hold."""
+def _first_not(data: Any, ok: Any, depth: int = 0) -> Any:
+    """The first leaf of ``data`` that ``ok`` refuses, or ``ok`` itself when there is none."""
+    if isinstance(data, list) and depth <= _MAX_RANK:
+        for v in data:
+            bad = _first_not(v, ok, depth + 1)
+            if bad is not ok:
+                return bad
+        return ok
+    return ok if ok(data) else data
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_ACCEPT = {
+    "true or false": lambda v: isinstance(v, bool),
+    "whole numbers": _is_int,
+    "numbers": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+
+
+def _typed(name: str, arr: np.ndarray, dtype: np.dtype, dname: str, data: Any = None) -> np.ndarray:
+    """``arr`` (as NumPy read the JSON leaves ``data``) as ``dtype``, refusing a leaf of
+    another kind or a value the dtype cannot hold."""
     if arr.size == 0:
         return arr.astype(dtype)
     kind = arr.dtype.kind
+    if dtype.kind in "iu" and kind not in "iu" and data is not None:
+        # ints past int64 next to small ones read as float64 (or objects): exact, by Python
+        bad = _first_not(data, _is_int)
+        if bad is _is_int:
+            arr, kind = np.array(data, dtype=object), "i"
     if dtype.kind == "b":
         ok = kind == "b"
         want = "true or false"
@@ -176,7 +203,7 @@ def _typed(name: str, arr: np.ndarray, dtype: np.dtype, dname: str) -> np.ndarra
         ok = kind in "iuf"
         want = "numbers"
     if not ok:
-        sample = arr.reshape(-1)[0]
+        sample = arr.reshape(-1)[0].item() if data is None else _first_not(data, _ACCEPT[want])
         raise _bad(f"input {name!r} is {dname}: its values must be {want}, got {sample!r:.40}")
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -296,7 +323,11 @@ def feeds_from_npz(body: bytes, limits: Limits) -> dict[str, np.ndarray]:
         total += info.file_size
         if total > limits.max_body_bytes:
             raise over_limit(
-                TOO_LARGE, "the .npz body's arrays unpacked", total, limits, "max_body_bytes"
+                TOO_LARGE,
+                "the unpacked size of the .npz body's arrays",
+                total,
+                limits,
+                "max_body_bytes",
             )
         shape, dtype = _member_header(zf, info)
         if dtype.kind not in "biufU" or dtype.fields is not None or dtype.subdtype is not None:
