@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -54,6 +55,7 @@ REPLICA_GONE = (
 #: attempts at one request (the first and the retries), and the pause before each retry
 ATTEMPTS = 4
 BACKOFF_S = 0.25
+logger = logging.getLogger("onnxep.serve")
 
 ROUTES = {
     "/infer": ("POST",),
@@ -135,6 +137,7 @@ class Ingress:
             except REPLICA_GONE as exc:
                 last = exc
                 self.retried += 1
+                logger.warning("%s: the replica is gone (%s); sent again", method, _name(exc))
             if attempt + 1 < ATTEMPTS and loop.time() + BACKOFF_S < deadline:
                 await asyncio.sleep(BACKOFF_S * (attempt + 1))
             else:
@@ -265,6 +268,10 @@ class Ingress:
                     "server_error",
                 )
         yield b"data: [DONE]\n\n"
+
+
+def _name(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
 
 
 def _event(obj: Any) -> bytes:
