@@ -246,6 +246,14 @@ class Ingress:
         return StreamingResponse(self._events(first, gen), media_type="text/event-stream")
 
     async def _events(self, first: Any, gen: Any) -> AsyncIterator[bytes]:
+        try:
+            async for event in self._event_stream(first, gen):
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            gen.cancel()  # the client went away: the replica stops generating for it
+            raise
+
+    async def _event_stream(self, first: Any, gen: Any) -> AsyncIterator[bytes]:
         chunk = first
         timeout = self.limits.request_timeout_s
         while chunk is not None:
