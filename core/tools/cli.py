@@ -1,4 +1,5 @@
-"""The ``onnxep`` command line: providers, run, explain, conformance, bench, parity, generate."""
+"""The ``onnxep`` command line: providers, run, explain, conformance, bench, parity, generate,
+serve."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument, OnnxepError, RunError
+from ..serve import cli as serve_cli
 from . import cli_args, cli_generate
 
 
@@ -344,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail unless it ran every compute node")
     p.set_defaults(fn=cmd_parity)
     cli_generate.add_parser(sub, providers_help)
+    serve_cli.add_parser(sub, providers_help)
     return ap
 
 
