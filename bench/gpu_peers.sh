@@ -14,7 +14,7 @@ set -euo pipefail
 P=.device/peers
 case "${1:-}" in
   stage)
-    whl=$(ls "$P"/dl/onnxruntime_gpu-*.whl)
+    whl=$(realpath "$(ls "$P"/dl/onnxruntime_gpu-*.whl)")
     work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
     (cd "$work" && unzip -q "$whl" && rm -f onnxruntime/capi/libonnxruntime_providers_tensorrt.so \
       && tar cf - onnxruntime onnxruntime_gpu-*.dist-info | xz -T2 -6 >ort.tar.xz)
