@@ -105,7 +105,7 @@ for STAGE in "$@"; do
     tests)
       # PYTEST_ARGS narrows the run (default: every GPU test); it may hold quoted -k text
       eval "PY_ARGS=(${PYTEST_ARGS:-tests/cuda})"
-      timeout 330 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+      timeout "${TESTS_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
         --junitxml="$OUT/tests.xml" -rfE "${PY_ARGS[@]}" >"$OUT/tests.log" 2>&1
       rc=$?
       # The record bench/record_gpu_suite.py appends to bench/results/gpu-suite.jsonl.
