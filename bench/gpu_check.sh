@@ -103,15 +103,42 @@ for STAGE in "$@"; do
   t0=$(date +%s)
   case "$STAGE" in
     tests)
-      # PYTEST_ARGS narrows the run (default: every GPU test); it may hold quoted -k text
+      # PYTEST_ARGS narrows the run (default: every GPU test); it may hold quoted -k text.
+      # TESTS_SHARDS=N (whole runs) runs N pytest processes side by side on the one GPU, the
+      # files split by their last recorded times (bench/gpu_test_shards.py): the suite is
+      # mostly host work, so 4 shards take about a third of one process's time.
       eval "PY_ARGS=(${PYTEST_ARGS:-tests/cuda})"
-      timeout "${TESTS_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
-        --junitxml="$OUT/tests.xml" -rfE "${PY_ARGS[@]}" >"$OUT/tests.log" 2>&1
-      rc=$?
+      rm -f "$OUT"/tests*.xml "$OUT"/tests*.log
+      whole=$([ -z "${PYTEST_ARGS:-}" ] && echo yes || echo no)
+      if [ "${TESTS_SHARDS:-1}" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ]; then
+        mapfile -t SHARD_LINES < <(python3 bench/gpu_test_shards.py "$TESTS_SHARDS")
+        threads=$(( $(nproc) / ${#SHARD_LINES[@]} )); [ "$threads" -ge 1 ] || threads=1
+        pids=()
+        for i in "${!SHARD_LINES[@]}"; do
+          read -ra files <<<"${SHARD_LINES[$i]}"
+          OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads \
+            timeout "${TESTS_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider \
+            -o addopts="" --basetemp="/tmp/pytest-shard$i" --junitxml="$OUT/tests.$i.xml" \
+            -rfE "${files[@]}" >"$OUT/tests.$i.log" 2>&1 &
+          pids+=($!)
+        done
+        rc=0
+        for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+        for i in "${!SHARD_LINES[@]}"; do
+          [ -f "$OUT/tests.$i.xml" ] || whole=no  # a shard cut off writes no junit file
+          SUMMARY+=("tests shard $i: $(tail -1 "$OUT/tests.$i.log")")
+          cat "$OUT/tests.$i.log" >>"$OUT/tests.log"
+        done
+      else
+        timeout "${TESTS_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+          --junitxml="$OUT/tests.xml" -rfE "${PY_ARGS[@]}" >"$OUT/tests.log" 2>&1
+        rc=$?
+        SUMMARY+=("tests: $(tail -1 "$OUT/tests.log")")
+      fi
       # The record bench/record_gpu_suite.py appends to bench/results/gpu-suite.jsonl.
-      python3 bench/record_gpu_suite.py --from-junit "$OUT/tests.xml" \
-        --whole "$([ -z "${PYTEST_ARGS:-}" ] && echo yes || echo no)" >"$OUT/gpu_suite.json"
-      SUMMARY+=("tests: $(tail -1 "$OUT/tests.log") (rc $rc)" "record: $(cat "$OUT/gpu_suite.json")")
+      python3 bench/record_gpu_suite.py --from-junit "$OUT"/tests*.xml --whole "$whole" \
+        >"$OUT/gpu_suite.json"
+      SUMMARY+=("tests rc $rc" "record: $(cat "$OUT/gpu_suite.json")")
       ;;
     conformance)
       timeout 420 python3 bench/gpu_conformance.py "$OUT" --budget "${CONFORMANCE_BUDGET:-380}" \

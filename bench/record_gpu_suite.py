@@ -29,11 +29,15 @@ from pathlib import Path
 RECORDS = Path(__file__).resolve().parent / "results" / "gpu-suite.jsonl"
 
 
-def from_junit(path: Path, whole: bool) -> dict:
-    """Counts of a pytest junit file, with the commit the wheel was built from (COMMIT)."""
-    root = ET.parse(path).getroot()
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+def from_junit(paths: list[Path], whole: bool) -> dict:
+    """Counts of pytest junit files (the shards of one run, summed), with the commit the
+    wheel was built from (COMMIT)."""
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    for path in paths:
+        root = ET.parse(path).getroot()
+        suite = root if root.tag == "testsuite" else root.find("testsuite")
+        for k in counts:
+            counts[k] += int(suite.get(k, 0))
     # device_prepare.sh writes it into .device/head and .device/wheels
     commit_file = next(
         (p for p in (Path("COMMIT"), Path(".device/wheels/COMMIT")) if p.is_file()), Path("COMMIT")
@@ -59,7 +63,9 @@ def from_junit(path: Path, whole: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from-junit", type=Path, help="pytest --junitxml file of the run")
+    ap.add_argument(
+        "--from-junit", type=Path, nargs="+", help="pytest --junitxml file(s) of the run (shards)"
+    )
     ap.add_argument("--whole", choices=("yes", "no"), default="yes")
     ap.add_argument("--append", type=Path, help="a record written by --from-junit")
     ap.add_argument(

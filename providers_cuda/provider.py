@@ -200,7 +200,7 @@ class CUDAProvider(Provider):
         """Queue a device array's copy into pinned host memory; the returned callable waits for
         that copy alone and returns the host array, raising RunError there (as :meth:`to_host`
         does) if an index kernel met a bad index before the copy."""
-        cp = self._cupy
+        cp = self.cupy
         if not isinstance(value, cp.ndarray):
             return super().to_host_async(value)
         with cp.cuda.Device(self.device_id), self.stream:
@@ -224,7 +224,7 @@ class CUDAProvider(Provider):
             if self._argmax is None:
                 from .ops.argmax_cuda import ArgMaxRows
 
-                self._argmax = ArgMaxRows(self._cupy)
+                self._argmax = ArgMaxRows(self.cupy)
             if self._argmax.takes(x) and out.dtype == np.int64 and out.size == x.shape[0]:
                 stride = out.strides[0] // out.itemsize if out.ndim else 1
                 self._argmax(x, out, stride)

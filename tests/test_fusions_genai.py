@@ -193,9 +193,10 @@ def test_joined_matmul_nbits_reads_the_concatenated_tables(factory, make):
 K, BLOCK = 64, 32
 
 
-def nbits_tables(rng, n, zp_kind, dtype=np.float32, bits=4, block=BLOCK, flat=False):
-    """B, scales and zero points of an N x K weight as onnxruntime's quantizer lays them out."""
-    kb = -(-K // block)
+def nbits_tables(rng, n, zp_kind, dtype=np.float32, bits=4, block=BLOCK, flat=False, k=None):
+    """B, scales and zero points of an N x K weight (``k``, default K) as onnxruntime's
+    quantizer lays them out."""
+    kb = -(-(K if k is None else k) // block)
     b = rng.integers(0, 256, (n, kb, block * bits // 8), dtype=np.uint8)
     scales = (rng.random((n, kb)) * 0.1 + 0.01).astype(dtype)
     zp = None

@@ -70,7 +70,7 @@ def norm_gemv_model(
         inits.append(numpy_helper.from_array(w, "w"))
         nodes.append(helper.make_node("MatMul", ["h", "w"], ["y"], name="proj"))
     else:
-        b, scales, zp = nbits_tables(rng, N, "packed", dtype=dt)
+        b, scales, zp = nbits_tables(rng, N, "packed", dtype=dt, k=D)
         names = ["h", "b", "s", "zp", "", "bias" if bias_input else ""]
         inits += [numpy_helper.from_array(b, "b"), numpy_helper.from_array(scales, "s"),
                   numpy_helper.from_array(zp, "zp")]  # fmt: skip

@@ -257,8 +257,10 @@ def test_gqa_step_captures_and_replays_with_new_lengths(s):
     rng = np.random.default_rng(3)
     attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1}
     f, names = gqa_feeds(rng, b, s, nh, nkv, hd, [1200, 700], cap, attrs, (), F16)
-    # the capacity bound, as onnxruntime-genai feeds it when it captures a graph
+    # the capacity bound, as onnxruntime-genai feeds it when it captures a graph, and a
+    # rotary cache covering it (the replays below reach position 1990)
     f["total_sequence_length"] = np.array(cap, np.int32)
+    f["cos_cache"], f["sin_cache"] = rope_cache(cap + s, hd, F16)
     node = gqa_node(f, names, attrs)
     args = device_args(cupy, f, names)
     i_past, i_lens = names.index("past_key"), names.index("seqlens_k")

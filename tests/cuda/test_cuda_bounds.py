@@ -130,7 +130,9 @@ def test_a_captured_step_raises_at_the_bad_replay_and_replays_right_after():
     model = _masked_gqa_model()
     cpu = onnxep.InferenceSession(model, providers=["cpu"])
     sess = _cuda(model, "whole")
-    base = {n: v for n, v in gqa_feeds(cap=64, seqlens=(5,), total=64).items() if n in names}
+    base = {
+        n: v for n, v in gqa_feeds(cap=64, seqlens=(5,), total=64, rows=128).items() if n in names
+    }
     del base["total_sequence_length"]
     base["attention_mask"] = np.ones((1, 64), np.int64)
     for seq in (5, 6, 7, 8):  # warm-up runs, the capture, a replay

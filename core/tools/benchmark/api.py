@@ -345,7 +345,7 @@ def _decode(result, sides, steps, context, warmup, progress, seed, dims) -> Any:
             loop = side.decode_loop(spec, prompt, steps + 1, dims, names)
             loop.step()  # the prefill, untimed
             side.sync()
-            loops[side.name] = loop
+            loops[side.name] = side.timed_loop = loop
             live.append(side)
             result.samples[side.name] = []
         except Exception as exc:
