@@ -15,7 +15,8 @@ factory): model.onnx, genai_config.json. Both sides run the same loop on the sam
   binding with ``enable_cuda_graph`` on (and a run with it off). Median ms per step, and
   onnxep's captures, replays and fallbacks.
 * **prefill of P tokens**: one run of the prompt (past length 0), logits and presents
-  left on the device, warm (median of repeats after a first run).
+  left on the device, warm (median of repeats after a first run); onnxruntime's side has
+  its CUDA graph off (a captured graph replays its own shapes, whatever is bound).
 * **greedy tokens**: ``onnxep.generate`` against an onnxruntime loop (past fed back)
   for ``--steps`` tokens after a ``--tokens`` P-token prompt; equal or the first step
   where they part.
@@ -394,8 +395,19 @@ def main(argv: list[str] | None = None) -> int:
             del buf
         side.kv = []
     _cupy().get_default_memory_pool().free_all_blocks()
+    # onnxruntime's prefill runs on its graph-off session: with enable_cuda_graph on, every
+    # run after the first replays the graph it captured (the decode step's shapes), whatever
+    # the bound inputs' shapes, so a prompt of any length would time one decode step (an
+    # earlier run reported a flat 1.4 ms for 128 to 8000 tokens that way)
+    if "onnxruntime-nograph" not in made and "onnxruntime" in made:
+        try:
+            made["onnxruntime-nograph"] = OrtSide(spec, cap, graph=False)
+        except Exception as exc:
+            report["skipped"].append(
+                f"prefill onnxruntime-nograph: {type(exc).__name__}: {exc}"[:400]
+            )
     for p in [int(x) for x in args.prefill.split(",") if x]:
-        for name in ("onnxep", "onnxruntime"):
+        for name in ("onnxep", "onnxruntime-nograph"):
             side = made.get(name)
             if side is None or time.time() > deadline:
                 report["skipped"].append(f"prefill {name} {p}: budget or no side")
