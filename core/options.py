@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InvalidArgument
 
@@ -27,6 +28,13 @@ class SessionOptions:
     names a plugins.toml that overrides the default key by key (as
     ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
     switches rewrite passes off by name for this session.
+
+    ``placement`` is ``"priority"`` (each node to the first provider in the list that
+    claims it) or ``"measured"`` (time the candidate placements at session creation on
+    feeds made from the inputs' declared shapes, ``placement_shapes`` and
+    ``placement_int_ranges`` as the CLI's ``--shape`` and ``--int-range``, and keep the
+    fastest; docs/placement.md). None of the ``placement*`` settings set here means
+    plugins.toml's ``[placement]`` value.
     """
 
     graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -43,6 +51,13 @@ class SessionOptions:
     inter_op_num_threads: int = 0
     #: where the session writes its model after rewrites ("" writes nothing), as onnxruntime
     optimized_model_filepath: str = ""
+    placement: str | None = None
+    #: the time ``placement="measured"`` may spend on timed runs, in milliseconds
+    placement_budget_ms: float | None = None
+    #: device islands of fewer nodes than this are moved to the CPU in one candidate
+    placement_island_nodes: int | None = None
+    placement_shapes: dict[str, list[int]] = field(default_factory=dict)
+    placement_int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def strict(self) -> bool:
         """Whether a listed provider that is unavailable here is an error (else a warning)."""
@@ -65,6 +80,41 @@ class SessionOptions:
     def __post_init__(self) -> None:
         self.config_entries: dict[str, str] = {}
         self.free_dimension_overrides: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    """How a session places nodes: SessionOptions' ``placement*`` over plugins.toml's."""
+
+    mode: str = "priority"
+    budget_ms: float = 2000.0
+    island_nodes: int = 8
+
+
+def placement_settings(options: SessionOptions, config: Any) -> PlacementSettings:
+    """The session's placement settings, checked (``config``: the session's plugins.toml)."""
+    from .plugins.config import PLACEMENT_MODES
+
+    table = dict(getattr(config, "placement", {}) or {})
+    default = PlacementSettings()
+    mode = options.placement if options.placement is not None else table.get("mode", default.mode)
+    budget = options.placement_budget_ms
+    budget = budget if budget is not None else table.get("budget_ms", default.budget_ms)
+    islands = options.placement_island_nodes
+    islands = islands if islands is not None else table.get("island_nodes", default.island_nodes)
+    if mode not in PLACEMENT_MODES:
+        raise InvalidArgument(
+            f"SessionOptions.placement={mode!r}: it must be one of {', '.join(PLACEMENT_MODES)}"
+        )
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+        raise InvalidArgument(
+            f"SessionOptions.placement_budget_ms={budget!r}: it must be milliseconds above 0"
+        )
+    if isinstance(islands, bool) or not isinstance(islands, int) or islands < 0:
+        raise InvalidArgument(
+            f"SessionOptions.placement_island_nodes={islands!r}: it must be a whole number >= 0"
+        )
+    return PlacementSettings(str(mode), float(budget), int(islands))
 
 
 @dataclass

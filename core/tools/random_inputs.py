@@ -51,9 +51,36 @@ def random_inputs(
         if isinstance(model_or_session, InferenceSession)
         else InferenceSession(model_or_session, providers=["cpu"])
     )
-    dims = {**folder_dims(sess.model_path), **dict(dims or {})}
+    return random_feeds(
+        sess.get_inputs(),
+        sess.compiled.model.graph,
+        sess.model_path,
+        dims,
+        seed,
+        default_dim,
+        shapes=shapes,
+        int_ranges=int_ranges,
+        given=given,
+    )
+
+
+def random_feeds(
+    inputs: Sequence[NodeArg],
+    graph: Any,
+    model_path: str | None,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    default_dim: int = 1,
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    given: Mapping[str, Any] | None = None,
+) -> dict[str, np.ndarray]:
+    """``random_inputs`` for a compiled model's ``inputs`` (``NodeArg``) and onnx-ir
+    ``graph`` (whose Gather tables bound the integer inputs), without a session."""
+    dims = {**folder_dims(model_path), **dict(dims or {})}
     shapes, int_ranges, given = dict(shapes or {}), dict(int_ranges or {}), dict(given or {})
-    names = [a.name for a in sess.get_inputs()]
+    names = [a.name for a in inputs]
     for what, table in (("--shape", shapes), ("--int-range", int_ranges), ("inputs", given)):
         unknown = [n for n in table if n not in names]
         if unknown:
@@ -62,9 +89,9 @@ def random_inputs(
                 f"inputs are {names}"
             )
     rng = np.random.default_rng(seed)
-    bounds = _index_bounds(sess)
+    bounds = _index_bounds(graph)
     feeds: dict[str, np.ndarray] = {}
-    for arg in sess.get_inputs():
+    for arg in inputs:
         if arg.name in given:
             feeds[arg.name] = given[arg.name]
             continue
@@ -91,13 +118,12 @@ def folder_dims(model_path: str | None) -> dict[str, int]:
     return {**dims, "past_sequence_length": 0} if dims else {}
 
 
-def _index_bounds(sess: Any) -> dict[str, int]:
+def _index_bounds(graph: Any) -> dict[str, int]:
     """Inputs used as Gather indices into a constant table: the table's size on that axis.
 
     Token ids, token types and positions then stay inside their embedding tables.
     """
     out: dict[str, int] = {}
-    graph = sess.compiled.model.graph
     for value in graph.inputs:
         for use in value.uses():
             node = use.node
