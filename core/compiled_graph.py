@@ -14,8 +14,8 @@ import onnx_ir as ir
 
 from onnxep.providers.provider import Provider
 
-from .compile.nodeinfo import const_of
 from .compile.islands import move_small_islands_to_host
+from .compile.nodeinfo import const_of
 from .compile.partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
 from .compile.plan import Plan, PlanBuilder
 from .compile.shape_cache import shape_derived_nodes

@@ -140,7 +140,6 @@ def measure(
     margin: float = MARGIN,
 ) -> tuple[Candidate, MeasuredPlacement]:
     """Time ``cands`` (the first is the list as given) and return the one to keep."""
-    start = time.perf_counter()
     timings: dict[str, CandidateTiming] = {}
     live: list[tuple[Candidate, CompiledModel]] = []
     seen: dict[tuple, str] = {}
@@ -169,7 +168,7 @@ def measure(
             only.name,
             "it is the only distinct placement, so nothing was timed",
             budget_ms,
-            (time.perf_counter() - start) * 1e3,
+            0.0,
             island_nodes,
             margin,
             {},
@@ -181,6 +180,7 @@ def measure(
     shown = {k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()}
     times: dict[str, list[float]] = {c.name: [] for c, _ in live}
     warm: dict[str, float] = {}
+    t_runs = time.perf_counter()  # the budget covers the warm-up runs and the timed ones
     # The warm-up run: first-run costs (kernel compiles, capture) are not what a run costs.
     for c, compiled in list(live):
         t0 = time.perf_counter()
@@ -195,14 +195,17 @@ def measure(
                     "values with placement_int_ranges), or use placement='priority'"
                 ) from exc
             live.remove((c, compiled))
-            timings[c.name] = dataclasses.replace(timings[c.name], skipped=f"not timed: its run failed: {exc}")
+            timings[c.name] = dataclasses.replace(
+                timings[c.name], skipped=f"not timed: its run failed: {exc}"
+            )
             continue
         warm[c.name] = (time.perf_counter() - t0) * 1e3
-    t_timed = time.perf_counter()
     dropped: dict[str, str] = {}
     rounds = 0
-    while live and rounds < MAX_ROUNDS and (
-        rounds == 0 or (time.perf_counter() - t_timed) * 1e3 < budget_ms
+    while (
+        live
+        and rounds < MAX_ROUNDS
+        and (rounds == 0 or (time.perf_counter() - t_runs) * 1e3 < budget_ms)
     ):
         # Turn order rotates each round, so no candidate always runs right after another.
         k = rounds % len(live)
@@ -216,14 +219,16 @@ def measure(
         for c, compiled in list(live):
             if c.name != best and min(times[c.name]) > DROP_FACTOR * medians[best]:
                 dropped[c.name] = (
-                    f"stopped after {len(times[c.name])} run(s): its fastest run is over "
-                    f"{DROP_FACTOR:g}x {best!r}'s median"
+                    f"stopped after {len(times[c.name])} run(s): its fastest run took over "
+                    f"{DROP_FACTOR:g}x the median of {best!r}"
                 )
                 live.remove((c, compiled))
-    timed_ms = (time.perf_counter() - t_timed) * 1e3
+    spent_ms = (time.perf_counter() - t_runs) * 1e3
     for name, t in times.items():
         extra = {"skipped": dropped[name]} if name in dropped else {}
-        timings[name] = dataclasses.replace(timings[name], warmup_ms=warm.get(name), times_ms=tuple(t), **extra)
+        timings[name] = dataclasses.replace(
+            timings[name], warmup_ms=warm.get(name), times_ms=tuple(t), **extra
+        )
     medians = {n: statistics.median(t) for n, t in times.items() if t}
     chosen, reason = _choose(medians, cands[0].name, margin)
     budget_note = (
@@ -236,7 +241,7 @@ def measure(
         chosen,
         reason + budget_note,
         budget_ms,
-        timed_ms,
+        spent_ms,
         island_nodes,
         margin,
         shown,

@@ -104,9 +104,7 @@ class InferenceSession:
         basic = RewriteOutcome()
         if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_BASIC:
             rewrite_basic(ir_model, self._host, host, self._disabled, basic)
-        self._opsets = {
-            ("" if k == "ai.onnx" else k): v for k, v in ir_model.opset_imports.items()
-        }
+        self._opsets = {("" if k == "ai.onnx" else k): v for k, v in ir_model.opset_imports.items()}
         self._profiler = (
             Profiler(self._options.profile_file_prefix) if self._options.enable_profiling else None
         )
