@@ -275,3 +275,29 @@ def test_float16_folds_within_tolerance(rng):
     assert session_ops(sess) == ["Conv"]
     feeds = {"x": rng.standard_normal([2, 2, 6, 6]).astype(np.float16)}
     check_parity(model, feeds, sess)
+
+
+def test_the_factory_resnet_with_its_batch_norms(rng):
+    """The project's ResNet-style CNN (bench/factory), batch norms kept by the export: every
+    Conv -> BN pair folds, including the projection shortcuts, and the Add of a residual
+    branch stays."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.factory.torch_models import ResNet
+
+    torch.manual_seed(0)
+    net = ResNet()
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            randomize_bn(m, int(m.num_features))
+    x = torch.randn(2, 3, 32, 32)
+    model = export(net, x)
+    n_bn = ops(model).count("BatchNormalization")
+    assert n_bn == ops(model).count("Conv") == 9
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert "BatchNormalization" not in session_ops(sess)
+    assert sess.placement().rewrites["fold_batch_norm"] == n_bn
+    assert session_ops(sess).count("Add") == ops(model).count("Add")
+    check_parity(model, {model.graph.input[0].name: x.numpy()}, sess)

@@ -101,7 +101,7 @@ class FusionReport:
 class CandidateTiming:
     """One placement ``placement="measured"`` considered: what it is, what it cost.
 
-    ``times_ms`` are the timed runs (after one warm-up run, ``warmup_ms``);
+    ``times_ms`` are the timed runs (after the warm-up runs, which took ``warmup_ms``);
     ``skipped`` says why a candidate was not timed (or stopped early), empty when it
     ran every round.
     """
@@ -130,7 +130,7 @@ class CandidateTiming:
         if self.median_ms is not None:
             head += f"median {self.median_ms:.3f} ms over {self.runs} run(s)"
             if self.warmup_ms is not None:
-                head += f" (warm-up {self.warmup_ms:.3f} ms)"
+                head += f" (warm-up {self.warmup_ms:.3f} ms in all)"
         else:
             head += "not timed"
         detail = f"nodes {nodes}; copies {self.copies}; compiled in {self.compile_ms:.1f} ms"
