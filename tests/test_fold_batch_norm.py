@@ -301,3 +301,36 @@ def test_the_factory_resnet_with_its_batch_norms(rng):
     assert sess.placement().rewrites["fold_batch_norm"] == n_bn
     assert session_ops(sess).count("Add") == ops(model).count("Add")
     check_parity(model, {model.graph.input[0].name: x.numpy()}, sess)
+
+
+def test_folds_inside_an_if_branch(rng):
+    """A Conv + BN in a subgraph folds too; the branch reads the outer graph's weights."""
+    inner = bn_model(rng=rng)
+    branch = helper.make_graph(
+        list(inner.graph.node),
+        "then",
+        [],
+        [tensor("y", [2, 3, 4, 4])],
+        list(inner.graph.initializer),
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["zeros"], ["y2"], name="id")],
+        "else",
+        [],
+        [tensor("y2", [2, 3, 4, 4])],
+    )
+    zeros = numpy_helper.from_array(np.zeros([2, 3, 4, 4], np.float32), "zeros")
+    node = helper.make_node("If", ["cond"], ["y"], name="if", then_branch=branch, else_branch=other)
+    model = make_model(
+        [node],
+        [tensor("x", [2, 2, 6, 6]), tensor("cond", [], TensorProto.BOOL)],
+        [tensor("y", [2, 3, 4, 4])],
+        [zeros],
+        opset=15,
+    )
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert sess.placement().rewrites["fold_batch_norm"] == 1
+    then = sess.compiled.model.graph.node(0).attributes["then_branch"].value
+    assert [n.op_type for n in then] == ["Conv"]
+    feeds = {"x": rng.standard_normal([2, 2, 6, 6]).astype(np.float32), "cond": np.array(True)}
+    check_parity(model, feeds, sess)
