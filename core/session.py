@@ -24,7 +24,13 @@ from .loading.load import load
 from .loading.read import ModelLike
 from .measured_placement import Candidate, candidates, measure, timing_feeds
 from .model_io import NodeArg
-from .options import GraphOptimizationLevel, RunOptions, SessionOptions, placement_settings
+from .options import (
+    GraphOptimizationLevel,
+    PlacementSettings,
+    RunOptions,
+    SessionOptions,
+    placement_settings,
+)
 from .ortvalue import OrtValue
 from .plugins.config import load_config
 from .plugins.host import PluginHost, get_host, register_plugin
@@ -108,7 +114,7 @@ class InferenceSession:
         self._profiler = (
             Profiler(self._options.profile_file_prefix) if self._options.enable_profiling else None
         )
-        chosen = Candidate("priority", "", tuple(self._providers))
+        chosen = candidates(self._providers, host, 0)[0]  # the list as given
         self._measured: MeasuredPlacement | None = None
         settings = placement_settings(self._options, self._config)
         if settings.mode == "measured":
@@ -133,8 +139,9 @@ class InferenceSession:
         """``ir_model`` (after the basic rewrites) compiled for ``cand``: its providers'
         fusions, partition, plan. ``measuring`` compiles a copy, and profiles nothing."""
         model = ir_model.clone() if measuring else ir_model
-        outcome = RewriteOutcome(dict(basic.counts), list(basic.skipped), list(basic.fusions))
-        outcome.refusals = dict(basic.refusals)
+        outcome = RewriteOutcome(
+            dict(basic.counts), list(basic.skipped), list(basic.fusions), dict(basic.refusals)
+        )
         providers = list(cand.providers)
         if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_EXTENDED:
             rewrite_extended(model, self._host, providers, self._opsets, self._disabled, outcome)
@@ -151,7 +158,11 @@ class InferenceSession:
         return compiled, outcome
 
     def _measure(
-        self, ir_model: Any, basic: RewriteOutcome, host: Provider | None, settings: Any
+        self,
+        ir_model: Any,
+        basic: RewriteOutcome,
+        host: Provider | None,
+        settings: PlacementSettings,
     ) -> tuple[Candidate, MeasuredPlacement]:
         """The fastest of the candidate placements, timed as docs/placement.md says."""
         if self._options.disable_fallback:
