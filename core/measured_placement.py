@@ -14,7 +14,8 @@ node placement is timed once), run once to warm up, then the candidates are
 run in turns, interleaved so that noise hits them alike, until the budget is
 spent (at least one timed round, at most ``MAX_ROUNDS``). A candidate whose
 fastest run is more than ``DROP_FACTOR`` times slower than another's median
-stops early. The fastest median wins; a candidate other than ``priority``
+stops early (and once one candidate is left, after three rounds, timing
+ends). The fastest median wins; a candidate other than ``priority``
 must beat it by more than ``margin`` (noise), else the list as given stays.
 The plans measured are thrown away: the session compiles the chosen
 candidate once more, so no captured graph, cache or counter of a timing run
@@ -232,6 +233,8 @@ def measure(
                     f"{DROP_FACTOR:g}x the median of {best!r}"
                 )
                 live.remove((c, compiled))
+        if len(live) < 2 and rounds >= 3:
+            break  # the rest stopped early: nothing left to compare the last one with
     spent_ms = (time.perf_counter() - t_runs) * 1e3
     for name, t in times.items():
         extra = {"skipped": dropped[name]} if name in dropped else {}

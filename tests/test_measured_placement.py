@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -23,14 +24,21 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
 from onnxep.errors import ConfigError, InvalidArgument
+from onnxep.testing import compare_output
+
+try:
+    import torch
+except ImportError:  # the exported-model test skips
+    torch = None
 
 LAUNCH_MS = 3.0
 HOST_DENSE_MS = 40.0
 
 LAG_PROVIDER = f'''
+import dataclasses
 import time
 import numpy as np
-from onnxep.providers import Provider, ProviderInfo, hookimpl, kernel
+from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl, kernel
 
 LAUNCH_S = {LAUNCH_MS / 1e3}
 HOST_DENSE_S = {HOST_DENSE_MS / 1e3}
@@ -61,6 +69,14 @@ def launched(node, fn):
         return fn(*args)
 
     return run
+
+
+def slowed(spec):
+    """A generic kernel that pays lag's launch cost."""
+    def build(node, xp):
+        return launched(node, spec.builder(node, xp))
+
+    return dataclasses.replace(spec, builder=build)
 
 
 @kernel("Add", since=14, dtypes=["float"])
@@ -104,8 +120,14 @@ class Plugin:
     @hookimpl
     def onnxep_kernels(self, provider):
         if provider.name == "lag":
-            return [*add.__onnxep_kernels__, *mul.__onnxep_kernels__,
+            mine = [*add.__onnxep_kernels__, *mul.__onnxep_kernels__,
                     *relu.__onnxep_kernels__, *dense.__onnxep_kernels__]
+            if not provider.options.get("generic"):
+                return mine
+            # option generic: every op of the SDK's generic library too, each paying a launch
+            ops = set((s.domain, s.op_type) for s in mine)
+            lib = KernelLibrary.from_package("onnxep.providers.ops")
+            return [*(slowed(s) for s in lib if (s.domain, s.op_type) not in ops), *mine]
         if provider.name == "cpu":
             return list(host_dense.__onnxep_kernels__)
 
@@ -198,6 +220,10 @@ def island_model(rng):
     )
 
 
+def ops_of(model) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
 def numpy_heavy(model, x):
     w = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     return np.maximum(x @ w["w0"], 0) @ w["w1"]
@@ -266,6 +292,51 @@ def test_small_islands_between_host_nodes_move_to_the_cpu(lag, rng):
     x = rng.standard_normal([2, 64]).astype(np.float32)
     plain = onnxep.InferenceSession(model, providers=["lag", "cpu"])
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+
+
+class VoiceActivity(torch.nn.Module if torch else object):
+    """Conv1d front end, an LSTM, a dense head: a voice-activity model's shape, small."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(1, 16, 5, stride=2)
+        self.c2 = torch.nn.Conv1d(16, 16, 3)
+        self.lstm = torch.nn.LSTM(16, 32, batch_first=True)
+        self.head = torch.nn.Linear(32, 1)
+
+    def forward(self, audio):
+        h = torch.relu(self.c2(torch.relu(self.c1(audio))))
+        out, _ = self.lstm(h.transpose(1, 2))
+        return torch.sigmoid(self.head(out[:, -1]))
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch to export the model")
+def test_an_exported_voice_activity_model_lands_on_the_cpu(lag, rng, tmp_path):
+    """A torch export (Conv1d + LSTM + Linear), on lag running the SDK's generic kernels:
+    each of its nodes pays a launch, so the CPU alone is faster."""
+    torch.manual_seed(0)
+    path = tmp_path / "vad.onnx"
+    x = torch.randn(1, 1, 200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            VoiceActivity().eval(), (x,), str(path), dynamo=False, input_names=["audio"]
+        )
+    model = onnx.load(str(path))
+    assert "LSTM" in ops_of(model) and "Conv" in ops_of(model)
+    providers = [("lag", {"generic": True}), "cpu"]
+    sess = onnxep.InferenceSession(str(path), measured(), providers=providers)
+    m = sess.placement().measured
+    assert m.chosen == "cpu-only", m.format()
+    assert m["priority"].counts.get("lag", 0) >= 6  # lag claims the model's compute nodes
+    assert m.feeds == {"audio": "float32[1, 1, 200]"}
+    feeds = {"audio": rng.standard_normal([1, 1, 200]).astype(np.float32)}
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    [r] = compare_output("y", sess.run(None, feeds)[0], ref.run(None, feeds)[0], ["cpu"], "ort")
+    assert r.ok, r
+    priority = onnxep.InferenceSession(str(path), providers=providers)
+    [r] = compare_output("y", priority.run(None, feeds)[0], ref.run(None, feeds)[0], ["lag"], "ort")
+    assert r.ok, r
 
 
 def test_the_kept_plan_is_fresh(lag, rng):
