@@ -334,3 +334,19 @@ def test_folds_inside_an_if_branch(rng):
     assert [n.op_type for n in then] == ["Conv"]
     feeds = {"x": rng.standard_normal([2, 2, 6, 6]).astype(np.float32), "cond": np.array(True)}
     check_parity(model, feeds, sess)
+
+
+def test_the_dynamo_exporters_batch_norm_folds(rng):
+    """torch's dynamo exporter writes the BN as BatchNormalization when its optimizer is off."""
+    module, shape = CASES["grouped"]
+    module.eval()
+    x = torch.randn(*shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = torch.onnx.export(module, (x,), dynamo=True, optimize=False, verbose=False)
+    model = model.model_proto
+    assert "BatchNormalization" in ops(model)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert "BatchNormalization" not in session_ops(sess)
+    assert sess.placement().rewrites["fold_batch_norm"] == 1
+    check_parity(model, {model.graph.input[0].name: x.numpy()}, sess)

@@ -339,6 +339,16 @@ def test_an_exported_voice_activity_model_lands_on_the_cpu(lag, rng, tmp_path):
     assert r.ok, r
 
 
+def test_the_fallback_warning_leaves_out_the_nodes_it_moved(lag, rng, caplog):
+    opts = measured(placement_island_nodes=4)
+    opts.log_severity_level = 2
+    with caplog.at_level("WARNING", logger="onnxep"):
+        sess = onnxep.InferenceSession(island_model(rng), opts, providers=["lag", "cpu"])
+    assert sess.placement().measured.chosen == "islands-to-cpu"
+    [warning] = [r.getMessage() for r in caplog.records if "fell back" in r.getMessage()]
+    assert warning.startswith("2 node(s) fell back from 'lag'") and warning.endswith(": Softmax")
+
+
 def test_the_kept_plan_is_fresh(lag, rng):
     """The plans timed are thrown away: the session's own kernels have not run yet."""
     sess = onnxep.InferenceSession(heavy_model(rng), measured(), providers=["lag", "cpu"])
