@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -182,13 +183,17 @@ class InferenceSession:
                 self._options.placement_int_ranges,
             )
 
-        return measure(
+        chosen = measure(
             cands,
             lambda c: self._build(ir_model, basic, host, c, measuring=True)[0],
             feeds_for,
             settings.budget_ms,
             settings.island_nodes,
         )
+        # The timed plans hold device weights and buffers in reference cycles (a capture
+        # runner calls back into its model): free them before the kept plan is built.
+        gc.collect()
+        return chosen
 
     def _write_optimized(self, path: str | os.PathLike) -> None:
         """The model after this session's rewrites (fusions produce ``onnxep`` domain ops,
