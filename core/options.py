@@ -52,7 +52,7 @@ class SessionOptions:
     #: where the session writes its model after rewrites ("" writes nothing), as onnxruntime
     optimized_model_filepath: str = ""
     placement: str | None = None
-    #: the time ``placement="measured"`` may spend on timed runs, in milliseconds
+    #: the time ``placement="measured"`` may spend running candidates, in milliseconds
     placement_budget_ms: float | None = None
     #: device islands of fewer nodes than this are moved to the CPU in one candidate
     placement_island_nodes: int | None = None
@@ -92,29 +92,29 @@ class PlacementSettings:
 
 
 def placement_settings(options: SessionOptions, config: Any) -> PlacementSettings:
-    """The session's placement settings, checked (``config``: the session's plugins.toml)."""
-    from .plugins.config import PLACEMENT_MODES
+    """The session's placement settings, checked (``config``: the session's plugins.toml,
+    whose ``[placement]`` values were checked when it was read)."""
+    from .plugins.config import placement_problem
 
     table = dict(getattr(config, "placement", {}) or {})
     default = PlacementSettings()
-    mode = options.placement if options.placement is not None else table.get("mode", default.mode)
-    budget = options.placement_budget_ms
-    budget = budget if budget is not None else table.get("budget_ms", default.budget_ms)
-    islands = options.placement_island_nodes
-    islands = islands if islands is not None else table.get("island_nodes", default.island_nodes)
-    if mode not in PLACEMENT_MODES:
-        raise InvalidArgument(
-            f"SessionOptions.placement={mode!r}: it must be one of {', '.join(PLACEMENT_MODES)}"
-        )
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
-        raise InvalidArgument(
-            f"SessionOptions.placement_budget_ms={budget!r}: it must be milliseconds above 0"
-        )
-    if isinstance(islands, bool) or not isinstance(islands, int) or islands < 0:
-        raise InvalidArgument(
-            f"SessionOptions.placement_island_nodes={islands!r}: it must be a whole number >= 0"
-        )
-    return PlacementSettings(str(mode), float(budget), int(islands))
+    values = {}
+    for key, option in (
+        ("mode", "placement"),
+        ("budget_ms", "placement_budget_ms"),
+        ("island_nodes", "placement_island_nodes"),
+    ):
+        value = getattr(options, option)
+        if value is None:
+            value = table.get(key, getattr(default, key))
+        else:
+            what = placement_problem(key, value)
+            if what:
+                raise InvalidArgument(f"SessionOptions.{option}={value!r}: it must be {what}")
+        values[key] = value
+    return PlacementSettings(
+        str(values["mode"]), float(values["budget_ms"]), int(values["island_nodes"])
+    )
 
 
 @dataclass

@@ -35,6 +35,12 @@ _PLACEMENT_KEYS: dict[str, tuple[Any, str]] = {
 }
 
 
+def placement_problem(key: str, value: Any) -> str | None:
+    """What ``[placement]`` key ``key`` must be, when ``value`` is not that; else None."""
+    ok, what = _PLACEMENT_KEYS[key]
+    return None if ok(value) else what
+
+
 def default_config_path() -> Path:
     """plugins.toml inside the installed package, else at the source tree's root."""
     here = Path(__file__).resolve().parent.parent  # the onnxep package
@@ -113,8 +119,8 @@ def _check(data: Mapping[str, Any], path: Path) -> None:
                 f"unknown key 'placement.{key}' in {str(path)!r}; "
                 f"allowed: {', '.join(sorted(_PLACEMENT_KEYS))}"
             )
-        ok, what = _PLACEMENT_KEYS[key]
-        if not ok(value):
+        what = placement_problem(key, value)
+        if what:
             raise ConfigError(f"'placement.{key}' in {str(path)!r} must be {what}, got {value!r}")
 
 
