@@ -37,6 +37,7 @@ from .compile.placement import CandidateTiming, MeasuredPlacement
 from .compiled_model import CompiledModel
 from .errors import InvalidArgument, OnnxepError
 from .model_io import NodeArg
+from .random_feeds import random_feeds
 
 __all__ = ["Candidate", "candidates", "measure"]
 
@@ -105,8 +106,6 @@ def timing_feeds(
 ) -> dict[str, Any]:
     """Random feeds for timing, as the CLI's ``--shape``/``--int-range`` make them (symbolic
     dims: ``dims``, else 1); refused, naming the input, where one cannot be made."""
-    from .tools.random_inputs import random_feeds
-
     how = (
         "give its shape with SessionOptions.placement_shapes={name: [dims]} "
         "(onnxep explain --shape NAME=D0,D1), or use placement='priority'"
