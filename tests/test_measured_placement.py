@@ -349,6 +349,35 @@ def test_the_fallback_warning_leaves_out_the_nodes_it_moved(lag, rng, caplog):
     assert warning.startswith("2 node(s) fell back from 'lag'") and warning.endswith(": Softmax")
 
 
+def test_islands_inside_a_branch_move_too(lag, rng):
+    """The rule applies in subgraphs: an If's branches, two small lag islands, move to the
+    CPU, which makes the islands candidate the CPU-only placement."""
+    c = numpy_helper.from_array(np.full([4], 2.0, np.float32), "c")
+    then = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "c"], ["a"], name="then_add"),
+            helper.make_node("Mul", ["a", "c"], ["t"], name="then_mul"),
+        ],
+        "then",
+        [],
+        [tensor("t", [4])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["e"], name="else_relu")], "else", [], [tensor("e", [4])]
+    )
+    node = helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other)
+    model = make_model(
+        [node], [tensor("x", [4]), tensor("cond", [], TensorProto.BOOL)], [tensor("y", [4])], [c]
+    )
+    sess = onnxep.InferenceSession(model, measured(), providers=["lag", "cpu"])
+    m = sess.placement().measured
+    assert m["priority"].counts == {"cpu": 1, "lag": 3}
+    assert "same placement as 'cpu-only'" in m["islands-to-cpu"].skipped
+    assert m.chosen == "cpu-only"
+    out = sess.run(None, {"x": np.arange(4, dtype=np.float32), "cond": np.array(True)})[0]
+    np.testing.assert_array_equal(out, (np.arange(4) + 2.0) * 2.0)
+
+
 def test_the_kept_plan_is_fresh(lag, rng):
     """The plans timed are thrown away: the session's own kernels have not run yet."""
     sess = onnxep.InferenceSession(heavy_model(rng), measured(), providers=["lag", "cpu"])
