@@ -10,7 +10,8 @@ The candidates (docs/placement.md):
 
 Each candidate is compiled fresh from the model after the basic rewrites (its
 own copy, its own fusions), checked against the ones before it (the same
-node placement is timed once), run once to warm up, then the candidates are
+node placement is timed once), warmed up (a run, or a capture policy's
+warm-up and capturing runs), then the candidates are
 run in turns, interleaved so that noise hits them alike, until the budget is
 spent (at least one timed round, at most ``MAX_ROUNDS``). A candidate whose
 fastest run is more than ``DROP_FACTOR`` times slower than another's median
@@ -39,7 +40,7 @@ from .errors import InvalidArgument, OnnxepError
 from .model_io import NodeArg
 from .random_feeds import random_feeds
 
-__all__ = ["Candidate", "candidates", "measure"]
+__all__ = ["Candidate", "candidates", "measure", "timing_feeds"]
 
 #: at most this many timed rounds, whatever the budget
 MAX_ROUNDS = 30
