@@ -14,6 +14,7 @@ import onnx_ir as ir
 
 from onnxep.providers.provider import Provider
 
+from .compile.islands import move_small_islands_to_host
 from .compile.nodeinfo import const_of
 from .compile.partition import PlacedNode, check_fallback, move_shape_math_to_host, partition
 from .compile.plan import Plan, PlanBuilder
@@ -63,6 +64,9 @@ class CompileContext:
     subgraphs: list[CompiledGraph] = field(default_factory=list)
     profiler: Profiler | None = None
     shape_cache: bool = True
+    #: device islands of fewer nodes than this move to the host (0: none; the candidate
+    #: ``placement="measured"`` times, see compile/islands.py)
+    island_nodes: int = 0
 
 
 @dataclass
@@ -97,6 +101,8 @@ def compile_graph(
 
     placed = partition(graph, ctx.providers, ctx.opsets, compile_sub, ctx.const, prefix)
     moved = move_shape_math_to_host(placed, ctx.host, graph.outputs)
+    if ctx.island_nodes:
+        move_small_islands_to_host(placed, ctx.host, ctx.island_nodes)
     if ctx.disable_fallback and ctx.providers:
         check_fallback(placed, ctx.providers[0])
     builder = PlanBuilder(ctx.providers, ctx.const)

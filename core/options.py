@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InvalidArgument
 
@@ -27,6 +28,13 @@ class SessionOptions:
     names a plugins.toml that overrides the default key by key (as
     ``$ONNXEP_PLUGINS`` does). ``disabled_rewrites``
     switches rewrite passes off by name for this session.
+
+    ``placement`` is ``"priority"`` (each node to the first provider in the list that
+    claims it) or ``"measured"`` (time the candidate placements at session creation on
+    feeds made from the inputs' declared shapes, ``placement_shapes`` and
+    ``placement_int_ranges`` as the CLI's ``--shape`` and ``--int-range``, and keep the
+    fastest; docs/placement.md). None of the ``placement*`` settings set here means
+    plugins.toml's ``[placement]`` value.
     """
 
     graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -43,6 +51,13 @@ class SessionOptions:
     inter_op_num_threads: int = 0
     #: where the session writes its model after rewrites ("" writes nothing), as onnxruntime
     optimized_model_filepath: str = ""
+    placement: str | None = None
+    #: the time ``placement="measured"`` may spend running candidates, in milliseconds
+    placement_budget_ms: float | None = None
+    #: device islands of fewer nodes than this are moved to the CPU in one candidate
+    placement_island_nodes: int | None = None
+    placement_shapes: dict[str, list[int]] = field(default_factory=dict)
+    placement_int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def strict(self) -> bool:
         """Whether a listed provider that is unavailable here is an error (else a warning)."""
@@ -65,6 +80,41 @@ class SessionOptions:
     def __post_init__(self) -> None:
         self.config_entries: dict[str, str] = {}
         self.free_dimension_overrides: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    """How a session places nodes: SessionOptions' ``placement*`` over plugins.toml's."""
+
+    mode: str = "priority"
+    budget_ms: float = 2000.0
+    island_nodes: int = 8
+
+
+def placement_settings(options: SessionOptions, config: Any) -> PlacementSettings:
+    """The session's placement settings, checked (``config``: the session's plugins.toml,
+    whose ``[placement]`` values were checked when it was read)."""
+    from .plugins.config import placement_problem
+
+    table = dict(getattr(config, "placement", {}) or {})
+    default = PlacementSettings()
+    values = {}
+    for key, option in (
+        ("mode", "placement"),
+        ("budget_ms", "placement_budget_ms"),
+        ("island_nodes", "placement_island_nodes"),
+    ):
+        value = getattr(options, option)
+        if value is None:
+            value = table.get(key, getattr(default, key))
+        else:
+            what = placement_problem(key, value)
+            if what:
+                raise InvalidArgument(f"SessionOptions.{option}={value!r}: it must be {what}")
+        values[key] = value
+    return PlacementSettings(
+        str(values["mode"]), float(values["budget_ms"]), int(values["island_nodes"])
+    )
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,8 @@ import numpy as np
 
 from onnxep.providers import CaptureConfig, Provider
 
-from .compile.placement import CopyPlacement, NodePlacement, PlacementReport
+from .compile.islands import MOVED_BY_MEASUREMENT
+from .compile.placement import CopyPlacement, MeasuredPlacement, NodePlacement, PlacementReport
 from .compiled_graph import CompileContext
 from .compiled_model import CompiledModel
 from .errors import InvalidArgument
@@ -21,8 +23,15 @@ from .execute.profiling import Profiler
 from .iobinding import IOBinding
 from .loading.load import load
 from .loading.read import ModelLike
+from .measured_placement import Candidate, candidates, measure, timing_feeds
 from .model_io import NodeArg
-from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .options import (
+    GraphOptimizationLevel,
+    PlacementSettings,
+    RunOptions,
+    SessionOptions,
+    placement_settings,
+)
 from .ortvalue import OrtValue
 from .plugins.config import load_config
 from .plugins.host import PluginHost, get_host, register_plugin
@@ -98,32 +107,93 @@ class InferenceSession:
         ir_model = loaded.model
 
         disabled = [n for n, on in self._config.rewrites.items() if not on]
-        disabled += list(self._options.disabled_rewrites)
-        self._rewrites = RewriteOutcome()
-        level = self._options.graph_optimization_level
-        if level >= GraphOptimizationLevel.ORT_ENABLE_BASIC:
-            rewrite_basic(ir_model, self._host, host, disabled, self._rewrites)
-        opsets = {("" if k == "ai.onnx" else k): v for k, v in ir_model.opset_imports.items()}
-        if level >= GraphOptimizationLevel.ORT_ENABLE_EXTENDED:
-            rewrite_extended(
-                ir_model, self._host, self._providers, opsets, disabled, self._rewrites
-            )
+        self._disabled = disabled + list(self._options.disabled_rewrites)
+        basic = RewriteOutcome()
+        if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_BASIC:
+            rewrite_basic(ir_model, self._host, host, self._disabled, basic)
+        self._opsets = {("" if k == "ai.onnx" else k): v for k, v in ir_model.opset_imports.items()}
         self._profiler = (
             Profiler(self._options.profile_file_prefix) if self._options.enable_profiling else None
         )
-        ctx = CompileContext(
-            providers=self._providers,
-            opsets=opsets,
-            host=host,
-            disable_fallback=self._options.disable_fallback,
-            profiler=self._profiler,
-        )
-        self._compiled = CompiledModel(ir_model, ctx, self._capture_config, self._profiler)
+        chosen = candidates(self._providers, host, 0)[0]  # the list as given
+        self._measured: MeasuredPlacement | None = None
+        settings = placement_settings(self._options, self._config)
+        if settings.mode == "measured":
+            chosen, self._measured = self._measure(ir_model, basic, host, settings)
+        self._providers = list(chosen.providers)
+        self._provider_options = {p.name: dict(p.options) for p in self._providers}
+        self._compiled, self._rewrites = self._build(ir_model, basic, host, chosen)
         self._input_args = [NodeArg.of(v) for v in self._compiled.inputs]
         self._output_args = [NodeArg.of(v) for v in ir_model.graph.outputs]
         if self._options.optimized_model_filepath:
             self._write_optimized(self._options.optimized_model_filepath)
         self._log_summary()
+
+    def _build(
+        self,
+        ir_model: Any,
+        basic: RewriteOutcome,
+        host: Provider | None,
+        cand: Candidate,
+        measuring: bool = False,
+    ) -> tuple[CompiledModel, RewriteOutcome]:
+        """``ir_model`` (after the basic rewrites) compiled for ``cand``: its providers'
+        fusions, partition, plan. ``measuring`` compiles a copy, and profiles nothing."""
+        model = ir_model.clone() if measuring else ir_model
+        outcome = RewriteOutcome(
+            dict(basic.counts), list(basic.skipped), list(basic.fusions), dict(basic.refusals)
+        )
+        providers = list(cand.providers)
+        if self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_EXTENDED:
+            rewrite_extended(model, self._host, providers, self._opsets, self._disabled, outcome)
+        profiler = None if measuring else self._profiler
+        ctx = CompileContext(
+            providers=providers,
+            opsets=self._opsets,
+            host=host,
+            disable_fallback=self._options.disable_fallback,
+            profiler=profiler,
+            island_nodes=cand.island_nodes,
+        )
+        compiled = CompiledModel(model, ctx, lambda: self._capture_config(providers), profiler)
+        return compiled, outcome
+
+    def _measure(
+        self,
+        ir_model: Any,
+        basic: RewriteOutcome,
+        host: Provider | None,
+        settings: PlacementSettings,
+    ) -> tuple[Candidate, MeasuredPlacement]:
+        """The fastest of the candidate placements, timed as docs/placement.md says."""
+        if self._options.disable_fallback:
+            raise InvalidArgument(
+                "placement='measured' and disable_fallback cannot both be set: the candidates "
+                "other than the list as given move nodes off the first provider; choose one"
+            )
+        cands = candidates(self._providers, host, settings.island_nodes)
+
+        def feeds_for(compiled: CompiledModel) -> dict[str, Any]:
+            return timing_feeds(
+                [NodeArg.of(v) for v in compiled.inputs],
+                compiled.model.graph,
+                self.model_path,
+                self._options.free_dimension_overrides,
+                self._options.placement_shapes,
+                self._options.placement_int_ranges,
+            )
+
+        chosen = measure(
+            cands,
+            lambda c: self._build(ir_model, basic, host, c, measuring=True)[0],
+            feeds_for,
+            settings.budget_ms,
+            settings.island_nodes,
+        )
+        # The timed plans hold device weights and buffers in reference cycles (a capture
+        # runner calls back into its model): free them before the kept plan is built.
+        gc.collect()
+        return chosen
 
     def _write_optimized(self, path: str | os.PathLike) -> None:
         """The model after this session's rewrites (fusions produce ``onnxep`` domain ops,
@@ -151,12 +221,12 @@ class InferenceSession:
         recurrent or conv state) instead of a new buffer to copy back."""
         return {x: out for x, (_, out) in self._compiled.inplace.items()}
 
-    def _capture_config(self) -> CaptureConfig | None:
+    def _capture_config(self, providers: Sequence[Provider]) -> CaptureConfig | None:
         """The first device provider's capture policy (``onnxep_capture_policy``), if any."""
-        for p in self._providers:
+        for p in providers:
             if p.device == "cpu":
                 continue
-            cfg = self._host.capture_policy(p, self._provider_options.get(p.name, {}))
+            cfg = self._host.capture_policy(p, dict(p.options))
             if cfg is not None:
                 return cfg
         return None
@@ -169,7 +239,13 @@ class InferenceSession:
         if logger.isEnabledFor(level) and level <= logging.INFO:
             logger.log(level, "placement of %s:\n%s", self.model_path or "<model>", rep.format())
         first = self._providers[0].name
-        moved = [n for n in rep.fallbacks if n.role == "compute" and first != n.provider]
+        moved = [
+            n
+            for n in rep.fallbacks
+            if n.role == "compute"
+            and first != n.provider
+            and not n.declined[-1][1].startswith(MOVED_BY_MEASUREMENT)
+        ]
         if moved and self._options.log_severity_level <= 2:
             logger.warning(
                 "%d node(s) fell back from %r (see InferenceSession.placement()): %s",
@@ -292,6 +368,8 @@ class InferenceSession:
         report.output_nodes = self._compiled.output_nodes()
         report.skipped_rewrites = list(self._rewrites.skipped)
         report.fusions = list(self._rewrites.fusions)
+        report.rewrite_refusals = {k: dict(v) for k, v in self._rewrites.refusals.items()}
+        report.measured = self._measured
         return report
 
     def capture_stats(self) -> dict[str, Any]:

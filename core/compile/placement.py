@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -96,6 +97,105 @@ class FusionReport:
         }
 
 
+@dataclass(frozen=True)
+class CandidateTiming:
+    """One placement ``placement="measured"`` considered: what it is, what it cost.
+
+    ``times_ms`` are the timed runs (after the warm-up runs, which took ``warmup_ms``);
+    ``skipped`` says why a candidate was not timed (or stopped early), empty when it
+    ran every round.
+    """
+
+    name: str
+    rule: str
+    providers: tuple[str, ...]
+    counts: dict[str, int] = field(default_factory=dict)
+    copies: int = 0
+    compile_ms: float = 0.0
+    warmup_ms: float | None = None
+    times_ms: tuple[float, ...] = ()
+    skipped: str = ""
+
+    @property
+    def runs(self) -> int:
+        return len(self.times_ms)
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.times_ms) if self.times_ms else None
+
+    def format(self) -> str:
+        nodes = ", ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
+        head = f"{self.name} [{', '.join(self.providers)}]: "
+        if self.median_ms is not None:
+            head += f"median {self.median_ms:.3f} ms over {self.runs} run(s)"
+            if self.warmup_ms is not None:
+                head += f" (warm-up {self.warmup_ms:.3f} ms in all)"
+        else:
+            head += "not timed"
+        detail = f"nodes {nodes}; copies {self.copies}; compiled in {self.compile_ms:.1f} ms"
+        tail = f"; {self.skipped}" if self.skipped else ""
+        return f"{head}\n      {self.rule}; {detail}{tail}"
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "rule": self.rule,
+            "providers": list(self.providers),
+            "counts": dict(self.counts),
+            "copies": self.copies,
+            "compile_ms": self.compile_ms,
+            "warmup_ms": self.warmup_ms,
+            "times_ms": list(self.times_ms),
+            "runs": self.runs,
+            "median_ms": self.median_ms,
+            "skipped": self.skipped,
+        }
+
+
+@dataclass(frozen=True)
+class MeasuredPlacement:
+    """What ``placement="measured"`` timed and why it kept the placement it kept."""
+
+    chosen: str
+    reason: str
+    budget_ms: float
+    spent_ms: float
+    island_nodes: int
+    margin: float
+    #: each timing feed as ``dtype[shape]``
+    feeds: dict[str, str] = field(default_factory=dict)
+    candidates: tuple[CandidateTiming, ...] = ()
+
+    def __getitem__(self, name: str) -> CandidateTiming:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def format(self) -> list[str]:
+        feeds = ", ".join(f"{k} {v}" for k, v in self.feeds.items()) or "none"
+        lines = [
+            f"placement measured (budget {self.budget_ms:g} ms, spent {self.spent_ms:.1f} ms; "
+            f"feeds: {feeds}):"
+        ]
+        lines += [f"  - {c.format()}" for c in self.candidates]
+        lines.append(f"  chose {self.chosen!r}: {self.reason}")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "budget_ms": self.budget_ms,
+            "spent_ms": self.spent_ms,
+            "island_nodes": self.island_nodes,
+            "margin": self.margin,
+            "feeds": dict(self.feeds),
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
 @dataclass
 class PlacementReport:
     """What ``InferenceSession.placement()`` returns; iterating yields the node entries."""
@@ -111,6 +211,10 @@ class PlacementReport:
     fusions: list[FusionReport] = field(default_factory=list)
     #: per graph output, the nodes of the main graph it is computed from
     output_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the rewrite passes' refused matches: pass name -> reason -> nodes (see each pass)
+    rewrite_refusals: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    #: how ``placement="measured"`` chose this placement (None: the priority order)
+    measured: MeasuredPlacement | None = None
 
     def __iter__(self):
         return iter(self.nodes)
@@ -164,6 +268,10 @@ class PlacementReport:
             "rewrites": self.rewrites,
             "skipped_rewrites": self.skipped_rewrites,
             "fusions": [f.to_dict() for f in self.fusions],
+            "rewrite_refusals": {
+                k: {r: list(n) for r, n in v.items()} for k, v in self.rewrite_refusals.items()
+            },
+            "measured": None if self.measured is None else self.measured.to_dict(),
         }
 
     def format(self, max_nodes: int | None = None) -> str:
@@ -188,6 +296,12 @@ class PlacementReport:
             )
         if self.skipped_rewrites:
             lines.append("rewrites switched off: " + ", ".join(self.skipped_rewrites))
+        for name, refused in sorted(self.rewrite_refusals.items()):
+            for reason, nodes in refused.items():
+                shown = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+                lines.append(f"{name} refused {len(nodes)} x {reason}: {shown}")
+        if self.measured is not None:
+            lines += self.measured.format()
         if self.fusions:
             lines.append("fusions (provider/pass):")
             lines += ["  " + line for f in self.fusions for line in f.format()]

@@ -1,4 +1,5 @@
-"""plugins.toml: provider order, enablement, aliases, default options, rewrite switches.
+"""plugins.toml: provider order, enablement, aliases, default options, rewrite switches,
+and how sessions place nodes (``[placement]``).
 
 The file at the repository root (copied into the package when a wheel is
 built) is the default; a user file named by ``ONNXEP_PLUGINS`` or by
@@ -17,8 +18,27 @@ from typing import Any
 from ..errors import ConfigError
 
 ENV_VAR = "ONNXEP_PLUGINS"
-_TOP_KEYS = {"order", "providers", "rewrites"}
+_TOP_KEYS = {"order", "providers", "rewrites", "placement"}
 _PROVIDER_KEYS = {"enabled", "aliases", "options"}
+PLACEMENT_MODES = ("priority", "measured")
+#: [placement] keys, each with its check and what it must be
+_PLACEMENT_KEYS: dict[str, tuple[Any, str]] = {
+    "mode": (lambda v: v in PLACEMENT_MODES, f"one of {', '.join(PLACEMENT_MODES)}"),
+    "budget_ms": (
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+        "a number of milliseconds above 0",
+    ),
+    "island_nodes": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "a whole number >= 0",
+    ),
+}
+
+
+def placement_problem(key: str, value: Any) -> str | None:
+    """What ``[placement]`` key ``key`` must be, when ``value`` is not that; else None."""
+    ok, what = _PLACEMENT_KEYS[key]
+    return None if ok(value) else what
 
 
 def default_config_path() -> Path:
@@ -42,6 +62,8 @@ class PluginsConfig:
     order: list[str] = field(default_factory=list)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     rewrites: dict[str, bool] = field(default_factory=dict)
+    #: [placement]: mode, budget_ms, island_nodes
+    placement: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
 
     def is_enabled(self, name: str) -> bool:
@@ -91,6 +113,15 @@ def _check(data: Mapping[str, Any], path: Path) -> None:
     for name, value in data.get("rewrites", {}).items():
         if not isinstance(value, bool):
             raise ConfigError(f"'rewrites.{name}' in {str(path)!r} must be true or false")
+    for key, value in data.get("placement", {}).items():
+        if key not in _PLACEMENT_KEYS:
+            raise ConfigError(
+                f"unknown key 'placement.{key}' in {str(path)!r}; "
+                f"allowed: {', '.join(sorted(_PLACEMENT_KEYS))}"
+            )
+        what = placement_problem(key, value)
+        if what:
+            raise ConfigError(f"'placement.{key}' in {str(path)!r} must be {what}, got {value!r}")
 
 
 def _merge(cfg: PluginsConfig, data: Mapping[str, Any], path: Path) -> None:
@@ -106,6 +137,7 @@ def _merge(cfg: PluginsConfig, data: Mapping[str, Any], path: Path) -> None:
         if "options" in section:
             pc.options = {**pc.options, **section["options"]}
     cfg.rewrites.update(data.get("rewrites", {}))
+    cfg.placement.update(data.get("placement", {}))
     cfg.sources = (*cfg.sources, str(path))
 
 

@@ -2,12 +2,14 @@
 
 from .base import RewritePass
 from .dead_nodes import RemoveDeadNodes
+from .fold_batch_norm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .identity import EliminateIdentity
 from .manager import RewriteManager, RewriteReport
 
 __all__ = [
     "EliminateIdentity",
+    "FoldBatchNorm",
     "FoldConstants",
     "RemoveDeadNodes",
     "RewriteManager",

@@ -7,6 +7,7 @@ from typing import Any
 from onnxep.providers import hookimpl
 
 from .dead_nodes import RemoveDeadNodes
+from .fold_batch_norm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .identity import EliminateIdentity
 from .propagate_dtypes import PropagateContribDtypes
@@ -21,7 +22,8 @@ class BasicRewrites:
         passes: list[Any] = [PropagateContribDtypes(), EliminateIdentity()]
         if provider is not None:
             passes.append(FoldConstants(provider))
-        passes.append(RemoveDeadNodes())
+        # After constant folding: a BatchNormalization's statistics may come from Constant nodes.
+        passes += [FoldBatchNorm(), RemoveDeadNodes()]
         return passes
 
 

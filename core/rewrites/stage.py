@@ -23,15 +23,22 @@ class RewriteOutcome:
     counts: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     fusions: list[FusionReport] = field(default_factory=list)
+    #: basic passes' refused matches (those that keep them): pass -> reason -> nodes
+    refusals: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def rewrite_basic(
     model: Any, host: Any, cpu: Provider | None, disabled: Sequence[str], out: RewriteOutcome
 ) -> None:
     """The ``basic`` passes (constant folding evaluates with ``cpu``'s kernels)."""
-    report = RewriteManager(host.rewrites(cpu, "basic"), disabled).run(model)
+    passes = host.rewrites(cpu, "basic")
+    report = RewriteManager(passes, disabled).run(model)
     out.counts.update(report.counts)
     out.skipped += report.skipped
+    for p in passes:
+        name, refused = getattr(p, "name", ""), getattr(p, "refusals", None)
+        if refused and name not in disabled:
+            out.refusals[name] = {r: tuple(nodes) for r, nodes in refused.items()}
 
 
 def rewrite_extended(

@@ -118,9 +118,18 @@ def run_json(model: Any, sess: Any, feeds: dict, outs: list) -> dict:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from ..options import SessionOptions
     from ..session import InferenceSession
 
-    sess = InferenceSession(args.model, providers=args.providers)
+    opts = SessionOptions(
+        placement=args.placement,
+        placement_budget_ms=args.placement_budget_ms,
+        placement_shapes={k: list(v) for k, v in (args.shape or [])},
+        placement_int_ranges=dict(args.int_range or []),
+    )
+    for name, value in args.dim or []:
+        opts.add_free_dimension_override_by_name(name, value)
+    sess = InferenceSession(args.model, opts, providers=args.providers)
     rep = sess.placement()
     capture = sess.capture_plan()
     if args.json:
@@ -279,6 +288,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--providers", type=cli_args.names, help=providers_help)
     p.add_argument("--json", action="store_true")
     p.add_argument("--max-nodes", type=cli_args.non_negative_int, default=None)
+    p.add_argument(
+        "--placement",
+        choices=["priority", "measured"],
+        default=None,
+        help="measured: time the candidate placements and keep the fastest (default: "
+        "plugins.toml's [placement] mode, priority)",
+    )
+    p.add_argument(
+        "--placement-budget-ms",
+        type=cli_args.milliseconds,
+        default=None,
+        metavar="MS",
+        help="the time the measured placement's timed runs may take",
+    )
+    # the measured placement's timing feeds, as other commands make their random ones
+    cli_args.add_feed_options(p, dim_help, real_inputs=False)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("bench", help="time onnxep against peers, interleaved, same inputs")
     p.add_argument("model", type=cli_args.model_file)

@@ -84,6 +84,17 @@ def non_negative_int(text: str) -> int:
     return n
 
 
+def milliseconds(text: str) -> float:
+    """A finite number of milliseconds above 0 (--placement-budget-ms)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not 0.0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds above 0")
+    return x
+
+
 def tolerance(text: str) -> float:
     """A finite float of 0 or more (--rtol, --atol)."""
     try:
@@ -148,8 +159,9 @@ def int_range(text: str) -> tuple[str, tuple[int, int]]:
     return name, (lo, hi)
 
 
-def add_feed_options(p: argparse.ArgumentParser, dim_help: str) -> None:
-    """--dim, --shape, --inputs and --int-range: what a command feeds the model."""
+def add_feed_options(p: argparse.ArgumentParser, dim_help: str, real_inputs: bool = True) -> None:
+    """--dim, --shape, --inputs and --int-range: what a command feeds the model (without
+    --inputs where ``real_inputs`` is false: the feeds are random)."""
     p.add_argument("--dim", action="append", type=dim, help=dim_help)
     p.add_argument(
         "--shape",
@@ -158,13 +170,14 @@ def add_feed_options(p: argparse.ArgumentParser, dim_help: str) -> None:
         metavar="NAME=D0,D1",
         help="an input's whole shape, dims with or without names (repeatable)",
     )
-    p.add_argument(
-        "--inputs",
-        action="append",
-        metavar="FILE",
-        help="real inputs: .npz, .npy or .pb (NAME=FILE for one input), or a folder of "
-        "input_N.pb (ONNX's test data); the rest stay random (repeatable)",
-    )
+    if real_inputs:
+        p.add_argument(
+            "--inputs",
+            action="append",
+            metavar="FILE",
+            help="real inputs: .npz, .npy or .pb (NAME=FILE for one input), or a folder of "
+            "input_N.pb (ONNX's test data); the rest stay random (repeatable)",
+        )
     p.add_argument(
         "--int-range",
         action="append",
