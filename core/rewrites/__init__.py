@@ -2,13 +2,14 @@
 
 from .base import RewritePass
 from .dead_nodes import RemoveDeadNodes
-from .fold_constants import FoldConstants
+from .fold_constants import FoldConstants, FoldSubgraphConstants
 from .identity import EliminateIdentity
 from .manager import RewriteManager, RewriteReport
 
 __all__ = [
     "EliminateIdentity",
     "FoldConstants",
+    "FoldSubgraphConstants",
     "RemoveDeadNodes",
     "RewriteManager",
     "RewritePass",

@@ -7,7 +7,7 @@ from typing import Any
 from onnxep.providers import hookimpl
 
 from .dead_nodes import RemoveDeadNodes
-from .fold_constants import FoldConstants
+from .fold_constants import FoldConstants, FoldSubgraphConstants
 from .identity import EliminateIdentity
 from .propagate_dtypes import PropagateContribDtypes
 
@@ -20,7 +20,7 @@ class BasicRewrites:
         # Types first: the fusion passes (extended level) read the dtypes it fills in.
         passes: list[Any] = [PropagateContribDtypes(), EliminateIdentity()]
         if provider is not None:
-            passes.append(FoldConstants(provider))
+            passes += [FoldConstants(provider), FoldSubgraphConstants(provider)]
         passes.append(RemoveDeadNodes())
         return passes
 

@@ -1,0 +1,167 @@
+"""The CPU executor's per-node work: constants folded inside subgraphs, kernels called directly.
+
+Each optimisation is checked twice: its results equal onnxruntime's and the unoptimised
+path's on real exports (torch.onnx, the real-model corpus), and a counter in the session's
+report shows it applied, so a change that silently stops it fails here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxep
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _ort(path, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def if_lstm(tmp_path_factory):
+    """A scripted torch module whose If branches each run an LSTM, exported by torch.onnx's
+    TorchScript exporter: each branch rebuilds the LSTM's gate-reordered weights from
+    Constants with Slice and Concat on every run, as silero VAD's export does."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path_factory.mktemp("if_lstm") / "if_lstm.onnx"
+    src = path.with_suffix(".py")
+    # torch.jit.script reads the class's source, so the module lives in a file.
+    src.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a = torch.nn.LSTM(8, 16, batch_first=True)\n"
+        "        self.b = torch.nn.LSTM(8, 16, batch_first=True)\n"
+        "    def forward(self, x):\n"
+        "        if bool(x.sum() > 0):\n"
+        "            y = self.a(x)[0]\n"
+        "        else:\n"
+        "            y = self.b(x)[0] * 2.0\n"
+        "        return y\n"
+    )
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("if_lstm_module", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            torch.jit.script(mod.M()),
+            (torch.randn(2, 5, 8),),
+            str(path),
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=15,
+            dynamic_axes={"x": {0: "b", 1: "t"}},
+        )
+    return path
+
+
+def _branch_ops(path) -> Counter:
+    proto = onnx.load(str(path))
+    ops: Counter = Counter()
+    for node in proto.graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                ops.update(n.op_type for n in a.g.node)
+    return ops
+
+
+def test_subgraph_constants_fold_and_keep_results(if_lstm):
+    # The export really builds its weights in the branches: the case the pass exists for.
+    assert _branch_ops(if_lstm)["Constant"] >= 60
+    sess = onnxep.InferenceSession(str(if_lstm), providers=["cpu"])
+    off = onnxep.InferenceSession(
+        str(if_lstm),
+        onnxep.SessionOptions(disabled_rewrites=["fold_subgraph_constants"]),
+        providers=["cpu"],
+    )
+    rep = sess.placement()
+    assert rep.rewrites["fold_subgraph_constants"] >= 60
+    left = Counter(n.op_type for n in rep if n.node.startswith("sub_graph"))
+    # what is left per branch: the LSTM and the zero state built from the batch size
+    assert left["Constant"] == left["Slice"] == 0, left
+    assert left["LSTM"] == 2
+    assert off.placement().skipped_rewrites == ["fold_subgraph_constants"]
+    assert Counter(n.op_type for n in off.placement())["Slice"] == 24
+    rng = np.random.default_rng(0)
+    for sign in (1.0, -1.0):  # one run through each branch
+        x = (np.abs(rng.standard_normal((3, 4, 8))) * sign).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, off.run(None, {"x": x})[0])
+        np.testing.assert_allclose(got, _ort(if_lstm, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_outer_scope_initializer_folds_in_a_branch():
+    """A branch slicing an initializer of the main graph folds: the value is a constant in
+    every run, wherever it is read from."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "w")
+    starts = numpy_helper.from_array(np.array([1], np.int64), "starts")
+    ends = numpy_helper.from_array(np.array([3], np.int64), "ends")
+
+    def branch(name, op):
+        return helper.make_graph(
+            [
+                helper.make_node("Slice", ["w", "starts", "ends"], [f"{name}_w"]),
+                helper.make_node(op, ["x", f"{name}_w"], [f"{name}_y"]),
+            ],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [2, 4])],
+        )
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                then_branch=branch("then", "Add"),
+                else_branch=branch("else", "Mul"),
+            )
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [w, starts, ends],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert sess.placement().rewrites["fold_subgraph_constants"] == 2
+    x = np.ones((2, 4), np.float32)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], theirs.run(None, feeds)[0])
+
+
+@pytest.mark.realmodels
+def test_silero_vad_branches_fold():
+    """Silero VAD (torch.onnx, If branches holding its LSTMs): its branch constants fold and
+    its outputs stay onnxruntime's."""
+    from real_models import CORPUS, feeds, fetch
+
+    model = next(m for m in CORPUS if m.name == "silero-vad-op15")
+    path = fetch(model)
+    inputs = feeds(model, onnx.load(str(path)))
+    sess = onnxep.InferenceSession(str(path), providers=["cpu"])
+    assert sess.placement().rewrites["fold_subgraph_constants"] >= 100
+    for g, w in zip(sess.run(None, inputs), _ort(path, inputs)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
