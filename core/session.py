@@ -287,6 +287,8 @@ class InferenceSession:
             report.copies += [
                 CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
             ]
+            report.steps += len(cg.plan.steps)
+            report.direct_steps += sum(s.direct is not None for s in cg.plan.steps)
         report.load_notes = list(self._load_notes)
         report.rewrites = dict(self._rewrites.counts)
         report.output_nodes = self._compiled.output_nodes()

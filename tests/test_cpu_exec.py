@@ -165,3 +165,100 @@ def test_silero_vad_branches_fold():
     assert sess.placement().rewrites["fold_subgraph_constants"] >= 100
     for g, w in zip(sess.run(None, inputs), _ort(path, inputs)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
+
+
+def _chain(n: int):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.overhead import chain_model
+
+    return chain_model(n)
+
+
+def test_elementwise_steps_are_called_directly():
+    """The executor benchmark's chain of Adds: every step is called as NumPy's ufunc itself;
+    its result is the kernel's (the first, checked run goes through the kernel)."""
+    model = _chain(50)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    rep = sess.placement()
+    assert (rep.direct_steps, rep.steps) == (50, 50)
+    assert "steps called directly (no kernel dispatch): 50 of 50" in rep.format()
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    first = sess.run(None, {"x": x})[0]  # checked loop: the kernels' own run
+    second = sess.run(None, {"x": x})[0]  # generated code: the direct calls
+    np.testing.assert_array_equal(first, second)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(second, theirs.run(None, {"x": x})[0])
+
+
+def test_scalar_results_keep_the_kernel():
+    """A 0-d result: NumPy's ufunc gives a scalar there, the kernel an array, so the step
+    keeps the kernel; so does a step whose input type is one the kernel upcasts."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["a", "b"], ["s"]),
+            helper.make_node("Cast", ["s"], ["h"], to=TensorProto.BFLOAT16),
+            helper.make_node("Neg", ["h"], ["n"]),
+            helper.make_node("Cast", ["n"], ["y"], to=TensorProto.FLOAT),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert sess.placement().direct_steps == 0
+    feeds = {"a": np.array(1.5, np.float32), "b": np.array(2.0, np.float32)}
+    for _ in range(2):  # checked run, then generated code
+        y = sess.run(None, feeds)[0]
+        assert isinstance(y, np.ndarray) and y.shape == () and y == -3.5
+
+
+def test_torch_encoder_equal_through_direct_calls():
+    """A torch.onnx export of a pre-norm transformer block (many small elementwise ops):
+    the direct calls apply, and every run equals the checked first run and onnxruntime."""
+    torch = pytest.importorskip("torch")
+    import tempfile
+    from pathlib import Path
+
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, d: int = 32, heads: int = 4) -> None:
+            super().__init__()
+            self.heads = heads
+            self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+            q, k, v = (z.reshape(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+            att = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+            h = self.up(self.norm2(x))
+            return x + self.down(h * torch.sigmoid(1.702 * h))
+
+    torch.manual_seed(0)
+    layer = Block().eval()
+    x = torch.randn(2, 6, 32)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "enc.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(layer, (x,), str(path), dynamo=False, input_names=["x"])
+        sess = onnxep.InferenceSession(str(path), providers=["cpu"])
+        assert sess.placement().direct_steps >= 5
+        feeds = {"x": x.numpy()}
+        first = sess.run(None, feeds)[0]
+        again = sess.run(None, feeds)[0]
+        np.testing.assert_array_equal(first, again)
+        np.testing.assert_allclose(again, _ort(path, feeds)[0], rtol=1e-4, atol=1e-5)

@@ -111,6 +111,10 @@ class PlacementReport:
     fusions: list[FusionReport] = field(default_factory=list)
     #: per graph output, the nodes of the main graph it is computed from
     output_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the plans' steps (every graph, subgraphs included), and how many of them the
+    #: executor calls directly, without the kernel's own dispatch (kernel.direct)
+    steps: int = 0
+    direct_steps: int = 0
 
     def __iter__(self):
         return iter(self.nodes)
@@ -163,6 +167,8 @@ class PlacementReport:
             "device_to_host_reads": self.device_to_host_reads,
             "rewrites": self.rewrites,
             "skipped_rewrites": self.skipped_rewrites,
+            "steps": self.steps,
+            "direct_steps": self.direct_steps,
             "fusions": [f.to_dict() for f in self.fusions],
         }
 
@@ -188,6 +194,10 @@ class PlacementReport:
             )
         if self.skipped_rewrites:
             lines.append("rewrites switched off: " + ", ".join(self.skipped_rewrites))
+        if self.direct_steps:
+            lines.append(
+                f"steps called directly (no kernel dispatch): {self.direct_steps} of {self.steps}"
+            )
         if self.fusions:
             lines.append("fusions (provider/pass):")
             lines += ["  " + line for f in self.fusions for line in f.format()]

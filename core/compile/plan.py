@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxep.providers.dtypes import np_dtype
-from onnxep.providers.kernel import KernelSpec
+from onnxep.providers.kernel import DIRECT_ATTR, KernelSpec
 from onnxep.providers.provider import Provider
 
 from .partition import PlacedNode
@@ -46,6 +46,9 @@ class Step:
     #: whether the kernel may be recorded in a CUDA graph, and if not why (capture_plan)
     capture_safe: bool = True
     capture_note: str = ""
+    #: a callable returning the one output itself, equal to ``fn`` for this node's static
+    #: types (``onnxep.providers.kernel.direct``); generated code calls it instead
+    direct: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,22 @@ def _frees(steps: Sequence[Step], template: Sequence[Any], keep: Sequence[int]) 
         if s not in kept and template[s] is None:
             frees.setdefault(idx, []).append(s)
     return {idx: tuple(v) for idx, v in frees.items()}
+
+
+def _direct(fn: Callable[..., Any], node: ir.Node) -> Callable[..., Any] | None:
+    """The direct form a kernel offers for ``fn``, where ``node``'s static types meet its
+    conditions: every input's dtype known and not upcast, one output of known rank >= 1."""
+    offer = getattr(fn, DIRECT_ATTR, None)
+    if offer is None or len(node.outputs) != 1:
+        return None
+    f, upcast = offer
+    dtypes = [_tensor_dtype(v) for v in node.inputs]
+    if not dtypes or any(d is None or d in upcast for d in dtypes):
+        return None
+    shape = node.outputs[0].shape
+    if shape is None or len(shape) == 0:
+        return None
+    return f
 
 
 def _tensor_dtype(value: ir.Value | None) -> np.dtype | None:
@@ -251,6 +270,7 @@ class PlanBuilder:
                 kernel=kernel_label(spec),
                 capture_safe=spec.capture_safe,
                 capture_note=spec.capture_note,
+                direct=_direct(p.claim.fn, p.node),
             )
         )
 

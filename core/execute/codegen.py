@@ -163,7 +163,10 @@ def straight_line(
         if use_cache and step.shape_only:
             lines.append("    if hit is None:")
             pad = "        "
-        if len(outs) == 1 and outs[0][0] == 0:
+        if len(outs) == 1 and outs[0][0] == 0 and step.direct is not None:
+            env[f"d{i}"] = step.direct
+            lines.append(f"{pad}s{outs[0][1]} = d{i}({args})")
+        elif len(outs) == 1 and outs[0][0] == 0:
             lines.append(f"{pad}s{outs[0][1]} = f{i}({args})[0]")
         else:
             lines.append(f"{pad}r = f{i}({args})")
