@@ -333,3 +333,61 @@ def test_gather_of_constant_indices_checks_once(monkeypatch):
     with pytest.raises(onnxep.errors.RunError, match="indices value 2 .* axis 1 of size 2"):
         sess.run(None, {"x": np.zeros((2, 2), np.float32)})
     assert sess.run(None, {"x": np.ones((2, 3), np.float32)})[0].shape == (2, 2, 2)
+
+
+def test_squeeze_with_fixed_axes_works_out_each_shape_once(monkeypatch):
+    """Constant axes: the output shape is worked out and checked once per input shape; a
+    shape whose axis is not 1 still fails, naming it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onnxep.providers.ops.op_squeeze as op_squeeze
+
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    graph = helper.make_graph(
+        [helper.make_node("Squeeze", ["x", "axes"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a"])],
+        [axes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    worked = []
+    norm = op_squeeze.norm_axes
+    monkeypatch.setattr(op_squeeze, "norm_axes", lambda *a: worked.append(1) or norm(*a))
+    for n in (3, 3, 4, 3, 4):
+        x = np.arange(n, dtype=np.float32).reshape(n, 1)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0])
+    assert len(worked) == 2  # shapes (3, 1) and (4, 1)
+    with pytest.raises(onnxep.errors.RunError, match="axis 1 has size 2, not 1"):
+        sess.run(None, {"x": np.zeros((3, 2), np.float32)})
+
+
+def test_reduce_mean_is_np_mean_bit_for_bit(monkeypatch):
+    """ReduceMean of floats as np.mean's own sum and division, without its wrapper: the
+    same bits as np.mean, close to onnxruntime; integers keep the general path."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in [(1, 128, 4), (3, 5, 7), (6,)]]
+    wants = [np.mean(x, axis=-1, keepdims=True) for x in xs]
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["y"], axes=[-1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    peers = [theirs.run(None, {"x": x})[0] for x in xs]
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+
+    def no_mean(*args, **kwargs):
+        raise AssertionError("np.mean was called: the direct float mean no longer applies")
+
+    monkeypatch.setattr(np, "mean", no_mean)
+    for x, want, peer in zip(xs, wants, peers):
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, peer, rtol=1e-6, atol=1e-7)
