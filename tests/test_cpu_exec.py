@@ -391,3 +391,27 @@ def test_reduce_mean_is_np_mean_bit_for_bit(monkeypatch):
         got = sess.run(None, {"x": x})[0]
         np.testing.assert_array_equal(got, want)
         np.testing.assert_allclose(got, peer, rtol=1e-6, atol=1e-7)
+
+
+def test_branch_plans_are_generated_once(if_lstm, monkeypatch):
+    """Each branch is planned at session creation and its code generated on its second
+    run; later runs of either branch plan and generate nothing."""
+    import onnxep.execute.executor as executor
+
+    made = []
+    generate = executor.straight_line
+    monkeypatch.setattr(
+        executor, "straight_line", lambda *a, **k: made.append(1) or generate(*a, **k)
+    )
+    sess = onnxep.InferenceSession(str(if_lstm), providers=["cpu"])
+    pos = {"x": np.ones((1, 3, 8), np.float32)}
+    neg = {"x": -np.ones((1, 3, 8), np.float32)}
+    for _ in range(2):
+        sess.run(None, pos)
+        sess.run(None, neg)
+    settled = len(made)
+    assert settled == 3  # the main graph and its two branches
+    for _ in range(5):
+        sess.run(None, pos)
+        sess.run(None, neg)
+    assert len(made) == settled
