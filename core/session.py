@@ -17,6 +17,7 @@ from .compile.placement import CopyPlacement, NodePlacement, PlacementReport
 from .compiled_graph import CompileContext
 from .compiled_model import CompiledModel
 from .errors import InvalidArgument
+from .execute.codegen import reusable_inputs
 from .execute.profiling import Profiler
 from .iobinding import IOBinding
 from .loading.load import load
@@ -289,6 +290,7 @@ class InferenceSession:
             ]
             report.steps += len(cg.plan.steps)
             report.direct_steps += sum(s.direct is not None for s in cg.plan.steps)
+            report.in_place_steps += len(reusable_inputs(cg.plan))
         report.load_notes = list(self._load_notes)
         report.rewrites = dict(self._rewrites.counts)
         report.output_nodes = self._compiled.output_nodes()

@@ -185,10 +185,13 @@ def test_elementwise_steps_are_called_directly():
     rep = sess.placement()
     assert (rep.direct_steps, rep.steps) == (50, 50)
     assert "steps called directly (no kernel dispatch): 50 of 50" in rep.format()
+    assert rep.in_place_steps == 49  # each Add after the first writes into its input
     x = np.linspace(-1, 1, 4, dtype=np.float32)
+    fed = x.copy()
     first = sess.run(None, {"x": x})[0]  # checked loop: the kernels' own run
     second = sess.run(None, {"x": x})[0]  # generated code: the direct calls
     np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(x, fed)  # the feed is never a buffer to write into
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(second, theirs.run(None, {"x": x})[0])
 
@@ -257,6 +260,9 @@ def test_torch_encoder_equal_through_direct_calls():
             torch.onnx.export(layer, (x,), str(path), dynamo=False, input_names=["x"])
         sess = onnxep.InferenceSession(str(path), providers=["cpu"])
         assert sess.placement().direct_steps >= 5
+        # the two residual Adds write into their bias Add's result; the other elementwise
+        # steps read a MatMul's result, a feed or a value read twice
+        assert sess.placement().in_place_steps >= 2
         feeds = {"x": x.numpy()}
         first = sess.run(None, feeds)[0]
         again = sess.run(None, feeds)[0]
@@ -415,3 +421,48 @@ def test_branch_plans_are_generated_once(if_lstm, monkeypatch):
         sess.run(None, pos)
         sess.run(None, neg)
     assert len(made) == settled
+
+
+def test_in_place_only_into_dead_unshared_intermediates():
+    """A value another step still reads (here through a Reshape view that is a graph
+    output) is never written into; a result that outgrows its buffer (dims the model
+    names alike but the feeds size differently) falls back to a new array."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array(np.full((4,), 2.0, np.float32), "c")
+    shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["a"], ["t"]),
+            helper.make_node("Reshape", ["t", "shape"], ["view"]),
+            helper.make_node("Mul", ["t", "c"], ["u"]),
+            helper.make_node("Neg", ["u"], ["n"]),
+            helper.make_node("Add", ["n", "b"], ["grown"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("a", f, ["batch", 4]),
+            helper.make_tensor_value_info("b", f, ["batch", 4]),
+        ],
+        [
+            helper.make_tensor_value_info("view", f, None),
+            helper.make_tensor_value_info("grown", f, ["batch", 4]),
+        ],
+        [c, shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    # Neg writes into Mul's result, Add into Neg's; Mul not into t, which the view shares.
+    assert sess.placement().in_place_steps == 2
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for rows_a, rows_b in [(2, 2), (1, 3), (2, 2), (1, 3)]:  # checked runs, then generated
+        feeds = {
+            "a": rng.standard_normal((rows_a, 4)).astype(np.float32),
+            "b": rng.standard_normal((rows_b, 4)).astype(np.float32),
+        }
+        got, want = sess.run(None, feeds), theirs.run(None, feeds)
+        np.testing.assert_array_equal(got[0], np.maximum(feeds["a"], 0).reshape(-1))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)

@@ -115,6 +115,8 @@ class PlacementReport:
     #: executor calls directly, without the kernel's own dispatch (kernel.direct)
     steps: int = 0
     direct_steps: int = 0
+    #: of those, the elementwise steps that write into a dead intermediate (codegen)
+    in_place_steps: int = 0
 
     def __iter__(self):
         return iter(self.nodes)
@@ -169,6 +171,7 @@ class PlacementReport:
             "skipped_rewrites": self.skipped_rewrites,
             "steps": self.steps,
             "direct_steps": self.direct_steps,
+            "in_place_steps": self.in_place_steps,
             "fusions": [f.to_dict() for f in self.fusions],
         }
 
@@ -196,7 +199,8 @@ class PlacementReport:
             lines.append("rewrites switched off: " + ", ".join(self.skipped_rewrites))
         if self.direct_steps:
             lines.append(
-                f"steps called directly (no kernel dispatch): {self.direct_steps} of {self.steps}"
+                f"steps called directly (no kernel dispatch): {self.direct_steps} of "
+                f"{self.steps}, {self.in_place_steps} of them writing into a dead intermediate"
             )
         if self.fusions:
             lines.append("fusions (provider/pass):")

@@ -49,6 +49,10 @@ class Step:
     #: a callable returning the one output itself, equal to ``fn`` for this node's static
     #: types (``onnxep.providers.kernel.direct``); generated code calls it instead
     direct: Callable[..., Any] | None = None
+    #: with ``direct`` a NumPy ufunc: the input positions whose static shape and dtype are
+    #: the output's, so the ufunc may write its result there (``out=``) when that input is
+    #: a dead intermediate (the code generator decides; see codegen)
+    same_as_output: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,36 @@ def _direct(fn: Callable[..., Any], node: ir.Node) -> Callable[..., Any] | None:
     if shape is None or len(shape) == 0:
         return None
     return f
+
+
+def _same_as_output(direct: Callable[..., Any] | None, node: ir.Node) -> tuple[int, ...]:
+    """The inputs of ``node`` a ufunc's result may overwrite: same dtype and the same dims
+    (each a known size, or the same named dim) as the output, so no broadcasting grows it
+    and no cast narrows it."""
+    if not isinstance(direct, np.ufunc) or direct.signature is not None or len(node.outputs) != 1:
+        return ()  # a generalized ufunc (matmul) is not elementwise
+    out = node.outputs[0]
+    want, dims = _tensor_dtype(out), _dims(out)
+    if want is None or dims is None:
+        return ()
+    if any(_tensor_dtype(v) != want for v in node.inputs):
+        return ()  # a mixed-type op (Pow's exponent) promotes; out= would cast
+    return tuple(i for i, v in enumerate(node.inputs) if _dims(v) == dims)
+
+
+def _dims(value: ir.Value | None) -> tuple[Any, ...] | None:
+    shape = None if value is None else value.shape
+    if shape is None:
+        return None
+    dims = []
+    for d in shape.dims:
+        if isinstance(d, int):
+            dims.append(d)
+        elif getattr(d, "value", None):  # a named dim; an anonymous one is unknown
+            dims.append(("dim", d.value))
+        else:
+            return None
+    return tuple(dims)
 
 
 def _tensor_dtype(value: ir.Value | None) -> np.dtype | None:
@@ -254,6 +288,7 @@ class PlanBuilder:
         # A step without inputs is never cached: it is as cheap as a cache lookup, and
         # the output rules track what it returns (aliasing.keeps_output).
         shape_only = id(p.node) in self.shape_nodes and bool(ins)
+        direct = _direct(p.claim.fn, p.node)
         if shape_only:
             self.shape_slots.update(s for s in outs if s != SINK_SLOT)
         self.steps.append(
@@ -270,7 +305,8 @@ class PlanBuilder:
                 kernel=kernel_label(spec),
                 capture_safe=spec.capture_safe,
                 capture_note=spec.capture_note,
-                direct=_direct(p.claim.fn, p.node),
+                direct=direct,
+                same_as_output=_same_as_output(direct, p.node),
             )
         )
 
