@@ -55,7 +55,7 @@ STANDARD = {
 GENERATED = {
     "bert encoder batch 1 x 64 tokens": (
         ("bert", None, None),
-        dict(vs=["onnxruntime", "reference"], dims={"batch": 1, "seq": 64}),
+        dict(vs=["onnxruntime", "reference"], dims={"batch": 1, "sequence": 64}),
     ),
     "factory genai tiny fp32, decode 1 token": (
         ("genai", "tiny", "fp32"),

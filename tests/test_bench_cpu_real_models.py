@@ -46,3 +46,23 @@ def test_run_all_rebuild_keeps_level_two_sections():
     text = "# Benchmarks\n\n### m (date)\n\n| a |\n\n## CPU provider\n\nkept\n\n## Other\n\nalso\n"
     assert _other_sections(text) == "## CPU provider\n\nkept\n\n## Other\n\nalso\n"
     assert _other_sections("# Benchmarks\n\n### m\n") == ""
+
+
+def test_run_all_dims_name_dims_of_their_models(tmp_path):
+    """A dim the model does not have is ignored by the harness, and the input would take
+    the default size instead (the BERT entry once ran 1 token, not 64, that way)."""
+    import onnx
+
+    from bench.make_models import build
+    from bench.run_all import GENERATED, STANDARD
+
+    def dim_names(path):
+        proto = onnx.load(str(path), load_external_data=False)
+        return {d.dim_param for v in proto.graph.input for d in v.type.tensor_type.shape.dim}
+
+    for name, (path, kw) in STANDARD.items():
+        assert set(kw.get("dims", {})) <= dim_names(path), name
+    for name, ((kind, size, dtype), kw) in GENERATED.items():
+        if kw.get("dims") and kind == "bert":
+            path = build(kind, size or "tiny", dtype or "fp32", tmp_path, 0, "2d")
+            assert set(kw["dims"]) <= dim_names(path), name
