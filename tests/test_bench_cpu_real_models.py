@@ -66,3 +66,30 @@ def test_run_all_dims_name_dims_of_their_models(tmp_path):
         if kw.get("dims") and kind == "bert":
             path = build(kind, size or "tiny", dtype or "fp32", tmp_path, 0, "2d")
             assert set(kw["dims"]) <= dim_names(path), name
+
+
+def test_single_model_runs_merge_into_one_table(tmp_path, monkeypatch):
+    from bench import cpu_real_models
+
+    for name in ("ort-sigmoid", "ort-logreg-iris"):
+        cpu_real_models.main(
+            [
+                "--only",
+                name,
+                "--runs",
+                "5",
+                "--seconds",
+                "0.1",
+                "--out",
+                str(tmp_path),
+                "--tag",
+                name,
+            ]
+        )
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == 2
+    doc = cpu_real_models.main(["--merge", *map(str, files), "--out", str(tmp_path / "m")])
+    # corpus order, whatever the order of the files
+    assert list(doc["results"]) == ["ort-logreg-iris", "ort-sigmoid"]
+    assert doc["summary"]["models"] == 1
+    assert len(doc["results"]["ort-sigmoid"]["samples_s"]["onnxep"]) == 5
