@@ -55,7 +55,7 @@ STANDARD = {
 GENERATED = {
     "bert encoder batch 1 x 64 tokens": (
         ("bert", None, None),
-        dict(vs=["onnxruntime", "reference"], dims={"batch": 1, "seq": 64}),
+        dict(vs=["onnxruntime", "reference"], dims={"batch": 1, "sequence": 64}),
     ),
     "factory genai tiny fp32, decode 1 token": (
         ("genai", "tiny", "fp32"),
@@ -185,7 +185,16 @@ def rebuild_docs() -> None:
     ]
     for doc in latest.values():
         out.append(to_markdown(doc))
-    (ROOT / "docs" / "benchmarks.md").write_text("\n".join(out))
+    path = ROOT / "docs" / "benchmarks.md"
+    kept = _other_sections(path.read_text()) if path.exists() else ""
+    path.write_text("\n".join(out) + ("\n" + kept if kept else ""))
+
+
+def _other_sections(text: str) -> str:
+    """The level-2 sections of docs/benchmarks.md, which other benchmarks write (this
+    script's own are level 1 and 3): kept as they are when the file is rebuilt."""
+    at = re.search(r"^## ", text, flags=re.MULTILINE)
+    return text[at.start() :] if at else ""
 
 
 def main() -> None:

@@ -165,6 +165,12 @@ class FeedCheck:
             except ValueError:
                 self.dtype = None  # undeclared element type: the kernels check it
         self.shape = self.arg.shape if self.tensor else None
+        #: the dims the model fixes, (axis, size): checked on every run, so listed once here
+        self.fixed = tuple(
+            (axis, want)
+            for axis, want in enumerate(self.shape or ())
+            if isinstance(want, int) and want >= 0
+        )
         self.map = _map_check(t, self.name, self.arg.type)
 
     def __call__(self, feed: Any) -> Any:
@@ -199,8 +205,10 @@ class FeedCheck:
                     f"input {self.name!r} has rank {feed.ndim} (shape {list(feed.shape)}) but the "
                     f"model declares rank {len(self.shape)} (shape {self.shape})"
                 )
-            for axis, (want, got) in enumerate(zip(self.shape, feed.shape)):
-                if isinstance(want, int) and want >= 0 and want != got:
+            got_shape = feed.shape
+            for axis, want in self.fixed:
+                got = got_shape[axis]
+                if want != got:
                     raise InvalidArgument(
                         f"input {self.name!r} has {got} at dim {axis} (shape "
                         f"{list(feed.shape)}) but the model fixes it to {want} (shape {self.shape})"

@@ -19,6 +19,7 @@ from .compile.placement import CopyPlacement, MeasuredPlacement, NodePlacement, 
 from .compiled_graph import CompileContext
 from .compiled_model import CompiledModel
 from .errors import InvalidArgument
+from .execute.codegen import reusable_inputs
 from .execute.profiling import Profiler
 from .iobinding import IOBinding
 from .loading.load import load
@@ -363,6 +364,9 @@ class InferenceSession:
             report.copies += [
                 CopyPlacement(c.value, c.src, c.dst, c.consumer) for c in cg.plan.copies
             ]
+            report.steps += len(cg.plan.steps)
+            report.direct_steps += sum(s.direct is not None for s in cg.plan.steps)
+            report.in_place_steps += len(reusable_inputs(cg.plan))
         report.load_notes = list(self._load_notes)
         report.rewrites = dict(self._rewrites.counts)
         report.output_nodes = self._compiled.output_nodes()

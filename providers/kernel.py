@@ -25,6 +25,23 @@ Builder = Callable[[NodeInfo, Any], Callable[..., tuple]]
 #: The attribute ``@kernel`` leaves on a builder, read by :meth:`KernelLibrary.from_package`.
 SPECS_ATTR = "__onnxep_kernels__"
 
+#: The attribute :func:`direct` leaves on a built callable, read by the core's planner.
+DIRECT_ATTR = "__onnxep_direct__"
+
+
+def direct(run: Callable[..., tuple], f: Callable[..., Any], upcast: Iterable[Any] = ()) -> Any:
+    """Say that ``run(*args)`` is ``(f(*args),)`` whenever no input's dtype is in ``upcast``
+    and the one output has rank 1 or more; returns ``run``.
+
+    Where the node's static types show both, the executor calls ``f`` itself and skips
+    ``run``'s own dispatch and the tuple: on graphs of many tiny elementwise ops, that
+    work costs as much as the op. (A NumPy ufunc returns a scalar, not an array, for a 0-d
+    result, which ``run`` wraps; hence the rank condition.) ``run`` stays the kernel for
+    every other case and for the checked first run.
+    """
+    setattr(run, DIRECT_ATTR, (f, frozenset(upcast)))
+    return run
+
 
 def normalize_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain

@@ -215,6 +215,12 @@ class PlacementReport:
     rewrite_refusals: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     #: how ``placement="measured"`` chose this placement (None: the priority order)
     measured: MeasuredPlacement | None = None
+    #: the plans' steps (every graph, subgraphs included), and how many of them the
+    #: executor calls directly, without the kernel's own dispatch (kernel.direct)
+    steps: int = 0
+    direct_steps: int = 0
+    #: of those, the elementwise steps that write into a dead intermediate (codegen)
+    in_place_steps: int = 0
 
     def __iter__(self):
         return iter(self.nodes)
@@ -267,6 +273,9 @@ class PlacementReport:
             "device_to_host_reads": self.device_to_host_reads,
             "rewrites": self.rewrites,
             "skipped_rewrites": self.skipped_rewrites,
+            "steps": self.steps,
+            "direct_steps": self.direct_steps,
+            "in_place_steps": self.in_place_steps,
             "fusions": [f.to_dict() for f in self.fusions],
             "rewrite_refusals": {
                 k: {r: list(n) for r, n in v.items()} for k, v in self.rewrite_refusals.items()
@@ -302,6 +311,11 @@ class PlacementReport:
                 lines.append(f"{name} refused {len(nodes)} x {reason}: {shown}")
         if self.measured is not None:
             lines += self.measured.format()
+        if self.direct_steps:
+            lines.append(
+                f"steps called directly (no kernel dispatch): {self.direct_steps} of "
+                f"{self.steps}, {self.in_place_steps} of them writing into a dead intermediate"
+            )
         if self.fusions:
             lines.append("fusions (provider/pass):")
             lines += ["  " + line for f in self.fusions for line in f.format()]

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxep.providers.dtypes import np_dtype
-from onnxep.providers.kernel import KernelSpec
+from onnxep.providers.kernel import DIRECT_ATTR, KernelSpec
 from onnxep.providers.provider import Provider
 
 from .partition import PlacedNode
@@ -46,6 +46,13 @@ class Step:
     #: whether the kernel may be recorded in a CUDA graph, and if not why (capture_plan)
     capture_safe: bool = True
     capture_note: str = ""
+    #: a callable returning the one output itself, equal to ``fn`` for this node's static
+    #: types (``onnxep.providers.kernel.direct``); generated code calls it instead
+    direct: Callable[..., Any] | None = None
+    #: with ``direct`` a NumPy ufunc: the input positions whose static shape and dtype are
+    #: the output's, so the ufunc may write its result there (``out=``) when that input is
+    #: a dead intermediate (the code generator decides; see codegen)
+    same_as_output: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,52 @@ def _frees(steps: Sequence[Step], template: Sequence[Any], keep: Sequence[int]) 
         if s not in kept and template[s] is None:
             frees.setdefault(idx, []).append(s)
     return {idx: tuple(v) for idx, v in frees.items()}
+
+
+def _direct(fn: Callable[..., Any], node: ir.Node) -> Callable[..., Any] | None:
+    """The direct form a kernel offers for ``fn``, where ``node``'s static types meet its
+    conditions: every input's dtype known and not upcast, one output of known rank >= 1."""
+    offer = getattr(fn, DIRECT_ATTR, None)
+    if offer is None or len(node.outputs) != 1:
+        return None
+    f, upcast = offer
+    dtypes = [_tensor_dtype(v) for v in node.inputs]
+    if not dtypes or any(d is None or d in upcast for d in dtypes):
+        return None
+    shape = node.outputs[0].shape
+    if shape is None or len(shape) == 0:
+        return None
+    return f
+
+
+def _same_as_output(direct: Callable[..., Any] | None, node: ir.Node) -> tuple[int, ...]:
+    """The inputs of ``node`` a ufunc's result may overwrite: same dtype and the same dims
+    (each a known size, or the same named dim) as the output, so no broadcasting grows it
+    and no cast narrows it."""
+    if not isinstance(direct, np.ufunc) or direct.signature is not None or len(node.outputs) != 1:
+        return ()  # a generalized ufunc (matmul) is not elementwise
+    out = node.outputs[0]
+    want, dims = _tensor_dtype(out), _dims(out)
+    if want is None or dims is None:
+        return ()
+    if any(_tensor_dtype(v) != want for v in node.inputs):
+        return ()  # a mixed-type op (Pow's exponent) promotes; out= would cast
+    return tuple(i for i, v in enumerate(node.inputs) if _dims(v) == dims)
+
+
+def _dims(value: ir.Value | None) -> tuple[Any, ...] | None:
+    shape = None if value is None else value.shape
+    if shape is None:
+        return None
+    dims = []
+    for d in shape.dims:
+        if isinstance(d, int):
+            dims.append(d)
+        elif getattr(d, "value", None):  # a named dim; an anonymous one is unknown
+            dims.append(("dim", d.value))
+        else:
+            return None
+    return tuple(dims)
 
 
 def _tensor_dtype(value: ir.Value | None) -> np.dtype | None:
@@ -235,6 +288,7 @@ class PlanBuilder:
         # A step without inputs is never cached: it is as cheap as a cache lookup, and
         # the output rules track what it returns (aliasing.keeps_output).
         shape_only = id(p.node) in self.shape_nodes and bool(ins)
+        direct = _direct(p.claim.fn, p.node)
         if shape_only:
             self.shape_slots.update(s for s in outs if s != SINK_SLOT)
         self.steps.append(
@@ -251,6 +305,8 @@ class PlanBuilder:
                 kernel=kernel_label(spec),
                 capture_safe=spec.capture_safe,
                 capture_note=spec.capture_note,
+                direct=direct,
+                same_as_output=_same_as_output(direct, p.node),
             )
         )
 

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..compile.plan import NONE_SLOT, SINK_SLOT, Plan
 from .aliasing import CONST, FEED, KEPT, OutputRule, fresh, guard, keeps_output, root_id, root_ids
 
@@ -113,6 +115,35 @@ def _returns(
     return lines
 
 
+def reusable_inputs(plan: Plan) -> dict[int, int]:
+    """Step index -> the input slot its ufunc may write its result into (``out=``).
+
+    The slot must hold a dead intermediate: made fresh this run by another ufunc step
+    (not a feed, a constant, a cached shape value or a kernel's view), read by this
+    step alone and freed after it, with the output's static shape and dtype
+    (``Step.same_as_output``). NumPy then skips the allocation, and a chain of
+    elementwise ops runs in one buffer, as a fused expression would.
+    """
+    fresh: set[int] = set()
+    readers: dict[int, set[int]] = {}
+    for i, step in enumerate(plan.steps):
+        for s in step.inputs:
+            readers.setdefault(s, set()).add(i)
+    feeds = set(plan.input_slots)
+    out: dict[int, int] = {}
+    for i, step in enumerate(plan.steps):
+        ufunc = step.same_as_output and not step.shape_only
+        if ufunc:
+            for pos in step.same_as_output:
+                s = step.inputs[pos]
+                if s in fresh and s in step.frees and s not in feeds and readers[s] == {i}:
+                    out[i] = s
+                    break
+        if isinstance(step.direct, np.ufunc) and not step.shape_only:
+            fresh.add(step.outputs[0])  # a ufunc's result is a new array (or a dead one)
+    return out
+
+
 def straight_line(
     plan: Plan,
     cache: ShapeCache | None = None,
@@ -154,6 +185,7 @@ def straight_line(
         ]
     line_to_step: dict[int, int] = {}
     cached = 0
+    reuse = reusable_inputs(plan)
     for i, step in enumerate(plan.steps):
         env[f"f{i}"] = step.fn
         args = ", ".join(_name(s, tpl) for s in step.inputs)
@@ -163,7 +195,20 @@ def straight_line(
         if use_cache and step.shape_only:
             lines.append("    if hit is None:")
             pad = "        "
-        if len(outs) == 1 and outs[0][0] == 0:
+        if i in reuse:
+            # A ufunc whose result outgrows the buffer (inputs broadcast past the static
+            # shapes) refuses before writing anything: then it allocates as usual.
+            env[f"d{i}"] = step.direct
+            lines += [
+                f"{pad}try:",
+                f"{pad}    s{outs[0][1]} = d{i}({args}, out=s{reuse[i]})",
+                f"{pad}except ValueError:",
+                f"{pad}    s{outs[0][1]} = d{i}({args})",
+            ]
+        elif len(outs) == 1 and outs[0][0] == 0 and step.direct is not None:
+            env[f"d{i}"] = step.direct
+            lines.append(f"{pad}s{outs[0][1]} = d{i}({args})")
+        elif len(outs) == 1 and outs[0][0] == 0:
             lines.append(f"{pad}s{outs[0][1]} = f{i}({args})[0]")
         else:
             lines.append(f"{pad}r = f{i}({args})")

@@ -3,7 +3,7 @@
 from .base import RewritePass
 from .dead_nodes import RemoveDeadNodes
 from .fold_batch_norm import FoldBatchNorm
-from .fold_constants import FoldConstants
+from .fold_constants import FoldConstants, FoldSubgraphConstants
 from .identity import EliminateIdentity
 from .manager import RewriteManager, RewriteReport
 
@@ -11,6 +11,7 @@ __all__ = [
     "EliminateIdentity",
     "FoldBatchNorm",
     "FoldConstants",
+    "FoldSubgraphConstants",
     "RemoveDeadNodes",
     "RewriteManager",
     "RewritePass",

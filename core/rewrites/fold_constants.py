@@ -1,7 +1,12 @@
 """Evaluate nodes whose inputs are all constants, and Shape/Size of static shapes.
 
 Folding runs the host provider's own kernels, so a folded value is exactly
-what the node would have computed at run time.
+what the node would have computed at run time. ``FoldConstants`` folds the
+main graph; ``FoldSubgraphConstants`` the bodies of If, Loop and Scan, whose
+exporters often build weights there from constants on every run (slices and
+concats of an LSTM's gates, Constant nodes): a folded value becomes an
+initializer of that subgraph, and a value read from the enclosing scope folds
+when it is an initializer there.
 """
 
 from __future__ import annotations
@@ -49,8 +54,10 @@ class FoldConstants(RewritePass):
         self.max_elements = max_elements
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        opsets = dict(model.opset_imports)
-        graph = model.graph
+        changed = self._fold(model.graph, dict(model.opset_imports))
+        return ir.passes.PassResult(model, changed)
+
+    def _fold(self, graph: ir.Graph, opsets: dict[str, int]) -> bool:
         outputs = {id(v) for v in graph.outputs}
         changed = False
         for index, node in enumerate(list(graph)):
@@ -62,7 +69,7 @@ class FoldConstants(RewritePass):
             self._replace(graph, node, values)
             self.count += 1
             changed = True
-        return ir.passes.PassResult(model, changed)
+        return changed
 
     def _evaluate(self, node: ir.Node, index: int, opsets: dict[str, int]) -> list | None:
         if node.op_type in _RANDOM or any(
@@ -131,3 +138,34 @@ class FoldConstants(RewritePass):
 
 def _no_subgraph(*_: Any) -> Any:
     raise AssertionError("folded nodes have no subgraphs")
+
+
+class FoldSubgraphConstants(FoldConstants):
+    """Fold constant subexpressions inside subgraphs (If branches, Loop and Scan bodies),
+    at every depth; the main graph is ``FoldConstants``'s."""
+
+    name = "fold_subgraph_constants"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        opsets = dict(model.opset_imports)
+        changed = False
+        for sub in _subgraphs(model.graph):
+            changed |= self._fold(sub, opsets)
+        return ir.passes.PassResult(model, changed)
+
+
+def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
+    """Every subgraph below ``graph``, each before the ones nested in it."""
+    found: list[ir.Graph] = []
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                subs = [attr.value]
+            elif attr.type == ir.AttributeType.GRAPHS:
+                subs = list(attr.value)
+            else:
+                continue
+            for sub in subs:
+                found.append(sub)
+                found += _subgraphs(sub)
+    return found

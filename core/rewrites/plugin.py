@@ -8,7 +8,7 @@ from onnxep.providers import hookimpl
 
 from .dead_nodes import RemoveDeadNodes
 from .fold_batch_norm import FoldBatchNorm
-from .fold_constants import FoldConstants
+from .fold_constants import FoldConstants, FoldSubgraphConstants
 from .identity import EliminateIdentity
 from .propagate_dtypes import PropagateContribDtypes
 
@@ -21,7 +21,7 @@ class BasicRewrites:
         # Types first: the fusion passes (extended level) read the dtypes it fills in.
         passes: list[Any] = [PropagateContribDtypes(), EliminateIdentity()]
         if provider is not None:
-            passes.append(FoldConstants(provider))
+            passes += [FoldConstants(provider), FoldSubgraphConstants(provider)]
         # After constant folding: a BatchNormalization's statistics may come from Constant nodes.
         passes += [FoldBatchNorm(), RemoveDeadNodes()]
         return passes

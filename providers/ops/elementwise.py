@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from onnxep.providers.dtypes import np_dtype
+from onnxep.providers.kernel import direct
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -73,7 +74,7 @@ def unary(
             return (r.astype(dt) if cast_back else r,)
         return (xp.asarray(f(x)),)
 
-    return run
+    return direct(run, f, upcast)
 
 
 def legacy_axis(node: Any) -> int | None:
@@ -117,7 +118,7 @@ def binary(
             return (r.astype(dt) if cast_back else r,)
         return (xp.asarray(f(a, b)),)
 
-    return run
+    return run if axis is not None else direct(run, f, upcast)
 
 
 def variadic(xp: Any, f: Callable[[Any, Any], Any], upcast: frozenset = NARROW_FLOATS) -> Callable:

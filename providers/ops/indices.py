@@ -61,13 +61,12 @@ def checked_indices(
         raise ValueError("checked_indices: negative indices need an axis length to count from")
     low = -dim if negative else 0
     high = dim
-    target = extent or _axis_text(axis, dim)
     if _size(idx) == 0:
         return idx
     if type(idx) is np.ndarray:  # host memory: min and max are cheap and need no transfer
         lo, hi = idx.min(), (idx.max() if high is not None else None)
         if lo < low or (high is not None and hi >= high):
-            _refuse(xp, idx, low, high, op, name, target)
+            _refuse(xp, idx, low, high, op, name, extent or _axis_text(axis, dim))
         if negative and lo < 0:
             return np.where(idx < 0, idx + dim, idx)
         return idx
@@ -75,7 +74,7 @@ def checked_indices(
     if high is not None:
         bad = bad | (idx >= high)
     if host_answer(xp, xp.any(bad), f"{op}: its index check"):
-        _refuse(xp, idx, low, high, op, name, target)
+        _refuse(xp, idx, low, high, op, name, extent or _axis_text(axis, dim))
     if not negative or _unsigned(idx):
         return idx
     return xp.where(idx < 0, idx + dim, idx)

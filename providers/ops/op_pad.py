@@ -30,8 +30,41 @@ def _pad(xp, x, pads, axes, mode, value):
     if mode == "constant":
         if value is None:
             value = string_zero(x.dtype)
+        if x.dtype.kind in "biufc":
+            return _pad_constant(xp, x, width, value)
         return xp.pad(x, width, mode="constant", constant_values=value)
+    if mode == "reflect":
+        return _pad_reflect(xp, x, width)
     return xp.pad(x, width, mode=mode)
+
+
+# np.pad is general (any width, repeated reflection) and spends tens of microseconds in
+# Python per call; ONNX's modes need much less, so the two common ones are a few slices.
+
+
+def _pad_constant(xp, x, width, value):
+    out = xp.full(tuple(n + b + e for n, (b, e) in zip(x.shape, width)), value, dtype=x.dtype)
+    out[tuple(slice(b, b + n) for n, (b, _) in zip(x.shape, width))] = x
+    return out
+
+
+def _pad_reflect(xp, x, width):
+    """Mirror each padded axis in turn, the edge element not repeated (widths are checked
+    to be at most n - 1 by ``_check_mirrored``)."""
+    for axis, (b, e) in enumerate(width):
+        if not (b or e):
+            continue
+        n = x.shape[axis]
+        head = (slice(None),) * axis
+        parts = []
+        if b:
+            parts.append(x[(*head, slice(b, 0, -1))])
+        parts.append(x)
+        if e:  # e = n - 1 runs to the first element: a stop of -1 would mean the last
+            stop = n - 2 - e
+            parts.append(x[(*head, slice(n - 2, stop if stop >= 0 else None, -1))])
+        x = xp.concatenate(parts, axis=axis)
+    return x
 
 
 def _check_mirrored(shape, width, mode):

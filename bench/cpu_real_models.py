@@ -1,0 +1,227 @@
+"""onnxep's CPU provider against onnxruntime's CPU provider on the real-model corpus.
+
+    python bench/cpu_real_models.py [--runs 30] [--seconds 3] [--only NAME ...] [--tag TAG]
+    python bench/cpu_real_models.py --merge A.json B.json ... --tag TAG
+
+
+Every model of tests/real_models.py (third-party files from the package index,
+fetched and fed as the corpus says) is run by onnxep ``["cpu"]`` and by
+onnxruntime's CPUExecutionProvider in this one process, interleaved (A B A B
+...) after warm-up, on identical feeds. Per model: each side's median, and the
+ratio onnxep / onnxruntime (above 1: onnxep is slower); over the corpus, the
+median and the largest ratio. Writes bench/results/<date>-cpu-real-models[-TAG].json
+(every sample) and .md (the table), and prints the table.
+
+A model one side refuses (the corpus marks refusals on purpose) is listed with
+the reason and left out of the ratios. ``--merge`` joins result files of single-model
+runs (``--only``) into one: to compare two commits under the same load, run each
+model at both, one after the other, and merge each commit's files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def _ort_session(path: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    # Spinning intra-op threads keep cores busy after a run returns, which on a small
+    # machine slows whichever side runs next; interleaved timing needs them idle.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(model, runs: int, seconds: float) -> dict:
+    """One model's samples (seconds) per side, or why it was skipped."""
+    import onnx
+    from real_models import feeds, fetch
+
+    import onnxep
+
+    path = fetch(model)
+    proto = onnx.load(str(path), load_external_data=False)
+    inputs = feeds(model, proto)
+    row: dict = {"nodes": len(proto.graph.node)}
+    try:
+        ours = onnxep.InferenceSession(str(path), providers=["cpu"])
+        ours.run(None, inputs)
+    except Exception as exc:
+        return row | {"skipped": f"onnxep: {type(exc).__name__}: {str(exc)[:200]}"}
+    try:
+        theirs = _ort_session(path)
+        theirs.run(None, inputs)
+    except Exception as exc:
+        return row | {"skipped": f"onnxruntime: {type(exc).__name__}: {str(exc)[:200]}"}
+    sides = {
+        "onnxep": lambda: ours.run(None, inputs),
+        "onnxruntime": lambda: theirs.run(None, inputs),
+    }
+    for fn in sides.values():  # warm-up: first-run checks, caches, thread pools
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in sides}
+    start = time.perf_counter()
+    # At least 5 pairs; then up to ``runs`` pairs or ``seconds``, whichever comes first.
+    while True:
+        for name, fn in sides.items():
+            samples[name].append(_time(fn))
+        n = len(samples["onnxep"])
+        if n >= runs or (n >= 5 and time.perf_counter() - start > seconds):
+            break
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return row | {
+        "samples_s": samples,
+        "median_ms": {k: v * 1e3 for k, v in med.items()},
+        "ratio": med["onnxep"] / med["onnxruntime"],
+    }
+
+
+def summary(results: dict) -> dict:
+    ratios = [r["ratio"] for r in results.values() if "ratio" in r]
+    if not ratios:
+        return {}
+    worst = max(results, key=lambda k: results[k].get("ratio", 0.0))
+    return {
+        "models": len(ratios),
+        "median_ratio": float(np.median(ratios)),
+        "geomean_ratio": float(np.exp(np.mean(np.log(ratios)))),
+        "max_ratio": max(ratios),
+        "max_model": worst,
+    }
+
+
+def to_markdown(doc: dict) -> str:
+    lines = [
+        f"commit {doc['commit']}, {doc['date']}; {doc['machine']['cpu']}, "
+        f"{doc['machine']['cores']} cores; numpy {doc['machine']['numpy']}, "
+        f"onnxruntime {doc['machine']['onnxruntime']}",
+        "",
+        "| model | nodes | onnxep ms | onnxruntime ms | onnxep / onnxruntime |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in doc["results"].items():
+        if "skipped" in r:
+            lines.append(f"| {name} | {r['nodes']} | skipped: {r['skipped']} | | |")
+            continue
+        m = r["median_ms"]
+        lines.append(
+            f"| {name} | {r['nodes']} | {m['onnxep']:.3f} | {m['onnxruntime']:.3f} | "
+            f"{r['ratio']:.2f} |"
+        )
+    s = doc["summary"]
+    if s:
+        lines += [
+            "",
+            f"{s['models']} models: median ratio {s['median_ratio']:.2f}, geometric mean "
+            f"{s['geomean_ratio']:.2f}, max {s['max_ratio']:.2f} ({s['max_model']}).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _machine() -> dict:
+    import onnxruntime
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "numpy": np.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from real_models import CORPUS
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=30, help="most interleaved pairs per model")
+    ap.add_argument("--seconds", type=float, default=3.0, help="time budget per model")
+    ap.add_argument("--only", nargs="*", default=None, help="model names from the corpus")
+    ap.add_argument("--tag", default="", help="suffix of the results files")
+    ap.add_argument("--no-write", action="store_true", help="print the table only")
+    ap.add_argument("--out", type=Path, default=None, help="results folder (bench/results)")
+    ap.add_argument("--merge", nargs="*", type=Path, default=None, help="result files to join")
+    a = ap.parse_args(argv)
+    if a.merge:
+        parts = [json.loads(f.read_text()) for f in a.merge]
+        results = {
+            k: v for m in CORPUS for p in parts for k, v in p["results"].items() if k == m.name
+        }
+        first = parts[0]
+        runs, seconds, commit = first["runs"], first["seconds"], first["commit"]
+        machine = first["machine"]
+    else:
+        results = {}
+        for model in CORPUS:
+            if a.only and model.name not in a.only:
+                continue
+            results[model.name] = r = measure(model, a.runs, a.seconds)
+            shown = f"{r['ratio']:.2f}x" if "ratio" in r else r["skipped"]
+            print(f"{model.name:26s} {shown}", flush=True)
+        runs, seconds, commit, machine = a.runs, a.seconds, _commit(), _machine()
+    doc = {
+        "kind": "cpu_real_models",
+        "date": dt.date.today().isoformat(),
+        "commit": commit,
+        "machine": machine,
+        "runs": runs,
+        "seconds": seconds,
+        "results": results,
+        "summary": summary(results),
+    }
+    md = to_markdown(doc)
+    print(md)
+    if not a.no_write:
+        out = a.out or RESULTS
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{doc['date']}-cpu-real-models" + (f"-{a.tag}" if a.tag else "")
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        (out / f"{stem}.md").write_text(md)
+    return doc
+
+
+if __name__ == "__main__":
+    main()
