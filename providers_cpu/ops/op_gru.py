@@ -11,6 +11,9 @@ from onnxep.providers.kernel import kernel
 from .recurrent_cpu import (
     clip_fn,
     compute_dtype,
+    default_activations,
+    half_sigmoid,
+    halve_rows,
     parse_direction,
     run_recurrent,
     stacked_activations,
@@ -24,7 +27,12 @@ def gru(node, xp):
     layout = int(node.attr("layout", 0))
     linear_before_reset = bool(node.attr("linear_before_reset", 0))
     f_act, g_act = stacked_activations(node, ("Sigmoid", "Tanh"), num_dir)
-    clip = clip_fn(node.attr("clip", None))
+    clip_at = node.attr("clip", None)
+    clip = clip_fn(clip_at)
+    # the exporters' case: z and r through half_sigmoid, their weights halved
+    folded = default_activations(node, ("Sigmoid", "Tanh"), num_dir)
+    clip_zr = clip_fn(None if clip_at is None else 0.5 * float(clip_at)) if folded else clip
+    act_zr = half_sigmoid if folded else f_act
 
     def run(X, W, R, B=None, lens=None, h0=None):
         cdt = compute_dtype(X.dtype)
@@ -46,6 +54,12 @@ def gru(node, xp):
         else:
             Rt = transposed(R, slice(0, 2 * H), cdt)
             Rt_h = transposed(R, slice(2 * H, 3 * H), cdt)
+        if folded:
+            zr = slice(0, 2 * H)
+            W = halve_rows(W, zr, cdt)
+            Rt[..., zr] *= 0.5
+            if bias is not None:
+                bias[:, zr] *= 0.5
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, (3 if linear_before_reset else 2) * H), dtype=dt)
@@ -56,8 +70,8 @@ def gru(node, xp):
             def step(x, h, out, c):
                 np.matmul(h, Rt, out=g)
                 np.add(gzr, x[..., : 2 * H], out=gzr)
-                clip(gzr)
-                f_act(gzr, gzr)
+                clip_zr(gzr)
+                act_zr(gzr, gzr)
                 if linear_before_reset:
                     if rb_h is not None:
                         np.add(n, rb_h, out=n)
