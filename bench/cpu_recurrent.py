@@ -1,6 +1,6 @@
 """onnxep ``["cpu"]`` against onnxruntime CPU on recurrent and opset-23 fused-op exports.
 
-Usage: ``python bench/cpu_recurrent.py [--runs N] [--only NAME ...] [--json PATH]``
+Usage: ``python bench/cpu_recurrent.py [--runs N] [--threads N] [--only NAME ...] [--json PATH]``
 
 Every model is exported here by torch.onnx into a scratch folder: ``nn.LSTM``,
 ``nn.GRU`` and ``nn.RNN`` (TorchScript and dynamo exporters; uni- and
@@ -9,8 +9,10 @@ bidirectional, ``batch_first``, two layers) and the tiny LLaMA-style decoder of
 ``F.scaled_dot_product_attention`` at opset 23 (RMSNormalization, Attention),
 plus a graph built by onnx.helper around ``RotaryEmbedding``, which no exporter
 writes yet. Each model runs onnxep and onnxruntime interleaved on the same
-feeds (``onnxep.tools.benchmark.bench``); the table gives medians and
-``ratio = onnxep / onnxruntime`` (above 1: onnxep is slower).
+feeds, onnxruntime's spinning threads off; the table gives medians and
+``ratio = onnxep / onnxruntime`` (above 1: onnxep is slower). ``--threads N`` gives
+both sides N intra-op threads (onnxep's through threadpoolctl, the BLAS pool);
+on a loaded machine one thread each measures the kernels rather than the thread pools.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import io
 import json
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -199,35 +202,58 @@ def build(scratch: Path, only: list[str] | None = None) -> dict[str, tuple[Path,
     return out
 
 
+def measure(path: Path, feeds: dict, runs: int, warmup: int, threads: int) -> tuple:
+    """Medians (ms) of onnxep ``["cpu"]`` and onnxruntime CPU, runs interleaved."""
+    import onnxruntime as ort
+
+    import onnxep
+
+    opts = onnxep.SessionOptions()
+    so = ort.SessionOptions()
+    # spinning threads would keep a core busy into the other side's run
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        opts.intra_op_num_threads = threads
+        so.intra_op_num_threads = threads
+    ours = onnxep.InferenceSession(str(path), sess_options=opts, providers=["cpu"])
+    peer = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for _ in range(warmup):
+        ours.run(None, feeds)
+        peer.run(None, feeds)
+    a, b = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        ours.run(None, feeds)
+        t1 = time.perf_counter()
+        peer.run(None, feeds)
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return 1e3 * float(np.median(a)), 1e3 * float(np.median(b))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--threads", type=int, default=0,
+        help="intra-op threads for both sides (0: each library's default)",
+    )  # fmt: skip
     ap.add_argument("--only", nargs="*", help="substrings of the model names to run")
     ap.add_argument("--json", help="write the table as JSON here")
     args = ap.parse_args(argv)
-    from onnxep.tools.benchmark import bench
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         models = build(Path(tmp), args.only)
         for name, (path, feeds) in models.items():
-            res = bench(
-                str(path),
-                providers=["cpu"],
-                vs=["onnxruntime"],
-                runs=args.runs,
-                warmup=args.warmup,
-                feeds=feeds,
-                progress=False,
-            )
-            ours = res.summary["onnxep"]["median_ms"]
-            ort = res.summary["onnxruntime"]["median_ms"]
+            ours, ort = measure(path, feeds, args.runs, args.warmup, args.threads)
             rows.append({"model": name, "onnxep_ms": ours, "ort_ms": ort, "ratio": ours / ort})
             print(f"{name:58s} onnxep {ours:8.3f} ms  ort {ort:8.3f} ms  ratio {ours / ort:5.2f}")
             sys.stdout.flush()
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        out = {"threads": args.threads, "runs": args.runs, "rows": rows}
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 
