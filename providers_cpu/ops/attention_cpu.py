@@ -39,14 +39,14 @@ def grouped_sdpa(
     g = hq // hkv
     ct = q.dtype
     qg = c_order(q, ct, None if cap else scale).reshape(b, hkv, g * lq, d)
-    scores = np.matmul(qg, k.transpose(0, 1, 3, 2))  # (B, Hkv, G*L, S)
+    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))  # BLAS runs faster on it
+    scores = np.matmul(qg, kt)  # (B, Hkv, G*L, S)
     if cap:
         # the cap acts on the scaled logits: scale and divide by the cap in one multiply
         scores *= ct.type(scale / cap)
         np.tanh(scores, out=scores)
         scores *= ct.type(cap)
     s5 = scores.reshape(b, hkv, g, lq, s)
-    dead = None
     if bias is not None:
         bias = np.asarray(bias)
         b4 = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
@@ -55,19 +55,21 @@ def grouped_sdpa(
         else:
             b5 = b4[:, :, None]
         s5 += b5
+    m = scores.max(axis=-1, keepdims=True)
+    dead = None
+    if bias is not None and not np.isfinite(m).all():
+        # rows with no attendable key, decided on the bias (not on the logits): zeros
         top = b5.max(axis=-1, keepdims=True)
-        if np.isneginf(top).any():
-            dead = np.isneginf(top)
-    m = s5.max(axis=-1, keepdims=True)
+        dead = np.broadcast_to(np.isneginf(top), s5.shape[:-1] + (1,)).reshape(m.shape)
+        m[dead] = 0
+    scores -= m
+    np.exp(scores, out=scores)
+    # the row sums as one matrix-vector product: a BLAS call, not a reduction per row
+    tot = np.matmul(scores, np.ones((s, 1), dtype=ct))
     if dead is not None:
-        m[np.isneginf(m)] = 0
-    s5 -= m
-    np.exp(s5, out=s5)
-    tot = s5.sum(axis=-1, keepdims=True)
+        tot[dead] = 1
+    scores /= tot
     if dead is not None:
-        tot[tot == 0] = 1
-    s5 /= tot
-    if dead is not None:
-        np.copyto(s5, 0, where=np.broadcast_to(dead, s5.shape))
+        np.copyto(scores, 0, where=dead)
     ctx = np.matmul(scores, v)  # (B, Hkv, G*L, Dv)
     return ctx.reshape(b, hq, lq, v.shape[-1])
