@@ -66,7 +66,17 @@ RECURRENT = {
         "torchscript",
         (8, 64, 64),
     ),
+    # a packed sequence: the TorchScript exporter writes sequence_lens
+    "lstm bidirectional packed, sequence_lens (torchscript)": (
+        "LSTM",
+        dict(input_size=64, hidden_size=128, bidirectional=True, batch_first=True),
+        "packed",
+        (8, 64, 64),
+    ),
 }
+
+#: the lengths of the packed benchmark's sequences: from full to a quarter
+PACKED_LENS = np.linspace(64, 16, 8).astype(np.int64)
 
 
 def export_recurrent(
@@ -80,8 +90,14 @@ def export_recurrent(
             super().__init__()
             self.rnn = getattr(torch.nn, kind)(**kwargs)
 
-        def forward(self, x):
-            return self.rnn(x)[0]
+        def forward(self, x, lens=None):
+            if lens is None:
+                return self.rnn(x)[0]
+            from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+            packed = pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
+            y, _ = pad_packed_sequence(self.rnn(packed)[0], True, total_length=x.shape[1])
+            return y
 
     torch.manual_seed(0)
     net = Net().eval()
@@ -89,6 +105,13 @@ def export_recurrent(
     x = torch.randn(*((b, s, i) if kwargs.get("batch_first") else (s, b, i)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if exporter == "packed":
+            buf = io.BytesIO()
+            lens = torch.from_numpy(PACKED_LENS[:b])
+            names = ["x", "lens"]
+            torch.onnx.export(net, (x, lens), buf, dynamo=False, opset_version=17,
+                              input_names=names, output_names=["y"])  # fmt: skip
+            return onnx.load_from_string(buf.getvalue())
         if exporter == "dynamo":
             return torch.onnx.export(
                 net, (x,), dynamo=True, opset_version=18, input_names=["x"], output_names=["y"]
@@ -181,7 +204,10 @@ def build(scratch: Path, only: list[str] | None = None) -> dict[str, tuple[Path,
         onnx.save(export_recurrent(kind, kw, exporter, shape), path)
         b, s, i = shape
         x = rng.standard_normal((b, s, i) if kw.get("batch_first") else (s, b, i))
-        out[name] = (path, {"x": x.astype(np.float32)})
+        feeds = {"x": x.astype(np.float32)}
+        if exporter == "packed":
+            feeds["lens"] = PACKED_LENS[:b]
+        out[name] = (path, feeds)
     name = "tiny llama opset 23 (dynamo), prefill 32 over 16 past"
     if wanted(name):
         from bench.factory.torch_models import export_llama

@@ -12,9 +12,10 @@ Why it is fast (the generic driver in ``providers/ops/flow.py`` stays the refere
   run (BLAS is several times slower on a transposed view at these shapes);
 - every step writes into buffers allocated before the loop (ufuncs with ``out=``)
   and the hidden state of step t is written straight into ``Y[t]``;
-- ``sequence_lens`` splits the loop in two: steps every batch entry still runs are
-  plain, only the steps between the shortest and the longest length mask, and steps
-  past the longest are not run (their outputs are the zeros ONNX asks for).
+- with ``sequence_lens`` the batch is sorted longest first, so the entries still
+  running at step t are a prefix of it: each step computes that prefix only (no
+  masking; a finished entry's state is simply not touched and its outputs stay the
+  zeros ONNX asks for), and the work is the sum of the lengths, not batch * T.
 """
 
 from __future__ import annotations
@@ -184,8 +185,7 @@ def run_recurrent(
     h = states[0]
     c = states[1] if len(states) > 1 else None
 
-    t_full = t_end = T
-    rev_idx = None
+    order = rev_idx = None
     if lens is not None:
         _check(op, "sequence_lens", lens, (batch,))
         lens = lens.astype(np.int64)
@@ -194,11 +194,14 @@ def run_recurrent(
                 f"{op}: sequence_lens values must be in [0, {T}] (the sequence length of X), "
                 f"got {lens.tolist()}"
             )
-        t_full = int(lens.min()) if batch else T
-        t_end = int(lens.max()) if batch else T
-        if t_full == T:
+        if not batch or lens.min() == T:
             lens = None
         else:
+            # longest first: the entries still running at step t are a prefix of the batch
+            order = np.argsort(-lens, kind="stable")
+            lens = lens[order]
+            h = h[:, order]
+            c = None if c is None else c[:, order]
             t = np.arange(T)[:, None]
             rev_idx = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)[:, :, None]
 
@@ -207,46 +210,50 @@ def run_recurrent(
     proj = np.matmul(X.reshape(-1, n_in), W.astype(cdt, copy=False).reshape(-1, n_in).T)
     if bias is not None:
         proj += bias.reshape(-1)
-    if layout == 0 and num_dir == 1 and not reverse[0]:
+    if layout == 0 and num_dir == 1 and not reverse[0] and order is None:
         xw = proj.reshape(T, 1, batch, G)
     else:
         xw = np.empty((T, num_dir, batch, G), dtype=cdt)
         p4 = proj.reshape(batch, T, num_dir, G) if layout else proj.reshape(T, batch, num_dir, G)
         for d in range(num_dir):
             src = p4[:, :, d].transpose(1, 0, 2) if layout else p4[:, :, d]
+            if order is not None:
+                src = src[:, order]
             if reverse[d]:
                 src = src[::-1] if rev_idx is None else np.take_along_axis(src, rev_idx, axis=0)
             xw[:, d] = src
 
-    step = make_step(num_dir, batch, cdt)
     ys = (np.empty if lens is None else np.zeros)((T, num_dir, batch, hidden), dtype=cdt)
-    for t in range(t_full):
-        step(xw[t], h, ys[t], c)
-        h = ys[t]
-    if t_end > t_full:
-        # steps some batch entries have finished: those keep their state, write zeros
-        h = np.array(h, order="C")
-        spare = np.empty_like(h)
-        c_keep = None if c is None else np.empty_like(c)
-        valid = (np.arange(T)[:, None] < lens[None, :])[:, None, :, None]  # [T, 1, batch, 1]
-        for t in range(t_full, t_end):
-            keep = ~valid[t]
-            if c is not None:
-                np.copyto(c_keep, c)
-            step(xw[t], h, spare, c)
-            np.copyto(spare, h, where=keep)
-            if c is not None:
-                np.copyto(c, c_keep, where=keep)
-            np.copyto(ys[t], spare, where=valid[t])
-            h, spare = spare, h
-    last = [np.array(h)] + ([] if c is None else [c])
-    if lens is not None and not lens.all():
-        for s in last:  # onnxruntime's final states of an empty sequence are zeros
-            s[:, lens == 0] = 0
+    if lens is None:
+        step = make_step(num_dir, batch, cdt)
+        for t in range(T):
+            step(xw[t], h, ys[t], c)
+            h = ys[t]
+        last = [np.array(h)]
+    else:
+        # a finished entry is no longer computed: its state stays, its outputs stay zero
+        running = (lens[None, :] > np.arange(int(lens[0]))[:, None]).sum(axis=1)
+        steps: dict[int, Step] = {}
+        for t, n in enumerate(running.tolist()):
+            if n not in steps:
+                steps[n] = make_step(num_dir, n, cdt)
+            cn = None if c is None else c[:, :n]
+            steps[n](xw[t, :, :n], h[:, :n], ys[t, :, :n], cn)
+            h = ys[t]
+        ends = np.maximum(lens - 1, 0)
+        last = [ys[ends, :, np.arange(batch)].transpose(1, 0, 2)]
+    if c is not None:
+        last.append(c)
     for d in range(num_dir):
         if reverse[d]:
             yd = ys[:, d]
             yd[...] = yd[::-1].copy() if rev_idx is None else np.take_along_axis(yd, rev_idx, 0)
+    if order is not None:
+        back = np.argsort(order)
+        ys = ys[:, :, back]
+        last = [s[:, back] for s in last]
+        for s in last:  # onnxruntime's final states of an empty sequence are zeros
+            s[:, lens[back] == 0] = 0
     if layout:
         Y = np.ascontiguousarray(ys.transpose(2, 0, 1, 3))
         last = [np.ascontiguousarray(s.transpose(1, 0, 2)) for s in last]
