@@ -9,6 +9,7 @@ from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
 from .recurrent_cpu import (
+    check_weights,
     clip_fn,
     compute_dtype,
     default_activations,
@@ -36,7 +37,7 @@ def gru(node, xp):
 
     def run(X, W, R, B=None, lens=None, h0=None):
         cdt = compute_dtype(X.dtype)
-        H = R.shape[-1]
+        H = check_weights("GRU", W, R, 3, num_dir)
         bias = rb_h = None
         if B is not None:
             if B.shape != (num_dir, 6 * H):

@@ -9,6 +9,7 @@ from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
 from .recurrent_cpu import (
+    check_weights,
     clip_fn,
     compute_dtype,
     default_activations,
@@ -33,7 +34,7 @@ def lstm(node, xp):
 
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
         cdt = compute_dtype(X.dtype)
-        H = R.shape[-1]
+        H = check_weights("LSTM", W, R, 4, num_dir)
         fold = folded and P is None
         Rt = transposed(R, slice(None), cdt)
         bias = None

@@ -9,6 +9,7 @@ from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
 from .recurrent_cpu import (
+    check_weights,
     clip_fn,
     compute_dtype,
     parse_direction,
@@ -27,7 +28,7 @@ def rnn(node, xp):
 
     def run(X, W, R, B=None, lens=None, h0=None):
         cdt = compute_dtype(X.dtype)
-        H = R.shape[-1]
+        H = check_weights("RNN", W, R, 1, num_dir)
         Rt = transposed(R, slice(None), cdt)
         bias = None
         if B is not None:

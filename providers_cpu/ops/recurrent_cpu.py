@@ -142,6 +142,16 @@ def _check(op: str, name: str, a: np.ndarray, shape: tuple) -> None:
         )
 
 
+def check_weights(op: str, W: np.ndarray, R: np.ndarray, gates: int, num_dir: int) -> int:
+    """The hidden size, once W and R have the shapes the direction attribute asks for."""
+    H = R.shape[-1] if R.ndim == 3 else -1
+    _check(op, "R", R, (num_dir, gates * H, H) if H >= 0 else (num_dir, "gates*H", "H"))
+    if W.ndim != 3:
+        _check(op, "W", W, (num_dir, gates * H, "input"))
+    _check(op, "W", W, (num_dir, gates * H, W.shape[2]))
+    return H
+
+
 def run_recurrent(
     op: str,
     X: np.ndarray,
@@ -169,10 +179,9 @@ def run_recurrent(
         raise InvalidArgument(f"{op}: X must be 3-D, got shape {list(X.shape)}")
     T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
     n_in = X.shape[2]
-    hidden = R.shape[-1]
+    hidden = check_weights(op, W, R, gates, num_dir)
     G = gates * hidden
     _check(op, "W", W, (num_dir, G, n_in))
-    _check(op, "R", R, (num_dir, G, hidden))
     states = []
     for k, s in enumerate(inits):
         name = ("initial_h", "initial_c")[k]
