@@ -263,6 +263,7 @@ def test_weights_of_the_wrong_shape_are_named():
     feeds, H = _case("GRU", "bidirectional")
     feeds["R"] = feeds["R"][:, :, :-1]
     sess = _ours(_node_model("GRU", feeds, dict(direction="bidirectional", hidden_size=H), 0))
-    with pytest.raises(RunError, match=r"GRU: input R has shape \[2, 18, 5\], expected \[2, 15, 5\]") as err:
+    want = r"GRU: input R has shape \[2, 18, 5\], expected \[2, 15, 5\]"
+    with pytest.raises(RunError, match=want) as err:
         sess.run(None, feeds)
     assert isinstance(err.value.__cause__, InvalidArgument)
