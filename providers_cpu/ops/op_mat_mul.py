@@ -11,10 +11,10 @@ NumPy has no BLAS for float16 or bfloat16, so the generic kernel widens both
 operands to float32 on every call. For a constant B (a weight) that widening
 is the same every time, and it dominates a decode step: an fp16 0.8B-parameter
 decoder spent about 6x the product's own time converting its weights each
-token. Widened once here, the product is the generic kernel's (the same float32
-operands), at the price of keeping a float32 copy of each such weight beside the
-model's own (as MatMulNBits keeps its dequantized weights). Everything else runs
-the generic kernel.
+token. Widened once here, the product is the generic kernel's bit for bit (the same
+float32 operands, the same BLAS call, so that path keeps NumPy's own matmul), at the
+price of keeping a float32 copy of each such weight beside the model's own (as
+MatMulNBits keeps its dequantized weights). Everything else runs the generic kernel.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def mat_mul(node, xp):
         def run_half(a, b):
             if a.dtype != half:
                 return general(a, b)
-            return (matmul_2d(a.astype(np.float32), wide).astype(half, copy=False),)
+            y = np.asarray(np.matmul(a.astype(np.float32), wide))
+            return (y.astype(half, copy=False),)
 
         return run_half
 
