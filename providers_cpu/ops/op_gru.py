@@ -61,16 +61,6 @@ def gru(node, xp):
             Rt[..., zr] *= 0.5
             if bias is not None:
                 bias[:, zr] *= 0.5
-        gates = 3
-        if rb_h is not None:
-            # Projections laid out [z, r, Rb_h, n]: W gets H zero rows whose "projection" is
-            # Rb_h, so one add per step puts x_z, x_r and Rb_h in place and x_n sits after.
-            Wa = np.zeros((num_dir, 4 * H, W.shape[2]), dtype=cdt)
-            Wa[:, : 2 * H] = W[:, : 2 * H]
-            Wa[:, 3 * H :] = W[:, 2 * H :]
-            W = Wa
-            bias = np.concatenate((bias[:, : 2 * H], rb_h[:, 0], bias[:, 2 * H :]), axis=1)
-            gates = 4
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, (3 if linear_before_reset else 2) * H), dtype=dt)
@@ -80,18 +70,17 @@ def gru(node, xp):
 
             def step(x, h, out, c):
                 np.matmul(h, Rt, out=g)
-                if gates == 4:
-                    np.add(g, x[..., : 3 * H], out=g)
-                else:
-                    np.add(gzr, x[..., : 2 * H], out=gzr)
+                np.add(gzr, x[..., : 2 * H], out=gzr)
                 clip_zr(gzr)
                 act_zr(gzr, gzr)
                 if linear_before_reset:
+                    if rb_h is not None:
+                        np.add(n, rb_h, out=n)
                     np.multiply(n, gr, out=n)
                 else:
                     np.multiply(gr, h, out=tmp)
                     np.matmul(tmp, Rt_h, out=n)
-                np.add(n, x[..., (gates - 1) * H :], out=n)
+                np.add(n, x[..., 2 * H :], out=n)
                 clip(n)
                 g_act(n, n)
                 # (1 - z) * n + z * h
@@ -102,7 +91,7 @@ def gru(node, xp):
             return step
 
         return run_recurrent(
-            "GRU", X, W, R, gates=gates, num_dir=num_dir, reverse=reverse, layout=layout,
+            "GRU", X, W, R, gates=3, num_dir=num_dir, reverse=reverse, layout=layout,
             bias=bias, lens=lens, inits=[h0], make_step=make_step,
         )  # fmt: skip
 

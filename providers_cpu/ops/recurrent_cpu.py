@@ -169,8 +169,7 @@ def run_recurrent(
 ) -> tuple:
     """Y, Y_h[, Y_c] of a recurrence whose cell is ``make_step(dirs, batch, dtype)``.
 
-    ``W`` is the projection weight, [dirs, gates*H, input] (the op's, or one it laid out
-    for its step), ``R`` the op's recurrent weight (its shapes checked by the op),
+    ``W`` / ``R`` are the op's inputs ([dirs, gates*H, input] / [dirs, gates*H, H]),
     ``bias`` the part of B folded into the projections ([dirs, gates*H], compute dtype),
     ``inits`` the initial states as given (h, then c for LSTM), in the op's layout.
     """
@@ -180,7 +179,7 @@ def run_recurrent(
         raise InvalidArgument(f"{op}: X must be 3-D, got shape {list(X.shape)}")
     T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
     n_in = X.shape[2]
-    hidden = R.shape[-1]  # the op checked W and R (check_weights); W may carry extra rows
+    hidden = check_weights(op, W, R, gates, num_dir)
     G = gates * hidden
     _check(op, "W", W, (num_dir, G, n_in))
     states = []
