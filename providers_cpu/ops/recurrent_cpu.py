@@ -2,8 +2,9 @@
 
 Why it is fast (the generic driver in ``providers/ops/flow.py`` stays the reference):
 
-- the input projection of every time step and every direction is one matmul,
-  ``[T*batch, input] @ [input, dirs*gates]``, with the foldable biases added once;
+- the input projection of every time step is one matmul per direction,
+  ``[T*batch, input] @ [input, gates]``, from X already in that direction's step order
+  (time-reversed, sorted by length), with the foldable biases added once;
 - the directions run side by side: each step is one stacked matmul
   ``[dirs, batch, H] @ [dirs, H, gates]`` (reverse directions read a time-reversed
   copy of their projections, per batch entry when ``sequence_lens`` is given), so a
@@ -214,23 +215,25 @@ def run_recurrent(
             t = np.arange(T)[:, None]
             rev_idx = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)[:, :, None]
 
-    # every step's input projection for every direction: one matmul
+    # Each direction's input projection for every step: one matmul, from X already in
+    # that direction's step order (reversed, sorted: X is input-wide, the projection
+    # gates-wide, so the reordering copies the smaller of the two), written where the
+    # steps read it.
     X = X.astype(cdt, copy=False)
-    proj = np.matmul(X.reshape(-1, n_in), W.astype(cdt, copy=False).reshape(-1, n_in).T)
-    if bias is not None:
-        proj += bias.reshape(-1)
-    if layout == 0 and num_dir == 1 and not reverse[0] and order is None:
-        xw = proj.reshape(T, 1, batch, G)
-    else:
-        xw = np.empty((T, num_dir, batch, G), dtype=cdt)
-        p4 = proj.reshape(batch, T, num_dir, G) if layout else proj.reshape(T, batch, num_dir, G)
-        for d in range(num_dir):
-            src = p4[:, :, d].transpose(1, 0, 2) if layout else p4[:, :, d]
-            if order is not None:
-                src = src[:, order]
-            if reverse[d]:
-                src = src[::-1] if rev_idx is None else np.take_along_axis(src, rev_idx, axis=0)
-            xw[:, d] = src
+    xt = X.transpose(1, 0, 2) if layout else X  # [T, batch, input]
+    if order is not None:
+        xt = xt[:, order]
+    W = W.astype(cdt, copy=False)
+    xw = np.empty((num_dir, T, batch, G), dtype=cdt)
+    for d in range(num_dir):
+        xd = xt
+        if reverse[d]:
+            xd = xd[::-1] if rev_idx is None else np.take_along_axis(xd, rev_idx, axis=0)
+        rows = np.ascontiguousarray(xd).reshape(T * batch, n_in)
+        np.matmul(rows, W[d].T, out=xw[d].reshape(T * batch, G))
+        if bias is not None:
+            xw[d] += bias[d]
+    xw = xw.transpose(1, 0, 2, 3)  # [T, dirs, batch, G]: xw[t] is one step's input
 
     ys = (np.empty if lens is None else np.zeros)((T, num_dir, batch, hidden), dtype=cdt)
     if lens is None:
