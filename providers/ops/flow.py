@@ -160,8 +160,8 @@ def _as_str(s: Any) -> str:
     return s.decode() if isinstance(s, bytes) else str(s)
 
 
-def activations(node: NodeInfo, xp: Any, defaults: Sequence[str], num_dir: int) -> list[list]:
-    """The activation functions per direction, alphas and betas consumed in order.
+def activation_specs(node: NodeInfo, defaults: Sequence[str], num_dir: int) -> list[list[tuple]]:
+    """``(name, alpha, beta)`` of each activation function, per direction (names lower-case).
 
     As in onnxruntime, ``activation_alpha`` / ``activation_beta`` entries go,
     in order, to the functions that take them; the others use ONNX defaults.
@@ -176,16 +176,28 @@ def activations(node: NodeInfo, xp: Any, defaults: Sequence[str], num_dir: int) 
         )
     alphas = list(node.attr("activation_alpha", []))
     betas = list(node.attr("activation_beta", []))
-    fns = []
+    specs = []
     for name in names:
         key = name.lower()
         if key not in _ACTS:
             raise NotSupported(f"{node.op_type}: activation {name!r} is not supported")
-        a_def, b_def, make = _ACTS[key]
+        a_def, b_def, _ = _ACTS[key]
         a = alphas.pop(0) if key in _USES_ALPHA and alphas else a_def
         b = betas.pop(0) if key in _USES_BETA and betas else b_def
-        fns.append(make(xp, a, b))
-    return [fns[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
+        specs.append((key, a, b))
+    return [specs[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
+
+
+def activation_fn(xp: Any, spec: tuple) -> Callable[[Any], Any]:
+    """The function of one ``(name, alpha, beta)`` from :func:`activation_specs`."""
+    name, a, b = spec
+    return _ACTS[name][2](xp, a, b)
+
+
+def activations(node: NodeInfo, xp: Any, defaults: Sequence[str], num_dir: int) -> list[list]:
+    """The activation functions per direction (see :func:`activation_specs`)."""
+    specs = activation_specs(node, defaults, num_dir)
+    return [[activation_fn(xp, s) for s in per_dir] for per_dir in specs]
 
 
 #: A cell factory: (W_d, R_d, B_d or None, P_d or None, activations_d, clip, hidden)
@@ -281,6 +293,9 @@ def recurrent(
                 finals[k].append(states[k])
         Y = xp.stack(ys, axis=1)  # [T, num_dir, batch, hidden]
         last = [xp.stack(f) for f in finals]  # [num_dir, batch, hidden]
+        if lens is not None:
+            # onnxruntime's final states of an empty sequence are zeros
+            last = [xp.where((lens_ > 0)[None, :, None], s, 0) for s in last]
         if layout:
             Y = xp.transpose(Y, (2, 0, 1, 3))
             last = [xp.transpose(s, (1, 0, 2)) for s in last]

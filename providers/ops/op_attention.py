@@ -69,7 +69,7 @@ def attention(node: NodeInfo, xp):
         scores = softcap(xp, scores, cap)
         capped = scores
 
-        bias = _bias(xp, mask, past_k, nonpad, lq, s, b, ct, is_causal, left, right)
+        bias = attention_bias(xp, mask, past_k, nonpad, lq, s, b, ct, is_causal, left, right)
         if bias is not None:
             scores = scores + bias
         probs = softmax_rows(xp, scores)
@@ -93,7 +93,7 @@ def attention(node: NodeInfo, xp):
     return run
 
 
-def _bias(xp, mask, past_k, nonpad, lq, s, b, ct, is_causal, left, right):
+def attention_bias(xp, mask, past_k, nonpad, lq, s, b, ct, is_causal, left, right):
     """The additive bias (0 / -inf / float mask) broadcastable to (B, H, L, S), or None."""
     bias = None
     if mask is not None:

@@ -1,13 +1,21 @@
-"""MatMul on NumPy with a constant half-precision weight widened once, at session creation.
+"""MatMul on NumPy: one 2-D BLAS call for an N-D activation times a 2-D weight; a
+constant half-precision weight widened once, at session creation.
+
+``[..., M, K] @ [K, N]`` is the projection of every transformer layer. NumPy runs a
+stacked matmul as a loop over the leading dimensions, which measured slower than one
+``[prod(...) * M, K] @ [K, N]`` on the same data even with one leading entry
+(``[1, 32, 256] @ [256, 512]``: 157 against 87 us on one thread, 2157 against 179 us
+on two threads of a loaded machine), so such products are reshaped to 2-D and back
+(a view when the activation is contiguous).
 
 NumPy has no BLAS for float16 or bfloat16, so the generic kernel widens both
 operands to float32 on every call. For a constant B (a weight) that widening
 is the same every time, and it dominates a decode step: an fp16 0.8B-parameter
 decoder spent about 6x the product's own time converting its weights each
-token. Widened once here, the product is the generic kernel's bit for bit
-(the same float32 operands, the same BLAS call), at the price of keeping a
-float32 copy of each such weight beside the model's own (as MatMulNBits keeps
-its dequantized weights). Everything else runs the generic kernel.
+token. Widened once here, the product is the generic kernel's bit for bit (the same
+float32 operands, the same BLAS call, so that path keeps NumPy's own matmul), at the
+price of keeping a float32 copy of each such weight beside the model's own (as
+MatMulNBits keeps its dequantized weights). Everything else runs the generic kernel.
 """
 
 from __future__ import annotations
@@ -18,21 +26,42 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_mat_mul import mat_mul as generic
 
 _HALF = ("float16", "bfloat16")
+_BLAS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def matmul_2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for a 2-D ``b``, as one 2-D product when ``a`` has leading dimensions."""
+    if a.ndim <= 2:
+        return np.matmul(a, b)
+    y = np.matmul(a.reshape(-1, a.shape[-1]), b)
+    return y.reshape(*a.shape[:-1], b.shape[-1])
 
 
 @kernel("MatMul", since=(1, 9, 13))
 def mat_mul(node, xp):
     general = generic(node, xp)
     const = node.const_input(1)
-    if const is None or np.asarray(const).dtype.name not in _HALF:
-        return general
-    half = np.asarray(const).dtype
-    wide = np.asarray(const).astype(np.float32)
+    if const is not None and np.asarray(const).dtype.name in _HALF:
+        half = np.asarray(const).dtype
+        wide = np.asarray(const).astype(np.float32)
+
+        def run_half(a, b):
+            if a.dtype != half:
+                return general(a, b)
+            y = np.asarray(np.matmul(a.astype(np.float32), wide))
+            return (y.astype(half, copy=False),)
+
+        return run_half
 
     def run(a, b):
-        if a.dtype != half:
-            return general(a, b)
-        y = np.asarray(np.matmul(a.astype(np.float32), wide))
-        return (y.astype(half, copy=False),)
+        if (
+            b.ndim == 2
+            and a.ndim > 2
+            and a.dtype == b.dtype
+            and a.dtype in _BLAS
+            and a.shape[-1] == b.shape[0]
+        ):
+            return (matmul_2d(a, b),)
+        return general(a, b)
 
     return run

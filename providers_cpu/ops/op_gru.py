@@ -1,0 +1,98 @@
+"""GRU on NumPy: gates z, r, h in preallocated buffers, both directions per step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxep.errors import InvalidArgument
+from onnxep.providers.dtypes import FLOAT_TYPES
+from onnxep.providers.kernel import kernel
+
+from .recurrent_cpu import (
+    check_weights,
+    clip_fn,
+    compute_dtype,
+    default_activations,
+    half_sigmoid,
+    halve_rows,
+    parse_direction,
+    run_recurrent,
+    stacked_activations,
+    transposed,
+)
+
+
+@kernel("GRU", since=(1, 3, 7, 14, 22), dtypes=FLOAT_TYPES)
+def gru(node, xp):
+    num_dir, reverse = parse_direction(node)
+    layout = int(node.attr("layout", 0))
+    linear_before_reset = bool(node.attr("linear_before_reset", 0))
+    f_act, g_act = stacked_activations(node, ("Sigmoid", "Tanh"), num_dir)
+    clip_at = node.attr("clip", None)
+    clip = clip_fn(clip_at)
+    # the exporters' case: z and r through half_sigmoid, their weights halved
+    folded = default_activations(node, ("Sigmoid", "Tanh"), num_dir)
+    clip_zr = clip_fn(None if clip_at is None else 0.5 * float(clip_at)) if folded else clip
+    act_zr = half_sigmoid if folded else f_act
+
+    def run(X, W, R, B=None, lens=None, h0=None):
+        cdt = compute_dtype(X.dtype)
+        H = check_weights("GRU", W, R, 3, num_dir)
+        bias = rb_h = None
+        if B is not None:
+            if B.shape != (num_dir, 6 * H):
+                raise InvalidArgument(f"GRU: B has shape {list(B.shape)}, expected "
+                                      f"{[num_dir, 6 * H]}")  # fmt: skip
+            bias = B[:, : 3 * H].astype(cdt)
+            if linear_before_reset:
+                # Rb_h is multiplied by r: it stays in the step
+                bias[:, : 2 * H] += B[:, 3 * H : 5 * H]
+                rb_h = B[:, None, 5 * H :].astype(cdt)
+            else:
+                np.add(bias, B[:, 3 * H :], out=bias)
+        if linear_before_reset:
+            Rt = transposed(R, slice(None), cdt)
+        else:
+            Rt = transposed(R, slice(0, 2 * H), cdt)
+            Rt_h = transposed(R, slice(2 * H, 3 * H), cdt)
+        if folded:
+            zr = slice(0, 2 * H)
+            W = halve_rows(W, zr, cdt)
+            Rt[..., zr] *= 0.5
+            if bias is not None:
+                bias[:, zr] *= 0.5
+
+        def make_step(D, batch, dt):
+            g = np.empty((D, batch, (3 if linear_before_reset else 2) * H), dtype=dt)
+            tmp = np.empty((D, batch, H), dtype=dt)
+            gzr, gz, gr = g[..., : 2 * H], g[..., :H], g[..., H : 2 * H]
+            n = g[..., 2 * H :] if linear_before_reset else np.empty((D, batch, H), dtype=dt)
+
+            def step(x, h, out, c):
+                np.matmul(h, Rt, out=g)
+                np.add(gzr, x[..., : 2 * H], out=gzr)
+                clip_zr(gzr)
+                act_zr(gzr, gzr)
+                if linear_before_reset:
+                    if rb_h is not None:
+                        np.add(n, rb_h, out=n)
+                    np.multiply(n, gr, out=n)
+                else:
+                    np.multiply(gr, h, out=tmp)
+                    np.matmul(tmp, Rt_h, out=n)
+                np.add(n, x[..., 2 * H :], out=n)
+                clip(n)
+                g_act(n, n)
+                # (1 - z) * n + z * h
+                np.subtract(h, n, out=tmp)
+                np.multiply(tmp, gz, out=tmp)
+                np.add(n, tmp, out=out)
+
+            return step
+
+        return run_recurrent(
+            "GRU", X, W, R, gates=3, num_dir=num_dir, reverse=reverse, layout=layout,
+            bias=bias, lens=lens, inits=[h0], make_step=make_step,
+        )  # fmt: skip
+
+    return run
