@@ -7,6 +7,8 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..threads import cpu_count, run_threads
+
 
 def pad_input(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
     """Copy ``x`` into a buffer with the spatial padding (faster than np.pad for small tensors)."""
@@ -113,8 +115,48 @@ def _thread_pool():
             if _pool is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="onnxep-conv")
+                _pool = ThreadPoolExecutor(
+                    max_workers=max(1, cpu_count() - 1), thread_name_prefix="onnxep-cpu"
+                )
     return _pool
+
+
+# Below this many multiply-adds a split costs more in thread hand-offs than it saves.
+_PARALLEL_MIN = 1 << 18
+
+
+def parallel_rows(rows: int, work: int, fn) -> None:
+    """``fn(r0, r1)`` over ``[0, rows)`` in chunks, on the run's threads (the caller's included).
+
+    ``fn`` must release the GIL (a numba ``nogil`` loop, a BLAS call) and write
+    disjoint rows. Chunks are handed out one at a time, so a thread whose core
+    is busy with another process takes fewer of them instead of holding up the
+    rest (an even split waits for its slowest share). The result never depends
+    on the split: each row is computed whole by one call.
+    """
+    n = min(run_threads(), rows)
+    if n <= 1 or work < _PARALLEL_MIN:
+        fn(0, rows)
+        return
+    chunks = min(rows, 4 * n)
+    bounds = [rows * i // chunks for i in range(chunks + 1)]
+    todo = iter(range(chunks))
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            fn(bounds[i], bounds[i + 1])
+
+    futs = [_thread_pool().submit(drain) for _ in range(n - 1)]
+    try:
+        drain()
+    finally:
+        for f in futs:
+            f.result()
 
 
 def probe_like(x: np.ndarray) -> np.ndarray:
@@ -236,7 +278,7 @@ class TunedMatmul:
         mc = m
         while mc > 8 and (mc * k * lsz > _SMALL_MNK or m % mc):
             mc //= 2
-        multi = (os.cpu_count() or 1) > 1
+        multi = run_threads() > 1
         if mc >= 8 and m % mc == 0 and mc * k * lsz <= _SMALL_MNK and mc < m:
             cands.append(_chunked(self.w, mc))
             if multi and cols.ndim == 2 and (m // mc) >= 2:

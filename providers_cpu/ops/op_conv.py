@@ -6,7 +6,7 @@ the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
 convolutions, which im2col layout (``im2col_wide`` or ``im2col_standard``) runs is timed
 once per input shape, among the variants that give the same bits (so a
 result never depends on timing). 1x1 stride-1 unpadded convolutions skip
-im2col; depthwise ones run as multiply-adds.
+im2col; depthwise ones run as multiply-adds (``depthwise``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
+from .depthwise import depthwise
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
@@ -123,9 +124,9 @@ def build_conv(node, post=None):
                     im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
                 )
             xpad = scratch.padded(xc, pb, pe)
-            if group > 1 and group == c and group == m:
+            if group > 1 and group == c and m % c == 0:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
-                y = _depthwise(xpad, wg, k, strides, dil, out, n, m)
+                y = depthwise(xpad, wg, k, strides, dil, out)
                 if b is not None:
                     bb = bconst if bconst is not None else b
                     y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
@@ -224,41 +225,3 @@ def _pick(*fns) -> int:
             f()
             best_t[i] = min(best_t[i], time.perf_counter() - t0)
     return best_t.index(min(best_t))
-
-
-def _depthwise(xpad, wg, k, strides, dil, out, n, m):
-    """Depthwise conv as one multiply-add per kernel offset over each flat padded plane.
-
-    Every (also wrapped) position of the plane is computed so each ufunc call
-    streams one contiguous run; the strided output positions are picked at the end.
-    """
-    nsp = len(k)
-    sp = xpad.shape[2:]
-    elem = [1] * nsp
-    for i in range(nsp - 2, -1, -1):
-        elem[i] = elem[i + 1] * sp[i + 1]
-    plane = elem[0] * sp[0]
-    flat = xpad.reshape(n, m, plane)
-    span = sum((kk - 1) * d * e for kk, d, e in zip(k, dil, elem))
-    ln = plane - span
-    wk = wg.reshape(m, -1)
-    acc = None
-    tmp = None
-    for i, kpos in enumerate(np.ndindex(*k)):
-        off = sum(p * d * e for p, d, e in zip(kpos, dil, elem))
-        wcol = wk[:, i].reshape(1, m, 1)
-        if acc is None:
-            acc = flat[:, :, off : off + ln] * wcol
-            tmp = np.empty_like(acc)
-        else:
-            np.multiply(flat[:, :, off : off + ln], wcol, out=tmp)
-            acc += tmp
-    isz = acc.itemsize
-    view = np.ndarray(
-        (n, m, *out),
-        dtype=acc.dtype,
-        buffer=acc,
-        offset=0,
-        strides=(m * ln * isz, ln * isz, *(s * e * isz for s, e in zip(strides, elem))),
-    )
-    return np.ascontiguousarray(view)
