@@ -266,7 +266,6 @@ class TunedMatmul:
         return f(cols)
 
     def _tune(self, cols):
-        import os
         import time
 
         m, k = self.w.shape
