@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 _why_not: str | None = None
 nb: Any = None
 if os.environ.get("ONNXEP_CPU_JIT", "1").strip() == "0":
@@ -98,3 +100,128 @@ def _col2im_rows(cols, term_off, r0, r1, out):
 
 
 _SOURCES = {"depthwise_rows": _depthwise_rows, "col2im_rows": _col2im_rows}
+
+
+def _quantize_a(blocks, aq, asc, asum):
+    """A (M, KB, BS) float32 rounded to int8 per block: ``rint(a * 127 / amax)``.
+
+    ``aq`` (M, KB, 2, BS / 2) takes the even and the odd positions of each block apart
+    (the low and high nibbles of the 4-bit weight bytes they meet); for 8-bit weights
+    it is (M, KB, 1, BS). ``asc`` gets each block's scale ``amax / 127``, ``asum`` the
+    sum of its integers.
+    """
+    m_rows, kb_n, bs = blocks.shape
+    parts = aq.shape[2]
+    for m in range(m_rows):
+        for kb in range(kb_n):
+            blk = blocks[m, kb]
+            amax = np.float32(0.0)
+            for j in range(bs):
+                v = abs(blk[j])
+                if v > amax:
+                    amax = v
+            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            tot = 0
+            for j in range(bs):
+                q = np.int32(np.rint(blk[j] * inv))
+                aq[m, kb, j % parts, j // parts] = q
+                tot += q
+            asc[m, kb] = amax / np.float32(127.0)
+            asum[m, kb] = tot
+
+
+def _nbits_int(aq, asc, asum, packed, scales, zp, n0, n1, out):
+    """MatMulNBits on packed weights, int8 A (``_quantize_a``): out (M, N), columns n0..n1.
+
+    ``packed`` (KB, bytes, N) uint8 holds the weight transposed, so the innermost
+    loop runs over contiguous output columns: 4-bit weights two a byte (low
+    nibble first) when ``aq`` has two parts, 8-bit ones otherwise; ``scales`` and
+    ``zp`` (KB, N), the zero points whole numbers. Each block's products add as
+    integers (exact); then the zero point's share ``zp * sum(a)`` comes off, both
+    block scales multiply, and the blocks add in order.
+    """
+    m_rows, kb_n, parts, h = aq.shape
+    w = n1 - n0
+    si = np.empty(w, np.int32)
+    acc = np.empty(w, np.float32)
+    for m in range(m_rows):
+        acc[:] = 0
+        for kb in range(kb_n):
+            si[:] = 0
+            for j in range(h):
+                row = packed[kb, j, n0:n1]
+                if parts == 2:
+                    lo = np.int32(aq[m, kb, 0, j])
+                    hi = np.int32(aq[m, kb, 1, j])
+                    for x in range(w):
+                        byte = np.int32(row[x])
+                        si[x] += lo * (byte & 15) + hi * (byte >> 4)
+                else:
+                    a = np.int32(aq[m, kb, 0, j])
+                    for x in range(w):
+                        si[x] += a * np.int32(row[x])
+            sa = asum[m, kb]
+            ca = asc[m, kb]
+            zr = zp[kb, n0:n1]
+            sr = scales[kb, n0:n1]
+            for x in range(w):
+                acc[x] += (np.float32(si[x]) - zr[x] * sa) * (ca * sr[x])
+        out[m, n0:n1] = acc
+
+
+def _nbits_float(af, packed, scales, zp, n0, n1, out):
+    """MatMulNBits on packed weights (``_nbits_int``'s layout), float32 A in ``aq``'s layout.
+
+    Per block: sum(a * q) - zp * sum(a), times the block's scale; blocks add in order.
+    """
+    m_rows, kb_n, parts, h = af.shape
+    w = n1 - n0
+    sf = np.empty(w, np.float32)
+    acc = np.empty(w, np.float32)
+    for m in range(m_rows):
+        acc[:] = 0
+        for kb in range(kb_n):
+            sf[:] = 0
+            t = np.float32(0.0)
+            for j in range(h):
+                row = packed[kb, j, n0:n1]
+                if parts == 2:
+                    lo = af[m, kb, 0, j]
+                    hi = af[m, kb, 1, j]
+                    t += lo + hi
+                    for x in range(w):
+                        byte = row[x]
+                        sf[x] += lo * np.float32(byte & 15) + hi * np.float32(byte >> 4)
+                else:
+                    a = af[m, kb, 0, j]
+                    t += a
+                    for x in range(w):
+                        sf[x] += a * np.float32(row[x])
+            zr = zp[kb, n0:n1]
+            sr = scales[kb, n0:n1]
+            for x in range(w):
+                acc[x] += (sf[x] - zr[x] * t) * sr[x]
+        out[m, n0:n1] = acc
+
+
+def _int8_round(blocks, out):
+    """``contrib.int8_blocks`` in one loop: each block of A rounded to int8 steps, as floats."""
+    m_rows, kb_n, bs = blocks.shape
+    for m in range(m_rows):
+        for kb in range(kb_n):
+            blk = blocks[m, kb]
+            amax = np.float32(0.0)
+            for j in range(bs):
+                v = abs(blk[j])
+                if v > amax:
+                    amax = v
+            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            scale = amax / np.float32(127.0)
+            o = out[m, kb]
+            for j in range(bs):
+                o[j] = np.rint(blk[j] * inv) * scale
+
+
+_SOURCES.update(
+    int8_round=_int8_round, quantize_a=_quantize_a, nbits_int=_nbits_int, nbits_float=_nbits_float
+)
