@@ -83,7 +83,7 @@ def test_quantizer_model_matches_onnxruntime(
     from onnxep.providers_cpu.ops import op_matmul_nbits as kern
 
     monkeypatch.setattr(jit, "ENABLED", compiled)
-    monkeypatch.setattr(kern, "_PACKED_MIN_BYTES", 0)  # these weights are small: packed anyway
+    monkeypatch.setattr(kern, "PACKED_MIN_BYTES", 0)  # these weights are small: packed anyway
     _compare(_quantized(bits, symmetric, level, k), rows, k)
 
 
@@ -93,7 +93,7 @@ def test_float_copy_refused_dequantizes_blocks_per_run(rows, monkeypatch):
     from onnxep.providers_cpu.ops import op_matmul_nbits as kern
 
     monkeypatch.setenv("ONNXEP_NBITS_FLOAT_MB", "0")
-    monkeypatch.setattr(kern, "_CHUNK_BYTES", 4 * 64 * 10)  # 10 columns a block: several blocks
+    monkeypatch.setattr(kern, "CHUNK_BYTES", 4 * 64 * 10)  # 10 columns a block: several blocks
     monkeypatch.setattr(jit, "ENABLED", False)
     _compare(_quantized(4, False, 4, 64), rows, 64)
 
@@ -103,10 +103,10 @@ def test_packed_loop_runs_decode_rows(monkeypatch):
         pytest.skip("numba not installed")
     from onnxep.providers_cpu.ops import op_matmul_nbits as kern
 
-    monkeypatch.setattr(kern, "_PACKED_MIN_BYTES", 0)
+    monkeypatch.setattr(kern, "PACKED_MIN_BYTES", 0)
     calls = []
-    real = kern._packed_matmul
-    monkeypatch.setattr(kern, "_packed_matmul", lambda *a: calls.append(a[0].shape) or real(*a))
+    real = kern.packed_matmul
+    monkeypatch.setattr(kern, "packed_matmul", lambda *a: calls.append(a[0].shape) or real(*a))
     model = _quantized(4, True, 4, 64)
     sess = onnxep.InferenceSession(model, providers=["cpu"])
     sess.run(None, {"x": np.ones((1, 2, 64), np.float32)})
@@ -130,5 +130,5 @@ def test_compiled_int8_rounding_is_the_generic_one_bit_for_bit(k):
 
     a = np.random.default_rng(0).standard_normal((5, k)).astype(np.float32)
     a[1, :32] = 0  # an all-zero block
-    got = kern._int8_round(a, -(-k // 32), 32)
+    got = kern.int8_round(a, -(-k // 32), 32)
     assert got.tobytes() == contrib.int8_blocks(a, 32, np).tobytes()

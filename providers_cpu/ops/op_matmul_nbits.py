@@ -1,4 +1,4 @@
-"""com.microsoft MatMulNBits on the CPU: packed weights for decode rows, a float32 copy for the rest.
+"""com.microsoft MatMulNBits on the CPU: packed weights for decode rows, float32 for the rest.
 
 A decode step multiplies one (or a few) rows of A by the whole weight: reading
 float32 weights moves eight times the bytes of the 4-bit ones, so with numba
@@ -13,7 +13,7 @@ once: at session creation when there is no packed loop, on the first such run
 otherwise, and only when its size is at most ``ONNXEP_NBITS_FLOAT_MB``
 (default 1024 MB per node). Past that, or with weights that are not constants,
 each run dequantizes blocks of output columns and multiplies them one at a
-time, holding at most ``_CHUNK_BYTES`` of float weights.
+time, holding at most ``CHUNK_BYTES`` of float weights.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from .nn_cpu import parallel_rows
 
 #: Rows of A up to which the packed-weight loop runs (when numba is installed).
 PACKED_ROWS = 8
-_CHUNK_BYTES = 64 << 20
-_PACKED_MIN_BYTES = 1 << 20
+CHUNK_BYTES = 64 << 20
+PACKED_MIN_BYTES = 1 << 20
 
 
 def float_limit() -> int:
@@ -75,7 +75,7 @@ def matmul_nbits(node, xp):
             packed = _pack(b0, s0, zp0, n, kb, bits, block_size)
     # A float32 weight this small stays in cache between decode steps, where BLAS reads
     # it faster than the packed loop unpacks 4 bits; a larger one comes from memory.
-    big = n * k * 4 >= _PACKED_MIN_BYTES
+    big = n * k * 4 >= PACKED_MIN_BYTES
     wf: list = []  # the (K, N) float32 weight, once made
     lock = threading.Lock()
 
@@ -100,9 +100,9 @@ def matmul_nbits(node, xp):
             raise NotSupported(f"MatMulNBits: A's last dimension is {a.shape[-1]}, K is {k}")
         a2 = a.reshape(-1, k)
         if packed is not None and a2.shape[0] <= PACKED_ROWS and (big or not fits):
-            y = _packed_matmul(a2, packed, n, kb, bits, block_size, int8_a)
+            y = packed_matmul(a2, packed, n, kb, bits, block_size, int8_a)
         else:
-            af = _int8_round(a2, kb, block_size) if int8_a else C.up(a2, np, np.float32)
+            af = int8_round(a2, kb, block_size) if int8_a else C.up(a2, np, np.float32)
             if fits:
                 y = af @ float_weight()
             else:
@@ -142,7 +142,7 @@ def _pack(b, scales, zp, n, kb, bits, block_size):
     return p, s, np.ascontiguousarray(z.T)
 
 
-def _packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
+def packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
     """(M, K) A times the packed weight: (M, N) float32, through the compiled loops."""
     m, k = a2.shape
     af = a2.astype(np.float32, copy=False)
@@ -169,7 +169,7 @@ def _packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
     return out
 
 
-def _int8_round(a2, kb, block_size):
+def int8_round(a2, kb, block_size):
     """A rounded to int8 steps per block of K (``contrib.int8_blocks``), one loop when compiled."""
     if not jit.ENABLED:
         return C.int8_blocks(a2, block_size, np)
@@ -185,13 +185,13 @@ def _int8_round(a2, kb, block_size):
 
 
 def _chunked(af, b, scales, zero_points, g_idx, qargs, n, k):
-    """A times the weight dequantized ``_CHUNK_BYTES`` of output columns at a time."""
+    """A times the weight dequantized ``CHUNK_BYTES`` of output columns at a time."""
     kb = -(-k // qargs["block_size"])
     b3 = b.reshape(n, kb, -1)
     s2 = scales.reshape(n, -1)
     z2 = None if zero_points is None else zero_points.reshape(n, -1)
     out = np.empty((af.shape[0], n), np.float32)
-    step = max(1, _CHUNK_BYTES // (4 * k))
+    step = max(1, CHUNK_BYTES // (4 * k))
     for n0 in range(0, n, step):
         n1 = min(n, n0 + step)
         part = dict(qargs, n=n1 - n0)
