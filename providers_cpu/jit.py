@@ -1,6 +1,7 @@
 """Optional compiled loops for the CPU provider's kernels, through numba when installed.
 
-A few kernels (depthwise convolution, ConvTranspose's col2im) are loops that
+A few kernels (depthwise convolution, pooling windows, MatMulNBits on packed
+weights) are loops that
 NumPy can only express as one full pass over memory per term; numba compiles
 them into one cache-resident loop each. Whether they are used is decided once,
 at import: numba importable and ``ONNXEP_CPU_JIT`` not ``0``. Without numba every
@@ -37,7 +38,10 @@ ENABLED = nb is not None
 def jit_status() -> str:
     """One line for ``onnxep providers``: which loops the CPU kernels run."""
     if ENABLED:
-        return f"compiled loops: numba {nb.__version__} (depthwise Conv, ConvTranspose col2im)"
+        return (
+            f"compiled loops: numba {nb.__version__} (depthwise Conv, pooling windows, "
+            "MatMulNBits on packed weights)"
+        )
     return f"compiled loops: {_why_not}"
 
 
@@ -86,20 +90,7 @@ def _depthwise_rows(planes, term_plane, term_off, w, mult, r0, r1, out):
             t += 1
 
 
-def _col2im_rows(cols, term_off, r0, r1, out):
-    """out[r, term_off[t]:][:ln] += cols[r, t] for every term t, rows r0..r1 (terms in order)."""
-    ln = cols.shape[2]
-    nt = cols.shape[1]
-    for r in range(r0, r1):
-        o = out[r]
-        for t in range(nt):
-            c = cols[r, t]
-            s = o[term_off[t] : term_off[t] + ln]
-            for x in range(ln):
-                s[x] += c[x]
-
-
-_SOURCES = {"depthwise_rows": _depthwise_rows, "col2im_rows": _col2im_rows}
+_SOURCES = {"depthwise_rows": _depthwise_rows}
 
 
 def _quantize_a(blocks, aq, asc, asum):
@@ -222,6 +213,36 @@ def _int8_round(blocks, out):
                 o[j] = np.rint(blk[j] * inv) * scale
 
 
+def _window_axis(x, k, s, d, total, out):
+    """One axis of a separable pooling window: out[a, o, b] = x[a, o*s, b] (+|max) ... (k terms).
+
+    ``x`` (A, L, B) and ``out`` (A, nout, B); ``total`` 1 sums, 0 takes the maximum.
+    Terms combine in window order, as ``nn_cpu.window_reduce`` combines them.
+    """
+    n_a, _, n_b = x.shape
+    nout = out.shape[1]
+    for a in range(n_a):
+        for o in range(nout):
+            i0 = o * s
+            for b in range(n_b):
+                out[a, o, b] = x[a, i0, b]
+            for t in range(1, k):
+                i = i0 + t * d
+                if total:
+                    for b in range(n_b):
+                        out[a, o, b] = out[a, o, b] + x[a, i, b]
+                else:
+                    for b in range(n_b):
+                        v = x[a, i, b]
+                        # NaN wins, as np.maximum lets it
+                        if v > out[a, o, b] or v != v:
+                            out[a, o, b] = v
+
+
 _SOURCES.update(
-    int8_round=_int8_round, quantize_a=_quantize_a, nbits_int=_nbits_int, nbits_float=_nbits_float
+    window_axis=_window_axis,
+    int8_round=_int8_round,
+    quantize_a=_quantize_a,
+    nbits_int=_nbits_int,
+    nbits_float=_nbits_float,
 )

@@ -196,3 +196,61 @@ def test_providers_report_names_the_loops():
     status = jit.jit_status()
     assert status.startswith("compiled loops: ")
     assert ("numba" in status) == jit.ENABLED
+
+
+def test_conv_relu_and_clip_fuse_exactly():
+    """Conv -> Relu and Conv -> Clip (ReLU6, constant bounds) become FusedConv on the CPU,
+    with outputs byte-identical to the unfused nodes (float32), and agree with onnxruntime."""
+    module = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8),
+        nn.ReLU6(),
+        nn.Conv2d(8, 8, 1),
+        nn.Hardtanh(-0.5, 0.25),
+    )
+    shape = (1, 3, 17, 19)
+    model = _export(module, *shape)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    fused = onnxep.InferenceSession(model, providers=["cpu"])
+    report = {f.name: f for f in fused.placement().fusions}["fuse_conv_activation"]
+    assert report.fired == 3, report
+    assert [n.op_type for n in fused.placement().nodes] == ["FusedConv"] * 3
+    plain = onnxep.InferenceSession(
+        model,
+        onnxep.SessionOptions(
+            graph_optimization_level=onnxep.GraphOptimizationLevel.ORT_DISABLE_ALL
+        ),
+        providers=["cpu"],
+    )
+    got, want = fused.run(None, {"x": x})[0], plain.run(None, {"x": x})[0]
+    assert got.tobytes() == want.tobytes()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_clip_with_computed_bounds_is_refused_with_reason():
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 1, 1], [1.0, -1.0])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Clip", ["c", "lo"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+            helper.make_tensor_value_info("lo", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    report = {f.name: f for f in sess.placement().fusions}["fuse_conv_activation"]
+    assert report.fired == 0
+    assert any("not a constant" in str(r) for r in report.refused), report.refused
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    y = sess.run(None, {"x": x, "lo": np.float32(1.5)})[0]
+    np.testing.assert_array_equal(y, np.maximum(np.concatenate([x, -x], axis=1), 1.5))

@@ -7,6 +7,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import jit
 from ..threads import cpu_count, run_threads
 
 
@@ -62,6 +63,8 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
     nsp = len(kernel)
     lead = xpad.shape[: xpad.ndim - nsp]
     sp = xpad.shape[xpad.ndim - nsp :]
+    if jit.ENABLED and ufunc in (np.add, np.maximum) and xpad.dtype.kind == "f":
+        return _window_reduce_compiled(xpad, kernel, strides, dilations, out, ufunc is np.add)
     rows = 1
     for v in lead:
         rows *= v
@@ -94,6 +97,40 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
         strides=(plane * isz, *(s * e * isz for s, e in zip(strides, elem))),
     )
     return np.ascontiguousarray(view).reshape(*lead, *out)
+
+
+def _window_reduce_compiled(xpad, kernel, strides, dilations, out, total):
+    """``window_reduce`` axis by axis through a compiled loop: only kept positions are computed.
+
+    Each pass reduces one spatial axis at the output's stride, so the next pass
+    reads an already smaller array; the terms combine in the same order as the
+    NumPy path's, so sums are bit-identical to it.
+    """
+    nsp = len(kernel)
+    cur = np.ascontiguousarray(xpad)
+    f = jit.loop("window_axis")
+    ufunc = np.add if total else np.maximum
+    for a in range(nsp):
+        ax = cur.ndim - nsp + a
+        k, s, d = kernel[a], strides[a], dilations[a]
+        if k == 1 and s == 1 and cur.shape[ax] == out[a]:
+            continue
+        shape = cur.shape
+        nxt = np.empty((*shape[:ax], out[a], *shape[ax + 1 :]), dtype=cur.dtype)
+        if a == nsp - 1:
+            # The last axis has no contiguous run to loop over inside a window:
+            # one strided ufunc call per term, over every output at once.
+            span = (out[a] - 1) * s + 1
+            np.copyto(nxt, cur[..., 0:span:s])
+            for t in range(1, k):
+                ufunc(nxt, cur[..., t * d : t * d + span : s], out=nxt)
+        else:
+            outer = int(np.prod(shape[:ax]))
+            inner = int(np.prod(shape[ax + 1 :]))
+            a3 = cur.reshape(outer, shape[ax], inner)
+            f(a3, k, s, d, 1 if total else 0, nxt.reshape(outer, out[a], inner))
+        cur = nxt
+    return cur if cur is not xpad else cur.copy()
 
 
 # ---------------------------------------------------------------- GEMM shape tuning
