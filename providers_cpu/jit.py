@@ -3,8 +3,8 @@
 A few kernels (depthwise convolution, pooling windows, MatMulNBits on packed
 weights) are loops that
 NumPy can only express as one full pass over memory per term; numba compiles
-them into one cache-resident loop each. Whether they are used is decided once,
-at import: numba importable and ``ONNXEP_CPU_JIT`` not ``0``. Without numba every
+them into one cache-resident loop each. Whether they are used is decided once:
+numba importable and ``ONNXEP_CPU_JIT`` not ``0``. Without numba every
 kernel keeps its pure-NumPy path, and results agree within float rounding
 (the compiled loops add the same terms, in a fixed order per output). The
 choice is reported by ``onnxep providers`` (:func:`jit_status`).
@@ -16,33 +16,46 @@ provider's thread pool can run several at once.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from importlib import metadata
 from typing import Any
 
 import numpy as np
 
-_why_not: str | None = None
 nb: Any = None
+_why_not: str | None = None
 if os.environ.get("ONNXEP_CPU_JIT", "1").strip() == "0":
     _why_not = "off (ONNXEP_CPU_JIT=0)"
-else:
-    try:
-        import numba as nb
-    except Exception as exc:  # a broken numba install is a reason, not a crash
-        nb = None
-        _why_not = f"numba not importable ({type(exc).__name__}); pure NumPy loops"
+elif importlib.util.find_spec("numba") is None:
+    _why_not = "numba not installed; pure NumPy loops"
 
-ENABLED = nb is not None
+
+def __getattr__(name: str) -> Any:
+    # ``ENABLED`` imports numba on first read (a quarter of a second), so a
+    # process that never runs one of these kernels never pays for it.
+    if name != "ENABLED":
+        raise AttributeError(name)
+    global nb, _why_not
+    enabled = _why_not is None
+    if enabled:
+        try:
+            import numba as nb
+        except Exception as exc:  # a broken numba install is a reason, not a crash
+            _why_not = f"numba not importable ({type(exc).__name__}); pure NumPy loops"
+            enabled = False
+    globals()["ENABLED"] = enabled
+    return enabled
 
 
 def jit_status() -> str:
-    """One line for ``onnxep providers``: which loops the CPU kernels run."""
-    if ENABLED:
-        return (
-            f"compiled loops: numba {nb.__version__} (depthwise Conv, pooling windows, "
-            "MatMulNBits on packed weights)"
-        )
-    return f"compiled loops: {_why_not}"
+    """One line for ``onnxep providers``: which loops the CPU kernels run (imports nothing)."""
+    if _why_not is not None:
+        return f"compiled loops: {_why_not}"
+    return (
+        f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, pooling windows, "
+        "MatMulNBits on packed weights; compiled on first use)"
+    )
 
 
 _compiled: dict[str, Any] = {}
