@@ -254,3 +254,42 @@ def test_conv_clip_with_computed_bounds_is_refused_with_reason():
     x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
     y = sess.run(None, {"x": x, "lo": np.float32(1.5)})[0]
     np.testing.assert_array_equal(y, np.maximum(np.concatenate([x, -x], axis=1), 1.5))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_pools_in_other_float_types(dtype, monkeypatch):
+    """MaxPool / AveragePool on float16 (NumPy path; against onnxruntime) and float64
+    (compiled path; onnxruntime has no float64 AveragePool: against the NumPy path, exactly)."""
+    from onnx import TensorProto, helper
+
+    elem = {np.float16: TensorProto.FLOAT16, np.float64: TensorProto.DOUBLE}[dtype]
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "MaxPool",
+                ["x"],
+                ["m"],
+                kernel_shape=[3, 3],
+                strides=[2, 2],
+                pads=[1, 1, 1, 1],
+                ceil_mode=1,
+            ),  # fmt: skip
+            helper.make_node("AveragePool", ["m"], ["y"], kernel_shape=[2, 3], strides=[1, 2]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", elem, [1, 2, 11, 13])],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 19)]
+    ).SerializeToString()
+    x = np.random.default_rng(0).standard_normal((1, 2, 11, 13)).astype(dtype)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
+    assert got.dtype == dtype
+    if dtype == np.float16:
+        want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_allclose(got, want[0], rtol=2e-3)
+    else:
+        monkeypatch.setattr(jit, "ENABLED", False)
+        want = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
+        assert got.tobytes() == want.tobytes()

@@ -63,7 +63,7 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
     nsp = len(kernel)
     lead = xpad.shape[: xpad.ndim - nsp]
     sp = xpad.shape[xpad.ndim - nsp :]
-    if jit.ENABLED and ufunc in (np.add, np.maximum) and xpad.dtype.kind == "f":
+    if xpad.dtype in _COMPILED_DTYPES and ufunc in (np.add, np.maximum) and jit.ENABLED:
         return _window_reduce_compiled(xpad, kernel, strides, dilations, out, ufunc is np.add)
     rows = 1
     for v in lead:
@@ -97,6 +97,10 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
         strides=(plane * isz, *(s * e * isz for s, e in zip(strides, elem))),
     )
     return np.ascontiguousarray(view).reshape(*lead, *out)
+
+
+# numba has no half-precision arithmetic; those stay on the NumPy path.
+_COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _window_reduce_compiled(xpad, kernel, strides, dilations, out, total):
