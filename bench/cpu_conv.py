@@ -177,13 +177,16 @@ def _int4_mlp(path: Path) -> Path:
     return path
 
 
-def models(scratch: Path) -> dict:
-    """name -> (path, bench keyword arguments)."""
+def models(scratch: Path, wanted=lambda name: True) -> dict:
+    """name -> (path, bench keyword arguments), for the names ``wanted`` keeps."""
     out = {}
     for name, (module, shape) in _torch_models().items():
-        slug = name.split()[0].replace("+", "_")
-        out[name] = (_export(module, shape, scratch / f"{slug}.onnx"), {})
-    out["int4 MLP 896x4864x896, 1 row (MatMulNBits)"] = (_int4_mlp(scratch / "int4_mlp.onnx"), {})
+        if wanted(name):
+            slug = name.split()[0].replace("+", "_")
+            out[name] = (_export(module, shape, scratch / f"{slug}.onnx"), {})
+    int4 = "int4 MLP 896x4864x896, 1 row (MatMulNBits)"
+    if wanted(int4):
+        out[int4] = (_int4_mlp(scratch / "int4_mlp.onnx"), {})
     out["resnet_cnn 1x3x64x64"] = (DATA / "resnet_cnn.onnx", dict(dims={"batch": 1}))
     sys.path.insert(0, str(ROOT / "tests"))
     from real_models import CORPUS
@@ -213,9 +216,13 @@ def main(argv=None) -> int:
     if args.threads:
         _set_threads(args.threads)
     rows = []
+
+    def wanted(name: str) -> bool:
+        return not args.only or any(s in name for s in args.only)
+
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (path, kw) in models(Path(tmp)).items():
-            if args.only and not any(s in name for s in args.only):
+        for name, (path, kw) in models(Path(tmp), wanted).items():
+            if not wanted(name):
                 continue
             kw = dict(kw)
             runs = kw.pop("runs", args.runs)
