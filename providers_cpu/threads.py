@@ -76,3 +76,50 @@ def run_threads() -> int:
     """Threads a kernel may split its work over now: the run's limit, else every core."""
     n = _applied
     return n if n else cpu_count()
+
+
+# A product below this many multiply-adds runs on one BLAS thread: waking BLAS's
+# other threads for it costs more than they save, and on a machine whose cores are
+# busy (other processes, other sessions) the even split waits for a descheduled
+# thread, which made a small CNN 20x slower on two threads than on one.
+SMALL_GEMM = 32 << 20
+_blas_libs: list | None = None
+_blas_lock = threading.Lock()
+
+
+def _blas_controllers() -> list:
+    global _blas_libs
+    if _blas_libs is None:
+        with _blas_lock:
+            if _blas_libs is None:
+                try:
+                    from threadpoolctl import ThreadpoolController
+
+                    found = ThreadpoolController().lib_controllers
+                    _blas_libs = [c for c in found if c.user_api == "blas"]
+                except Exception:  # no threadpoolctl: BLAS keeps its own policy
+                    _blas_libs = []
+    return _blas_libs
+
+
+@contextlib.contextmanager
+def blas_for(macs: int) -> Iterator[None]:
+    """Inside, BLAS runs products of ``macs`` multiply-adds on one thread when that is small.
+
+    A larger product keeps the run's count (``intra_op_num_threads``, else BLAS's
+    own). The setting is process-wide for the call's duration (about a microsecond
+    to switch); a concurrent product elsewhere may run single-threaded meanwhile,
+    which changes its speed only, never a result.
+    """
+    if macs >= SMALL_GEMM:
+        yield
+        return
+    libs = [(c, c.get_num_threads()) for c in _blas_controllers()]
+    libs = [(c, n) for c, n in libs if n > 1]
+    for c, _ in libs:
+        c.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for c, n in libs:
+            c.set_num_threads(n)
