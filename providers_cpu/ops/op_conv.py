@@ -19,7 +19,6 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
-from ..threads import blas_for
 from .depthwise import depthwise
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
@@ -87,17 +86,7 @@ def build_conv(node, post=None):
             post(y, z)
         return (y if y.dtype == dt else y.astype(dt),)
 
-    sprod = 1
-    for s in strides:
-        sprod *= s
-
     def run(x, w, b=None, z=None):
-        # multiply-adds of this product, roughly: what decides BLAS's threads for it
-        macs = x.shape[0] * w.size * (x.size // max(1, x.shape[0] * x.shape[1])) // sprod
-        with blas_for(macs):
-            return _run(x, w, b, z)
-
-    def _run(x, w, b=None, z=None):
         k = ksh or list(w.shape[2:])
         pb, pe, out, pointwise = geometry(x.shape, k)
         dt = x.dtype

@@ -18,8 +18,6 @@ from onnxep.providers.ops.nn import compute_dtype
 from onnxep.providers.ops.op_conv_transpose import conv_transpose as generic_conv_transpose
 from onnxep.providers.ops.op_conv_transpose import conv_transpose_setup
 
-from ..threads import blas_for
-
 
 @kernel("ConvTranspose", since=(1, 11, 22))
 def conv_transpose(node, xp):
@@ -55,11 +53,10 @@ def conv_transpose(node, xp):
             return fallback(x, w, b)
         wt = weights(w, cdt, c, mg, kk)
         xg = x.astype(cdt, copy=False).reshape(n, group, c // group, lsz)
-        with blas_for(n * w.size * lsz):
-            if group == 1 and n == 1:
-                cols = (wt[0] @ xg[0, 0]).reshape(1, m, kk, *in_sp)
-            else:
-                cols = np.matmul(wt, xg).reshape(n, m, kk, *in_sp)
+        if group == 1 and n == 1:
+            cols = (wt[0] @ xg[0, 0]).reshape(1, m, kk, *in_sp)
+        else:
+            cols = np.matmul(wt, xg).reshape(n, m, kk, *in_sp)
         out_sp = [f - b0 - e0 for f, b0, e0 in zip(full, pb, pe)]
         y = _col2im_phases(cols, k, strides, dil, in_sp, full, pb, out_sp)
         if b is not None:

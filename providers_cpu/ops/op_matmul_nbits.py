@@ -23,12 +23,11 @@ import threading
 
 import numpy as np
 
-from onnxep.errors import InvalidArgument, NotSupported
+from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import contrib as C
 
 from .. import jit
-from ..threads import blas_for
 from .nn_cpu import parallel_rows
 
 #: Rows of A up to which the packed-weight loop runs (when numba is installed).
@@ -98,15 +97,14 @@ def matmul_nbits(node, xp):
             y = np.zeros(out_shape, dtype=a.dtype)
             return (y if bias is None else C.down(y + bias, a.dtype),)
         if a.shape[-1] != k:
-            raise InvalidArgument(f"MatMulNBits: A's last dimension is {a.shape[-1]}, K is {k}")
+            raise NotSupported(f"MatMulNBits: A's last dimension is {a.shape[-1]}, K is {k}")
         a2 = a.reshape(-1, k)
         if packed is not None and a2.shape[0] <= PACKED_ROWS and (big or not fits):
             y = packed_matmul(a2, packed, n, kb, bits, block_size, int8_a)
         else:
             af = int8_round(a2, kb, block_size) if int8_a else C.up(a2, np, np.float32)
             if fits:
-                with blas_for(af.shape[0] * n * k):
-                    y = af @ float_weight()
+                y = af @ float_weight()
             else:
                 y = _chunked(af, b, scales, zero_points, g_idx, qargs, n, k)
         y = y.reshape(out_shape)
