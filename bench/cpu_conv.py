@@ -195,7 +195,7 @@ def models(scratch: Path, wanted=lambda name: True) -> dict:
     if det.path.exists():
         out["rapidocr-det 1x3x320x320 (corpus)"] = (
             det.path,
-            dict(dims={"p2o.DynamicDimension.0": 1, "p2o.DynamicDimension.1": 320}),
+            dict(dims={f"p2o.DynamicDimension.{i}": v for i, v in enumerate((1, 320, 320))}),
         )
     qwen = DATA / "genai" / "qwen2_int4" / "model.onnx"
     if qwen.exists():
