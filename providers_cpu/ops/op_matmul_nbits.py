@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from onnxep.errors import NotSupported
+from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import contrib as C
 
@@ -97,7 +97,7 @@ def matmul_nbits(node, xp):
             y = np.zeros(out_shape, dtype=a.dtype)
             return (y if bias is None else C.down(y + bias, a.dtype),)
         if a.shape[-1] != k:
-            raise NotSupported(f"MatMulNBits: A's last dimension is {a.shape[-1]}, K is {k}")
+            raise InvalidArgument(f"MatMulNBits: A's last dimension is {a.shape[-1]}, K is {k}")
         a2 = a.reshape(-1, k)
         if packed is not None and a2.shape[0] <= PACKED_ROWS and (big or not fits):
             y = packed_matmul(a2, packed, n, kb, bits, block_size, int8_a)
