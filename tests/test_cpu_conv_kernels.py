@@ -293,3 +293,28 @@ def test_pools_in_other_float_types(dtype, monkeypatch):
         monkeypatch.setattr(jit, "ENABLED", False)
         want = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
         assert got.tobytes() == want.tobytes()
+
+
+def test_large_im2col_runs_in_row_blocks_on_one_thread(monkeypatch):
+    """With intra_op_num_threads=1 a conv past the im2col limit runs in blocks of output
+    rows, within rounding of the whole-buffer GEMM (BLAS may add in another order for
+    another column count) and of onnxruntime."""
+    from onnxep.providers_cpu.ops import op_conv
+
+    calls = []
+    real = op_conv.im2col_tiled
+    monkeypatch.setattr(op_conv, "im2col_tiled", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(op_conv, "_TILE_OVER", 1 << 12)
+    monkeypatch.setattr(op_conv, "_TILE_BYTES", 1 << 14)  # several blocks
+    module = nn.Sequential(nn.Conv2d(8, 6, 3, padding=1))
+    shape = (2, 8, 21, 17)
+    model = _export(module, *shape)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    one = onnxep.SessionOptions(intra_op_num_threads=1)
+    tiled = onnxep.InferenceSession(model, one, providers=["cpu"]).run(None, {"x": x})[0]
+    assert calls
+    monkeypatch.setattr(op_conv, "_TILE_OVER", 1 << 60)
+    whole = onnxep.InferenceSession(model, one, providers=["cpu"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(tiled, whole, rtol=1e-6, atol=1e-6)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(tiled, ref, rtol=1e-4, atol=1e-4)

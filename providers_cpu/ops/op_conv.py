@@ -19,6 +19,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
+from ..threads import run_threads
 from .depthwise import depthwise
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
@@ -106,7 +107,8 @@ def build_conv(node, post=None):
             cols = xc.reshape(n, group, c // group, lsz)
         else:
             ck = c * int(np.prod(k))
-            if aug is not None and ck * lsz * xc.itemsize > _TILE_OVER and out[0] > 1:
+            big = ck * lsz * xc.itemsize > _TILE_OVER
+            if aug is not None and big and out[0] > 1 and run_threads() == 1:
                 return finish(im2col_tiled(scratch, xc, aug.w, k, strides, dil, pb, pe, out), dt, z)
             if aug is not None and n == 1 and len(out) == 2 and strides == [1, 1]:
                 how = strategy.get(x.shape)
@@ -158,8 +160,12 @@ def build_conv(node, post=None):
 # An im2col buffer past this many bytes is built and multiplied a block of output
 # rows at a time, each block about _TILE_BYTES: the block stays in cache between
 # its copy and its GEMM instead of making a round trip through memory (a 3x3 conv
-# of 64 channels at 128x128 has a 38 MB buffer). Each output element's dot
-# product is the same, so results equal the whole-buffer GEMM's.
+# of 64 channels at 128x128 has a 38 MB buffer). Each output element is the
+# same dot product (BLAS may add it in another order for another column count,
+# so the last bit can differ from the whole-buffer GEMM's; the choice depends on
+# shapes and the thread limit only, never on timing). Only on one
+# thread: with several, each block's GEMM is too small to split well and every
+# call pays BLAS's thread hand-off (measured no better, at times much worse).
 _TILE_OVER = 4 << 20
 _TILE_BYTES = 1 << 20
 
