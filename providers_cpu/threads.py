@@ -12,6 +12,7 @@ keeps the process's own BLAS threads.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -61,3 +62,17 @@ def threadpoolctl_status() -> str:
     except ImportError:
         return "threadpoolctl missing: intra_op_num_threads cannot be honoured"
     return "intra_op_num_threads honoured through threadpoolctl (BLAS threads)"
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def run_threads() -> int:
+    """Threads a kernel may split its work over now: the run's limit, else every core."""
+    n = _applied
+    return n if n else cpu_count()

@@ -31,6 +31,8 @@ class ProviderStatus:
     broken: bool = False
     #: taken by a session that names no providers (plugins.toml's ``order``); others opt in
     default: bool = False
+    #: the plugin's own line about the provider (``ProviderInfo.description``)
+    description: str = ""
 
 
 def get_available_providers() -> list[str]:
@@ -51,6 +53,7 @@ def _status(host: Any, n: str) -> ProviderStatus:
         dp.reason,
         dp.broken is not None,
         n in host.default_names(),
+        dp.info.description,
     )
 
 

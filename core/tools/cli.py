@@ -35,6 +35,8 @@ def cmd_providers(args: argparse.Namespace) -> int:
         print(f"{r.name:12s} {r.device:8s} {r.version:10s} {status:12s} {default:8s} {r.source}")
         if r.aliases:
             print(f"{'':12s} aliases: {', '.join(r.aliases)}")
+        if r.description:
+            print(f"{'':12s} about: {r.description}")
         if r.reason:
             print(f"{'':12s} why: {r.reason}")
     used = [r.name for r in rows if r.default and r.available]

@@ -11,6 +11,7 @@ equal within the dtype's tolerance.
 
 from .attention import FuseAttention
 from .bias_gelu import FuseBiasGelu
+from .conv_activation import FuseConvActivation
 from .gelu import FuseGelu
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
@@ -65,6 +66,7 @@ def standard_fusions() -> list[ReportingFusionPass]:
 __all__ = [
     "FuseAttention",
     "FuseBiasGelu",
+    "FuseConvActivation",
     "FuseGelu",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",

@@ -8,8 +8,12 @@ from onnxep.providers.kernel import kernel
 from .nn import auto_pad_of, col2im_add, compute_dtype, crop_spatial, spatial_attrs
 
 
-@kernel("ConvTranspose", since=(1, 11, 22))
-def conv_transpose(node, xp):
+def conv_transpose_setup(node):
+    """Static attributes: (group, kernel_shape or None, strides, dilations, geometry).
+
+    ``geometry(in_sp, k)`` gives the full (uncropped) output size and the crop
+    at each end: (full, pb, pe), from pads, output_padding, output_shape and auto_pad.
+    """
     w = node.inputs[1]
     ksh = node.attr("kernel_shape", None)
     if ksh is not None:
@@ -46,6 +50,14 @@ def conv_transpose(node, xp):
                     pb.append(tot - tot // 2)
                     pe.append(tot // 2)
         return full, pb, pe
+
+    return group, ksh, strides, dil, geometry
+
+
+@kernel("ConvTranspose", since=(1, 11, 22))
+def conv_transpose(node, xp):
+    group, ksh, strides, dil, geometry = conv_transpose_setup(node)
+    rank = len(strides)
 
     def run(x, w, b=None):
         k = list(ksh) if ksh is not None else list(w.shape[2:])

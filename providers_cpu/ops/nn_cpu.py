@@ -7,6 +7,9 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import jit
+from ..threads import cpu_count, run_threads
+
 
 def pad_input(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
     """Copy ``x`` into a buffer with the spatial padding (faster than np.pad for small tensors)."""
@@ -60,6 +63,8 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
     nsp = len(kernel)
     lead = xpad.shape[: xpad.ndim - nsp]
     sp = xpad.shape[xpad.ndim - nsp :]
+    if xpad.dtype in _COMPILED_DTYPES and ufunc in (np.add, np.maximum) and jit.ENABLED:
+        return _window_reduce_compiled(xpad, kernel, strides, dilations, out, ufunc is np.add)
     rows = 1
     for v in lead:
         rows *= v
@@ -94,6 +99,44 @@ def window_reduce(xpad: np.ndarray, kernel, strides, dilations, out, ufunc) -> n
     return np.ascontiguousarray(view).reshape(*lead, *out)
 
 
+# numba has no half-precision arithmetic; those stay on the NumPy path.
+_COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _window_reduce_compiled(xpad, kernel, strides, dilations, out, total):
+    """``window_reduce`` axis by axis through a compiled loop: only kept positions are computed.
+
+    Each pass reduces one spatial axis at the output's stride, so the next pass
+    reads an already smaller array; the terms combine in the same order as the
+    NumPy path's, so sums are bit-identical to it.
+    """
+    nsp = len(kernel)
+    cur = np.ascontiguousarray(xpad)
+    f = jit.loop("window_axis")
+    ufunc = np.add if total else np.maximum
+    for a in range(nsp):
+        ax = cur.ndim - nsp + a
+        k, s, d = kernel[a], strides[a], dilations[a]
+        if k == 1 and s == 1 and cur.shape[ax] == out[a]:
+            continue
+        shape = cur.shape
+        nxt = np.empty((*shape[:ax], out[a], *shape[ax + 1 :]), dtype=cur.dtype)
+        if a == nsp - 1:
+            # The last axis has no contiguous run to loop over inside a window:
+            # one strided ufunc call per term, over every output at once.
+            span = (out[a] - 1) * s + 1
+            np.copyto(nxt, cur[..., 0:span:s])
+            for t in range(1, k):
+                ufunc(nxt, cur[..., t * d : t * d + span : s], out=nxt)
+        else:
+            outer = int(np.prod(shape[:ax]))
+            inner = int(np.prod(shape[ax + 1 :]))
+            a3 = cur.reshape(outer, shape[ax], inner)
+            f(a3, k, s, d, 1 if total else 0, nxt.reshape(outer, out[a], inner))
+        cur = nxt
+    return cur if cur is not xpad else cur.copy()
+
+
 # ---------------------------------------------------------------- GEMM shape tuning
 
 # OpenBLAS runs products with M*N*K up to about 1e6 through kernels that skip
@@ -113,8 +156,48 @@ def _thread_pool():
             if _pool is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="onnxep-conv")
+                _pool = ThreadPoolExecutor(
+                    max_workers=max(1, cpu_count() - 1), thread_name_prefix="onnxep-cpu"
+                )
     return _pool
+
+
+# Below this many multiply-adds a split costs more in thread hand-offs than it saves.
+_PARALLEL_MIN = 1 << 18
+
+
+def parallel_rows(rows: int, work: int, fn) -> None:
+    """``fn(r0, r1)`` over ``[0, rows)`` in chunks, on the run's threads (the caller's included).
+
+    ``fn`` must release the GIL (a numba ``nogil`` loop, a BLAS call) and write
+    disjoint rows. Chunks are handed out one at a time, so a thread whose core
+    is busy with another process takes fewer of them instead of holding up the
+    rest (an even split waits for its slowest share). The result never depends
+    on the split: each row is computed whole by one call.
+    """
+    n = min(run_threads(), rows)
+    if n <= 1 or work < _PARALLEL_MIN:
+        fn(0, rows)
+        return
+    chunks = min(rows, 4 * n)
+    bounds = [rows * i // chunks for i in range(chunks + 1)]
+    todo = iter(range(chunks))
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            fn(bounds[i], bounds[i + 1])
+
+    futs = [_thread_pool().submit(drain) for _ in range(n - 1)]
+    try:
+        drain()
+    finally:
+        for f in futs:
+            f.result()
 
 
 def probe_like(x: np.ndarray) -> np.ndarray:
@@ -224,7 +307,6 @@ class TunedMatmul:
         return f(cols)
 
     def _tune(self, cols):
-        import os
         import time
 
         m, k = self.w.shape
@@ -236,7 +318,7 @@ class TunedMatmul:
         mc = m
         while mc > 8 and (mc * k * lsz > _SMALL_MNK or m % mc):
             mc //= 2
-        multi = (os.cpu_count() or 1) > 1
+        multi = run_threads() > 1
         if mc >= 8 and m % mc == 0 and mc * k * lsz <= _SMALL_MNK and mc < m:
             cands.append(_chunked(self.w, mc))
             if multi and cols.ndim == 2 and (m // mc) >= 2:

@@ -6,7 +6,7 @@ the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
 convolutions, which im2col layout (``im2col_wide`` or ``im2col_standard``) runs is timed
 once per input shape, among the variants that give the same bits (so a
 result never depends on timing). 1x1 stride-1 unpadded convolutions skip
-im2col; depthwise ones run as multiply-adds.
+im2col; depthwise ones run as multiply-adds (``depthwise``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
+from ..threads import run_threads
+from .depthwise import depthwise
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
@@ -104,6 +106,10 @@ def build_conv(node, post=None):
         if pointwise:
             cols = xc.reshape(n, group, c // group, lsz)
         else:
+            ck = c * int(np.prod(k))
+            big = ck * lsz * xc.itemsize > _TILE_OVER
+            if aug is not None and big and out[0] > 1 and run_threads() == 1:
+                return finish(im2col_tiled(scratch, xc, aug.w, k, strides, dil, pb, pe, out), dt, z)
             if aug is not None and n == 1 and len(out) == 2 and strides == [1, 1]:
                 how = strategy.get(x.shape)
                 if how is None:
@@ -123,9 +129,9 @@ def build_conv(node, post=None):
                     im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
                 )
             xpad = scratch.padded(xc, pb, pe)
-            if group > 1 and group == c and group == m:
+            if group > 1 and group == c and m % c == 0:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
-                y = _depthwise(xpad, wg, k, strides, dil, out, n, m)
+                y = depthwise(xpad, wg, k, strides, dil, out)
                 if b is not None:
                     bb = bconst if bconst is not None else b
                     y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
@@ -149,6 +155,42 @@ def build_conv(node, post=None):
         return finish(y, dt, z)
 
     return run
+
+
+# An im2col buffer past this many bytes is built and multiplied a block of output
+# rows at a time, each block about _TILE_BYTES: the block stays in cache between
+# its copy and its GEMM instead of making a round trip through memory (a 3x3 conv
+# of 64 channels at 128x128 has a 38 MB buffer). Each output element is the
+# same dot product (BLAS may add it in another order for another column count,
+# so the last bit can differ from the whole-buffer GEMM's; the choice depends on
+# shapes and the thread limit only, never on timing). Only on one
+# thread: with several, each block's GEMM is too small to split well and every
+# call pays BLAS's thread hand-off (measured no better, at times much worse).
+_TILE_OVER = 4 << 20
+_TILE_BYTES = 1 << 20
+
+
+def im2col_tiled(scratch, xc, w_aug, k, strides, dil, pb, pe, out):
+    """im2col + GEMM over blocks of the first output axis, into one (N, M, *out) result."""
+    n, c = xc.shape[:2]
+    xpad = scratch.padded(xc, pb, pe)
+    m = w_aug.shape[0]
+    row = 1
+    for o in out[1:]:
+        row *= o
+    ck = c * int(np.prod(k))
+    per = max(1, min(out[0], _TILE_BYTES // max(1, (ck + 1) * row * xc.itemsize)))
+    buf = scratch.cols_with_ones(1, ck, per * row, xc.dtype)[0]
+    y = np.empty((n, m, out[0] * row), dtype=xc.dtype)
+    for i in range(n):
+        for r0 in range(0, out[0], per):
+            r1 = min(out[0], r0 + per)
+            part = xpad[i : i + 1, :, r0 * strides[0] :]
+            view = window_view(part, k, strides, dil, [r1 - r0, *out[1:]])
+            b = buf[:, : (r1 - r0) * row]
+            np.copyto(b[:ck].reshape(view.shape), view)
+            np.matmul(w_aug, b, out=y[i, :, r0 * row : r1 * row])
+    return y.reshape(n, m, *out)
 
 
 def im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
@@ -224,41 +266,3 @@ def _pick(*fns) -> int:
             f()
             best_t[i] = min(best_t[i], time.perf_counter() - t0)
     return best_t.index(min(best_t))
-
-
-def _depthwise(xpad, wg, k, strides, dil, out, n, m):
-    """Depthwise conv as one multiply-add per kernel offset over each flat padded plane.
-
-    Every (also wrapped) position of the plane is computed so each ufunc call
-    streams one contiguous run; the strided output positions are picked at the end.
-    """
-    nsp = len(k)
-    sp = xpad.shape[2:]
-    elem = [1] * nsp
-    for i in range(nsp - 2, -1, -1):
-        elem[i] = elem[i + 1] * sp[i + 1]
-    plane = elem[0] * sp[0]
-    flat = xpad.reshape(n, m, plane)
-    span = sum((kk - 1) * d * e for kk, d, e in zip(k, dil, elem))
-    ln = plane - span
-    wk = wg.reshape(m, -1)
-    acc = None
-    tmp = None
-    for i, kpos in enumerate(np.ndindex(*k)):
-        off = sum(p * d * e for p, d, e in zip(kpos, dil, elem))
-        wcol = wk[:, i].reshape(1, m, 1)
-        if acc is None:
-            acc = flat[:, :, off : off + ln] * wcol
-            tmp = np.empty_like(acc)
-        else:
-            np.multiply(flat[:, :, off : off + ln], wcol, out=tmp)
-            acc += tmp
-    isz = acc.itemsize
-    view = np.ndarray(
-        (n, m, *out),
-        dtype=acc.dtype,
-        buffer=acc,
-        offset=0,
-        strides=(m * ln * isz, ln * isz, *(s * e * isz for s, e in zip(strides, elem))),
-    )
-    return np.ascontiguousarray(view)

@@ -1,0 +1,261 @@
+"""Optional compiled loops for the CPU provider's kernels, through numba when installed.
+
+A few kernels (depthwise convolution, pooling windows, MatMulNBits on packed
+weights) are loops that
+NumPy can only express as one full pass over memory per term; numba compiles
+them into one cache-resident loop each. Whether they are used is decided once:
+numba importable and ``ONNXEP_CPU_JIT`` not ``0``. Without numba every
+kernel keeps its pure-NumPy path, and results agree within float rounding
+(the compiled loops add the same terms, in a fixed order per output). The
+choice is reported by ``onnxep providers`` (:func:`jit_status`).
+
+The loops are compiled on first use (about a second each, cached on disk
+where numba's cache directory is writable) and release the GIL, so the
+provider's thread pool can run several at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+nb: Any = None
+_why_not: str | None = None
+if os.environ.get("ONNXEP_CPU_JIT", "1").strip() == "0":
+    _why_not = "off (ONNXEP_CPU_JIT=0)"
+elif importlib.util.find_spec("numba") is None:
+    _why_not = "numba not installed; pure NumPy loops"
+
+
+def __getattr__(name: str) -> Any:
+    # ``ENABLED`` imports numba on first read (a quarter of a second), so a
+    # process that never runs one of these kernels never pays for it.
+    if name != "ENABLED":
+        raise AttributeError(name)
+    global nb, _why_not
+    enabled = _why_not is None
+    if enabled:
+        try:
+            import numba as nb
+        except Exception as exc:  # a broken numba install is a reason, not a crash
+            _why_not = f"numba not importable ({type(exc).__name__}); pure NumPy loops"
+            enabled = False
+    globals()["ENABLED"] = enabled
+    return enabled
+
+
+def jit_status() -> str:
+    """One line for ``onnxep providers``: which loops the CPU kernels run (imports nothing)."""
+    if _why_not is not None:
+        return f"compiled loops: {_why_not}"
+    return (
+        f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, pooling windows, "
+        "MatMulNBits on packed weights; compiled on first use)"
+    )
+
+
+_compiled: dict[str, Any] = {}
+
+
+def loop(name: str) -> Any:
+    """The compiled function ``name`` (defined below), compiling it on first use."""
+    f = _compiled.get(name)
+    if f is None:
+        f = _compiled[name] = nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
+    return f
+
+
+def _depthwise_rows(planes, term_plane, term_off, w, mult, r0, r1, out):
+    """out[r] = sum_t w[r, t] * planes[term_plane[t], r // mult, term_off[t]:][:ln], rows r0..r1.
+
+    Three terms per pass over the output row (left to right, the same order
+    for every row), so the row is read and written a third as often.
+    """
+    ln = out.shape[1]
+    nt = term_off.shape[0]
+    for r in range(r0, r1):
+        ri = r // mult
+        o = out[r]
+        p0 = planes[term_plane[0], ri, term_off[0] : term_off[0] + ln]
+        w0 = w[r, 0]
+        for x in range(ln):
+            o[x] = w0 * p0[x]
+        t = 1
+        while t + 3 <= nt:
+            pa = planes[term_plane[t], ri, term_off[t] : term_off[t] + ln]
+            pb = planes[term_plane[t + 1], ri, term_off[t + 1] : term_off[t + 1] + ln]
+            pc = planes[term_plane[t + 2], ri, term_off[t + 2] : term_off[t + 2] + ln]
+            wa = w[r, t]
+            wb = w[r, t + 1]
+            wc = w[r, t + 2]
+            for x in range(ln):
+                o[x] = o[x] + wa * pa[x] + wb * pb[x] + wc * pc[x]
+            t += 3
+        while t < nt:
+            p = planes[term_plane[t], ri, term_off[t] : term_off[t] + ln]
+            wv = w[r, t]
+            for x in range(ln):
+                o[x] += wv * p[x]
+            t += 1
+
+
+_SOURCES = {"depthwise_rows": _depthwise_rows}
+
+
+def _quantize_a(blocks, aq, asc, asum):
+    """A (M, KB, BS) float32 rounded to int8 per block: ``rint(a * 127 / amax)``.
+
+    ``aq`` (M, KB, 2, BS / 2) takes the even and the odd positions of each block apart
+    (the low and high nibbles of the 4-bit weight bytes they meet); for 8-bit weights
+    it is (M, KB, 1, BS). ``asc`` gets each block's scale ``amax / 127``, ``asum`` the
+    sum of its integers.
+    """
+    m_rows, kb_n, bs = blocks.shape
+    parts = aq.shape[2]
+    for m in range(m_rows):
+        for kb in range(kb_n):
+            blk = blocks[m, kb]
+            amax = np.float32(0.0)
+            for j in range(bs):
+                v = abs(blk[j])
+                if v > amax:
+                    amax = v
+            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            tot = 0
+            for j in range(bs):
+                q = np.int32(np.rint(blk[j] * inv))
+                aq[m, kb, j % parts, j // parts] = q
+                tot += q
+            asc[m, kb] = amax / np.float32(127.0)
+            asum[m, kb] = tot
+
+
+def _nbits_int(aq, asc, asum, packed, scales, zp, n0, n1, out):
+    """MatMulNBits on packed weights, int8 A (``_quantize_a``): out (M, N), columns n0..n1.
+
+    ``packed`` (KB, bytes, N) uint8 holds the weight transposed, so the innermost
+    loop runs over contiguous output columns: 4-bit weights two a byte (low
+    nibble first) when ``aq`` has two parts, 8-bit ones otherwise; ``scales`` and
+    ``zp`` (KB, N), the zero points whole numbers. Each block's products add as
+    integers (exact); then the zero point's share ``zp * sum(a)`` comes off, both
+    block scales multiply, and the blocks add in order.
+    """
+    m_rows, kb_n, parts, h = aq.shape
+    w = n1 - n0
+    si = np.empty(w, np.int32)
+    acc = np.empty(w, np.float32)
+    for m in range(m_rows):
+        acc[:] = 0
+        for kb in range(kb_n):
+            si[:] = 0
+            for j in range(h):
+                row = packed[kb, j, n0:n1]
+                if parts == 2:
+                    lo = np.int32(aq[m, kb, 0, j])
+                    hi = np.int32(aq[m, kb, 1, j])
+                    for x in range(w):
+                        byte = np.int32(row[x])
+                        si[x] += lo * (byte & 15) + hi * (byte >> 4)
+                else:
+                    a = np.int32(aq[m, kb, 0, j])
+                    for x in range(w):
+                        si[x] += a * np.int32(row[x])
+            sa = asum[m, kb]
+            ca = asc[m, kb]
+            zr = zp[kb, n0:n1]
+            sr = scales[kb, n0:n1]
+            for x in range(w):
+                acc[x] += (np.float32(si[x]) - zr[x] * sa) * (ca * sr[x])
+        out[m, n0:n1] = acc
+
+
+def _nbits_float(af, packed, scales, zp, n0, n1, out):
+    """MatMulNBits on packed weights (``_nbits_int``'s layout), float32 A in ``aq``'s layout.
+
+    Per block: sum(a * q) - zp * sum(a), times the block's scale; blocks add in order.
+    """
+    m_rows, kb_n, parts, h = af.shape
+    w = n1 - n0
+    sf = np.empty(w, np.float32)
+    acc = np.empty(w, np.float32)
+    for m in range(m_rows):
+        acc[:] = 0
+        for kb in range(kb_n):
+            sf[:] = 0
+            t = np.float32(0.0)
+            for j in range(h):
+                row = packed[kb, j, n0:n1]
+                if parts == 2:
+                    lo = af[m, kb, 0, j]
+                    hi = af[m, kb, 1, j]
+                    t += lo + hi
+                    for x in range(w):
+                        byte = row[x]
+                        sf[x] += lo * np.float32(byte & 15) + hi * np.float32(byte >> 4)
+                else:
+                    a = af[m, kb, 0, j]
+                    t += a
+                    for x in range(w):
+                        sf[x] += a * np.float32(row[x])
+            zr = zp[kb, n0:n1]
+            sr = scales[kb, n0:n1]
+            for x in range(w):
+                acc[x] += (sf[x] - zr[x] * t) * sr[x]
+        out[m, n0:n1] = acc
+
+
+def _int8_round(blocks, out):
+    """``contrib.int8_blocks`` in one loop: each block of A rounded to int8 steps, as floats."""
+    m_rows, kb_n, bs = blocks.shape
+    for m in range(m_rows):
+        for kb in range(kb_n):
+            blk = blocks[m, kb]
+            amax = np.float32(0.0)
+            for j in range(bs):
+                v = abs(blk[j])
+                if v > amax:
+                    amax = v
+            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            scale = amax / np.float32(127.0)
+            o = out[m, kb]
+            for j in range(bs):
+                o[j] = np.rint(blk[j] * inv) * scale
+
+
+def _window_axis(x, k, s, d, total, out):
+    """One axis of a separable pooling window: out[a, o, b] = x[a, o*s, b] (+|max) ... (k terms).
+
+    ``x`` (A, L, B) and ``out`` (A, nout, B); ``total`` 1 sums, 0 takes the maximum.
+    Terms combine in window order, as ``nn_cpu.window_reduce`` combines them.
+    """
+    n_a, _, n_b = x.shape
+    nout = out.shape[1]
+    for a in range(n_a):
+        for o in range(nout):
+            i0 = o * s
+            for b in range(n_b):
+                out[a, o, b] = x[a, i0, b]
+            for t in range(1, k):
+                i = i0 + t * d
+                if total:
+                    for b in range(n_b):
+                        out[a, o, b] = out[a, o, b] + x[a, i, b]
+                else:
+                    for b in range(n_b):
+                        v = x[a, i, b]
+                        # NaN wins, as np.maximum lets it
+                        if v > out[a, o, b] or v != v:
+                            out[a, o, b] = v
+
+
+_SOURCES.update(
+    window_axis=_window_axis,
+    int8_round=_int8_round,
+    quantize_a=_quantize_a,
+    nbits_int=_nbits_int,
+    nbits_float=_nbits_float,
+)

@@ -1,0 +1,110 @@
+"""Depthwise convolution on NumPy (group == input channels): shifted multiply-adds.
+
+Each output channel is a weighted sum of shifted copies of one input plane, one
+term per kernel offset. Computing the sum over the flat plane (wrapped positions
+included, dropped at the end) lets every term be one contiguous ufunc call; a
+stride is handled by splitting the padded input into its stride phases first
+(the ``s**d`` interleaved sub-grids), after which every kernel offset is a plain
+shift inside one phase plane and no computed position is wasted on skipped
+outputs. Rows (image, channel) are processed in blocks that fit the L2 cache,
+so the accumulator is not streamed through memory once per kernel offset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import jit
+from .nn_cpu import parallel_rows
+
+# Elements of one block's accumulator: its input rows, accumulator and
+# product temporary then stay in a core's L2 cache.
+_BLOCK = 1 << 16
+
+
+def depthwise(xpad: np.ndarray, w: np.ndarray, k, strides, dil, out) -> np.ndarray:
+    """(N, C, *padded) input, C * mult * prod(k) weights: the (N, C * mult, *out) output."""
+    n, c = xpad.shape[:2]
+    planes, term_plane, term_off, elem = _phases(xpad, k, strides, dil, out)
+    # Flat positions computed per row: through the last kept output.
+    ln = sum((o - 1) * e for o, e in zip(out, elem)) + 1
+    nt = len(term_off)
+    mult = w.size // (nt * c)
+    rows = n * c * mult
+    # Per output row (image, channel), its weight of every term.
+    wk = np.ascontiguousarray(
+        np.broadcast_to(w.reshape(1, c * mult, nt), (n, c * mult, nt)).reshape(rows, nt)
+    )
+    acc = np.empty((rows, ln), dtype=xpad.dtype)
+    if jit.ENABLED:
+        f = jit.loop("depthwise_rows")
+        tp = np.asarray(term_plane, dtype=np.int64)
+        to = np.asarray(term_off, dtype=np.int64)
+        parallel_rows(rows, rows * ln * nt, lambda r0, r1: f(planes, tp, to, wk, mult, r0, r1, acc))
+    else:
+        _numpy_rows(planes, term_plane, term_off, wk, mult, acc)
+    isz = acc.itemsize
+    view = np.ndarray(
+        (n, c * mult, *out),
+        dtype=acc.dtype,
+        buffer=acc,
+        offset=0,
+        strides=(c * mult * ln * isz, ln * isz, *(e * isz for e in elem)),
+    )
+    return np.ascontiguousarray(view)
+
+
+def _phases(xpad, k, strides, dil, out):
+    """(planes (P, N*C, plane), plane of each term, flat offset of each term, element strides).
+
+    Kernel offset ``t`` reads padded index ``o * s + t * d``: stride phase
+    ``(t * d) % s`` at position ``o + (t * d) // s``. With unit strides the
+    one phase is the padded input itself (no copy).
+    """
+    n, c = xpad.shape[:2]
+    shifts = []
+    phase_of: dict = {}
+    term_plane = []
+    for kpos in np.ndindex(*k):
+        ph = tuple((t * d) % s for t, d, s in zip(kpos, dil, strides))
+        term_plane.append(phase_of.setdefault(ph, len(phase_of)))
+        shifts.append(tuple((t * d) // s for t, d, s in zip(kpos, dil, strides)))
+    if all(s == 1 for s in strides):
+        ext = list(xpad.shape[2:])
+        planes = xpad.reshape(1, n * c, -1)
+    else:
+        ext = [o + max(sh[a] for sh in shifts) for a, o in enumerate(out)]
+        planes = np.zeros((len(phase_of), n, c, *ext), dtype=xpad.dtype)
+        for ph, i in phase_of.items():
+            src = xpad[(Ellipsis, *(slice(p, None, s) for p, s in zip(ph, strides)))]
+            # Positions past the phase's end are never read for a kept output.
+            part = (Ellipsis, *(slice(0, min(e, v)) for e, v in zip(ext, src.shape[2:])))
+            planes[i][part] = src[part]
+        planes = planes.reshape(len(phase_of), n * c, -1)
+    nsp = len(k)
+    elem = [1] * nsp
+    for i in range(nsp - 2, -1, -1):
+        elem[i] = elem[i + 1] * ext[i + 1]
+    term_off = [sum(a * e for a, e in zip(sh, elem)) for sh in shifts]
+    return planes, term_plane, term_off, elem
+
+
+def _numpy_rows(planes, term_plane, term_off, wk, mult, acc):
+    """The pure-NumPy loop: one multiply and one add per term, over L2-sized blocks of rows."""
+    rows, ln = acc.shape
+    step = max(1, _BLOCK // ln)
+    tmp = np.empty((min(step, rows), ln), dtype=acc.dtype)
+    wcols = [np.ascontiguousarray(wk[:, i, None]) for i in range(wk.shape[1])]
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        a = acc[r0:r1]
+        t = tmp[: r1 - r0]
+        # Input row of each output row: r // mult (a strided pick when mult > 1).
+        sel = slice(r0, r1) if mult == 1 else np.arange(r0, r1) // mult
+        for i, (p, off) in enumerate(zip(term_plane, term_off)):
+            src = planes[p, sel, off : off + ln]
+            if i == 0:
+                np.multiply(src, wcols[i][r0:r1], out=a)
+            else:
+                np.multiply(src, wcols[i][r0:r1], out=t)
+                a += t

@@ -1,0 +1,103 @@
+"""ConvTranspose on NumPy: one GEMM per group (W^T X), then col2im through the stride phases.
+
+The generic kernel scatters every kernel offset's columns into the output
+with a strided slice (step = stride), whose inner loop NumPy cannot
+vectorise. Output index ``i * s + t * d`` lies in stride phase ``(t * d) % s``
+at position ``i + (t * d) // s``, so here each offset adds into a dense plane
+of its phase (unit-step slices, contiguous rows), and each phase is written
+into the output once. Constant weights are transposed for the GEMM once.
+Only the cropped output is written; the bias is added in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxep.providers.kernel import kernel
+from onnxep.providers.ops.nn import compute_dtype
+from onnxep.providers.ops.op_conv_transpose import conv_transpose as generic_conv_transpose
+from onnxep.providers.ops.op_conv_transpose import conv_transpose_setup
+
+
+@kernel("ConvTranspose", since=(1, 11, 22))
+def conv_transpose(node, xp):
+    group, ksh, strides, dil, geometry = conv_transpose_setup(node)
+    rank = len(strides)
+    wconst = node.const_input(1)
+    packed: dict = {}
+    # Negative crops (output_shape past the full size) and empty inputs: the generic steps.
+    fallback = generic_conv_transpose(node, xp)
+
+    def weights(w, cdt, c, mg, kk):
+        """(G, Mg * K, C / G) contiguous: W^T per group."""
+        got = packed.get(cdt) if wconst is not None else None
+        if got is None:
+            wg = np.asarray(w).astype(cdt, copy=False).reshape(group, c // group, mg * kk)
+            got = np.ascontiguousarray(wg.transpose(0, 2, 1))
+            if wconst is not None:
+                packed[cdt] = got
+        return got
+
+    def run(x, w, b=None):
+        k = list(ksh) if ksh is not None else list(w.shape[2:])
+        in_sp = list(x.shape[2:])
+        full, pb, pe = geometry(in_sp, k)
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        n, c = x.shape[:2]
+        mg = w.shape[1]
+        m = group * mg
+        kk = int(np.prod(k))
+        lsz = int(np.prod(in_sp))
+        if any(p < 0 for p in (*pb, *pe)) or n == 0 or lsz == 0:
+            return fallback(x, w, b)
+        wt = weights(w, cdt, c, mg, kk)
+        xg = x.astype(cdt, copy=False).reshape(n, group, c // group, lsz)
+        if group == 1 and n == 1:
+            cols = (wt[0] @ xg[0, 0]).reshape(1, m, kk, *in_sp)
+        else:
+            cols = np.matmul(wt, xg).reshape(n, m, kk, *in_sp)
+        out_sp = [f - b0 - e0 for f, b0, e0 in zip(full, pb, pe)]
+        y = _col2im_phases(cols, k, strides, dil, in_sp, full, pb, out_sp)
+        if b is not None:
+            y += np.asarray(b, dtype=cdt).reshape(1, m, *([1] * rank))
+        return (y if y.dtype == dt else y.astype(dt),)
+
+    return run
+
+
+def _col2im_phases(cols, k, strides, dil, in_sp, full, pb, out_sp):
+    """Sum of every offset's columns at its place in the output, cropped to ``out_sp`` from ``pb``.
+
+    ``cols`` (N, M, prod(k), *in_sp). Per phase: a zero plane of ``in + max shift``
+    positions per axis, each offset added at its shift (offsets in kernel order),
+    then the plane's positions inside the crop written into the output.
+    """
+    n, m = cols.shape[:2]
+    by_phase: dict = {}
+    for i, kpos in enumerate(np.ndindex(*k)):
+        ph = tuple((t * d) % s for t, d, s in zip(kpos, dil, strides))
+        sh = tuple((t * d) // s for t, d, s in zip(kpos, dil, strides))
+        by_phase.setdefault(ph, []).append((i, sh))
+    y = np.zeros((n, m, *out_sp), dtype=cols.dtype)
+    for ph, terms in by_phase.items():
+        ext = [v + max(sh[a] for _, sh in terms) for a, v in enumerate(in_sp)]
+        plane = np.zeros((n, m, *ext), dtype=cols.dtype)
+        for i, sh in terms:
+            dst = (slice(None), slice(None), *(slice(a, a + v) for a, v in zip(sh, in_sp)))
+            plane[dst] += cols[:, :, i]
+        # Plane position q is full index ph + q * s, output index ph + q * s - pb.
+        src, dst = [slice(None)] * 2, [slice(None)] * 2
+        for a in range(len(k)):
+            s, p0 = strides[a], ph[a]
+            # first q with ph + q * s >= pb, last with ph + q * s < pb + out
+            q0 = max(0, -(-(pb[a] - p0) // s))
+            q1 = min(ext[a], -(-(pb[a] + out_sp[a] - p0) // s))
+            if q1 <= q0:
+                break
+            src.append(slice(q0, q1))
+            o0 = p0 + q0 * s - pb[a]
+            dst.append(slice(o0, o0 + (q1 - q0 - 1) * s + 1, s))
+        else:
+            y[tuple(dst)] = plane[tuple(src)]
+    return y

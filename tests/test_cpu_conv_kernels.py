@@ -1,0 +1,320 @@
+"""The CPU provider's convolution and pooling kernels against onnxruntime on torch exports.
+
+Every model is a ``torch.onnx.export`` of ``torch.nn`` layers (the forms exporters write:
+1-D/2-D/3-D, groups, depthwise with and without a channel multiplier, dilations, strides,
+explicit and ``same`` padding, ConvTranspose with output_padding and groups, pools with
+ceil_mode and count_include_pad), run by onnxep ``["cpu"]`` and by onnxruntime in the same
+test; each runs with the compiled loops (numba, when installed) and with the pure-NumPy
+path, which must agree with onnxruntime alike.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxep
+from onnxep.providers_cpu import jit
+from onnxep.testing import compare_output
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+nn = torch.nn
+
+
+def _export(module, *shape, opset=17) -> bytes:
+    torch.manual_seed(0)
+    module.eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    buf = io.BytesIO()
+    torch.onnx.export(
+        module, (torch.randn(*shape),), buf, input_names=["x"], opset_version=opset, dynamo=False
+    )
+    return buf.getvalue()
+
+
+def _check(model: bytes, shape, monkeypatch, compiled: bool) -> onnx.ModelProto:
+    if compiled and not jit.ENABLED:
+        pytest.skip("numba not installed: only the NumPy path runs here")
+    monkeypatch.setattr(jit, "ENABLED", compiled)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    got = sess.run(None, {"x": x})
+    for i, (g, w) in enumerate(zip(got, want)):
+        for r in compare_output(f"y{i}", g, w, "cpu", "onnxruntime", atol=1e-4 * np.abs(w).max()):
+            assert r.ok, r
+    return onnx.load_from_string(model)
+
+
+class _Block(nn.Module):
+    """A MobileNetV2 inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, + x."""
+
+    def __init__(self, c, expand, stride):
+        super().__init__()
+        h = c * expand
+        self.body = nn.Sequential(
+            nn.Conv2d(c, h, 1, bias=False),
+            nn.BatchNorm2d(h),
+            nn.ReLU6(),
+            nn.Conv2d(h, h, 3, stride, 1, groups=h, bias=False),
+            nn.BatchNorm2d(h),
+            nn.ReLU6(),
+            nn.Conv2d(h, c, 1, bias=False),
+            nn.BatchNorm2d(c),
+        )
+        self.residual = stride == 1
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+CASES = {
+    "conv1d groups dilation": (
+        nn.Sequential(
+            nn.Conv1d(8, 16, 5, padding=2),
+            nn.Conv1d(16, 16, 3, padding=2, dilation=2, groups=4),
+            nn.Conv1d(16, 16, 3, stride=2, padding=1, groups=16),
+            nn.Conv1d(16, 8, 4, padding="same"),
+        ),
+        (2, 8, 37),
+    ),
+    "conv2d depthwise strides": (
+        nn.Sequential(
+            nn.Conv2d(3, 12, 3, stride=2, padding=1),
+            nn.Conv2d(12, 12, 3, padding=1, groups=12),
+            nn.Conv2d(12, 12, 5, stride=2, padding=2, groups=12),
+            nn.Conv2d(12, 12, 3, stride=(2, 1), padding=(0, 1), dilation=(1, 2), groups=12),
+            nn.Conv2d(12, 24, 3, padding=1, groups=12),  # depthwise, channel multiplier 2
+            nn.Conv2d(24, 24, (3, 5), stride=3, padding=(1, 2), groups=24, bias=False),
+        ),
+        (2, 3, 41, 29),
+    ),
+    "conv2d grouped dilated dense": (
+        nn.Sequential(
+            nn.Conv2d(8, 16, 3, padding=2, dilation=2, groups=2),
+            nn.Conv2d(16, 16, 3, stride=2, groups=4),
+            nn.Conv2d(16, 8, 1),
+            nn.Conv2d(8, 8, 3, padding="same", bias=False),
+            nn.Conv2d(8, 4, 2, padding="valid"),
+        ),
+        (1, 8, 23, 19),
+    ),
+    "conv3d": (
+        nn.Sequential(
+            nn.Conv3d(3, 8, 3, padding=1),
+            nn.Conv3d(8, 8, 3, stride=2, padding=1, groups=8),
+            nn.Conv3d(8, 8, (1, 3, 3), dilation=(1, 2, 2), groups=2),
+        ),
+        (1, 3, 9, 17, 15),
+    ),
+    "mobilenet block": (
+        nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), _Block(16, 6, 1), _Block(16, 4, 2)),
+        (1, 3, 48, 48),
+    ),
+    "conv transpose": (
+        nn.Sequential(
+            nn.ConvTranspose2d(4, 8, 3, stride=2, padding=1, output_padding=1),
+            nn.ConvTranspose2d(8, 8, 4, stride=2, padding=1, groups=4),
+            nn.ConvTranspose2d(8, 6, 3, stride=(1, 2), dilation=2, bias=False),
+        ),
+        (1, 4, 11, 13),
+    ),
+    "conv transpose 1d 3d": (
+        nn.Sequential(
+            nn.ConvTranspose1d(4, 6, 4, stride=3, padding=1, output_padding=2),
+            nn.ConvTranspose1d(6, 6, 3, groups=6),
+        ),
+        (2, 4, 17),
+    ),
+    "conv transpose 3d": (
+        nn.Sequential(nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1)),
+        (1, 3, 5, 6, 7),
+    ),
+    "pools": (
+        nn.Sequential(
+            nn.Conv2d(3, 6, 3),
+            nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+            nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+            nn.AvgPool2d(2, 1, 1, count_include_pad=True),
+            nn.LPPool2d(2, 2),
+            nn.MaxPool2d(2, 1, dilation=2),
+        ),
+        (1, 3, 40, 37),
+    ),
+    "pools 1d 3d global": (
+        nn.Sequential(
+            nn.Conv3d(2, 4, 3, padding=1),
+            nn.MaxPool3d(2, ceil_mode=True),
+            nn.AvgPool3d(3, 1, 1, count_include_pad=False),
+            nn.AdaptiveAvgPool3d(1),
+        ),
+        (1, 2, 7, 9, 11),
+    ),
+}
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_torch_export_matches_onnxruntime(case, compiled, monkeypatch):
+    module, shape = CASES[case]
+    model = _check(_export(module, *shape), shape, monkeypatch, compiled)
+    ops = {n.op_type for n in model.graph.node}
+    assert ops & {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"}
+
+
+def test_depthwise_kernel_sees_every_form(monkeypatch):
+    """The depthwise path, not the grouped GEMM, runs the exported depthwise convs."""
+    from onnxep.providers_cpu.ops import depthwise as dw
+
+    calls = []
+    real = dw.depthwise
+
+    def spy(xpad, w, k, strides, dil, out):
+        calls.append((w.shape, tuple(strides)))
+        return real(xpad, w, k, strides, dil, out)
+
+    from onnxep.providers_cpu.ops import op_conv
+
+    monkeypatch.setattr(op_conv, "depthwise", spy)
+    module, shape = CASES["conv2d depthwise strides"]
+    _check(_export(module, *shape), shape, monkeypatch, jit.ENABLED)
+    assert len(calls) == 5  # every conv but the first (group 1)
+    assert ((12, 2, 9), (1, 1)) in calls  # the channel multiplier
+    assert ((24, 1, 15), (3, 3)) in calls
+
+
+def test_providers_report_names_the_loops():
+    status = jit.jit_status()
+    assert status.startswith("compiled loops: ")
+    assert ("numba" in status) == jit.ENABLED
+
+
+def test_conv_relu_and_clip_fuse_exactly():
+    """Conv -> Relu and Conv -> Clip (ReLU6, constant bounds) become FusedConv on the CPU,
+    with outputs byte-identical to the unfused nodes (float32), and agree with onnxruntime."""
+    module = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8),
+        nn.ReLU6(),
+        nn.Conv2d(8, 8, 1),
+        nn.Hardtanh(-0.5, 0.25),
+    )
+    shape = (1, 3, 17, 19)
+    model = _export(module, *shape)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    fused = onnxep.InferenceSession(model, providers=["cpu"])
+    report = {f.name: f for f in fused.placement().fusions}["fuse_conv_activation"]
+    assert report.fired == 3, report
+    assert [n.op_type for n in fused.placement().nodes] == ["FusedConv"] * 3
+    plain = onnxep.InferenceSession(
+        model,
+        onnxep.SessionOptions(
+            graph_optimization_level=onnxep.GraphOptimizationLevel.ORT_DISABLE_ALL
+        ),
+        providers=["cpu"],
+    )
+    got, want = fused.run(None, {"x": x})[0], plain.run(None, {"x": x})[0]
+    assert got.tobytes() == want.tobytes()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_clip_with_computed_bounds_is_refused_with_reason():
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 1, 1], [1.0, -1.0])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Clip", ["c", "lo"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+            helper.make_tensor_value_info("lo", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    report = {f.name: f for f in sess.placement().fusions}["fuse_conv_activation"]
+    assert report.fired == 0
+    assert any("not a constant" in str(r) for r in report.refused), report.refused
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    y = sess.run(None, {"x": x, "lo": np.float32(1.5)})[0]
+    np.testing.assert_array_equal(y, np.maximum(np.concatenate([x, -x], axis=1), 1.5))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_pools_in_other_float_types(dtype, monkeypatch):
+    """MaxPool / AveragePool on float16 (NumPy path; against onnxruntime) and float64
+    (compiled path; onnxruntime has no float64 AveragePool: against the NumPy path, exactly)."""
+    from onnx import TensorProto, helper
+
+    elem = {np.float16: TensorProto.FLOAT16, np.float64: TensorProto.DOUBLE}[dtype]
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "MaxPool",
+                ["x"],
+                ["m"],
+                kernel_shape=[3, 3],
+                strides=[2, 2],
+                pads=[1, 1, 1, 1],
+                ceil_mode=1,
+            ),  # fmt: skip
+            helper.make_node("AveragePool", ["m"], ["y"], kernel_shape=[2, 3], strides=[1, 2]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", elem, [1, 2, 11, 13])],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 19)]
+    ).SerializeToString()
+    x = np.random.default_rng(0).standard_normal((1, 2, 11, 13)).astype(dtype)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
+    assert got.dtype == dtype
+    if dtype == np.float16:
+        want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_allclose(got, want[0], rtol=2e-3)
+    else:
+        monkeypatch.setattr(jit, "ENABLED", False)
+        want = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
+        assert got.tobytes() == want.tobytes()
+
+
+def test_large_im2col_runs_in_row_blocks_on_one_thread(monkeypatch):
+    """With intra_op_num_threads=1 a conv past the im2col limit runs in blocks of output
+    rows, within rounding of the whole-buffer GEMM (BLAS may add in another order for
+    another column count) and of onnxruntime."""
+    from onnxep.providers_cpu.ops import op_conv
+
+    calls = []
+    real = op_conv.im2col_tiled
+    monkeypatch.setattr(op_conv, "im2col_tiled", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(op_conv, "_TILE_OVER", 1 << 12)
+    monkeypatch.setattr(op_conv, "_TILE_BYTES", 1 << 14)  # several blocks
+    module = nn.Sequential(nn.Conv2d(8, 6, 3, padding=1))
+    shape = (2, 8, 21, 17)
+    model = _export(module, *shape)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    one = onnxep.SessionOptions(intra_op_num_threads=1)
+    tiled = onnxep.InferenceSession(model, one, providers=["cpu"]).run(None, {"x": x})[0]
+    assert calls
+    monkeypatch.setattr(op_conv, "_TILE_OVER", 1 << 60)
+    whole = onnxep.InferenceSession(model, one, providers=["cpu"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(tiled, whole, rtol=1e-6, atol=1e-6)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(tiled, ref, rtol=1e-4, atol=1e-4)
