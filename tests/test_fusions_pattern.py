@@ -312,14 +312,14 @@ def test_the_cuda_plugin_contributes_the_standard_fusions():
     assert plugin.onnxep_graph_rewrites(provider=_Named(), level="basic") is None
 
 
-def test_the_cpu_provider_contributes_the_rms_fusion_only():
+def test_the_cpu_provider_contributes_the_rms_and_conv_activation_fusions():
     from onnxep.providers_cpu.plugin import plugin
 
     class _Named:
         name = "cpu"
 
     passes = plugin.onnxep_graph_rewrites(provider=_Named(), level="extended")
-    assert [p.name for p in passes] == ["fuse_rms_norm"]
+    assert [p.name for p in passes] == ["fuse_rms_norm", "fuse_conv_activation"]
     assert isinstance(passes[0], PatternFusionPass)
 
 
