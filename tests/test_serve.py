@@ -85,14 +85,20 @@ def _images(seed: int, n: int) -> dict[str, np.ndarray]:
     return {"image": rng.standard_normal((n, 3, 64, 64)).astype(np.float32)}
 
 
-def _pids(url: str, app: str, tries: int = 24) -> set[int]:
-    """The model replicas' process ids seen through /report (each call goes to one)."""
-    pids = set()
-    for _ in range(tries):
+def _pids(url: str, app: str, tries: int = 48) -> set[int]:
+    """The model replicas' process ids seen through /report (each call goes to one).
+
+    The calls go 8 at a time: Ray Serve's router sends a request to the replica with the
+    shorter queue, so calls made one after another on an idle deployment may all find the
+    same replica (the ties then decide); concurrent ones spread."""
+
+    def one(_: int) -> int:
         status, report = post_json_get(f"{url}/{app}/report")
         assert status == 200, report
-        pids.add(report["pid"])
-    return pids
+        return report["pid"]
+
+    with ThreadPoolExecutor(8) as pool:
+        return set(pool.map(one, range(tries)))
 
 
 def post_json_get(u: str):
