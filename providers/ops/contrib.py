@@ -250,6 +250,36 @@ def check_nbits(bits: int, block_size: int, op: str) -> None:
         raise NotSupported(f"{op}: block_size={block_size} must be a power of two >= 16")
 
 
+def nbits_attrs(node: Any) -> tuple[int, int, int, int, bool]:
+    """MatMulNBits' ``(K, N, bits, block_size, int8_a)``, checked; ``int8_a``: A is rounded
+    to int8 per block of K (accuracy_level 4 with 4- or 8-bit weights), as onnxruntime's CPU
+    kernel does; reproducing that rounding keeps results (and greedy decodes) identical to
+    onnxruntime's on models exported for it."""
+    k = int(node.attr("K"))
+    n = int(node.attr("N"))
+    bits = int(node.attr("bits", 4))
+    block_size = int(node.attr("block_size"))
+    check_nbits(bits, block_size, "MatMulNBits")
+    if int(node.attr("weight_prepacked", 0)) != 0:
+        raise NotSupported(
+            "MatMulNBits: weight_prepacked != 0 (a CUDA-specific layout) is not supported"
+        )
+    int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits in (4, 8)
+    return k, n, bits, block_size, int8_a
+
+
+def nbits_constants(node: Any) -> list | None:
+    """MatMulNBits' B, scales, zero points and g_idx as the model's constants (None for an
+    omitted optional one), or None where B, the scales or a given optional input is not
+    constant."""
+    consts = [node.const_input(i) for i in range(1, 5)]
+    if consts[0] is None or consts[1] is None:
+        return None
+    if any(consts[i] is None and node.has_input(i + 1) for i in (2, 3)):
+        return None
+    return consts
+
+
 def skip_norm_builder(node: Any, xp: Any, simplified: bool):
     """The run callable shared by SkipLayerNormalization and SkipSimplifiedLayerNormalization.
 

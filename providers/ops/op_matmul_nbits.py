@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
@@ -28,30 +27,16 @@ def _weight_dtype(a_dtype: Any, xp: Any) -> Any:
 
 @kernel("MatMulNBits", domain="com.microsoft", dtypes=("float", "float16", "bfloat16"))
 def matmul_nbits(node: NodeInfo, xp: Any):
-    k = int(node.attr("K"))
-    n = int(node.attr("N"))
-    bits = int(node.attr("bits", 4))
-    block_size = int(node.attr("block_size"))
-    C.check_nbits(bits, block_size, "MatMulNBits")
-    if int(node.attr("weight_prepacked", 0)) != 0:
-        raise NotSupported(
-            "MatMulNBits: weight_prepacked != 0 (a CUDA-specific layout) is not supported"
-        )
+    k, n, bits, block_size, int8_a = C.nbits_attrs(node)
     wdt = _weight_dtype(node.input_dtype(0), xp)
-    # onnxruntime's CPU kernel at accuracy_level 4 multiplies 4- and 8-bit weights with A
-    # quantized to int8 per block of K; reproducing that rounding keeps results (and
-    # greedy decodes) identical to onnxruntime's on models exported for it.
-    int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits in (4, 8)
     qargs = dict(n=n, k=k, bits=bits, block_size=block_size, xp=xp)
 
     def dequant(b, scales, zp, g_idx, dtype):
         return C.dequantize_nbits(b, scales, zp, g_idx, dtype=dtype, **qargs).T
 
-    consts = [node.const_input(i) for i in range(1, 5)]
-    static = consts[0] is not None and consts[1] is not None
-    static = static and all(consts[i] is not None or not node.has_input(i + 1) for i in (2, 3))
+    consts = C.nbits_constants(node)
     cached = None
-    if static and np.asarray(consts[0]).size != 0:
+    if consts is not None and np.asarray(consts[0]).size != 0:
         b, s, zp, gi = (None if c is None else xp.asarray(c) for c in consts)
         # (K, N) view of the row-major (N, K) matrix: BLAS reads the transpose in place.
         cached = dequant(b, s, zp, gi, wdt)

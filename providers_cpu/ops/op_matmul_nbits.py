@@ -50,21 +50,11 @@ def float_limit() -> int:
 
 @kernel("MatMulNBits", domain="com.microsoft", dtypes=("float", "float16", "bfloat16"))
 def matmul_nbits(node, xp):
-    k = int(node.attr("K"))
-    n = int(node.attr("N"))
-    bits = int(node.attr("bits", 4))
-    block_size = int(node.attr("block_size"))
-    C.check_nbits(bits, block_size, "MatMulNBits")
-    if int(node.attr("weight_prepacked", 0)) != 0:
-        raise NotSupported(
-            "MatMulNBits: weight_prepacked != 0 (a CUDA-specific layout) is not supported"
-        )
-    int8_a = int(node.attr("accuracy_level", 0)) == 4 and bits in (4, 8)
+    k, n, bits, block_size, int8_a = C.nbits_attrs(node)
     kb = -(-k // block_size)
     qargs = dict(n=n, k=k, bits=bits, block_size=block_size, xp=np)
-    consts = [node.const_input(i) for i in range(1, 5)]
-    static = consts[0] is not None and consts[1] is not None
-    static = static and all(consts[i] is not None or not node.has_input(i + 1) for i in (2, 3))
+    consts = C.nbits_constants(node)
+    static = consts is not None
     if static:
         b0, s0, zp0, gi0 = (None if c is None else np.asarray(c) for c in consts)
         static = b0.size != 0
