@@ -9,6 +9,12 @@
 #         bench/gpu_peers.sh install      # after the last part (carry .device/peers/builder and
 #                                         # ortxz.sha256 too): onnxruntime-gpu under /tmp/ortgpu,
 #                                         # /tmp/ort_env.sh, the builder under /tmp/ob
+# Ray Serve (bench/serve.py on the GPU) the same way, in two parts:
+# Here:   bench/gpu_peers.sh stage-ray    # .device/peers/rayxz.partNN: ray[serve] and its
+#                                         # dependencies for Python 3.12, unpacked, without
+#                                         # Ray's Java jars, as one tar.xz (57 MB)
+# There:  bench/gpu_peers.sh part         # (copies whichever parts are carried)
+#         bench/gpu_peers.sh install-ray  # after the last part: Ray under /tmp/ray_site
 # The wheel is repacked as tar.xz without the TensorRT provider (unused): 204 MB instead of 256.
 set -euo pipefail
 P=.device/peers
@@ -23,8 +29,31 @@ case "${1:-}" in
     (cd "$work" && sha256sum ort.tar.xz) >"$P/ortxz.sha256"
     ls -la "$P"/ortxz.*
     ;;
+  stage-ray)
+    work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+    pip download -q "ray[serve]" -c constraints.txt --python-version 3.12 \
+      --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux_2_28_x86_64 --only-binary=:all: -d "$work/dl"
+    # numpy and the like are on the GPU machine already
+    for w in "$work"/dl/*.whl; do
+      case "$(basename "$w")" in numpy-*|py_spy-*|virtualenv-*|jinja2-*|markupsafe-*) continue ;; esac
+      unzip -q -o "$w" -d "$work/site"
+    done
+    rm -rf "$work/site/ray/jars"
+    tar cf - -C "$work/site" . | xz -T2 -6 >"$work/ray.tar.xz"
+    rm -f "$P"/rayxz.part*
+    split -b 33000000 -d "$work/ray.tar.xz" "$P/rayxz.part"
+    (cd "$work" && sha256sum ray.tar.xz) >"$P/rayxz.sha256"
+    ls -la "$P"/rayxz.*
+    ;;
   part)
-    mkdir -p /tmp/x && cp "$P"/ortxz.part* /tmp/x/ && ls /tmp/x
+    mkdir -p /tmp/x && cp "$P"/ortxz.part* "$P"/rayxz.part* /tmp/x/ 2>/dev/null; ls /tmp/x
+    ;;
+  install-ray)
+    cat /tmp/x/rayxz.part* >/tmp/x/ray.tar.xz
+    (cd /tmp/x && sha256sum -c "$OLDPWD/$P/rayxz.sha256")
+    mkdir -p /tmp/ray_site && tar xJf /tmp/x/ray.tar.xz -C /tmp/ray_site
+    PYTHONPATH=/tmp/ray_site python3 -c "import ray, ray.serve; print('ray', ray.__version__)"
     ;;
   install)
     cat /tmp/x/ortxz.part* >/tmp/x/ort.tar.xz
@@ -42,5 +71,5 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: bench/gpu_peers.sh stage | part | install"; exit 2 ;;
+    echo "usage: bench/gpu_peers.sh stage | stage-ray | part | install | install-ray"; exit 2 ;;
 esac
