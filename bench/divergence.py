@@ -109,7 +109,9 @@ def teacher_forced(
         from onnxep.generation.greedy import GreedyDecoder
 
         trace.fusions = fusion_counts(sess)
-        dec = GreedyDecoder(sess, prompt, steps)
+        # pipeline off: a pipelined step queues the next run (fed its own argmax) before
+        # it returns, so the bound logits would be the next step's and forcing too late
+        dec = GreedyDecoder(sess, prompt, steps, pipeline=False)
         trace.state_path = f"{dec.state_path} ({dec.state_note})"
         for t in range(steps):
             if t == probe_step:

@@ -47,7 +47,7 @@ case "${1:-}" in
     ls -la "$P"/rayxz.*
     ;;
   part)
-    mkdir -p /tmp/x && cp "$P"/ortxz.part* "$P"/rayxz.part* /tmp/x/ 2>/dev/null; ls /tmp/x
+    mkdir -p /tmp/x && for f in "$P"/ortxz.part* "$P"/rayxz.part*; do [ -f "$f" ] && cp "$f" /tmp/x/; done; ls /tmp/x
     ;;
   install-ray)
     cat /tmp/x/rayxz.part* >/tmp/x/ray.tar.xz

@@ -240,7 +240,16 @@ def main(argv: list[str] | None = None) -> int:
 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    actor = {"num_cpus": 1, "num_gpus": args.gpus}
+    import ray
+
+    # The two deployments (batching on and off) are up at once; where the node has fewer
+    # GPUs than both ask for, each takes half of what was asked (Ray shares a GPU between
+    # fractional requests), else the second would wait for a GPU that never frees.
+    have = ray.cluster_resources().get("GPU", 0.0)
+    gpus = args.gpus if have >= 2 * args.gpus else args.gpus / 2
+    if gpus != args.gpus:
+        print(f"{have:g} GPU(s) here: each of the two deployments takes {gpus:g} GPU")
+    actor = {"num_cpus": 1, "num_gpus": gpus}
     common = dict(providers=args.providers, ray_actor_options=actor)
     serve.run(
         onnxep.serve.app(
@@ -261,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "providers": args.providers,
         "rows": args.rows,
+        "gpus_per_replica": gpus,
         "max_batch": args.max_batch,
         "batch_wait_ms": args.batch_wait_ms,
     }
@@ -273,8 +283,13 @@ def main(argv: list[str] | None = None) -> int:
             folder = build(args.completions, args.dtype, Path(tmp))
             serve.delete("on")
             serve.delete("off")
+            text_actor = {"num_cpus": 1, "num_gpus": args.gpus}
             serve.run(
-                onnxep.serve.app(folder, name="text", **common), name="text", route_prefix="/text"
+                onnxep.serve.app(
+                    folder, name="text", providers=args.providers, ray_actor_options=text_actor
+                ),
+                name="text",
+                route_prefix="/text",
             )
             so = onnxep.SessionOptions()
             so.intra_op_num_threads = 1 if args.gpus == 0 else 0
@@ -288,8 +303,6 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         serve.shutdown()
-        import ray
-
         ray.shutdown()
     device = "gpu" if args.gpus else "cpu"
     out = Path(args.json or ROOT / "bench" / "results" / f"serve-{device}.json")

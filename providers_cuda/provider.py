@@ -79,6 +79,11 @@ class CUDAProvider(Provider):
                 self.error_flag = error_flag.ErrorFlag.on_device(cupy, self.stream)
         self.malloc = self.pool.malloc
         self._nesting = threading.local()
+        # Runs on this provider are one at a time: they share one stream, and a captured
+        # graph's fixed feed and output buffers; a run from a second thread while the first
+        # captures would add its work to (and invalidate) the graph being recorded, and two
+        # replays interleaved on the host would read each other's feeds.
+        self._runs = threading.RLock()
         self.transfers = PinnedTransfers(cupy, self.stream, self.device_id)
         self._argmax: Any = None  # ops/argmax_cuda.ArgMaxRows, built at the first call
         props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
@@ -101,7 +106,7 @@ class CUDAProvider(Provider):
         """
         cp = self.cupy
         outermost = not getattr(self._nesting, "depth", 0)
-        with cp.cuda.Device(self.device_id):
+        with self._runs, cp.cuda.Device(self.device_id):
             caller = cp.cuda.get_current_stream()
             own = self.stream
             foreign = caller.ptr != own.ptr
