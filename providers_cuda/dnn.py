@@ -392,6 +392,10 @@ class _ConvBase:
         self.workspace = 0
         self.how = ""
 
+    def _heuristic_descs(self) -> tuple:
+        """The four descriptors the algorithm and workspace queries take, in their order."""
+        raise NotImplementedError
+
     def _check_forward_dims(self, in_desc: Any, in_shape, out_shape) -> None:
         """cuDNN's own output size for (in, w, conv) must be the planned one."""
         a = api()

@@ -446,6 +446,7 @@ def test_pool_refusals_known_at_build_say_why():
 
 # -- the CUDA kernels on NumPy with the stand-in cuDNN ------------------------------------
 
+
 @pytest.mark.parametrize("case", CONV_GRID, ids=lambda c: f"{len(c[0])}d-{c[4]}-g{c[5]}")
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
 def test_cuda_conv_kernel_matches_onnxruntime(fake_cudnn, case, bias):
@@ -508,9 +509,7 @@ def test_conv_transpose_past_its_full_output_goes_generic_and_says_why(fake_cudn
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "output_shape": [8, 7]}
     (ref,) = _ort("ConvTranspose", [x, w], attrs)
-    run = _cuda_kernel(
-        "op_conv_transpose", "conv_transpose", _node("ConvTranspose", attrs, [x, w])
-    )
+    run = _cuda_kernel("op_conv_transpose", "conv_transpose", _node("ConvTranspose", attrs, [x, w]))
     (y,) = run(x, w)
     assert any("negative pads" in r for r in run.cudnn.reasons), run.cudnn.reasons
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
@@ -523,7 +522,8 @@ def test_cuda_pool_kernels_match_onnxruntime(fake_cudnn, case):
     attrs = _pool_attrs(kernel, strides, pads, ceil, include, kind)
     op = "MaxPool" if kind == "max" else "AveragePool"
     (ref,) = _ort(op, [x], attrs)
-    module, fn = ("op_max_pool", "max_pool") if kind == "max" else ("op_average_pool", "average_pool")
+    module, fn = ("op_max_pool", "max_pool") if kind == "max" else ("op_average_pool",
+                                                                    "average_pool")  # fmt: skip
     run = _cuda_kernel(module, fn, _node(op, attrs, [x]))
     (y,) = run(x)
     went_generic = bool(run.cudnn.reasons)
