@@ -435,7 +435,10 @@ class _ConvBase:
             )
             self.how = "cuDNN heuristic" + (" (first call inside a capture)" if capturing() else "")
         p = _pick(perfs, count.value, self.dtype, what)
-        a.check(a.set_math(self.conv.ptr, int(p.mathType)), "cudnnSetConvolutionMathType")
+        if self.dtype == "float16":
+            # Half data: the measured math type (tensor ops, or default where cuDNN chose it).
+            # float32 keeps FMA_MATH whatever a result reports: DEFAULT_MATH would permit TF32.
+            a.check(a.set_math(self.conv.ptr, int(p.mathType)), "cudnnSetConvolutionMathType")
         size = ctypes.c_size_t(0)
         a.check(
             workspace_size(h, *self._heuristic_descs(), int(p.algo), ctypes.byref(size)),
@@ -510,9 +513,10 @@ class ConvForward(_ConvBase):
         _expect(bias, (m,), dt, "FusedConv bias")
         if self._bias_desc is None:
             self._bias_desc = _tensor(dt, (1, m, *([1] * (len(self.y_shape) - 2))))
+        if self.algo is None:
+            self._ensure_algo(x, w, cupy.empty(self.y_shape, dtype=x.dtype))
         # z is y with alpha2 = 0; y is zeroed so that no stale NaN can reach the sum.
         y = cupy.zeros(self.y_shape, dtype=x.dtype)
-        self._ensure_algo(x, w, y)
         a = api()
         one, zero = _scalars(dt)
         ws = _workspace(self.workspace) if self.workspace else None

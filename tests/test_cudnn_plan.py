@@ -624,3 +624,60 @@ def test_grids_cover_every_spatial_rank_and_auto_pad():
     autos = {c[4] for c in CONV_GRID if isinstance(c[4], str)}
     assert ranks == {1, 2, 3} and autos == {"SAME_UPPER", "SAME_LOWER", "VALID"}
     assert any(c[5] == c[6][0] for c in CONV_GRID)  # depthwise
+
+
+# -- the Conv + activation fusion for float16 (exact, so the CUDA provider may take it) ----
+
+
+def _conv_act_model(dtype, lo_hi, clip_attrs=False):
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(10)
+    tp = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(dtype), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(dtype), "w2")
+    lo = numpy_helper.from_array(np.array(lo_hi[0], dtype), "lo")
+    hi = numpy_helper.from_array(np.array(lo_hi[1], dtype), "hi")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+            helper.make_node("Clip", ["c2"], ["y"], min=lo_hi[0], max=lo_hi[1])
+            if clip_attrs
+            else helper.make_node("Clip", ["c2", "lo", "hi"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", tp, [1, 3, 9, 8])],
+        [helper.make_tensor_value_info("y", tp, None)],
+        [w1, w2] + ([] if clip_attrs else [lo, hi]),
+    )
+    opset = 10 if clip_attrs else 17
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    ("bounds", "attrs", "fired"),
+    [((0.0, 6.0), False, 2), ((0.0, 6.0), True, 2), ((0.0, 0.1), True, 1)],
+)
+def test_float16_conv_relu_and_clip_fuse_exactly(bounds, attrs, fired):
+    import onnxep
+
+    model = _conv_act_model(np.float16, bounds, clip_attrs=attrs)
+    x = np.random.default_rng(11).standard_normal((1, 3, 9, 8)).astype(np.float16)
+    fused = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    report = {f.name: f for f in fused.placement().fusions}["fuse_conv_activation"]
+    # 0.1 as a float attribute is no float16 value: clamping before or after the
+    # Conv's rounding could differ, so that Clip stays apart.
+    assert report.fired == fired, report
+    plain = onnxep.InferenceSession(
+        model.SerializeToString(),
+        onnxep.SessionOptions(
+            graph_optimization_level=onnxep.GraphOptimizationLevel.ORT_DISABLE_ALL
+        ),
+        providers=["cpu"],
+    )
+    got, want = fused.run(None, {"x": x})[0], plain.run(None, {"x": x})[0]
+    assert got.tobytes() == want.tobytes()
