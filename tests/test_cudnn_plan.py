@@ -227,7 +227,7 @@ CONV_GRID = [
 ]
 
 
-def _conv_attrs(kernel, strides, dil, pads, group):
+def conv_attrs(kernel, strides, dil, pads, group):
     attrs = {"kernel_shape": list(kernel), "strides": list(strides), "dilations": list(dil)}
     attrs["group"] = group
     if isinstance(pads, str):
@@ -243,7 +243,7 @@ def test_conv_geometry_gives_onnxruntimes_shape_through_cudnns_rule(case):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, c, *sp)).astype(np.float32)
     w = rng.standard_normal((m, c // group, *kernel)).astype(np.float32)
-    attrs = _conv_attrs(kernel, strides, dil, pads, group)
+    attrs = conv_attrs(kernel, strides, dil, pads, group)
     (ref,) = _ort("Conv", [x, w], attrs)
     nsp = len(sp)
     pb = list(attrs.get("pads", [0] * 2 * nsp))
@@ -337,7 +337,7 @@ TRANSPOSE_GRID = [
 ]
 
 
-def _transpose_node(x, w, kernel, strides, dil, extra, group):
+def transpose_attrs(x, w, kernel, strides, dil, extra, group):
     attrs = {"kernel_shape": list(kernel), "strides": list(strides), "dilations": list(dil)}
     attrs.update(group=group, **extra)
     return attrs
@@ -349,7 +349,7 @@ def test_conv_transpose_geometry_gives_onnxruntimes_shape(case):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, c, *sp)).astype(np.float32)
     w = rng.standard_normal((c, mg, *kernel)).astype(np.float32)
-    attrs = _transpose_node(x, w, kernel, strides, dil, extra, group)
+    attrs = transpose_attrs(x, w, kernel, strides, dil, extra, group)
     (ref,) = _ort("ConvTranspose", [x, w], attrs)
     node = _node("ConvTranspose", attrs, [x, w])
     grp, ksh, st, dl, geometry = g_convt.conv_transpose_setup(node)
@@ -394,7 +394,7 @@ POOL_GRID = [
 ]
 
 
-def _pool_attrs(kernel, strides, pads, ceil, include, kind):
+def pool_attrs(kernel, strides, pads, ceil, include, kind):
     attrs = {"kernel_shape": list(kernel), "strides": list(strides), "ceil_mode": ceil}
     if isinstance(pads, str):
         attrs["auto_pad"] = pads
@@ -425,7 +425,7 @@ def _pool_plan(kind, shape, attrs):
 def test_pool_plan_gives_onnxruntimes_shape_or_a_reason(case):
     kind, sp, kernel, strides, pads, ceil, include = case
     x = np.random.default_rng(2).standard_normal((1, 2, *sp)).astype(np.float32)
-    attrs = _pool_attrs(kernel, strides, pads, ceil, include, kind)
+    attrs = pool_attrs(kernel, strides, pads, ceil, include, kind)
     (ref,) = _ort("MaxPool" if kind == "max" else "AveragePool", [x], attrs)
     g = _pool_plan(kind, x.shape, attrs)
     if isinstance(g, str):
@@ -455,7 +455,7 @@ def test_cuda_conv_kernel_matches_onnxruntime(fake_cudnn, case, bias):
     x = rng.standard_normal((2, c, *sp)).astype(np.float32)
     w = rng.standard_normal((m, c // group, *kernel)).astype(np.float32)
     ins = [x, w] + ([rng.standard_normal(m).astype(np.float32)] if bias else [])
-    attrs = _conv_attrs(kernel, strides, dil, pads, group)
+    attrs = conv_attrs(kernel, strides, dil, pads, group)
     (ref,) = _ort("Conv", ins, attrs)
     run = _cuda_kernel("op_conv", "conv", _node("Conv", attrs, ins))
     (y,) = run(*ins)
@@ -492,7 +492,7 @@ def test_cuda_conv_transpose_kernel_matches_onnxruntime(fake_cudnn, case):
     x = rng.standard_normal((2, c, *sp)).astype(np.float32)
     w = rng.standard_normal((c, mg, *kernel)).astype(np.float32)
     b = rng.standard_normal(mg * group).astype(np.float32)
-    attrs = _transpose_node(x, w, kernel, strides, dil, extra, group)
+    attrs = transpose_attrs(x, w, kernel, strides, dil, extra, group)
     (ref,) = _ort("ConvTranspose", [x, w, b], attrs)
     run = _cuda_kernel(
         "op_conv_transpose", "conv_transpose", _node("ConvTranspose", attrs, [x, w, b])
@@ -519,7 +519,7 @@ def test_conv_transpose_past_its_full_output_goes_generic_and_says_why(fake_cudn
 def test_cuda_pool_kernels_match_onnxruntime(fake_cudnn, case):
     kind, sp, kernel, strides, pads, ceil, include = case
     x = np.random.default_rng(6).standard_normal((2, 3, *sp)).astype(np.float32)
-    attrs = _pool_attrs(kernel, strides, pads, ceil, include, kind)
+    attrs = pool_attrs(kernel, strides, pads, ceil, include, kind)
     op = "MaxPool" if kind == "max" else "AveragePool"
     (ref,) = _ort(op, [x], attrs)
     module, fn = ("op_max_pool", "max_pool") if kind == "max" else ("op_average_pool",

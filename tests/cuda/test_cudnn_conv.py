@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import onnxep
 from onnxep.testing import TOLERANCES
@@ -93,7 +93,7 @@ def test_conv_matches_cpu(case, dt):
     fan = c // group * int(np.prod(kernel))
     inits = {"w": _weights(rng, (m, c // group, *kernel), dtype, fan)}
     inits["b"] = rng.standard_normal(m).astype(dtype)
-    attrs = G._conv_attrs(kernel, strides, dil, pads, group)
+    attrs = G.conv_attrs(kernel, strides, dil, pads, group)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     _compare(_model([node], x.shape, dtype, inits), x)
 
@@ -107,7 +107,7 @@ def test_conv_transpose_matches_cpu(case, dt):
     x = rng.standard_normal((2, c, *sp)).astype(dtype)
     inits = {"w": _weights(rng, (c, mg, *kernel), dtype, c // group * int(np.prod(kernel)))}
     inits["b"] = rng.standard_normal(mg * group).astype(dtype)
-    attrs = G._transpose_node(None, None, kernel, strides, dil, extra, group)
+    attrs = G.transpose_attrs(None, None, kernel, strides, dil, extra, group)
     node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
     _compare(_model([node], x.shape, dtype, inits), x)
 
@@ -118,7 +118,7 @@ def test_pools_match_cpu(case, dt):
     kind, sp, kernel, strides, pads, ceil, include = case
     dtype = DTYPES[dt]
     x = np.random.default_rng(2).standard_normal((2, 3, *sp)).astype(dtype)
-    attrs = G._pool_attrs(kernel, strides, pads, ceil, include, kind)
+    attrs = G.pool_attrs(kernel, strides, pads, ceil, include, kind)
     op = "MaxPool" if kind == "max" else "AveragePool"
     node = helper.make_node(op, ["x"], ["y"], **attrs)
     # Cases the plan refuses run the generic pool kernel (elementwise CuPy, no seam either).
