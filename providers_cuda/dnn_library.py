@@ -162,7 +162,7 @@ def _probe_sublibraries(lib: Any, path: str) -> None:
         destroy(d)
 
 
-def _open(path: str) -> Library:
+def _open(path: str, probe: bool = True) -> Library:
     lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     get_version = lib.cudnnGetVersion
     get_version.argtypes = []
@@ -173,17 +173,22 @@ def _open(path: str) -> Library:
             f"{path} is cuDNN {version}, older than 8.0 (cudnnGetVersion() < {MIN_VERSION}); "
             "install nvidia-cudnn-cu12 or nvidia-cudnn-cu13 (cuDNN 9)"
         )
-    _probe_sublibraries(lib, path)
+    if probe:
+        _probe_sublibraries(lib, path)
     return Library(lib, path, version)
 
 
-def load() -> Library:
-    """The first candidate that loads and is cuDNN 8 or later; DnnLoadError says why none."""
+def load(probe: bool = True) -> Library:
+    """The first candidate that loads and is cuDNN 8 or later; DnnLoadError says why none.
+
+    ``probe=False`` skips opening the sub-libraries (``libcudnn_ops``/``_cnn``, hundreds
+    of MB): what the provider line at discovery asks, which must stay cheap.
+    """
     paths, tried = candidates()
     errors = list(tried)
     for path in paths:
         try:
-            return _open(path)
+            return _open(path, probe)
         except DnnLoadError as exc:
             errors.append(str(exc))
         except (OSError, AttributeError) as exc:
@@ -224,10 +229,22 @@ def unavailable_reason() -> str | None:
 
 
 def status() -> str:
-    """One phrase for the provider's line in ``onnxep providers``."""
-    reason = unavailable_reason()
-    if reason is None:
-        lib = library()
+    """One phrase for the provider's line in ``onnxep providers``.
+
+    Cheap: it loads only ``libcudnn.so`` itself and asks its version (the sub-libraries
+    are opened by :func:`library` when the first Conv-family kernel is built; a failure
+    there is that kernel's capture note)."""
+    if isinstance(_cached, Library):
+        lib: Library | None = _cached
+        reason = None
+    elif isinstance(_cached, DnnLoadError):
+        lib, reason = None, str(_cached)
+    else:
+        try:
+            lib, reason = load(probe=False), None
+        except DnnLoadError as exc:
+            lib, reason = None, str(exc)
+    if lib is not None:
         return f"cuDNN {lib.version_text} ({lib.path}) for Conv, ConvTranspose and the pools"
     return (
         f"{reason}; Conv, ConvTranspose and the pools run on the generic kernels (not capture-safe)"
