@@ -124,14 +124,36 @@ class _Perf(ctypes.Structure):
 
 def unavailable_reason() -> str | None:
     """None when cuDNN loads here, else why not (the same sentence ``onnxep providers`` shows)."""
+    _preload_cublas()
     return dnn_library.unavailable_reason()
 
 
 # -- the library's entry points ------------------------------------------------------
 
 
+_preloaded = False
+
+
+def _preload_cublas() -> None:
+    """Load CuPy's cuBLAS (and cuBLASLt) before cuDNN opens its sub-libraries.
+
+    They link against cuBLAS(Lt); with CuPy's copies in the process the loader finds them
+    by soname, where a wheel install has them off the default path."""
+    global _preloaded
+    if _preloaded:
+        return
+    _preloaded = True
+    try:
+        import cupy
+
+        cupy.cuda.device.get_cublas_handle()
+    except Exception:  # no cuBLAS: cuDNN's own load then says what is missing
+        pass
+
+
 class _Api:
     def __init__(self) -> None:
+        _preload_cublas()
         try:
             loaded = dnn_library.library()
         except dnn_library.DnnLoadError as exc:

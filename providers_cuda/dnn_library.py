@@ -157,7 +157,8 @@ def _probe_sublibraries(lib: Any, path: str) -> None:
             raise DnnLoadError(
                 f"{path}: cudnnCreate{kind}Descriptor failed: {_error_string(lib, status)} "
                 f"(status {status}); its sub-libraries (libcudnn_ops, libcudnn_cnn) must sit "
-                "next to it, from the same cuDNN release"
+                "next to it, from the same cuDNN release, and their own dependencies "
+                "(libcublasLt, libnvrtc of the same CUDA major) be loadable"
             )
         destroy(d)
 
