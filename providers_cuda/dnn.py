@@ -513,7 +513,8 @@ class ConvForward(_ConvBase):
         del ws
         return y
 
-    def _activation(self, mode: int, coef: float) -> _Descriptor:
+    def activation(self, mode: int, coef: float) -> _Descriptor:
+        """The activation descriptor of (mode, coef), made once."""
         d = self._act.get((mode, coef))
         if d is None:
             d = _Descriptor("activation")
@@ -547,7 +548,7 @@ class ConvForward(_ConvBase):
                            w.data.ptr, self.conv.ptr, self.algo,
                            ws.data.ptr if ws is not None else None, self.workspace, _ref(zero),
                            self.y_desc.ptr, y.data.ptr, self._bias_desc.ptr, bias.data.ptr,
-                           self._activation(mode, coef).ptr, self.y_desc.ptr, y.data.ptr),
+                           self.activation(mode, coef).ptr, self.y_desc.ptr, y.data.ptr),
             "cudnnConvolutionBiasActivationForward",
         )  # fmt: skip
         del ws

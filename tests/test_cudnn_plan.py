@@ -57,7 +57,7 @@ def _ort(op, inputs, attrs, n_out=1, domain=""):
     return sess.run(None, dict(zip(names, inputs)))
 
 
-def _node(op, attrs, inputs, n_out=1, domain=""):
+def node_info(op, attrs, inputs, n_out=1, domain=""):
     return NodeInfo(
         op_type=op,
         domain=domain,
@@ -93,7 +93,7 @@ class FakeConvForward:
         }
         x = np.zeros(g.x_shape, np.float32)
         w = np.zeros(g.w_shape, np.float32)
-        self._conv = g_conv.conv(_node("Conv", attrs, [x, w]), np)
+        self._conv = g_conv.conv(node_info("Conv", attrs, [x, w]), np)
         FakeConvForward.instances.append(self)
 
     def _run(self, x, w):
@@ -143,7 +143,7 @@ class FakeBackwardData:
         x = np.zeros(g.x_shape, np.float32)
         w = np.zeros(g.w_shape, np.float32)
         assert sp == len(out_pad)
-        self._convt = g_convt.conv_transpose(_node("ConvTranspose", attrs, [x, w]), np)
+        self._convt = g_convt.conv_transpose(node_info("ConvTranspose", attrs, [x, w]), np)
 
     def __call__(self, dy, w):
         assert dy.shape == self.geom.x_shape and dy.flags.c_contiguous
@@ -164,10 +164,10 @@ class FakePooling:
         }
         x = np.zeros(geom.x_shape, np.float32)
         if geom.mode == "max":
-            self._pool = g_max.max_pool(_node("MaxPool", attrs, [x]), np)
+            self._pool = g_max.max_pool(node_info("MaxPool", attrs, [x]), np)
         else:
             attrs["count_include_pad"] = int(geom.mode == "avg_include")
-            self._pool = g_avg.average_pool(_node("AveragePool", attrs, [x]), np)
+            self._pool = g_avg.average_pool(node_info("AveragePool", attrs, [x]), np)
 
     def __call__(self, x):
         assert x.shape == self.geom.x_shape and x.flags.c_contiguous, (x.shape, self.geom)
@@ -351,7 +351,7 @@ def test_conv_transpose_geometry_gives_onnxruntimes_shape(case):
     w = rng.standard_normal((c, mg, *kernel)).astype(np.float32)
     attrs = transpose_attrs(x, w, kernel, strides, dil, extra, group)
     (ref,) = _ort("ConvTranspose", [x, w], attrs)
-    node = _node("ConvTranspose", attrs, [x, w])
+    node = node_info("ConvTranspose", attrs, [x, w])
     grp, ksh, st, dl, geometry = g_convt.conv_transpose_setup(node)
     full, pb, pe = geometry(list(sp), list(kernel))
     g = P.conv_transpose_geometry(
@@ -391,6 +391,9 @@ POOL_GRID = [
     ("avg", (7, 7), (3, 3), (2, 2), (1, 1, 1, 1), 1, 0),
     ("avg", (10,), (3,), (3,), (1, 1), 0, 1),
     ("avg", (4, 5, 6), (2, 3, 3), (1, 1, 2), (0, 1, 1, 0, 1, 1), 0, 1),
+    # refused: asymmetric pads excluded from the count; ceil_mode cells past the pads
+    ("avg", (8, 8), (3, 3), (2, 2), (0, 1, 1, 0), 0, 0),
+    ("avg", (6, 6), (3, 3), (2, 2), (0, 0, 0, 0), 1, 1),
 ]
 
 
@@ -405,7 +408,7 @@ def pool_attrs(kernel, strides, pads, ceil, include, kind):
     return attrs
 
 
-def _pool_plan(kind, shape, attrs):
+def pool_plan(kind, shape, attrs):
     nsp = len(attrs["kernel_shape"])
     pads = attrs.get("pads", [0] * 2 * nsp)
     return P.pool_geometry_plan(
@@ -427,7 +430,7 @@ def test_pool_plan_gives_onnxruntimes_shape_or_a_reason(case):
     x = np.random.default_rng(2).standard_normal((1, 2, *sp)).astype(np.float32)
     attrs = pool_attrs(kernel, strides, pads, ceil, include, kind)
     (ref,) = _ort("MaxPool" if kind == "max" else "AveragePool", [x], attrs)
-    g = _pool_plan(kind, x.shape, attrs)
+    g = pool_plan(kind, x.shape, attrs)
     if isinstance(g, str):
         # Only average pooling that would count explicit cells refuses on this grid.
         assert kind == "avg" and ("asymmetric" in g or "ceil_mode" in g), g
@@ -457,7 +460,7 @@ def test_cuda_conv_kernel_matches_onnxruntime(fake_cudnn, case, bias):
     ins = [x, w] + ([rng.standard_normal(m).astype(np.float32)] if bias else [])
     attrs = conv_attrs(kernel, strides, dil, pads, group)
     (ref,) = _ort("Conv", ins, attrs)
-    run = _cuda_kernel("op_conv", "conv", _node("Conv", attrs, ins))
+    run = _cuda_kernel("op_conv", "conv", node_info("Conv", attrs, ins))
     (y,) = run(*ins)
     assert FakeConvForward.instances, "the cuDNN path was not taken"
     assert not run.cudnn.shapes.reasons
@@ -479,7 +482,7 @@ def test_cuda_fused_conv_kernel_matches_onnxruntime(fake_cudnn, act, params, bia
         attrs["activation_params"] = params
     (ref,) = _ort("FusedConv", ins, attrs, domain="com.microsoft")
     run = _cuda_kernel(
-        "op_fused_conv", "fused_conv", _node("FusedConv", attrs, ins, domain="com.microsoft")
+        "op_fused_conv", "fused_conv", node_info("FusedConv", attrs, ins, domain="com.microsoft")
     )
     (y,) = run(*ins)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
@@ -495,7 +498,7 @@ def test_cuda_conv_transpose_kernel_matches_onnxruntime(fake_cudnn, case):
     attrs = transpose_attrs(x, w, kernel, strides, dil, extra, group)
     (ref,) = _ort("ConvTranspose", [x, w, b], attrs)
     run = _cuda_kernel(
-        "op_conv_transpose", "conv_transpose", _node("ConvTranspose", attrs, [x, w, b])
+        "op_conv_transpose", "conv_transpose", node_info("ConvTranspose", attrs, [x, w, b])
     )
     (y,) = run(x, w, b)
     assert not run.cudnn.reasons, run.cudnn.reasons
@@ -509,7 +512,8 @@ def test_conv_transpose_past_its_full_output_goes_generic_and_says_why(fake_cudn
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "output_shape": [8, 7]}
     (ref,) = _ort("ConvTranspose", [x, w], attrs)
-    run = _cuda_kernel("op_conv_transpose", "conv_transpose", _node("ConvTranspose", attrs, [x, w]))
+    node = node_info("ConvTranspose", attrs, [x, w])
+    run = _cuda_kernel("op_conv_transpose", "conv_transpose", node)
     (y,) = run(x, w)
     assert any("negative pads" in r for r in run.cudnn.reasons), run.cudnn.reasons
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
@@ -524,10 +528,10 @@ def test_cuda_pool_kernels_match_onnxruntime(fake_cudnn, case):
     (ref,) = _ort(op, [x], attrs)
     module, fn = ("op_max_pool", "max_pool") if kind == "max" else ("op_average_pool",
                                                                     "average_pool")  # fmt: skip
-    run = _cuda_kernel(module, fn, _node(op, attrs, [x]))
+    run = _cuda_kernel(module, fn, node_info(op, attrs, [x]))
     (y,) = run(x)
     went_generic = bool(run.cudnn.reasons)
-    assert went_generic == isinstance(_pool_plan(kind, x.shape, attrs), str)
+    assert went_generic == isinstance(pool_plan(kind, x.shape, attrs), str)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -538,7 +542,7 @@ def test_cuda_global_pools_match_onnxruntime(fake_cudnn, op, sp):
     (ref,) = _ort(op, [x], {})
     module = "op_global_average_pool" if op == "GlobalAveragePool" else "op_global_max_pool"
     fn = "global_average_pool" if op == "GlobalAveragePool" else "global_max_pool"
-    run = _cuda_kernel(module, fn, _node(op, {}, [x]))
+    run = _cuda_kernel(module, fn, node_info(op, {}, [x]))
     (y,) = run(x)
     assert not run.cudnn.reasons
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
@@ -547,7 +551,7 @@ def test_cuda_global_pools_match_onnxruntime(fake_cudnn, op, sp):
 def test_max_pool_with_indices_stays_on_the_generic_kernel(fake_cudnn):
     x = np.random.default_rng(8).standard_normal((1, 2, 6, 6)).astype(np.float32)
     attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
-    run = _cuda_kernel("op_max_pool", "max_pool", _node("MaxPool", attrs, [x], n_out=2))
+    run = _cuda_kernel("op_max_pool", "max_pool", node_info("MaxPool", attrs, [x], n_out=2))
     assert not hasattr(run, "cudnn")  # the generic kernel itself
     ref = _ort("MaxPool", [x], attrs, n_out=2)
     for got, want in zip(run(x), ref):
@@ -565,7 +569,7 @@ def test_without_cudnn_conv_is_the_generic_kernel_and_says_why_it_cannot_be_capt
     monkeypatch.setattr(dnn, "unavailable_reason", lambda: "cuDNN not found (test)")
     x = np.zeros((1, 2, 5, 5), np.float32)
     w = np.zeros((3, 2, 3, 3), np.float32)
-    node = _node("Conv", {"kernel_shape": [3, 3]}, [x, w])
+    node = node_info("Conv", {"kernel_shape": [3, 3]}, [x, w])
     run = _cuda_kernel("op_conv", "conv", node)
     note = getattr(run, CAPTURE_ATTR)
     assert "cuDNN not found (test)" in note and "capture" in note
