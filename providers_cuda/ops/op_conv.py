@@ -10,6 +10,7 @@ time (``ConvRunner.shapes.reasons`` counts those calls).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from onnxep.providers.kernel import kernel, not_capture_safe
@@ -17,6 +18,11 @@ from onnxep.providers.ops import op_conv as generic
 
 from . import conv_plan
 from .cudnn_run import PerShape, build_refusal, contiguous, generic_note, padded
+
+
+_log = logging.getLogger("onnxep.cuda.cudnn")
+#: (cuDNN activation mode, dtype) -> why cudnnConvolutionBiasActivationForward refused it
+_REFUSED: dict[tuple[int, str], str] = {}
 
 
 def _spatial_rank(node: Any) -> int | None:
@@ -87,7 +93,7 @@ class ConvRunner:
         xin = contiguous(xp, padded(xp, x, geom.pre_pad, 0.0), geom.x_shape)
         wc = contiguous(xp, w, geom.w_shape)
         first = conv.algo is None
-        if fused is not None and key not in self._unfusable:
+        if fused is not None and key not in self._unfusable and (fused[0], dt) not in _REFUSED:
             bias = xp.ascontiguousarray(b) if b is not None else xp.zeros(geom.y_shape[1], x.dtype)
             try:
                 y = conv.bias_activation(xin, wc, bias, *fused)
@@ -95,7 +101,19 @@ class ConvRunner:
             except dnn.DnnError as exc:
                 if not exc.not_supported:
                     raise
-                self._unfusable.add(key)  # cuDNN does not fuse this: conv, bias, then act
+                # cuDNN does not fuse this: conv, bias, then the activation apart (still
+                # capture-safe). Said once per (activation, dtype), which then is not retried.
+                self._unfusable.add(key)
+                if (fused[0], dt) not in _REFUSED:
+                    _REFUSED[(fused[0], dt)] = str(exc)
+                    _log.warning(
+                        "%s: cuDNN does not fuse activation mode %d for %s (%s); the "
+                        "activation runs as a separate kernel",
+                        self.op,
+                        fused[0],
+                        dt,
+                        exc,
+                    )
         try:
             y = conv(xin, wc)
         except dnn.DnnError as exc:
