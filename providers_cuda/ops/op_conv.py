@@ -19,7 +19,6 @@ from onnxep.providers.ops import op_conv as generic
 from . import conv_plan
 from .cudnn_run import PerShape, build_refusal, contiguous, generic_note, padded
 
-
 _log = logging.getLogger("onnxep.cuda.cudnn")
 #: (cuDNN activation mode, dtype) -> why cudnnConvolutionBiasActivationForward refused it
 _REFUSED: dict[tuple[int, str], str] = {}
