@@ -4,7 +4,7 @@
 #   bench/gpu_check.sh STAGE [STAGE...]     STAGE: tests | conformance | conformance-cpu | bench
 #                                                  | attention | gemv | decode | decode-1.5b
 #                                                  | decode-hybrid | fusions | prefill
-#                                                  | prefill-nbits | prefill-models
+#                                                  | prefill-nbits | prefill-models | vision
 #
 # Run from the repository root on the GPU machine, with the wheels in .device/wheels
 # (build them here: pip wheel --no-deps -w .device/wheels . && cp ../shared/wheels/*.whl
@@ -253,6 +253,15 @@ PY
       # no profiled session: it would load the 3 GB model once more).
       decode_stage decode-1.5b genai qwen2.5-1.5b "${DECODE_BUDGET:-540}" no fp16 int4
       ;;
+    vision)
+      # CNNs and a voice-activity model through cuDNN (bench/gpu_vision.py): onnxep
+      # ["cuda","cpu"] beside onnxruntime-gpu, batch 1 and 8, fp32 and fp16, medians,
+      # capture_stats and the difference from onnxep's CPU provider (~3 minutes).
+      timeout "${VISION_BUDGET:-270}" python3 bench/gpu_vision.py --runs "${VISION_RUNS:-20}" \
+        --json "$OUT/vision.json" >"$OUT/vision.log" 2>&1
+      rc=$?
+      SUMMARY+=("vision (rc $rc):" "$(grep -E '^\||^    ' "$OUT/vision.log")")
+      ;;
     decode-hybrid)
       # The 0.8B hybrid (Qwen3.5 text decoder: gated-delta linear and full attention), fp16.
       decode_stage decode-hybrid hybrid qwen3.5-0.8b "${DECODE_BUDGET:-420}" yes fp16
@@ -260,7 +269,7 @@ PY
     *)
       echo "unknown stage $STAGE (tests | conformance | conformance-cpu | bench | attention" \
         "| gemv | decode | decode-1.5b | decode-hybrid | fusions | prefill | prefill-nbits" \
-        "| prefill-models)"
+        "| prefill-models | vision)"
       exit 2
       ;;
   esac

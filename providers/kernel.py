@@ -28,6 +28,9 @@ SPECS_ATTR = "__onnxep_kernels__"
 #: The attribute :func:`direct` leaves on a built callable, read by the core's planner.
 DIRECT_ATTR = "__onnxep_direct__"
 
+#: The attribute :func:`not_capture_safe` leaves on a built callable (its note).
+CAPTURE_ATTR = "__onnxep_not_capture_safe__"
+
 
 def direct(run: Callable[..., tuple], f: Callable[..., Any], upcast: Iterable[Any] = ()) -> Any:
     """Say that ``run(*args)`` is ``(f(*args),)`` whenever no input's dtype is in ``upcast``
@@ -40,6 +43,17 @@ def direct(run: Callable[..., tuple], f: Callable[..., Any], upcast: Iterable[An
     every other case and for the checked first run.
     """
     setattr(run, DIRECT_ATTR, (f, frozenset(upcast)))
+    return run
+
+
+def not_capture_safe(run: Callable[..., tuple], note: str) -> Any:
+    """Say that this built callable may not be recorded in a CUDA graph, and why; returns ``run``.
+
+    For a kernel whose spec is capture-safe but which, for this node, takes a path that
+    is not (a fallback decided when the node is built): the step becomes a seam with
+    ``note`` as its reason. It only narrows: a spec that is not capture-safe stays so.
+    """
+    setattr(run, CAPTURE_ATTR, note or "its kernel is not capture-safe for this node")
     return run
 
 

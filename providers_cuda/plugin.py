@@ -14,6 +14,17 @@ from onnxep.providers import CaptureConfig, ProviderInfo, hookimpl
 from .availability import unavailable_reason
 
 
+def _cudnn_status() -> str:
+    """cuDNN's line (found where, which version, or why not), once CuPy is installed at all."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        return "cuDNN not looked for (no CuPy)"
+    from .dnn_library import status
+
+    return status()
+
+
 class CUDAPlugin:
     @hookimpl
     def onnxep_provider_info(self) -> ProviderInfo:
@@ -22,7 +33,7 @@ class CUDAPlugin:
             aliases=("CUDAExecutionProvider",),
             device="cuda",
             version="0.1.0",
-            description="CuPy provider for NVIDIA GPUs",
+            description=f"CuPy provider for NVIDIA GPUs; {_cudnn_status()}",
             check=unavailable_reason,
         )
 
@@ -45,10 +56,11 @@ class CUDAPlugin:
         if level != "extended" or provider is None or provider.name != "cuda":
             return None
         # Every fusion in onnxep.providers.fusions: each replaces several launches by one
-        # (kernels in .ops: fused_cuda, the norm kernels, cuBLAS for the GEMMs).
-        from onnxep.providers.fusions import standard_fusions
+        # (kernels in .ops: fused_cuda, the norm kernels, cuBLAS for the GEMMs), and Conv +
+        # Relu/Clip into FusedConv, whose Relu runs in cuDNN's epilogue (ops/op_fused_conv).
+        from onnxep.providers.fusions import FuseConvActivation, standard_fusions
 
-        return standard_fusions()
+        return [*standard_fusions(), FuseConvActivation()]
 
     @hookimpl
     def onnxep_capture_policy(self, provider: Any, options: dict) -> Any:

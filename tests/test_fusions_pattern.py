@@ -301,14 +301,15 @@ def test_rules_are_compiled_once_per_thread():
     assert not {id(r) for r, _ in a.rules} & {id(r) for r, _ in other[0].rules}
 
 
-def test_the_cuda_plugin_contributes_the_standard_fusions():
+def test_the_cuda_plugin_contributes_the_standard_fusions_and_conv_activation():
     from onnxep.providers_cuda.plugin import plugin
 
     class _Named:
         name = "cuda"
 
     passes = plugin.onnxep_graph_rewrites(provider=_Named(), level="extended")
-    assert [p.name for p in passes] == ALL
+    # Conv + Relu/Clip comes last: its FusedConv runs the Relu in cuDNN's epilogue.
+    assert [p.name for p in passes] == [*ALL, "fuse_conv_activation"]
     assert plugin.onnxep_graph_rewrites(provider=_Named(), level="basic") is None
 
 

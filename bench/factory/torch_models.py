@@ -5,6 +5,9 @@
   ``F.scaled_dot_product_attention`` so opset 23 exports ``RMSNormalization``
   and ``Attention``.
 - ``ResNet``: a small ResNet-style CNN (conv, batch norm, residual blocks, pooling).
+- ``ResNet50``: a ResNet-50-sized classifier (bottleneck blocks 3-4-6-3, widths 64-2048).
+- ``YoloLike``: a YOLO-style detector (a C2f/CSP backbone of conv + SiLU, an SPPF block,
+  an upsample + concat neck and a detection head at two strides).
 - ``BertEncoder``: a BERT-style encoder (embeddings + LayerNorm, encoder layers
   of multi-head attention written out in torch ops and a GELU FFN).
 
@@ -133,6 +136,146 @@ class ResNet(nn.Module):
     def forward(self, x):
         x = self.blocks(self.stem(x))
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Bottleneck(nn.Module):
+    """ResNet-50's block: 1x1 reduce, 3x3 (the stride), 1x1 expand, batch norms, residual."""
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * 4
+        self.c1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(width)
+        self.c2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(width)
+        self.c3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.b3 = nn.BatchNorm2d(cout)
+        self.skip = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        y = F.relu(self.b2(self.c2(y)))
+        return F.relu(self.b3(self.c3(y)) + self.skip(x))
+
+
+class ResNet50(nn.Module):
+    """ResNet-50's layout (25.6 M parameters at 1000 classes), written out here."""
+
+    def __init__(self, classes: int = 1000, layers=(3, 4, 6, 3)) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        )
+        blocks, cin = [], 64
+        for i, n in enumerate(layers):
+            width = 64 * 2**i
+            for j in range(n):
+                blocks.append(Bottleneck(cin, width, 2 if (j == 0 and i > 0) else 1))
+                cin = width * 4
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class ConvSiLU(nn.Module):
+    """YOLO's conv unit: conv, batch norm, SiLU."""
+
+    def __init__(self, cin: int, cout: int, k: int = 1, s: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, s, k // 2, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return F.silu(self.bn(self.conv(x)))
+
+
+class C2f(nn.Module):
+    """The CSP block of YOLOv8: split, a chain of residual 3x3 pairs, concat of every stage."""
+
+    def __init__(self, cin: int, cout: int, n: int = 1, shortcut: bool = True) -> None:
+        super().__init__()
+        self.h = cout // 2
+        self.cv1 = ConvSiLU(cin, 2 * self.h)
+        self.cv2 = ConvSiLU((2 + n) * self.h, cout)
+        self.m = nn.ModuleList(
+            nn.Sequential(ConvSiLU(self.h, self.h, 3), ConvSiLU(self.h, self.h, 3))
+            for _ in range(n)
+        )
+        self.shortcut = shortcut
+
+    def forward(self, x):
+        ys = list(self.cv1(x).chunk(2, 1))
+        for m in self.m:
+            y = m(ys[-1])
+            ys.append(ys[-1] + y if self.shortcut else y)
+        return self.cv2(torch.cat(ys, 1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling (fast): three chained 5x5 max pools, concatenated."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.cv1 = ConvSiLU(cin, cin // 2)
+        self.cv2 = ConvSiLU(cin * 2, cout)
+        self.pool = nn.MaxPool2d(5, 1, 2)
+
+    def forward(self, x):
+        x = self.cv1(x)
+        y1 = self.pool(x)
+        y2 = self.pool(y1)
+        return self.cv2(torch.cat([x, y1, y2, self.pool(y2)], 1))
+
+
+class YoloLike(nn.Module):
+    """A YOLOv8-n-sized detector: strides 8/16/32 backbone, an FPN neck, two output scales.
+
+    The output is (batch, 4 + classes, cells): box regressions and class scores of every
+    cell of the stride-8 and stride-16 maps (no NMS: that runs outside the model).
+    """
+
+    def __init__(self, classes: int = 80, w: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(ConvSiLU(3, w, 3, 2), ConvSiLU(w, 2 * w, 3, 2), C2f(2 * w, 2 * w))
+        self.p3 = nn.Sequential(ConvSiLU(2 * w, 4 * w, 3, 2), C2f(4 * w, 4 * w, 2))
+        self.p4 = nn.Sequential(ConvSiLU(4 * w, 8 * w, 3, 2), C2f(8 * w, 8 * w, 2))
+        self.p5 = nn.Sequential(
+            ConvSiLU(8 * w, 16 * w, 3, 2), C2f(16 * w, 16 * w), SPPF(16 * w, 16 * w)
+        )
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.n4 = C2f(24 * w, 8 * w, shortcut=False)
+        self.n3 = C2f(12 * w, 4 * w, shortcut=False)
+        self.head3 = nn.Sequential(ConvSiLU(4 * w, 4 * w, 3), nn.Conv2d(4 * w, 4 + classes, 1))
+        self.head4 = nn.Sequential(ConvSiLU(8 * w, 4 * w, 3), nn.Conv2d(4 * w, 4 + classes, 1))
+
+    def forward(self, x):
+        p3 = self.p3(self.stem(x))
+        p4 = self.p4(p3)
+        p5 = self.p5(p4)
+        n4 = self.n4(torch.cat([self.up(p5), p4], 1))
+        n3 = self.n3(torch.cat([self.up(n4), p3], 1))
+        o3 = self.head3(n3).flatten(2)
+        o4 = self.head4(n4).flatten(2)
+        return torch.cat([o3, o4], 2)
+
+
+def randomize_batch_norms(model: nn.Module) -> nn.Module:
+    """Non-trivial running statistics (a fresh BatchNorm is the identity), seeded by the caller."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return model
 
 
 class EncoderLayer(nn.Module):

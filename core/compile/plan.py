@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxep.providers.dtypes import np_dtype
-from onnxep.providers.kernel import DIRECT_ATTR, KernelSpec
+from onnxep.providers.kernel import CAPTURE_ATTR, DIRECT_ATTR, KernelSpec
 from onnxep.providers.provider import Provider
 
 from .partition import PlacedNode
@@ -289,6 +289,8 @@ class PlanBuilder:
         # the output rules track what it returns (aliasing.keeps_output).
         shape_only = id(p.node) in self.shape_nodes and bool(ins)
         direct = _direct(p.claim.fn, p.node)
+        # A built callable may narrow its spec's capture safety (kernel.not_capture_safe).
+        unsafe = getattr(p.claim.fn, CAPTURE_ATTR, None)
         if shape_only:
             self.shape_slots.update(s for s in outs if s != SINK_SLOT)
         self.steps.append(
@@ -303,8 +305,10 @@ class PlanBuilder:
                 views_of=_views_of(p, spec, len(ins)),
                 out_dtypes=tuple(_tensor_dtype(o) for o in p.node.outputs),
                 kernel=kernel_label(spec),
-                capture_safe=spec.capture_safe,
-                capture_note=spec.capture_note,
+                capture_safe=spec.capture_safe and unsafe is None,
+                capture_note=(
+                    unsafe if unsafe is not None and spec.capture_safe else spec.capture_note
+                ),
                 direct=direct,
                 same_as_output=_same_as_output(direct, p.node),
             )

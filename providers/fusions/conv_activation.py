@@ -3,8 +3,9 @@
 The activation then runs in place on the convolution's fresh output instead of as
 a second full pass that allocates another tensor (what onnxruntime's Conv +
 activation fusion emits, too). Exact for float32 and float64: the fused kernel
-applies the same ufuncs to the same values the two nodes compute. Narrower floats
-are left alone (their Conv rounds before the activation would see the value).
+applies the same ufuncs to the same values the two nodes compute; float16 for Relu and
+a Clip whose bounds are float16 values (``_dtype_refusal`` says why). Other narrow
+floats are left alone (their Conv rounds before the activation would see the value).
 Clip's bounds must be constants: FusedConv takes them as attributes.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
@@ -33,10 +35,9 @@ class _ConvActivation(pattern.RewriteRuleClassBase):
         return getattr(op, self._act)(conv, _allow_other_inputs=True, _outputs=["act"])
 
     def check(self, context, x, w, conv, act, **_) -> pattern.MatchResult:
-        reasons = [None if x.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else (
-            f"dtype {C.dtype_name(x)}: the Conv rounds before the activation")]  # fmt: skip
+        bounds = _clip_bounds(act.producer()) if self._act == "Clip" else None
+        reasons = [_dtype_refusal(x, self._act, bounds)]
         if self._act == "Clip":
-            bounds = _clip_bounds(act.producer())
             reasons.append(None if bounds is not None else "Clip's min or max is not a constant")
         return C.verdict(*reasons)
 
@@ -46,6 +47,26 @@ class _ConvActivation(pattern.RewriteRuleClassBase):
         params = [] if self._act == "Relu" else list(_clip_bounds(act.producer()))
         extra = {"activation_params": params} if params else {}
         return op.FusedConv(*node.inputs, _domain=MS, activation=self._act, **attrs, **extra)
+
+
+def _dtype_refusal(x: ir.Value, act: str, bounds: tuple[float, float] | None) -> str | None:
+    """Why the fused node would not equal the two, or None.
+
+    float32 and float64 apply the same ufunc to the same values. float16 too, for Relu
+    and for a Clip whose bounds are float16 values: rounding to float16 is monotone and
+    keeps 0 and every float16 value, so clamping before or after the Conv's rounding
+    gives the same float16 (the CUDA FusedConv clamps cuDNN's float32 accumulator).
+    """
+    if x.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
+        return None
+    if x.dtype == ir.DataType.FLOAT16:
+        if act == "Relu":
+            return None
+        if bounds is not None and all(float(np.float16(b)) == b for b in bounds):
+            return None
+        if bounds is not None:
+            return f"float16 Clip bounds {bounds} are not float16 values"
+    return f"dtype {C.dtype_name(x)}: the Conv rounds before the activation"
 
 
 def _clip_bounds(clip: ir.Node) -> tuple[float, float] | None:

@@ -266,6 +266,17 @@ def global_lp_pool(dtype, rng):
     return _model("GlobalLpPool", f, ["X"], ["Y"], {"p": 2}, domain="")
 
 
+def fused_conv(dtype, rng):
+    """Conv + bias + Relu with asymmetric pads and two groups (the cuDNN epilogue path)."""
+    f = {
+        "X": _r(rng, (2, 4, 9, 8), dtype),
+        "W": _r(rng, (6, 2, 3, 3), dtype, 0.3),
+        "B": _r(rng, (6,), dtype),
+    }
+    attrs = {"activation": "Relu", "group": 2, "pads": [1, 0, 1, 2], "kernel_shape": [3, 3]}
+    return _model("FusedConv", f, ["X", "W", "B"], ["Y"], attrs, consts=("W", "B"))
+
+
 def fused(op: str, inputs: dict[str, tuple[int, ...]], consts: tuple[str, ...] = ()) -> Callable:
     """A case for an op onnxep's fusion passes emit (domain "onnxep", imported at version 1)."""
 
@@ -353,6 +364,7 @@ def norm_matmul_nbits(dtype, rng):
 
 CASES: dict[str, Callable[[str, Any], tuple[onnx.ModelProto, dict]]] = {
     "::GlobalLpPool": global_lp_pool,
+    f"{MS}::FusedConv": fused_conv,
     "::SimplifiedLayerNormalization": simplified_ln(""),
     f"{MS}::SimplifiedLayerNormalization": simplified_ln(MS),
     f"{MS}::SkipLayerNormalization": skip_ln(False),

@@ -506,6 +506,10 @@ TABLE = {
         ("custom:com.microsoft::FastGelu", "float32"),
         ("custom:com.microsoft::FastGelu", "float16"),
     ],
+    "com.microsoft::FusedConv": [
+        ("custom:com.microsoft::FusedConv", "float32"),
+        ("custom:com.microsoft::FusedConv", "float16"),
+    ],
     "com.microsoft::FusedMatMul": [
         ("custom:com.microsoft::FusedMatMul", "float32"),
         ("custom:com.microsoft::FusedMatMul", "float16"),

@@ -1,0 +1,249 @@
+"""Vision and small models on CUDA: onnxep ["cuda","cpu"] beside onnxruntime-gpu, one process.
+
+    python3 bench/gpu_vision.py [--models resnet-small,resnet50,yolo,vad] [--batches 1,8]
+        [--dtypes fp32,fp16] [--runs 30] [--providers cuda,cpu] [--json OUT.json]
+
+The models are exported here with torch (``torch.onnx.export``, eval mode, so batch norms
+fold into the convolutions), float16 ones from the half-precision module on the GPU:
+
+- ``resnet-small``: the factory's ResNet-style CNN (bench/factory/torch_models.py), 3x32x32;
+- ``resnet50``: the factory's ResNet-50-sized classifier (bottleneck blocks), 3x224x224;
+- ``yolo``: the factory's YOLO-style detector (C2f backbone, SPPF, upsample + concat
+  neck, two detection scales), 3x480x480;
+- ``vad``: a voice-activity model (Conv1d front end, LSTM, dense head; bench/
+  placement_measured.py's), [1, 4000] audio, batch 1 only.
+
+For each (model, batch, dtype): ``sess.run`` with host arrays on both sides, onnxep on
+``--providers`` and onnxruntime's CUDAExecutionProvider (imported lazily; without
+onnxruntime-gpu on the path that is said, and onnxep is timed alone), warmed up, then
+interleaved, the median of ``--runs`` each; onnxep's ``capture_stats()`` (captures,
+replays, the steps that are seams and why) and the largest absolute difference of
+onnxep's output from onnxep's CPU provider (batch 1 only unless ``--cpu-diff-all``:
+the CPU reference of ResNet-50 at batch 8 costs more than the rest) and from
+onnxruntime's. Prints one table row per case (``|`` lines) and writes ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _factory():
+    from bench.factory import torch_models as T
+
+    return T
+
+
+def _resnet_small():
+    return _factory().ResNet()
+
+
+def _resnet50():
+    return _factory().ResNet50()
+
+
+def _yolo():
+    return _factory().YoloLike()
+
+
+def _vad():
+    import torch
+
+    class VoiceActivity(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = torch.nn.Conv1d(1, 32, 9, stride=4)
+            self.c2 = torch.nn.Conv1d(32, 32, 5, stride=2)
+            self.lstm = torch.nn.LSTM(32, 64, batch_first=True)
+            self.head = torch.nn.Linear(64, 1)
+
+        def forward(self, audio: Any) -> Any:
+            h = torch.relu(self.c2(torch.relu(self.c1(audio))))
+            out, _ = self.lstm(h.transpose(1, 2))
+            return torch.sigmoid(self.head(out[:, -1]))
+
+    return VoiceActivity()
+
+
+#: name -> (builder() -> torch module, input shape without the batch, input name, batches)
+MODELS: dict[str, tuple[Callable[[], Any], tuple[int, ...], str, tuple[int, ...] | None]] = {
+    "resnet-small": (_resnet_small, (3, 32, 32), "image", None),
+    "resnet50": (_resnet50, (3, 224, 224), "image", None),
+    "yolo": (_yolo, (3, 480, 480), "image", None),
+    "vad": (_vad, (1, 4000), "audio", (1,)),
+}
+
+
+def export(name: str, batch: int, dtype: str) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The model's ONNX bytes (a fixed batch) and a seeded input."""
+    import torch
+
+    make, shape, input_name, _ = MODELS[name]
+    torch.manual_seed(0)
+    module = make()
+    _factory().randomize_batch_norms(module)
+    module.eval()
+    x = torch.randn(batch, *shape)
+    if dtype == "fp16":
+        if not torch.cuda.is_available():
+            raise SystemExit("fp16 models are exported from the half module on the GPU: no CUDA")
+        module, x = module.half().cuda(), x.half().cuda()
+    f = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), f, dynamo=False, input_names=[input_name], opset_version=17)
+    return f.getvalue(), {input_name: x.detach().cpu().numpy()}
+
+
+def _ort_session(model: bytes) -> tuple[Any, str]:
+    """onnxruntime's CUDA session, or (None, why not)."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        return None, f"onnxruntime is not importable ({exc}): onnxep timed alone"
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return None, (
+            f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (put onnxruntime-gpu "
+            "on PYTHONPATH): onnxep timed alone"
+        )
+    sess = ort.InferenceSession(model, providers=["CUDAExecutionProvider"])
+    if sess.get_providers()[0] != "CUDAExecutionProvider":
+        return None, f"onnxruntime fell back to {sess.get_providers()}: onnxep timed alone"
+    return sess, ""
+
+
+def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+
+
+def one(name: str, batch: int, dtype: str, providers: list[str], runs: int, cpu_diff: bool):
+    import onnxep
+
+    t0 = time.perf_counter()
+    model, feeds = export(name, batch, dtype)
+    export_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sess = onnxep.InferenceSession(model, providers=providers)
+    made_s = time.perf_counter() - t0
+    ort_sess, ort_why = _ort_session(model)
+    sides: dict[str, Callable[[], Any]] = {"onnxep": lambda: sess.run(None, feeds)}
+    if ort_sess is not None:
+        sides["onnxruntime"] = lambda: ort_sess.run(None, feeds)
+    outs = {}
+    for k, f in sides.items():
+        for _ in range(5):  # warm-up: cuDNN's algorithm search, capture warm-up and capture
+            outs[k] = f()[0]
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for _ in range(runs):
+        for k, f in sides.items():
+            t = time.perf_counter()
+            f()
+            times[k].append((time.perf_counter() - t) * 1e3)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    stats = sess.capture_stats()
+    plan = sess.capture_plan()
+    seams = [] if plan is None else [(r.name, r.op_type, r.reason) for r in plan.seams]
+    row: dict[str, Any] = {
+        "model": name,
+        "batch": batch,
+        "dtype": dtype,
+        "providers": providers,
+        "medians_ms": med,
+        "ratio": med["onnxep"] / med["onnxruntime"] if "onnxruntime" in med else None,
+        "capture": {k: stats[k] for k in ("captures", "replays", "fallbacks", "segments")},
+        "capture_policy": stats.get("policy"),
+        "capture_failures": stats.get("failures", []),
+        "seams": seams,
+        "onnxruntime": ort_why or "CUDAExecutionProvider",
+        "export_s": export_s,
+        "session_s": made_s,
+        "runs": runs,
+    }
+    if "onnxruntime" in outs:
+        row["max_abs_vs_onnxruntime"] = _max_abs(outs["onnxep"], outs["onnxruntime"])
+    if cpu_diff:
+        cpu = onnxep.InferenceSession(model, providers=["cpu"])
+        row["max_abs_vs_cpu"] = _max_abs(outs["onnxep"], cpu.run(None, feeds)[0])
+    _print_row(row)
+    return row
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    med = r["medians_ms"]
+    ort = f"{med['onnxruntime']:.3f} ms" if "onnxruntime" in med else "-"
+    ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+    cap = r["capture"]
+    diff_cpu = r.get("max_abs_vs_cpu")
+    diff_ort = r.get("max_abs_vs_onnxruntime")
+    print(
+        f"| {r['model']} | {r['batch']} | {r['dtype']} | {med['onnxep']:.3f} ms | {ort} | {ratio} "
+        f"| {cap['captures']}/{cap['replays']}/{len(r['seams'])} "
+        f"| {'-' if diff_cpu is None else f'{diff_cpu:.3g}'} "
+        f"| {'-' if diff_ort is None else f'{diff_ort:.3g}'} |",
+        flush=True,
+    )
+    for name, op, why in r["seams"][:3]:
+        print(f"    seam {name} ({op}): {why}", flush=True)
+    if len(r["seams"]) > 3:
+        print(f"    ... {len(r['seams']) - 3} more seams", flush=True)
+    for why in r["capture_failures"][:2]:
+        print(f"    capture failure: {why}", flush=True)
+    if r["onnxruntime"] != "CUDAExecutionProvider":
+        print(f"    {r['onnxruntime']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--dtypes", default="fp32,fp16")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--providers", default="cuda,cpu")
+    ap.add_argument("--cpu-diff-all", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    providers = [p for p in args.providers.split(",") if p]
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown models {unknown}; choose from {sorted(MODELS)}")
+    batches = [int(b) for b in args.batches.split(",") if b]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    if set(dtypes) - {"fp32", "fp16"}:
+        ap.error("--dtypes takes fp32 and fp16")
+    print(
+        "| model | batch | dtype | onnxep | onnxruntime-gpu | ratio | captures/replays/seams "
+        "| max abs vs onnxep cpu | max abs vs onnxruntime |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for name in names:
+        allowed = MODELS[name][3]
+        for batch in batches:
+            if allowed is not None and batch not in allowed:
+                continue
+            for dtype in dtypes:
+                cpu_diff = batch == 1 or args.cpu_diff_all
+                rows.append(one(name, batch, dtype, providers, args.runs, cpu_diff))
+                if args.json is not None:  # written as it goes: a timeout keeps what ran
+                    args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
