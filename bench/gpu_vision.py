@@ -1,4 +1,4 @@
-"""Vision and small models on CUDA: onnxep ["cuda","cpu"] beside onnxruntime-gpu, one process.
+"""Vision and small models on CUDA: onnxep ["cuda","cpu"] beside onnxruntime-gpu and torch.
 
     python3 bench/gpu_vision.py [--models resnet-small,resnet50,yolo,vad] [--batches 1,8]
         [--dtypes fp32,fp16] [--runs 30] [--providers cuda,cpu] [--json OUT.json]
@@ -15,7 +15,8 @@ fold into the convolutions), float16 ones from the half-precision module on the 
 
 For each (model, batch, dtype): ``sess.run`` with host arrays on both sides, onnxep on
 ``--providers`` and onnxruntime's CUDAExecutionProvider (imported lazily; without
-onnxruntime-gpu on the path that is said, and onnxep is timed alone), warmed up, then
+onnxruntime-gpu on the path that is said) and the torch module itself on CUDA (eager,
+cuDNN with its autotuner: the peer on a machine without onnxruntime-gpu), warmed up, then
 interleaved, the median of ``--runs`` each; onnxep's ``capture_stats()`` (captures,
 replays, the steps that are seams and why) and the largest absolute difference of
 onnxep's output from onnxep's CPU provider (batch 1 only unless ``--cpu-diff-all``:
@@ -91,6 +92,12 @@ MODELS: dict[str, tuple[Callable[[], Any], tuple[int, ...], str, tuple[int, ...]
 
 def export(name: str, batch: int, dtype: str) -> tuple[bytes, dict[str, np.ndarray]]:
     """The model's ONNX bytes (a fixed batch) and a seeded input."""
+    model, feeds, _ = export_with_module(name, batch, dtype)
+    return model, feeds
+
+
+def export_with_module(name: str, batch: int, dtype: str) -> tuple[bytes, dict, Any]:
+    """``export``'s bytes and input, and the torch module they came from (the torch side)."""
     import torch
 
     make, shape, input_name, _ = MODELS[name]
@@ -107,7 +114,27 @@ def export(name: str, batch: int, dtype: str) -> tuple[bytes, dict[str, np.ndarr
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (x,), f, dynamo=False, input_names=[input_name], opset_version=17)
-    return f.getvalue(), {input_name: x.detach().cpu().numpy()}
+    return f.getvalue(), {input_name: x.detach().cpu().numpy()}, module
+
+
+def _torch_side(module: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, str]:
+    """The same module on torch's CUDA (cuDNN, its autotuner on), host arrays in and out as
+    the other sides take them; or (None, why not)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, "torch has no CUDA device: no torch side"
+    torch.backends.cudnn.benchmark = True
+    mod = module.cuda()
+    (x,) = feeds.values()
+
+    def run() -> list[np.ndarray]:
+        with torch.no_grad():
+            y = mod(torch.from_numpy(x).cuda())
+            y = y[0] if isinstance(y, tuple | list) else y
+            return [y.cpu().numpy()]
+
+    return run, ""
 
 
 def _ort_session(model: bytes) -> tuple[Any, str]:
@@ -135,7 +162,7 @@ def one(name: str, batch: int, dtype: str, providers: list[str], runs: int, cpu_
     import onnxep
 
     t0 = time.perf_counter()
-    model, feeds = export(name, batch, dtype)
+    model, feeds, module = export_with_module(name, batch, dtype)
     export_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     sess = onnxep.InferenceSession(model, providers=providers)
@@ -144,6 +171,9 @@ def one(name: str, batch: int, dtype: str, providers: list[str], runs: int, cpu_
     sides: dict[str, Callable[[], Any]] = {"onnxep": lambda: sess.run(None, feeds)}
     if ort_sess is not None:
         sides["onnxruntime"] = lambda: ort_sess.run(None, feeds)
+    torch_run, torch_why = _torch_side(module, feeds)
+    if torch_run is not None:
+        sides["torch"] = torch_run
     outs = {}
     for k, f in sides.items():
         for _ in range(5):  # warm-up: cuDNN's algorithm search, capture warm-up and capture
@@ -165,6 +195,8 @@ def one(name: str, batch: int, dtype: str, providers: list[str], runs: int, cpu_
         "providers": providers,
         "medians_ms": med,
         "ratio": med["onnxep"] / med["onnxruntime"] if "onnxruntime" in med else None,
+        "ratio_vs_torch": med["onnxep"] / med["torch"] if "torch" in med else None,
+        "torch": torch_why or "torch eager on CUDA (cuDNN, benchmark on)",
         "capture": {k: stats[k] for k in ("captures", "replays", "fallbacks", "segments")},
         "capture_policy": stats.get("policy"),
         "capture_failures": stats.get("failures", []),
@@ -187,11 +219,14 @@ def _print_row(r: dict[str, Any]) -> None:
     med = r["medians_ms"]
     ort = f"{med['onnxruntime']:.3f} ms" if "onnxruntime" in med else "-"
     ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+    tor = f"{med['torch']:.3f} ms" if "torch" in med else "-"
+    tratio = f"{r['ratio_vs_torch']:.2f}x" if r.get("ratio_vs_torch") is not None else "-"
     cap = r["capture"]
     diff_cpu = r.get("max_abs_vs_cpu")
     diff_ort = r.get("max_abs_vs_onnxruntime")
     print(
         f"| {r['model']} | {r['batch']} | {r['dtype']} | {med['onnxep']:.3f} ms | {ort} | {ratio} "
+        f"| {tor} | {tratio} "
         f"| {cap['captures']}/{cap['replays']}/{len(r['seams'])} "
         f"| {'-' if diff_cpu is None else f'{diff_cpu:.3g}'} "
         f"| {'-' if diff_ort is None else f'{diff_ort:.3g}'} |",
@@ -227,10 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     if set(dtypes) - {"fp32", "fp16"}:
         ap.error("--dtypes takes fp32 and fp16")
     print(
-        "| model | batch | dtype | onnxep | onnxruntime-gpu | ratio | captures/replays/seams "
+        "| model | batch | dtype | onnxep | onnxruntime-gpu | ratio | torch | ratio "
+        "| captures/replays/seams "
         "| max abs vs onnxep cpu | max abs vs onnxruntime |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for name in names:
         allowed = MODELS[name][3]
