@@ -1,18 +1,19 @@
 """How many threads NumPy's BLAS may use during a CPU provider's runs.
 
-The BLAS thread pool is one per process, so a session's ``intra_op_num_threads``
-cannot be a private setting: it is applied (through threadpoolctl) while at least
-one run with that count is in flight, and a run that wants another count waits
-until those runs are done. Runs that want the same count run concurrently, which is
-the common case (every session of a process created with the same options). The
-previous setting is restored when the last run ends, so NumPy code outside onnxep
-keeps the process's own BLAS threads.
+The BLAS thread pool is one per process, so a session's thread count (its
+``intra_op_num_threads``, or the count thread_policy.py chose for it) cannot be a
+private setting: it is applied while at least one run with that count is in flight,
+and a run that wants another count waits until those runs are done. Runs that want
+the same count run concurrently, which is the common case (sessions of similar size,
+or created with the same options). The previous setting is restored when the last
+run ends, so NumPy code outside onnxep keeps the process's own BLAS threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -20,28 +21,53 @@ from typing import Any
 _cond = threading.Condition()
 _active = 0  # runs in flight under the applied limit
 _applied: int | None = None  # the count those runs use
-_restore: Any = None  # threadpoolctl's limiter that restores the previous setting
-_controller: Any = None
+_saved: list[tuple[Any, int]] = []  # each BLAS library and its count before the first run
+_libs: list[Any] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
+_setter: Any = None  # the one thread that sets BLAS's count
+_modules = 0  # len(sys.modules) when the libraries were scanned
 
 
-def _limit(n: int) -> Any:
-    global _controller
-    if _controller is None:
+def _blas_libs() -> list[Any]:
+    global _libs, _setter, _modules
+    # Scanned again only after an import, which may have loaded another BLAS (a kernel's
+    # lazy scipy import brings scipy's own OpenBLAS); threadpoolctl's limiter would scan
+    # its list on every run (8 us).
+    if _libs is None or len(sys.modules) != _modules:
+        from concurrent.futures import ThreadPoolExecutor
+
         from threadpoolctl import ThreadpoolController
 
-        _controller = ThreadpoolController()  # scans the loaded libraries once
-    return _controller.limit(limits=n, user_api="blas")
+        _modules = len(sys.modules)
+        _libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+        if _setter is None:
+            _setter = ThreadPoolExecutor(1, thread_name_prefix="onnxep-blas-threads")
+    return _libs
+
+
+def _set_counts(counts: list[tuple[Any, int]]) -> None:
+    # Always from the same thread: OpenBLAS 0.3.31 ignores openblas_set_num_threads from
+    # any other thread once the main thread has called it, so a run on a worker thread
+    # after a run on the main thread kept the old count (and other bits: OpenBLAS rounds
+    # some shapes differently on one thread than on two). Measured, not documented.
+    def apply() -> None:
+        for lib, n in counts:
+            if lib.get_num_threads() != n:
+                lib.set_num_threads(n)
+
+    _setter.submit(apply).result()
 
 
 @contextlib.contextmanager
 def blas_threads(n: int) -> Iterator[None]:
     """BLAS uses ``n`` threads inside; concurrent holders of another count wait."""
-    global _active, _applied, _restore
+    global _active, _applied, _saved
     with _cond:
         while _active and _applied != n:
             _cond.wait()
         if not _active:
-            _restore = _limit(n)
+            _saved = [(lib, lib.get_num_threads()) for lib in _blas_libs()]
+            if any(had != n for _, had in _saved):
+                _set_counts([(lib, n) for lib, _ in _saved])
             _applied = n
         _active += 1
     try:
@@ -50,8 +76,9 @@ def blas_threads(n: int) -> Iterator[None]:
         with _cond:
             _active -= 1
             if not _active:
-                _restore.restore_original_limits()
-                _restore, _applied = None, None
+                if any(had != n for _, had in _saved):
+                    _set_counts(_saved)
+                _applied = None
                 _cond.notify_all()
 
 
