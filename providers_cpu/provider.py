@@ -63,7 +63,7 @@ class CPUProvider(Provider):
         return [
             f"BLAS threads: {n} of {cpu_count()} cores, chosen for the session "
             f"(intra_op_num_threads=0): largest product {largest}, "
-            f"{'at least' if n > 1 else 'under'} the {MIN_SPLIT_MACS / 1e6:.3g}M a split "
+            f"{'at least' if macs >= MIN_SPLIT_MACS else 'under'} the {MIN_SPLIT_MACS / 1e6:.3g}M a split "
             f"needs; set intra_op_num_threads to choose"
         ]
 
