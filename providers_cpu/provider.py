@@ -60,10 +60,11 @@ class CPUProvider(Provider):
             return [f"BLAS threads: {n} (intra_op_num_threads={n})"]
         macs, node = self._largest
         largest = f"node {node!r}, {macs / 1e6:.3g}M multiply-adds" if macs else "none"
+        side = "at least" if macs >= MIN_SPLIT_MACS else "under"
         return [
             f"BLAS threads: {n} of {cpu_count()} cores, chosen for the session "
             f"(intra_op_num_threads=0): largest product {largest}, "
-            f"{'at least' if macs >= MIN_SPLIT_MACS else 'under'} the {MIN_SPLIT_MACS / 1e6:.3g}M a split "
+            f"{side} the {MIN_SPLIT_MACS / 1e6:.3g}M a split "
             f"needs; set intra_op_num_threads to choose"
         ]
 
