@@ -23,38 +23,41 @@ _active = 0  # runs in flight under the applied limit
 _applied: int | None = None  # the count those runs use
 _saved: list[tuple[Any, int]] = []  # each BLAS library and its count before the first run
 _libs: list[Any] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
-_setter: Any = None  # the one thread that sets BLAS's count
 _modules = 0  # len(sys.modules) when the libraries were scanned
 
 
 def _blas_libs() -> list[Any]:
-    global _libs, _setter, _modules
+    global _libs, _modules
     # Scanned again only after an import, which may have loaded another BLAS (a kernel's
     # lazy scipy import brings scipy's own OpenBLAS); threadpoolctl's limiter would scan
     # its list on every run (8 us).
     if _libs is None or len(sys.modules) != _modules:
-        from concurrent.futures import ThreadPoolExecutor
-
         from threadpoolctl import ThreadpoolController
 
         _modules = len(sys.modules)
         _libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        if _setter is None:
-            _setter = ThreadPoolExecutor(1, thread_name_prefix="onnxep-blas-threads")
     return _libs
 
 
 def _set_counts(counts: list[tuple[Any, int]]) -> None:
-    # Always from the same thread: OpenBLAS 0.3.31 ignores openblas_set_num_threads from
-    # any other thread once the main thread has called it, so a run on a worker thread
-    # after a run on the main thread kept the old count (and other bits: OpenBLAS rounds
-    # some shapes differently on one thread than on two). Measured, not documented.
-    def apply() -> None:
-        for lib, n in counts:
-            if lib.get_num_threads() != n:
-                lib.set_num_threads(n)
+    """Set each library's count from the calling thread (under ``_cond``).
 
-    _setter.submit(apply).result()
+    threadpoolctl (3.8) lets one thread at a time set OpenBLAS's count, the first that
+    does while it lives, and ignores the others: after a run on the main thread, a run
+    on a worker thread kept the old count, and for some shapes other bits than a serial
+    run. Every set here is made under ``_cond``, so the runs' own sets never race: each
+    takes control for its set and gives it up after, so the application's own
+    threadpoolctl calls between runs still take effect.
+    """
+    for lib, n in counts:
+        if lib.get_num_threads() == n:
+            continue
+        release = getattr(lib, "clear_controlling_thread", None)
+        if release is not None:
+            release(force=True)
+        lib.set_num_threads(n)
+        if release is not None:
+            release()
 
 
 @contextlib.contextmanager
@@ -88,7 +91,10 @@ def threadpoolctl_status() -> str:
         import threadpoolctl  # noqa: F401
     except ImportError:
         return "threadpoolctl missing: intra_op_num_threads cannot be honoured"
-    return "intra_op_num_threads honoured through threadpoolctl (BLAS threads)"
+    return (
+        "intra_op_num_threads honoured through threadpoolctl (BLAS threads; 0: one count "
+        "per session, 1 or every core by its largest product, in placement() and explain)"
+    )
 
 
 def cpu_count() -> int:

@@ -235,3 +235,24 @@ def test_a_folded_constant_product_does_not_count():
     sess = onnxep.InferenceSession(model, providers=["cpu"])
     assert sess.providers[0].blas_thread_count == 1
     assert "largest product none" in _cpu_note(sess)
+
+
+def test_a_worker_thread_gets_the_count_after_a_run_on_the_main_thread():
+    # threadpoolctl lets only its "controlling" thread (the first live one to set a count)
+    # change OpenBLAS's; a run from a worker after one from the main thread kept two
+    # threads, and other bits than the serial runs.
+    sess = onnxep.InferenceSession(
+        _matmul_model(), onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
+    )
+    a = np.ones((64, 64), np.float32)
+    sess.run(None, {"a": a, "b": a})  # the main thread sets and restores the count
+    seen = []
+
+    def work():
+        with sess.providers[0].run_context():
+            seen.append(_blas_threads_now())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == [1]
