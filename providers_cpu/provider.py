@@ -20,7 +20,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers import Claim, Decline, NodeInfo, Provider
 
 from .thread_policy import MIN_SPLIT_MACS, choose, product_macs
-from .threads import blas_threads, cpu_count
+from .threads import blas_threads, cpu_count, process_blas_threads
 
 
 class CPUProvider(Provider):
@@ -34,6 +34,7 @@ class CPUProvider(Provider):
             )
         self.threads = int(n)  # as asked; 0: chosen from the claimed nodes
         self._largest = (0, "")  # the largest product claimed: multiply-adds, node
+        self._chosen = 0  # the count, settled on first use (after every claim)
 
     def claim(self, node: NodeInfo) -> Claim | Decline:
         got = super().claim(node)
@@ -49,9 +50,20 @@ class CPUProvider(Provider):
     def blas_thread_count(self) -> int:
         """The BLAS threads of this provider's runs. Claims are made while the session is
         created, so the count is settled before its first run and the same for all."""
-        return self.threads or choose(self._largest[0], cpu_count())
+        if not self._chosen:
+            if self.threads:
+                self._chosen = self.threads
+            elif self._largest[0]:
+                self._chosen = choose(self._largest[0], cpu_count())
+            else:
+                # No product: nothing to hold (a context costs some microseconds a run,
+                # as much as a one-node model's run); reported as the process's count.
+                self._chosen = process_blas_threads()
+        return self._chosen
 
     def run_context(self) -> contextlib.AbstractContextManager[Any] | None:
+        if not self.threads and not self._largest[0]:
+            return None  # no product: nothing of this session's runs on BLAS
         return blas_threads(self.blas_thread_count)
 
     def session_notes(self) -> list[str]:
@@ -59,7 +71,12 @@ class CPUProvider(Provider):
         if self.threads:
             return [f"BLAS threads: {n} (intra_op_num_threads={n})"]
         macs, node = self._largest
-        largest = f"node {node!r}, {macs / 1e6:.3g}M multiply-adds" if macs else "none"
+        if not macs:
+            return [
+                f"BLAS threads: {n}, the process's count (intra_op_num_threads=0 and no "
+                f"matrix product in the session)"
+            ]
+        largest = f"node {node!r}, {macs / 1e6:.3g}M multiply-adds"
         side = "at least" if macs >= MIN_SPLIT_MACS else "under"
         return [
             f"BLAS threads: {n} of {cpu_count()} cores, chosen for the session "

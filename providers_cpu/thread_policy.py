@@ -34,6 +34,8 @@ UNKNOWN_DIM = 1
 _MATMULS = {"MatMul", "FusedMatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul"}
 _CONVS = {"Conv", "FusedConv", "ConvInteger", "QLinearConv", "NhwcConv"}
 _RECURRENT = {"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM"}
+# products inside: sized roughly, as the output times the first input's last dim
+_OTHER = {"Einsum", "Attention", "MultiHeadAttention", "GroupQueryAttention"}
 
 
 def _dims(shape: Sequence[object] | None) -> list[int] | None:
@@ -102,6 +104,11 @@ def _recurrent(node: NodeInfo) -> int:
     return x[0] * x[1] * w[0] * w[1] * w[2]
 
 
+def _rough(node: NodeInfo) -> int:
+    x, y = _shape(node, 0), _shape(node, 0, output=True)
+    return math.prod(y) * x[-1] if x and y else 0
+
+
 def product_macs(node: NodeInfo) -> int:
     """Multiply-adds of the node's largest BLAS-shaped product, 0 for other ops."""
     op = node.op_type
@@ -117,6 +124,8 @@ def product_macs(node: NodeInfo) -> int:
         return _matmul_nbits(node)
     if op in _RECURRENT:
         return _recurrent(node)
+    if op in _OTHER:
+        return _rough(node)
     return 0
 
 

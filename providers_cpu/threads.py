@@ -11,11 +11,9 @@ run ends, so NumPy code outside onnxep keeps the process's own BLAS threads.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 _cond = threading.Condition()
@@ -50,8 +48,6 @@ def _set_counts(counts: list[tuple[Any, int]]) -> None:
     threadpoolctl calls between runs still take effect.
     """
     for lib, n in counts:
-        if lib.get_num_threads() == n:
-            continue
         release = getattr(lib, "clear_controlling_thread", None)
         if release is not None:
             release(force=True)
@@ -60,29 +56,50 @@ def _set_counts(counts: list[tuple[Any, int]]) -> None:
             release()
 
 
-@contextlib.contextmanager
-def blas_threads(n: int) -> Iterator[None]:
-    """BLAS uses ``n`` threads inside; concurrent holders of another count wait."""
-    global _active, _applied, _saved
-    with _cond:
-        while _active and _applied != n:
-            _cond.wait()
-        if not _active:
-            _saved = [(lib, lib.get_num_threads()) for lib in _blas_libs()]
-            if any(had != n for _, had in _saved):
-                _set_counts([(lib, n) for lib, _ in _saved])
-            _applied = n
-        _active += 1
-    try:
-        yield
-    finally:
+class blas_threads:  # noqa: N801 (a context manager used like a function)
+    """BLAS uses ``n`` threads inside; concurrent holders of another count wait.
+
+    A class rather than a generator context: it is entered on every run.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> None:
+        global _active, _applied, _saved
+        n = self.n
+        with _cond:
+            while _active and _applied != n:
+                _cond.wait()
+            if not _active:
+                _saved = [(lib, lib.get_num_threads()) for lib in _blas_libs()]
+                change = [(lib, n) for lib, had in _saved if had != n]
+                if change:
+                    _set_counts(change)
+                _applied = n
+            _active += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _active, _applied
         with _cond:
             _active -= 1
             if not _active:
-                if any(had != n for _, had in _saved):
-                    _set_counts(_saved)
+                back = [(lib, had) for lib, had in _saved if had != self.n]
+                if back:
+                    _set_counts(back)
                 _applied = None
                 _cond.notify_all()
+
+
+def process_blas_threads() -> int:
+    """The count BLAS has now, outside any run (the largest over its libraries)."""
+    with _cond:
+        if _active:
+            return max(had for _, had in _saved) if _saved else cpu_count()
+        counts = [lib.get_num_threads() for lib in _blas_libs()]
+    return max((c for c in counts if c), default=cpu_count())
 
 
 def threadpoolctl_status() -> str:
