@@ -12,10 +12,11 @@ one gains nearly the core count when the cores are free. onnxruntime's pool make
 the same choice per op with its cost model; ours is per session since BLAS's pool is
 shared by the whole process.
 
-The size of a product is its multiply-adds as far as the static shapes tell: a dim
-that is not a known integer (a symbolic batch or sequence length, an image size left
-free) counts as ``UNKNOWN_DIM``, a guess at a modest size, so a model whose sizes are
-all free is judged at a small input (``free_dimension_overrides`` make them known).
+The size of a product is its multiply-adds as far as the static shapes tell. A dim
+that is not a known integer counts as 1 on a tensor's leading axis (the batch: served
+one request at a time, the small ResNet stays on one thread) and as ``UNKNOWN_DIM``
+elsewhere (a sequence length or an image size left free: a detector exported with a
+free input size still gets every core); ``free_dimension_overrides`` make them known.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from onnxep.providers import NodeInfo
 #: multiply-adds of the largest product from which a session runs BLAS on every core
 #: (a few hundred microseconds of one core's work; a split's hand-off costs tens)
 MIN_SPLIT_MACS = 1 << 22
-#: the size a dim that is not a known integer counts as
-UNKNOWN_DIM = 1
+#: the size a dim that is not a known integer counts as, but on the leading axis (1)
+UNKNOWN_DIM = 32
 
 _MATMULS = {"MatMul", "FusedMatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul"}
 _CONVS = {"Conv", "FusedConv", "ConvInteger", "QLinearConv", "NhwcConv"}
@@ -41,7 +42,10 @@ _OTHER = {"Einsum", "Attention", "MultiHeadAttention", "GroupQueryAttention"}
 def _dims(shape: Sequence[object] | None) -> list[int] | None:
     if shape is None:
         return None
-    return [d if isinstance(d, int) and d >= 0 else UNKNOWN_DIM for d in shape]
+    return [
+        d if isinstance(d, int) and d >= 0 else (UNKNOWN_DIM if i else 1)
+        for i, d in enumerate(shape)
+    ]
 
 
 def _shape(node: NodeInfo, i: int, output: bool = False) -> list[int] | None:
