@@ -35,6 +35,8 @@ class CPUProvider(Provider):
         self.threads = int(n)  # as asked; 0: chosen from the claimed nodes
         self._largest = (0, "")  # the largest product claimed: multiply-adds, node
         self._chosen = 0  # the count, settled on first use (after every claim)
+        if self.threads:
+            self.run_context = self._hold
 
     def claim(self, node: NodeInfo) -> Claim | Decline:
         got = super().claim(node)
@@ -44,6 +46,9 @@ class CPUProvider(Provider):
             macs = product_macs(node)
             if macs > self._largest[0]:
                 self._largest = (macs, node.name or node.op_type)
+                # Claims come before the executor asks for run contexts: a session with
+                # no product holds nothing per run, as no provider's context costs.
+                self.run_context = self._hold
         return got
 
     @property
@@ -61,9 +66,7 @@ class CPUProvider(Provider):
                 self._chosen = process_blas_threads()
         return self._chosen
 
-    def run_context(self) -> contextlib.AbstractContextManager[Any] | None:
-        if not self.threads and not self._largest[0]:
-            return None  # no product: nothing of this session's runs on BLAS
+    def _hold(self) -> contextlib.AbstractContextManager[Any] | None:
         return blas_threads(self.blas_thread_count)
 
     def session_notes(self) -> list[str]:
