@@ -368,6 +368,9 @@ class InferenceSession:
             report.direct_steps += sum(s.direct is not None for s in cg.plan.steps)
             report.in_place_steps += len(reusable_inputs(cg.plan))
         report.load_notes = list(self._load_notes)
+        report.provider_notes = {
+            p.name: notes for p in self._providers if (notes := p.session_notes())
+        }
         report.rewrites = dict(self._rewrites.counts)
         report.output_nodes = self._compiled.output_nodes()
         report.skipped_rewrites = list(self._rewrites.skipped)

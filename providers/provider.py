@@ -145,6 +145,12 @@ class Provider:
         """
         return None
 
+    def session_notes(self) -> list[str]:
+        """Sentences about settings this provider settled for its session (the CPU
+        provider's BLAS threads), shown by ``InferenceSession.placement()`` and ``onnxep
+        explain``; asked after the session's plan is built."""
+        return []
+
     # -- device arrays: IO binding and onnxep.generate ---------------------------------
     # A device provider overrides these to take a caller's arrays without a copy; the core
     # asks ``implements(name)`` first and never calls a default, which names what is missing.

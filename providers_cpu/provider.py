@@ -1,9 +1,11 @@
 """The CPU provider instance: NumPy arrays in host memory.
 
 Option ``intra_op_num_threads`` (the session's ``SessionOptions.intra_op_num_threads``
-when set, as onnxruntime names it): the BLAS threads NumPy may use during this
-provider's runs; 0 or absent leaves BLAS as the process configured it
-(``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``), as NumPy itself does.
+when set, as onnxruntime names it): the BLAS threads NumPy uses during this provider's
+runs, and the most its kernels split their own work over. 0 or absent: one count chosen
+for the session from its plan (thread_policy.py: one thread unless its largest product
+gains from a split, then every core), fixed for all its runs and reported by
+``session_notes`` (``InferenceSession.placement()``, ``onnxep explain``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import InvalidArgument
-from onnxep.providers import Provider
+from onnxep.providers import Claim, Decline, NodeInfo, Provider
 
-from .threads import blas_threads
+from .thread_policy import MIN_SPLIT_MACS, choose, product_macs
+from .threads import blas_threads, cpu_count, process_blas_threads
 
 
 class CPUProvider(Provider):
@@ -26,19 +29,71 @@ class CPUProvider(Provider):
         n = self.options.get("intra_op_num_threads", 0)
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
             raise InvalidArgument(
-                f"intra_op_num_threads must be a whole number >= 0 (0: BLAS's own default), "
-                f"got {n!r}"
+                f"intra_op_num_threads must be a whole number >= 0 (0: one count chosen per "
+                f"session from its plan), got {n!r}"
             )
-        self.threads = int(n)
+        self.threads = int(n)  # as asked; 0: chosen from the claimed nodes
+        self._largest = (0, "")  # the largest product claimed: multiply-adds, node
+        self._chosen = 0  # the count, settled on first use (after every claim)
         if self.threads:
-            # only then: a session without a thread count enters nothing per run
-            self.run_context = self._blas_threads
+            self.run_context = self._hold
 
-    def _blas_threads(self) -> contextlib.AbstractContextManager[Any] | None:
-        return blas_threads(self.threads)
+    def claim(self, node: NodeInfo) -> Claim | Decline:
+        got = super().claim(node)
+        # A node whose inputs are all constants is folded or computed once at creation,
+        # not in a run.
+        if not self.threads and isinstance(got, Claim) and not _all_constant(node):
+            macs = product_macs(node)
+            if macs > self._largest[0]:
+                self._largest = (macs, node.name or node.op_type)
+                # Claims come before the executor asks for run contexts: a session with
+                # no product holds nothing per run, as no provider's context costs.
+                self.run_context = self._hold
+        return got
+
+    @property
+    def blas_thread_count(self) -> int:
+        """The BLAS threads of this provider's runs. Claims are made while the session is
+        created, so the count is settled before its first run and the same for all."""
+        if not self._chosen:
+            if self.threads:
+                self._chosen = self.threads
+            elif self._largest[0]:
+                self._chosen = choose(self._largest[0], cpu_count())
+            else:
+                # No product: nothing to hold (a context costs some microseconds a run,
+                # as much as a one-node model's run); reported as the process's count.
+                self._chosen = process_blas_threads()
+        return self._chosen
+
+    def _hold(self) -> contextlib.AbstractContextManager[Any] | None:
+        return blas_threads(self.blas_thread_count)
+
+    def session_notes(self) -> list[str]:
+        n = self.blas_thread_count
+        if self.threads:
+            return [f"BLAS threads: {n} (intra_op_num_threads={n})"]
+        macs, node = self._largest
+        if not macs:
+            return [
+                f"BLAS threads: {n}, the process's count (intra_op_num_threads=0 and no "
+                f"matrix product in the session)"
+            ]
+        largest = f"node {node!r}, {macs / 1e6:.3g}M multiply-adds"
+        side = "at least" if macs >= MIN_SPLIT_MACS else "under"
+        return [
+            f"BLAS threads: {n} of {cpu_count()} cores, chosen for the session "
+            f"(intra_op_num_threads=0): largest product {largest}, "
+            f"{side} the {MIN_SPLIT_MACS / 1e6:.3g}M a split "
+            f"needs; set intra_op_num_threads to choose"
+        ]
 
     def to_host(self, value: Any) -> Any:
         return value
 
     def from_host(self, value: Any) -> Any:
         return value
+
+
+def _all_constant(node: NodeInfo) -> bool:
+    return all(v is None or v.const is not None for v in node.inputs)

@@ -1,58 +1,105 @@
 """How many threads NumPy's BLAS may use during a CPU provider's runs.
 
-The BLAS thread pool is one per process, so a session's ``intra_op_num_threads``
-cannot be a private setting: it is applied (through threadpoolctl) while at least
-one run with that count is in flight, and a run that wants another count waits
-until those runs are done. Runs that want the same count run concurrently, which is
-the common case (every session of a process created with the same options). The
-previous setting is restored when the last run ends, so NumPy code outside onnxep
-keeps the process's own BLAS threads.
+The BLAS thread pool is one per process, so a session's thread count (its
+``intra_op_num_threads``, or the count thread_policy.py chose for it) cannot be a
+private setting: it is applied while at least one run with that count is in flight,
+and a run that wants another count waits until those runs are done. Runs that want
+the same count run concurrently, which is the common case (sessions of similar size,
+or created with the same options). The previous setting is restored when the last
+run ends, so NumPy code outside onnxep keeps the process's own BLAS threads.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 _cond = threading.Condition()
 _active = 0  # runs in flight under the applied limit
 _applied: int | None = None  # the count those runs use
-_restore: Any = None  # threadpoolctl's limiter that restores the previous setting
-_controller: Any = None
+_saved: list[tuple[Any, int]] = []  # each BLAS library and its count before the first run
+_libs: list[Any] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
+_modules = 0  # len(sys.modules) when the libraries were scanned
 
 
-def _limit(n: int) -> Any:
-    global _controller
-    if _controller is None:
+def _blas_libs() -> list[Any]:
+    global _libs, _modules
+    # Scanned again only after an import, which may have loaded another BLAS (a kernel's
+    # lazy scipy import brings scipy's own OpenBLAS); threadpoolctl's limiter would scan
+    # its list on every run (8 us).
+    if _libs is None or len(sys.modules) != _modules:
         from threadpoolctl import ThreadpoolController
 
-        _controller = ThreadpoolController()  # scans the loaded libraries once
-    return _controller.limit(limits=n, user_api="blas")
+        _modules = len(sys.modules)
+        _libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+    return _libs
 
 
-@contextlib.contextmanager
-def blas_threads(n: int) -> Iterator[None]:
-    """BLAS uses ``n`` threads inside; concurrent holders of another count wait."""
-    global _active, _applied, _restore
-    with _cond:
-        while _active and _applied != n:
-            _cond.wait()
-        if not _active:
-            _restore = _limit(n)
-            _applied = n
-        _active += 1
-    try:
-        yield
-    finally:
+def _set_counts(counts: list[tuple[Any, int]]) -> None:
+    """Set each library's count from the calling thread (under ``_cond``).
+
+    threadpoolctl (3.8) lets one thread at a time set OpenBLAS's count, the first that
+    does while it lives, and ignores the others: after a run on the main thread, a run
+    on a worker thread kept the old count, and for some shapes other bits than a serial
+    run. Every set here is made under ``_cond``, so the runs' own sets never race: each
+    takes control for its set and gives it up after, so the application's own
+    threadpoolctl calls between runs still take effect.
+    """
+    for lib, n in counts:
+        release = getattr(lib, "clear_controlling_thread", None)
+        if release is not None:
+            release(force=True)
+        lib.set_num_threads(n)
+        if release is not None:
+            release()
+
+
+class blas_threads:  # noqa: N801 (a context manager used like a function)
+    """BLAS uses ``n`` threads inside; concurrent holders of another count wait.
+
+    A class rather than a generator context: it is entered on every run.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> None:
+        global _active, _applied, _saved
+        n = self.n
+        with _cond:
+            while _active and _applied != n:
+                _cond.wait()
+            if not _active:
+                _saved = [(lib, lib.get_num_threads()) for lib in _blas_libs()]
+                change = [(lib, n) for lib, had in _saved if had != n]
+                if change:
+                    _set_counts(change)
+                _applied = n
+            _active += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _active, _applied
         with _cond:
             _active -= 1
             if not _active:
-                _restore.restore_original_limits()
-                _restore, _applied = None, None
+                back = [(lib, had) for lib, had in _saved if had != self.n]
+                if back:
+                    _set_counts(back)
+                _applied = None
                 _cond.notify_all()
+
+
+def process_blas_threads() -> int:
+    """The count BLAS has now, outside any run (the largest over its libraries)."""
+    with _cond:
+        if _active:
+            return max(had for _, had in _saved) if _saved else cpu_count()
+        counts = [lib.get_num_threads() for lib in _blas_libs()]
+    return max((c for c in counts if c), default=cpu_count())
 
 
 def threadpoolctl_status() -> str:
@@ -61,7 +108,10 @@ def threadpoolctl_status() -> str:
         import threadpoolctl  # noqa: F401
     except ImportError:
         return "threadpoolctl missing: intra_op_num_threads cannot be honoured"
-    return "intra_op_num_threads honoured through threadpoolctl (BLAS threads)"
+    return (
+        "intra_op_num_threads honoured through threadpoolctl (BLAS threads; 0: one count "
+        "per session, 1 or every core by its largest product, in placement() and explain)"
+    )
 
 
 def cpu_count() -> int:

@@ -149,3 +149,111 @@ def test_bad_thread_count_is_one_sentence():
     bad = onnxep.SessionOptions(intra_op_num_threads=-2)
     with pytest.raises(ProviderError, match="'cpu' failed to start.*intra_op_num_threads must be"):
         onnxep.InferenceSession(_matmul_model(), bad, providers=["cpu"])
+
+
+def _cpu_note(sess) -> str:
+    (note,) = sess.placement().provider_notes["cpu"]
+    return note
+
+
+def _gemm_model(m: int, k: int, n: int):
+    from conftest import make_model, tensor
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((k, n), 0.5, np.float32), "w")
+    return make_model(
+        [helper.make_node("MatMul", ["a", "w"], ["y"])],
+        [tensor("a", [m, k])],
+        [tensor("y", [m, n])],
+        inits=[w],
+    )
+
+
+def test_default_threads_are_one_for_a_small_model_and_every_core_for_a_large_one():
+    from onnxep.providers_cpu.thread_policy import MIN_SPLIT_MACS
+    from onnxep.providers_cpu.threads import cpu_count
+
+    # the small ResNet at batch 1 (its batch dim is free: counted as 1)
+    small = onnxep.InferenceSession(str(DATA / "resnet_cnn.onnx"), providers=["cpu"])
+    assert small.providers[0].blas_thread_count == 1
+    note = _cpu_note(small)
+    assert note.startswith(f"BLAS threads: 1 of {cpu_count()} cores, chosen for the session")
+    assert "node_FusedConv" in note and "under the" in note
+    # a product of 4M multiply-adds and more: every core
+    large = onnxep.InferenceSession(_gemm_model(256, 256, 256), providers=["cpu"])
+    assert 256**3 >= MIN_SPLIT_MACS
+    assert large.providers[0].blas_thread_count == cpu_count()
+    assert "16.8M multiply-adds, at least the" in _cpu_note(large)
+    # the chosen count is what the runs get
+    seen = []
+    with large.providers[0].run_context():
+        seen.append(_blas_threads_now())
+    with small.providers[0].run_context():
+        seen.append(_blas_threads_now())
+    assert seen == [cpu_count(), 1]
+    a = np.ones((256, 256), np.float32)
+    np.testing.assert_array_equal(large.run(None, {"a": a})[0], a @ np.full((256, 256), 0.5, "f"))
+
+
+def test_free_dims_overridden_count_at_their_size():
+    opts = onnxep.SessionOptions()
+    # the free batch dim of the small ResNet at 64 images: a product past the limit
+    opts.add_free_dimension_override_by_name("batch", 64)
+    sess = onnxep.InferenceSession(str(DATA / "resnet_cnn.onnx"), opts, providers=["cpu"])
+    from onnxep.providers_cpu.threads import cpu_count
+
+    assert sess.providers[0].blas_thread_count == cpu_count()
+
+
+def test_explicit_thread_count_wins_over_the_policy_and_is_reported():
+    for n in (1, 3):
+        opts = onnxep.SessionOptions(intra_op_num_threads=n)
+        sess = onnxep.InferenceSession(_gemm_model(256, 256, 256), opts, providers=["cpu"])
+        assert sess.providers[0].blas_thread_count == n
+        assert _cpu_note(sess) == f"BLAS threads: {n} (intra_op_num_threads={n})"
+        assert f"cpu: BLAS threads: {n}" in sess.placement().format()
+    small = onnxep.InferenceSession(
+        _matmul_model(), onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
+    )
+    assert small.providers[0].blas_thread_count == 2
+
+
+def test_a_folded_constant_product_does_not_count():
+    from conftest import make_model, tensor
+    from onnx import helper, numpy_helper
+
+    big = numpy_helper.from_array(np.ones((256, 256), np.float32), "big")
+    model = make_model(
+        [
+            helper.make_node("MatMul", ["big", "big"], ["w"]),  # folded at creation
+            helper.make_node("Add", ["x", "w"], ["y"]),
+        ],
+        [tensor("x", [256, 256])],
+        [tensor("y", [256, 256])],
+        inits=[big],
+    )
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    # no product left: the process's own count, nothing to set per run
+    assert sess.providers[0].blas_thread_count == _blas_threads_now()
+    assert "the process's count" in _cpu_note(sess)
+
+
+def test_a_worker_thread_gets_the_count_after_a_run_on_the_main_thread():
+    # threadpoolctl lets only its "controlling" thread (the first live one to set a count)
+    # change OpenBLAS's; a run from a worker after one from the main thread kept two
+    # threads, and other bits than the serial runs.
+    sess = onnxep.InferenceSession(
+        _matmul_model(), onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
+    )
+    a = np.ones((64, 64), np.float32)
+    sess.run(None, {"a": a, "b": a})  # the main thread sets and restores the count
+    seen = []
+
+    def work():
+        with sess.providers[0].run_context():
+            seen.append(_blas_threads_now())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == [1]

@@ -205,6 +205,8 @@ class PlacementReport:
     #: What loading read in a normal form that onnxruntime accepts as it is (a negative dim
     #: read as unknown, a domain used but not imported...), one sentence each.
     load_notes: list[str] = field(default_factory=list)
+    #: per provider, the settings it settled for the session (Provider.session_notes)
+    provider_notes: dict[str, list[str]] = field(default_factory=dict)
     copies: list[CopyPlacement] = field(default_factory=list)
     rewrites: dict[str, int] = field(default_factory=dict)
     skipped_rewrites: list[str] = field(default_factory=list)
@@ -257,6 +259,7 @@ class PlacementReport:
         return {
             "providers": self.providers,
             "load_notes": list(self.load_notes),
+            "provider_notes": {k: list(v) for k, v in self.provider_notes.items()},
             "counts": self.counts(),
             "nodes": [
                 {
@@ -288,6 +291,8 @@ class PlacementReport:
         if self.load_notes:
             lines.append("load notes:")
             lines += [f"  - {note}" for note in self.load_notes]
+        for name, notes in self.provider_notes.items():
+            lines += [f"{name}: {note}" for note in notes]
         counts = self.counts()
         lines.append(
             "nodes per provider: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
