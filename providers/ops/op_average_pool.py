@@ -16,15 +16,20 @@ def average_pool(node, xp):
     def run(x):
         in_sp = tuple(x.shape[2:])
         pb, pe, out, _ = spec.geometry(in_sp)
-        div = cache.get(in_sp)
-        if div is None:
-            div = cache[in_sp] = avg_divisor(spec, in_sp, include_pad)
         cdt = compute_dtype(x.dtype)
+        # The count map is uploaded once per shape and kept on the device: an upload per
+        # run would be a host-to-device copy, which a CUDA stream capture refuses (the
+        # cuDNN kernel hands ceil_mode and asymmetric excluded pads to this one).
+        div = cache.get((in_sp, cdt))
+        if div is None:
+            div = cache[(in_sp, cdt)] = xp.asarray(
+                avg_divisor(spec, in_sp, include_pad).astype(cdt)
+            )
         xpad = pad_spatial(xp, x.astype(cdt, copy=False), pb, pe, 0)
         acc = None
         for _, v in pool_windows(xpad, spec, out):
             acc = v.copy() if acc is None else acc + v
-        y = acc / xp.asarray(div.astype(cdt))
+        y = acc / div
         return (y.astype(x.dtype, copy=False),)
 
     return run
