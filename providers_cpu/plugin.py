@@ -41,12 +41,13 @@ class CPUPlugin:
     def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
         if level != "extended" or provider is None or provider.name != "cpu":
             return None
-        # The RMS norm, and Conv + Relu/Clip (the activation in place on the Conv's
-        # output saves a pass over memory and an allocation). The other fusions' gain is
-        # one kernel launch instead of several, which NumPy does not have.
-        from onnxep.providers.fusions import FuseConvActivation, FuseRMSNorm
+        # The RMS norm, Conv + Relu/Clip (the activation in place on the Conv's output
+        # saves a pass over memory and an allocation) and x * Sigmoid(x) (one buffer, not
+        # two). The other fusions' gain is one kernel launch instead of several, which
+        # NumPy does not have.
+        from onnxep.providers.fusions import FuseConvActivation, FuseRMSNorm, FuseSiLU
 
-        return [FuseRMSNorm(), FuseConvActivation()]
+        return [FuseRMSNorm(), FuseConvActivation(), FuseSiLU()]
 
 
 plugin = CPUPlugin()

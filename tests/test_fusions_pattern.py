@@ -268,7 +268,10 @@ def test_report_formats_and_serialises(fusions):
     text = rep.format()
     assert f"{NAME}/fuse_silu: fired 0" in text
     assert f"refused 1 x {ANOTHER_CONSUMER}: mul" in text
-    (entry,) = [f for f in rep.to_dict()["fusions"] if f["name"] == "fuse_silu"]
+    # the CPU provider runs its own fuse_silu too: this is the test provider's
+    (entry,) = [
+        f for f in rep.to_dict()["fusions"] if f["name"] == "fuse_silu" and f["provider"] == NAME
+    ]
     assert entry["refused"] == {ANOTHER_CONSUMER: ["mul"]}
     assert entry["provider"] == NAME and entry["state"] == "on" and entry["exact"] is True
 
@@ -313,14 +316,14 @@ def test_the_cuda_plugin_contributes_the_standard_fusions_and_conv_activation():
     assert plugin.onnxep_graph_rewrites(provider=_Named(), level="basic") is None
 
 
-def test_the_cpu_provider_contributes_the_rms_and_conv_activation_fusions():
+def test_the_cpu_provider_contributes_the_rms_conv_activation_and_silu_fusions():
     from onnxep.providers_cpu.plugin import plugin
 
     class _Named:
         name = "cpu"
 
     passes = plugin.onnxep_graph_rewrites(provider=_Named(), level="extended")
-    assert [p.name for p in passes] == ["fuse_rms_norm", "fuse_conv_activation"]
+    assert [p.name for p in passes] == ["fuse_rms_norm", "fuse_conv_activation", "fuse_silu"]
     assert isinstance(passes[0], PatternFusionPass)
 
 
