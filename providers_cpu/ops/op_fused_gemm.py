@@ -10,10 +10,9 @@ from typing import Any
 
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
+from onnxep.providers.ops.inplace_activation import inplace_activation
 from onnxep.providers.ops.nn import str_attr
 from onnxep.providers.ops.op_gemm import gemm
-
-from .op_fused_conv import activation
 
 
 @kernel("FusedGemm", since=1, domain="com.microsoft", dtypes=("float",))
@@ -24,7 +23,7 @@ def fused_gemm(node: Any, xp: Any):
         for k in ("activation_alpha", "activation_beta")
         if node.attr(k, None) is not None
     ]
-    act = activation(name, params) if name else None
+    act = inplace_activation(xp, name, params) if name else None
     if name and act is None:
         raise NotSupported(f"FusedGemm: activation {name!r} is not supported")
     base = gemm(node, xp)

@@ -12,55 +12,15 @@ elementwise tail, not capture-safe.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel, not_capture_safe
 from onnxep.providers.ops import op_conv as generic
+from onnxep.providers.ops.inplace_activation import inplace_activation
 from onnxep.providers.ops.nn import str_attr
 
 from .cudnn_run import build_refusal, generic_note
 from .op_conv import ConvRunner, _spatial_rank
-
-
-def activation(xp: Any, name: str, params) -> Any:
-    """An in-place activation on a CuPy float array, or None for an unknown name."""
-    p = [float(v) for v in (params or [])]
-    if name == "Relu":
-        return lambda y: xp.maximum(y, 0, out=y)
-    if name == "LeakyRelu":
-        a = p[0] if p else 0.01
-
-        def leaky(y):
-            y[...] = xp.where(y < 0, y * y.dtype.type(a), y)
-
-        return leaky
-    if name == "Sigmoid":
-
-        def sigmoid(y):
-            xp.negative(y, out=y)
-            xp.exp(y, out=y)
-            y += 1
-            xp.reciprocal(y, out=y)
-
-        return sigmoid
-    if name == "Tanh":
-        return lambda y: xp.tanh(y, out=y)
-    if name == "Clip":
-        lo = p[0] if len(p) > 0 else -math.inf
-        hi = p[1] if len(p) > 1 else math.inf
-        return lambda y: xp.clip(y, lo, hi, out=y)
-    if name == "HardSigmoid":
-        a = p[0] if len(p) > 0 else 0.2
-        b = p[1] if len(p) > 1 else 0.5
-
-        def hard_sigmoid(y):
-            y *= a
-            y += b
-            xp.clip(y, 0, 1, out=y)
-
-        return hard_sigmoid
-    return None
 
 
 def fused_mode(name: str, params) -> tuple[int, float] | None:
@@ -79,7 +39,7 @@ def fused_mode(name: str, params) -> tuple[int, float] | None:
 def fused_conv(node, xp):
     name = str_attr(node, "activation", "")
     params = node.attr("activation_params", None)
-    act = activation(xp, name, params) if name else None
+    act = inplace_activation(xp, name, params) if name else None
     if name and act is None:
         raise NotSupported(f"FusedConv: activation {name!r} is not supported")
     conv_fallback = generic.conv(node, xp)
