@@ -63,22 +63,7 @@ def _yolo():
 
 
 def _vad():
-    import torch
-
-    class VoiceActivity(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.c1 = torch.nn.Conv1d(1, 32, 9, stride=4)
-            self.c2 = torch.nn.Conv1d(32, 32, 5, stride=2)
-            self.lstm = torch.nn.LSTM(32, 64, batch_first=True)
-            self.head = torch.nn.Linear(64, 1)
-
-        def forward(self, audio: Any) -> Any:
-            h = torch.relu(self.c2(torch.relu(self.c1(audio))))
-            out, _ = self.lstm(h.transpose(1, 2))
-            return torch.sigmoid(self.head(out[:, -1]))
-
-    return VoiceActivity()
+    return _factory().VoiceActivity()
 
 
 #: name -> (builder() -> torch module, input shape without the batch, input name, batches)

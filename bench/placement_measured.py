@@ -35,18 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def voice_activity() -> tuple[bytes, dict[str, np.ndarray]]:
     import torch
 
-    class VoiceActivity(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.c1 = torch.nn.Conv1d(1, 32, 9, stride=4)
-            self.c2 = torch.nn.Conv1d(32, 32, 5, stride=2)
-            self.lstm = torch.nn.LSTM(32, 64, batch_first=True)
-            self.head = torch.nn.Linear(64, 1)
-
-        def forward(self, audio: Any) -> Any:
-            h = torch.relu(self.c2(torch.relu(self.c1(audio))))
-            out, _ = self.lstm(h.transpose(1, 2))
-            return torch.sigmoid(self.head(out[:, -1]))
+    sys.path.insert(0, str(ROOT))
+    from bench.factory.torch_models import VoiceActivity
 
     torch.manual_seed(0)
     x = torch.randn(1, 1, 4000)

@@ -6,6 +6,7 @@
   and ``Attention``.
 - ``ResNet``: a small ResNet-style CNN (conv, batch norm, residual blocks, pooling).
 - ``ResNet50``: a ResNet-50-sized classifier (bottleneck blocks 3-4-6-3, widths 64-2048).
+- ``VoiceActivity``: a Conv1d + LSTM voice-activity model over raw audio.
 - ``YoloLike``: a YOLO-style detector (a C2f/CSP backbone of conv + SiLU, an SPPF block,
   an upsample + concat neck and a detection head at two strides).
 - ``BertEncoder``: a BERT-style encoder (embeddings + LayerNorm, encoder layers
@@ -267,6 +268,23 @@ class YoloLike(nn.Module):
         o3 = self.head3(n3).flatten(2)
         o4 = self.head4(n4).flatten(2)
         return torch.cat([o3, o4], 2)
+
+
+class VoiceActivity(nn.Module):
+    """A voice-activity model: a Conv1d front end over raw audio ([batch, 1, samples]), an
+    LSTM over its frames and a dense head giving one speech probability per clip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv1d(1, 32, 9, stride=4)
+        self.c2 = nn.Conv1d(32, 32, 5, stride=2)
+        self.lstm = nn.LSTM(32, 64, batch_first=True)
+        self.head = nn.Linear(64, 1)
+
+    def forward(self, audio):
+        h = torch.relu(self.c2(torch.relu(self.c1(audio))))
+        out, _ = self.lstm(h.transpose(1, 2))
+        return torch.sigmoid(self.head(out[:, -1]))
 
 
 def randomize_batch_norms(model: nn.Module) -> nn.Module:
