@@ -13,7 +13,7 @@ from onnxep.providers.ops.nn import PoolSpec
 
 from . import conv_plan
 from .cudnn_run import build_refusal
-from .pool_run import pool_runner
+from .pool_run import pool_runner, windowed_plan
 
 
 @kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))
@@ -27,17 +27,6 @@ def average_pool(node, xp):
     if why is not None:
         return fallback
 
-    def plan(shape):
-        return conv_plan.pool_geometry_plan(
-            "avg",
-            shape,
-            kernel=spec.kernel,
-            strides=spec.strides,
-            pads_begin=spec.pb,
-            pads_end=spec.pe,
-            ceil_mode=spec.ceil_mode,
-            auto_pad=spec.auto_pad,
-            count_include_pad=include_pad,
-        )
-
-    return pool_runner(xp, "AveragePool", node.name, plan, fallback)
+    return pool_runner(
+        xp, "AveragePool", node.name, windowed_plan("avg", spec, include_pad), fallback
+    )

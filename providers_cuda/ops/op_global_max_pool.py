@@ -5,22 +5,9 @@ from __future__ import annotations
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_global_max_pool as generic
 
-from . import conv_plan
-from .cudnn_run import build_refusal
-from .pool_run import pool_runner
+from .pool_run import global_pool
 
 
 @kernel("GlobalMaxPool", since=(1, 22))
 def global_max_pool(node, xp):
-    fallback = generic.global_max_pool(node, xp)
-    x = node.inputs[0] if node.inputs else None
-    rank = x.rank if x is not None else None
-    if build_refusal(node, "GlobalMaxPool", None if rank is None else rank - 2):
-        return fallback
-    return pool_runner(
-        xp,
-        "GlobalMaxPool",
-        node.name,
-        lambda shape: conv_plan.global_pool_plan("max", shape),
-        fallback,
-    )
+    return global_pool(node, xp, "GlobalMaxPool", "max", generic.global_max_pool(node, xp))

@@ -13,7 +13,7 @@ from onnxep.providers.ops.nn import PoolSpec
 
 from . import conv_plan
 from .cudnn_run import build_refusal
-from .pool_run import pool_runner
+from .pool_run import pool_runner, windowed_plan
 
 
 @kernel("MaxPool", since=(1, 8, 10, 11, 12, 22))
@@ -26,16 +26,4 @@ def max_pool(node, xp):
     if why is not None:
         return fallback
 
-    def plan(shape):
-        return conv_plan.pool_geometry_plan(
-            "max",
-            shape,
-            kernel=spec.kernel,
-            strides=spec.strides,
-            pads_begin=spec.pb,
-            pads_end=spec.pe,
-            ceil_mode=spec.ceil_mode,
-            auto_pad=spec.auto_pad,
-        )
-
-    return pool_runner(xp, "MaxPool", node.name, plan, fallback)
+    return pool_runner(xp, "MaxPool", node.name, windowed_plan("max", spec), fallback)

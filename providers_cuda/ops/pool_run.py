@@ -11,7 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .cudnn_run import PerShape, contiguous, padded
+from . import conv_plan
+from .cudnn_run import PerShape, build_refusal, contiguous, padded
 
 
 def pool_runner(
@@ -45,3 +46,34 @@ def pool_runner(
 
     run.cudnn = shapes
     return run
+
+
+def windowed_plan(kind: str, spec: Any, count_include_pad: bool = False) -> Callable:
+    """``plan(shape)`` of MaxPool ("max") or AveragePool ("avg") from the node's PoolSpec."""
+
+    def plan(shape):
+        return conv_plan.pool_geometry_plan(
+            kind,
+            shape,
+            kernel=spec.kernel,
+            strides=spec.strides,
+            pads_begin=spec.pb,
+            pads_end=spec.pe,
+            ceil_mode=spec.ceil_mode,
+            auto_pad=spec.auto_pad,
+            count_include_pad=count_include_pad,
+        )
+
+    return plan
+
+
+def global_pool(node: Any, xp: Any, op: str, kind: str, fallback: Callable) -> Callable:
+    """GlobalMaxPool ("max") / GlobalAveragePool ("avg"): one window over every spatial
+    cell, or the generic kernel where cuDNN is not used for the node."""
+    x = node.inputs[0] if node.inputs else None
+    rank = x.rank if x is not None else None
+    if build_refusal(node, op, None if rank is None else rank - 2):
+        return fallback
+    return pool_runner(
+        xp, op, node.name, lambda shape: conv_plan.global_pool_plan(kind, shape), fallback
+    )
