@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # bench/ is imported from the root
+
+from bench.run_all import commit as git_commit  # noqa: E402
+from bench.run_all import cpu_model  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -143,29 +146,11 @@ def to_markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def _machine() -> dict:
     import onnxruntime
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "numpy": np.__version__,
         "onnxruntime": onnxruntime.__version__,
@@ -201,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
             results[model.name] = r = measure(model, a.runs, a.seconds)
             shown = f"{r['ratio']:.2f}x" if "ratio" in r else r["skipped"]
             print(f"{model.name:26s} {shown}", flush=True)
-        runs, seconds, commit, machine = a.runs, a.seconds, _commit(), _machine()
+        runs, seconds, commit, machine = a.runs, a.seconds, git_commit() or "unknown", _machine()
     doc = {
         "kind": "cpu_real_models",
         "date": dt.date.today().isoformat(),

@@ -110,16 +110,20 @@ def generated_models(scratch: Path, table: dict) -> dict:
     return out
 
 
-def machine_name() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` says."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return re.sub(r"[^A-Za-z0-9]+", "-", cpu).strip("-").lower()[:48]
+    return cpu
+
+
+def machine_name() -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", cpu_model()).strip("-").lower()[:48]
 
 
 def commit() -> str:
