@@ -128,6 +128,34 @@ def test_onnxruntime_decodes_on_kv_buffers_shared_as_past_and_present():
     assert "onnxruntime" in res.sustained
 
 
+def test_onnxruntime_decode_loops_of_one_side_bind_the_same_buffers():
+    """A graph captured in the warm-up loop replays the addresses it was captured with, so
+    the timed loop must bind the very same buffers (zeroed), or it reads stale ones."""
+    import numpy as np
+
+    from onnxep.generation.spec import decode_spec, model_dims
+    from onnxep.tools.benchmark.sides import make_peer
+
+    path = str(GENAI / "qwen2_fp32" / "model.onnx")
+    side = make_peer("onnxruntime", path, want_cuda=False)
+    side.decode_capacity = 16
+    spec = decode_spec(side.session.get_inputs(), side.session.get_outputs())
+    dims = model_dims(path)
+    prompt = np.array([[1, 2, 3, 4]], np.int64)
+
+    def decode(steps):
+        loop = side.decode_loop(spec, prompt, steps, dims, [])
+        while not loop.done:
+            loop.step()
+        return loop
+
+    first, second = decode(3), decode(3)
+    assert second.tokens == first.tokens  # the reused caches were zeroed between loops
+    assert {k: v.data_ptr() for k, v in first.buffers.items()} == {
+        k: v.data_ptr() for k, v in second.buffers.items()
+    }
+
+
 def test_onnxruntime_on_a_growing_cache_takes_host_feeds_and_its_graph_is_skipped():
     res = bench(
         str(DATA / "llama_kv.onnx"),  # present = Concat(past, new): nothing to share

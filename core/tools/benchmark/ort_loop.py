@@ -10,6 +10,12 @@ that step is captured once and replayed; the prefill, of other shapes, runs outs
 logits) and one token id per row is read back per step, as onnxep does. Fixed-size states
 (a hybrid model's conv and recurrent states) are copied from their present buffer into
 their past buffer after each step, so every bound address stays fixed.
+
+The bound buffers belong to the side, not to one loop: the bench decodes a warm-up loop
+and then a timed one, and onnxruntime's graph, captured in the first, replays the
+addresses it was captured with. A loop that bound fresh buffers would be read through
+stale addresses (the replay writing logits into the warm-up's freed buffer, the timed loop
+reading zeros), so every loop of a side takes the same buffers, zeroed.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ class OrtBoundLoop(DecodeLoop):
         self.batch, self.prompt = prompt.shape[0], np.asarray(prompt, np.int64)
         need = prompt.shape[1] + tokens
         self.capacity = max(capacity or need, need)
+        self.buffers: dict[tuple, Any] = side.bound_buffers
         self.io = self.sess.io_binding()
         self.io.bind_output(spec.logits, self.device)  # first: the prefill reads outputs[0]
         self.past = 0
@@ -73,12 +80,12 @@ class OrtBoundLoop(DecodeLoop):
         for s in spec.states:
             grows = s.grow_axis is not None
             shape = state_shape(s, self.batch, self.capacity if grows else 0, dims)
-            past = self._zeros(shape, s.dtype)
+            past = self._zeros(shape, s.dtype, s.name)
             self.io.bind_ortvalue_input(s.name, past)
             if grows:
                 self.io.bind_ortvalue_output(s.output, past)  # GQA writes the rows in place
             else:
-                present = self._zeros(shape, s.dtype)
+                present = self._zeros(shape, s.dtype, s.output)
                 self.io.bind_ortvalue_output(s.output, present)
                 self.fixed.append((past, present))
             self.kv[s.name] = past
@@ -88,8 +95,16 @@ class OrtBoundLoop(DecodeLoop):
         self._prefill_options.add_run_config_entry("gpu_graph_id", "-1")
 
     # -- buffers --------------------------------------------------------------------------
-    def _zeros(self, shape: tuple, dtype: Any) -> Any:
-        return self.ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype), self.device, 0)
+    def _zeros(self, shape: tuple, dtype: Any, role: str) -> Any:
+        """The side's buffer for ``role`` at this shape and dtype, zeroed (made once)."""
+        zeros = np.zeros(shape, dtype)
+        key = (role, zeros.shape, zeros.dtype.str)
+        value = self.buffers.get(key)
+        if value is None:
+            value = self.buffers[key] = self.ort.OrtValue.ortvalue_from_numpy(zeros, self.device, 0)
+        else:
+            value.update_inplace(zeros)
+        return value
 
     def _view(self, value: Any) -> Any:
         """A CuPy (or NumPy) view of an OrtValue's tensor, without a copy."""
@@ -111,13 +126,12 @@ class OrtBoundLoop(DecodeLoop):
         if spec.positions:
             shape = (b, 1) if spec.positions_rank == 2 else (3, b, 1)
             arrays[spec.positions] = np.zeros(shape, np.int64)
-        ortvalue = self.ort.OrtValue.ortvalue_from_numpy
-        values = {n: ortvalue(a, self.device, 0) for n, a in arrays.items()}
+        values = {n: self._zeros(a.shape, a.dtype, n) for n, a in arrays.items()}
         for name, v in values.items():
             self.io.bind_ortvalue_input(name, v)
         logits_dtype = _ORT_DTYPES[self._logits.data_type()]
         vocab = int(self._logits.shape()[-1])
-        self._logits = self._zeros((b, 1, vocab), logits_dtype)
+        self._logits = self._zeros((b, 1, vocab), logits_dtype, spec.logits)
         self.io.bind_ortvalue_output(spec.logits, self._logits)
         return values
 

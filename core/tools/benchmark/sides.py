@@ -154,6 +154,8 @@ class OrtSide(Side):
         # small machine slows whichever side runs next; interleaved timing needs them idle.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.ort, self.model, self.graph = ort, model, graph
+        #: the device buffers its decode loops bind, kept across loops (ort_loop says why)
+        self.bound_buffers: dict[tuple, Any] = {}
         self.session = ort.InferenceSession(model, so, providers=provs)
         self.on_cuda = self.session.get_providers()[0] == "CUDAExecutionProvider"
         self.name = ORT_GRAPH_SIDE if graph else "onnxruntime" + ("-cuda" if self.on_cuda else "")
