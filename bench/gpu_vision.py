@@ -1,7 +1,8 @@
 """Vision and small models on CUDA: onnxep ["cuda","cpu"] beside onnxruntime-gpu and torch.
 
     python3 bench/gpu_vision.py [--models resnet-small,resnet50,yolo,vad] [--batches 1,8]
-        [--dtypes fp32,fp16] [--runs 30] [--providers cuda,cpu] [--json OUT.json]
+        [--dtypes fp32,fp16] [--runs 30] [--providers cuda,cpu] [--tf32 off|on]
+        [--json OUT.json]
 
 The models are exported here with torch (``torch.onnx.export``, eval mode, so batch norms
 fold into the convolutions), float16 ones from the half-precision module on the GPU:
@@ -22,6 +23,11 @@ replays, the steps that are seams and why) and the largest absolute difference o
 onnxep's output from onnxep's CPU provider (batch 1 only unless ``--cpu-diff-all``:
 the CPU reference of ResNet-50 at batch 8 costs more than the rest) and from
 onnxruntime's. Prints one table row per case (``|`` lines) and writes ``--json``.
+
+float32 numerics are the same on every side: ``--tf32 off`` (the default) runs all of
+them in plain float32 (onnxep's default; onnxruntime with ``use_tf32=0``, whose own
+default is 1; torch with ``cudnn.allow_tf32`` off), ``--tf32 on`` all of them on TF32
+tensor cores (onnxep with ``use_tf32=1``, onnxruntime's default, torch's cuDNN default).
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ def export_with_module(name: str, batch: int, dtype: str) -> tuple[bytes, dict, 
     return f.getvalue(), {input_name: x.detach().cpu().numpy()}, module
 
 
-def _torch_side(module: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, str]:
+def _torch_side(module: Any, feeds: dict[str, np.ndarray], tf32: bool) -> tuple[Any, str]:
     """The same module on torch's CUDA (cuDNN, its autotuner on), host arrays in and out as
     the other sides take them; or (None, why not)."""
     import torch
@@ -110,6 +116,8 @@ def _torch_side(module: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, str]:
     if not torch.cuda.is_available():
         return None, "torch has no CUDA device: no torch side"
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     mod = module.cuda()
     (x,) = feeds.values()
 
@@ -122,7 +130,7 @@ def _torch_side(module: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, str]:
     return run, ""
 
 
-def _ort_session(model: bytes) -> tuple[Any, str]:
+def _ort_session(model: bytes, tf32: bool) -> tuple[Any, str]:
     """onnxruntime's CUDA session, or (None, why not)."""
     try:
         import onnxruntime as ort
@@ -133,7 +141,8 @@ def _ort_session(model: bytes) -> tuple[Any, str]:
             f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (put onnxruntime-gpu "
             "on PYTHONPATH): onnxep timed alone"
         )
-    sess = ort.InferenceSession(model, providers=["CUDAExecutionProvider"])
+    options = {"use_tf32": "1" if tf32 else "0"}
+    sess = ort.InferenceSession(model, providers=[("CUDAExecutionProvider", options)])
     if sess.get_providers()[0] != "CUDAExecutionProvider":
         return None, f"onnxruntime fell back to {sess.get_providers()}: onnxep timed alone"
     return sess, ""
@@ -143,20 +152,30 @@ def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
 
 
-def one(name: str, batch: int, dtype: str, providers: list[str], runs: int, cpu_diff: bool):
+def one(
+    name: str,
+    batch: int,
+    dtype: str,
+    providers: list[str],
+    runs: int,
+    cpu_diff: bool,
+    tf32: bool = False,
+):
     import onnxep
 
     t0 = time.perf_counter()
     model, feeds, module = export_with_module(name, batch, dtype)
     export_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sess = onnxep.InferenceSession(model, providers=providers)
+    tf32_cuda = ("cuda", {"use_tf32": 1})
+    chosen: list[Any] = [tf32_cuda if tf32 and p == "cuda" else p for p in providers]
+    sess = onnxep.InferenceSession(model, providers=chosen)
     made_s = time.perf_counter() - t0
-    ort_sess, ort_why = _ort_session(model)
+    ort_sess, ort_why = _ort_session(model, tf32)
     sides: dict[str, Callable[[], Any]] = {"onnxep": lambda: sess.run(None, feeds)}
     if ort_sess is not None:
         sides["onnxruntime"] = lambda: ort_sess.run(None, feeds)
-    torch_run, torch_why = _torch_side(module, feeds)
+    torch_run, torch_why = _torch_side(module, feeds, tf32)
     if torch_run is not None:
         sides["torch"] = torch_run
     outs = {}
@@ -178,6 +197,7 @@ def one(name: str, batch: int, dtype: str, providers: list[str], runs: int, cpu_
         "batch": batch,
         "dtype": dtype,
         "providers": providers,
+        "tf32": tf32,
         "medians_ms": med,
         "ratio": med["onnxep"] / med["onnxruntime"] if "onnxruntime" in med else None,
         "ratio_vs_torch": med["onnxep"] / med["torch"] if "torch" in med else None,
@@ -210,7 +230,8 @@ def _print_row(r: dict[str, Any]) -> None:
     diff_cpu = r.get("max_abs_vs_cpu")
     diff_ort = r.get("max_abs_vs_onnxruntime")
     print(
-        f"| {r['model']} | {r['batch']} | {r['dtype']} | {med['onnxep']:.3f} ms | {ort} | {ratio} "
+        f"| {r['model']} | {r['batch']} | {r['dtype']}{' tf32' if r.get('tf32') else ''} "
+        f"| {med['onnxep']:.3f} ms | {ort} | {ratio} "
         f"| {tor} | {tratio} "
         f"| {cap['captures']}/{cap['replays']}/{len(r['seams'])} "
         f"| {'-' if diff_cpu is None else f'{diff_cpu:.3g}'} "
@@ -235,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--providers", default="cuda,cpu")
     ap.add_argument("--cpu-diff-all", action="store_true")
+    ap.add_argument("--tf32", choices=("off", "on"), default="off")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     providers = [p for p in args.providers.split(",") if p]
@@ -260,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for dtype in dtypes:
                 cpu_diff = batch == 1 or args.cpu_diff_all
-                rows.append(one(name, batch, dtype, providers, args.runs, cpu_diff))
+                tf32 = args.tf32 == "on"
+                rows.append(one(name, batch, dtype, providers, args.runs, cpu_diff, tf32))
                 if args.json is not None:  # written as it goes: a timeout keeps what ran
                     args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -16,7 +16,8 @@ map), so the handle and CuPy's arrays share one CUDA context.
 float16 and float64: 1-D operands, 2-D, and batched operands with broadcast
 batch dims. float16 runs on tensor cores with float32 accumulation; float32
 computes in plain float32 (no TF32), so results match the CPU within float32
-tolerances; float64 in float64.
+tolerances, unless the run allows TF32 (the provider's ``use_tf32`` option,
+:mod:`.math_mode`); float64 in float64.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import sys
 import threading
 from typing import Any
 
+from .math_mode import tf32
+
 __all__ = ["BlasError", "SUPPORTED_DTYPES", "gemm", "matmul", "supports"]
 
 #: dtype names this module multiplies; others go to a generic kernel.
@@ -37,7 +40,7 @@ SUPPORTED_DTYPES = frozenset({"float32", "float16", "float64"})
 # cuBLAS / CUDA enum values (cublas_api.h, library_types.h).
 OP_N, OP_T = 0, 1
 CUDA_R_32F, CUDA_R_64F, CUDA_R_16F = 0, 1, 2
-_COMPUTE_32F, _COMPUTE_64F = 68, 70
+_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77
 _GEMM_DEFAULT = -1
 _INT_MAX = 2**31 - 1
 _DTYPE_CODE = {"float32": CUDA_R_32F, "float16": CUDA_R_16F, "float64": CUDA_R_64F}
@@ -425,7 +428,7 @@ def gemm(
     beta_c = _CONSTANTS.get((scalar, beta))
     beta_c = scalar(beta) if beta_c is None else beta_c
     alpha_p, beta_p = ctypes.addressof(alpha_c), ctypes.addressof(beta_c)
-    compute = _COMPUTE[dtype]
+    compute = _COMPUTE_32F_FAST_TF32 if dtype == "float32" and tf32() else _COMPUTE[dtype]
     a2, op_a, lda, sa = _as_operand(a, batch)
     b2, op_b, ldb, sb = _as_operand(b, batch)
     # Row-major C = A @ B is column-major C^T = B^T @ A^T: B comes first.

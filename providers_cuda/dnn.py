@@ -16,7 +16,9 @@ capture never measures: it takes the heuristic choice and keeps it.
 
 Numerics: float16 runs on tensor cores with float32 accumulation (compute type float,
 CUDNN_TENSOR_OP_MATH); float32 with CUDNN_FMA_MATH (no TF32), so results match the CPU
-provider within float32 tolerances, as cuBLAS does in :mod:`.blas`; float64 in float64.
+provider within float32 tolerances, as cuBLAS does in :mod:`.blas`, unless the run allows
+TF32 (the provider's ``use_tf32`` option, :mod:`.math_mode`: then the measured algorithm's
+own math type, tensor ops included); float64 in float64.
 
 Values and signatures (cuDNN 9 headers; the legacy functions are unchanged from 8.x):
 
@@ -56,6 +58,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import dnn_library
+from .math_mode import tf32
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -80,7 +83,8 @@ ACT_RELU, ACT_CLIPPED_RELU = 1, 3
 _DTYPE = {"float32": _FLOAT, "float16": _HALF, "float64": _DOUBLE}
 _COMPUTE = {"float32": _FLOAT, "float16": _FLOAT, "float64": _DOUBLE}
 _MATH = {"float32": _FMA_MATH, "float16": _TENSOR_OP_MATH, "float64": _DEFAULT_MATH}
-# Perf results a dtype may use: float32 never a tensor-op (TF32) one.
+# Perf results a dtype may use: float32 never a tensor-op (TF32) one unless TF32 is allowed.
+_TF32_MATH = {_DEFAULT_MATH, _TENSOR_OP_MATH, _TENSOR_OP_ALLOW_CONVERSION, _FMA_MATH}
 _ALLOWED_MATH = {
     "float32": {_DEFAULT_MATH, _FMA_MATH},
     "float16": {_DEFAULT_MATH, _TENSOR_OP_MATH, _FMA_MATH},
@@ -369,11 +373,12 @@ def _search_mode() -> str:
     raise DnnError(f"${ALGO_ENV} must be 'exhaustive' or 'heuristic', got {v!r}")
 
 
-def _pick(perfs: Any, count: int, dtype: str, what: str) -> _Perf:
+def _pick(perfs: Any, count: int, dtype: str, what: str, use_tf32: bool) -> _Perf:
     tried = []
+    allowed = _TF32_MATH if use_tf32 else _ALLOWED_MATH[dtype]
     for i in range(count):
         p = perfs[i]
-        if p.status == 0 and p.mathType in _ALLOWED_MATH[dtype] and p.memory <= WORKSPACE_LIMIT:
+        if p.status == 0 and p.mathType in allowed and p.memory <= WORKSPACE_LIMIT:
             return p
         tried.append(f"algo {p.algo}: status {p.status}, math {p.mathType}, {p.memory} B")
     raise DnnError(
@@ -409,7 +414,10 @@ class _ConvBase:
             f"dilations {geom.dilations})",
         )
         a.check(a.set_group(self.conv.ptr, int(geom.group)), "cudnnSetConvolutionGroupCount")
-        a.check(a.set_math(self.conv.ptr, _MATH[dtype]), "cudnnSetConvolutionMathType")
+        #: float32 on TF32 tensor cores (fixed at build: a plan keeps the math it measured)
+        self.tf32 = dtype == "float32" and tf32()
+        math = _DEFAULT_MATH if self.tf32 else _MATH[dtype]
+        a.check(a.set_math(self.conv.ptr, math), "cudnnSetConvolutionMathType")
         self.algo: int | None = None
         self.workspace = 0
         self.how = ""
@@ -456,10 +464,11 @@ class _ConvBase:
                 f"{what}: cudnnGet...Algorithm_v7",
             )
             self.how = "cuDNN heuristic" + (" (first call inside a capture)" if capturing() else "")
-        p = _pick(perfs, count.value, self.dtype, what)
-        if self.dtype == "float16":
-            # Half data: the measured math type (tensor ops, or default where cuDNN chose it).
-            # float32 keeps FMA_MATH whatever a result reports: DEFAULT_MATH would permit TF32.
+        p = _pick(perfs, count.value, self.dtype, what, self.tf32)
+        if self.dtype == "float16" or self.tf32:
+            # Half data (or TF32 allowed): the measured math type (tensor ops, or default
+            # where cuDNN chose it). float32 otherwise keeps FMA_MATH whatever a result
+            # reports: DEFAULT_MATH would permit TF32.
             a.check(a.set_math(self.conv.ptr, int(p.mathType)), "cudnnSetConvolutionMathType")
         size = ctypes.c_size_t(0)
         a.check(

@@ -8,8 +8,11 @@ torch streams have), ``capture`` (``"off"``, ``"whole"``, ``"segmented"`` or
 ``"auto"``: how the plan is recorded as CUDA graphs; ``$ONNXEP_CUDA_CAPTURE``
 overrides it), ``capture_warmup`` (eager runs per shape key before capturing,
 default 2) and ``capture_cache`` (graphs kept per session, default 8; the
-least recently used is dropped). onnxruntime's ``enable_cuda_graph="1"``
-asks for ``"whole"`` when ``capture`` is not given. onnxruntime's CUDA
+least recently used is dropped), ``use_tf32`` (0 or 1, default 0: float32 convolutions
+and GEMMs on TF32 tensor cores, as onnxruntime's option of that name; onnxruntime's
+default is 1, ours 0, as the CPU provider is the reference that float32 results are
+checked against and TF32 rounds products to 10 mantissa bits). onnxruntime's
+``enable_cuda_graph="1"`` asks for ``"whole"`` when ``capture`` is not given. onnxruntime's CUDA
 options that have no meaning here are accepted and listed in ``ignored``,
 so the same options dict works for both runtimes.
 """
@@ -33,6 +36,7 @@ KNOWN = (
     "capture_warmup",
     "capture_cache",
     "enable_cuda_graph",
+    "use_tf32",
 )
 #: Sessions capture where they can unless told otherwise: warm-up runs, then whole or
 #: segmented graphs (validated on the H200: decode in one graph, 2026-12-01).
@@ -52,7 +56,6 @@ ORT_ONLY = frozenset(
         "tunable_op_enable",
         "tunable_op_tuning_enable",
         "use_ep_level_unified_stream",
-        "use_tf32",
     }
 )
 
@@ -81,6 +84,7 @@ class CUDAOptions:
     capture_source: str = "default"
     capture_warmup: int = 2
     capture_cache: int = 8
+    use_tf32: bool = False
 
 
 def parse_bytes(value: Any) -> int:
@@ -133,6 +137,7 @@ def parse_options(options: Mapping[str, Any]) -> CUDAOptions:
         capture_source=source,
         capture_warmup=_count(options, "capture_warmup", 2, 0),
         capture_cache=_count(options, "capture_cache", 8, 1),
+        use_tf32=_switch(options, "use_tf32"),
     )
 
 
@@ -161,6 +166,17 @@ def _count(options: Mapping[str, Any], name: str, default: int, least: int) -> i
     if n is None or isinstance(raw, bool) or n < least or str(n) != str(raw).strip():
         raise ConfigError(f"{name} must be an integer of at least {least}, got {raw!r}")
     return n
+
+
+def _switch(options: Mapping[str, Any], name: str) -> bool:
+    """An onnxruntime-style 0/1 option (also True/False and their strings)."""
+    raw = options.get(name, 0)
+    v = str(raw).strip().lower()
+    if v in ("1", "true"):
+        return True
+    if v in ("0", "false"):
+        return False
+    raise ConfigError(f"{name} must be 0 or 1, got {raw!r}")
 
 
 def stream_handle(stream: Any) -> int:

@@ -28,6 +28,7 @@ from onnxep.providers.kernel import normalize_domain
 from . import error_flag
 from .declines import CONTROL_FLOW, DECLINED_OPS, dtype_refusal
 from .errors import DeviceOutOfMemory
+from .math_mode import allow_tf32
 from .options import CUDAOptions, parse_options, stream_handle
 from .transfer import PinnedTransfers
 from .xp import cuda_namespace
@@ -114,7 +115,11 @@ class CUDAProvider(Provider):
                 own.wait_event(caller.record())
             self._nesting.depth = getattr(self._nesting, "depth", 0) + 1
             try:
-                with own, cp.cuda.using_allocator(self.malloc):
+                with (
+                    own,
+                    cp.cuda.using_allocator(self.malloc),
+                    allow_tf32(self.cuda_options.use_tf32),
+                ):
                     yield
             except BaseException as exc:
                 # Only the outermost context speaks: an upload inside a run is part of the run.
@@ -317,6 +322,7 @@ class CUDAProvider(Provider):
             "device": self.device_name,
             "stream": self.stream.ptr,
             "gpu_mem_limit": self.cuda_options.gpu_mem_limit,
+            "use_tf32": self.cuda_options.use_tf32,
             "pool_used_bytes": self.pool.used_bytes(),
             "pool_total_bytes": self.pool.total_bytes(),
             "ignored_options": list(self.cuda_options.ignored),

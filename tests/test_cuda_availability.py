@@ -104,6 +104,7 @@ def test_sizes(value, n):
         ({"gpu_mem_limit": -5}, "positive"),
         ({"gpu_mem_limit": "2 bananas"}, "not a size"),
         ({"devcie_id": 0}, "unknown CUDA provider option"),
+        ({"use_tf32": "yes"}, "use_tf32 must be 0 or 1"),
     ],
 )
 def test_bad_options(options, match):
@@ -115,6 +116,25 @@ def test_options_defaults_and_onnxruntime_keys():
     o = parse_options({"device_id": "1", "gpu_mem_limit": 0, "arena_extend_strategy": 1})
     assert o.device_id == 1 and o.gpu_mem_limit is None
     assert o.ignored == ("arena_extend_strategy",)
+    assert o.use_tf32 is False  # onnxruntime's default is 1: ours keeps float32 exact
+
+
+@pytest.mark.parametrize(("raw", "on"), [(1, True), ("1", True), (True, True), ("0", False)])
+def test_use_tf32_is_honoured_not_ignored(raw, on):
+    o = parse_options({"use_tf32": raw})
+    assert o.use_tf32 is on and "use_tf32" not in o.ignored
+
+
+def test_tf32_is_per_run_context():
+    from onnxep.providers_cuda.math_mode import allow_tf32, tf32
+
+    assert tf32() is False
+    with allow_tf32(True):
+        assert tf32() is True
+        with allow_tf32(False):
+            assert tf32() is False
+        assert tf32() is True
+    assert tf32() is False
 
 
 def test_stream_handles():

@@ -215,3 +215,27 @@ def test_the_provider_line_names_cudnn():
 
     line = plugin.onnxep_provider_info().description
     assert "cuDNN" in line and "for Conv" in line, line
+
+
+def test_use_tf32_lets_float32_run_on_tensor_cores_and_stays_close():
+    """``use_tf32=1`` (onnxruntime's option): float32 products may round to TF32. The
+    GEMM then differs from the exact run by TF32's rounding, never by more than its
+    tolerance; a CNN stays within 1e-2 of the CPU provider and is still one graph."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((256, 512)).astype(np.float32)
+    b = helper.make_node("MatMul", ["x", "w"], ["y"])
+    mm = _model([b], a.shape, np.float32, {"w": rng.standard_normal((512, 256), np.float32)})
+    exact = onnxep.InferenceSession(mm, providers=["cuda"]).run(None, {"x": a})[0]
+    tf32 = onnxep.InferenceSession(mm, providers=[("cuda", {"use_tf32": 1})])
+    fast = tf32.run(None, {"x": a})[0]
+    err = np.abs(fast - exact).max() / np.abs(exact).max()
+    assert 1e-6 < err < 1e-2, err  # TF32 keeps 10 mantissa bits: visible, and bounded
+
+    nodes, inits = _small_cnn(np.float32, rng)
+    x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    model = _model(nodes, x.shape, np.float32, inits)
+    (want,) = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})
+    sess = onnxep.InferenceSession(model, providers=[("cuda", {"use_tf32": "1"})])
+    for _ in range(4):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-2, atol=1e-2)
+    assert sess.capture_stats()["captures"] == 1, sess.capture_stats()
