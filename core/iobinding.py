@@ -66,6 +66,7 @@ class IOBinding:
         # where each bound output buffer starts, and the inputs bound to one of those buffers
         self._buffer_at: dict[int, str] = {}
         self._shared_inputs: set[str] = set()
+        self._input_at: dict[str, int | None] = {}  # where each bound input starts
         #: the last run's donations and, per output, the value it delivered in place (both
         #: dropped when an output is bound anew)
         self._donation: tuple[tuple[str, ...], list, dict[str, int]] | None = None
@@ -206,26 +207,38 @@ class IOBinding:
 
     # -- buffers bound as both an input and an output -----------------------------------
     def _note_input(self, name: str, arr: Any) -> None:
-        if self._buffer_at and array_address(arr) in self._buffer_at:
+        addr = self._input_at[name] = array_address(arr)
+        self._mark_shared(name, addr)
+
+    def _mark_shared(self, name: str, addr: int | None) -> None:
+        if addr is not None and addr in self._buffer_at:
             self._shared_inputs.add(name)
         else:
             self._shared_inputs.discard(name)
 
     def _set_output(self, name: str, binding: _OutputBinding) -> None:
+        # Incremental: a decoder binds a present buffer per layer, and re-deriving every
+        # address for each one cost milliseconds a generate call.
+        old = self._outputs.get(name)
         self._outputs[name] = binding
         self._donation = None
         self._in_place = {}
-        self._buffer_at = {}
-        for n, b in self._outputs.items():
-            addr = array_address(b.array) if b.array is not None else None
-            if addr is not None:
-                self._buffer_at[addr] = n
-        self._shared_inputs = set()
-        for n, arr in self._inputs.items():
-            self._note_input(n, arr)
+        old_at = array_address(old.array) if old is not None and old.array is not None else None
+        new_at = array_address(binding.array) if binding.array is not None else None
+        if old_at is not None and old_at != new_at and self._buffer_at.get(old_at) == name:
+            del self._buffer_at[old_at]
+            for n, b in self._outputs.items():  # another output bound to that buffer keeps it
+                if b.array is not None and array_address(b.array) == old_at:
+                    self._buffer_at[old_at] = n
+        if new_at is not None:
+            self._buffer_at[new_at] = name
+        for n, at in self._input_at.items():
+            if at is not None and (at == old_at or at == new_at):
+                self._mark_shared(n, at)
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()
+        self._input_at.clear()
         self._shared_inputs.clear()
 
     def clear_binding_outputs(self) -> None:
@@ -253,11 +266,14 @@ class IOBinding:
 
     # -- checks ---------------------------------------------------------------------------
     def _check_input(self, name: str) -> Any:
-        args = self._session.get_inputs() + self._session.get_overridable_initializers()
+        for a in self._session.get_inputs():
+            if a.name == name:
+                return a
+        args = self._session.get_overridable_initializers()
         for a in args:
             if a.name == name:
                 return a
-        names = [a.name for a in args]
+        names = [a.name for a in self._session.get_inputs() + args]
         raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {names}")
 
     def _check_output(self, name: str) -> None:

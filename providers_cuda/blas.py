@@ -30,12 +30,18 @@ import sys
 import threading
 from typing import Any
 
+import numpy as np
+
 from .math_mode import tf32
 
-__all__ = ["BlasError", "SUPPORTED_DTYPES", "gemm", "matmul", "supports"]
+__all__ = ["BlasError", "SUPPORTED", "SUPPORTED_DTYPES", "gemm", "matmul", "supports"]
 
 #: dtype names this module multiplies; others go to a generic kernel.
 SUPPORTED_DTYPES = frozenset({"float32", "float16", "float64"})
+#: The same as NumPy dtypes, for ``x.dtype in SUPPORTED`` on a run's path: a set lookup,
+#: where ``x.dtype.name`` builds its string anew (microseconds a call).
+SUPPORTED = frozenset(np.dtype(n) for n in SUPPORTED_DTYPES)
+_NAMES = {np.dtype(n): n for n in SUPPORTED_DTYPES}
 
 # cuBLAS / CUDA enum values (cublas_api.h, library_types.h).
 OP_N, OP_T = 0, 1
@@ -61,6 +67,8 @@ class BlasError(RuntimeError):
 
 def supports(dtype: Any) -> bool:
     """Whether :func:`matmul` handles operands of ``dtype``."""
+    if dtype in SUPPORTED:
+        return True
     return getattr(dtype, "name", str(dtype)) in SUPPORTED_DTYPES
 
 
@@ -270,19 +278,20 @@ def _batch_stride(x: Any, batch: tuple[int, ...]) -> int | None:
     return stride // item
 
 
-def _as_operand(x: Any, batch: tuple[int, ...]) -> tuple[Any, int, int, int]:
-    """``(array, op, ld, batch_stride)`` for ``x``, copying only when no stride walks it."""
+def _as_operand(x: Any, batch: tuple[int, ...]) -> tuple[Any, int, int, int, bool]:
+    """``(array, op, ld, batch_stride, copied)`` for ``x``, copying only when no stride walks it."""
     cupy = _cp()
     lay = _matrix_layout(x)
     bst = _batch_stride(x, batch) if lay is not None else None
-    if lay is None or bst is None:
-        full = batch if math.prod(x.shape[:-2]) > 1 else ()
-        x = cupy.ascontiguousarray(cupy.broadcast_to(x, (*full, *x.shape[-2:])))
-        lay = _matrix_layout(x)
-        assert lay is not None
-        bst = _batch_stride(x, batch)
-        assert bst is not None
-    return x, lay[0], lay[1], bst
+    if lay is not None and bst is not None:
+        return x, lay[0], lay[1], bst, False
+    full = batch if math.prod(x.shape[:-2]) > 1 else ()
+    x = cupy.ascontiguousarray(cupy.broadcast_to(x, (*full, *x.shape[-2:])))
+    lay = _matrix_layout(x)
+    assert lay is not None
+    bst = _batch_stride(x, batch)
+    assert bst is not None
+    return x, lay[0], lay[1], bst, True
 
 
 # -- the products ----------------------------------------------------------------------
@@ -307,10 +316,11 @@ def _stream_ptr() -> int:
 def _dtype_name(a: Any, b: Any) -> str:
     if a.dtype != b.dtype:
         raise BlasError(f"matmul operands must share a dtype, got {a.dtype} and {b.dtype}")
-    name = a.dtype.name
-    if name not in SUPPORTED_DTYPES:
+    name = _NAMES.get(a.dtype)
+    if name is None:
         raise BlasError(
-            f"cuBLAS matmul takes float16, float32 or float64, got {name}; use cupy.matmul for it"
+            f"cuBLAS matmul takes float16, float32 or float64, got {a.dtype}; use cupy.matmul "
+            "for it"
         )
     return name
 
@@ -360,7 +370,19 @@ def gemm(
     and batched operands alike and cost no copy. With ``beta != 0``, ``out``
     must be given and holds the addend (cuBLAS adds it in the compute type,
     so a float16 result is rounded once).
+
+    A product's call (ops, dims, leading dims, strides, scalars) depends only on the
+    operands' shapes, strides and dtypes and the arguments, so it is worked out once per
+    such signature and kept (:class:`_Call`): an eager prefill makes about a hundred
+    products a run, and the checks and layout logic cost more host time than the launch.
     """
+    key = (
+        a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b, alpha,
+        beta, None if out is None else (out.shape, out.strides, out.dtype), tf32(),
+    )  # fmt: skip
+    call = _CALLS.get(key)
+    if call is not None:
+        return call(a, b, out)
     cupy = _cp()
     dtype = _dtype_name(a, b)
     squeeze_a = a.ndim == 1
@@ -428,9 +450,14 @@ def gemm(
     beta_c = _CONSTANTS.get((scalar, beta))
     beta_c = scalar(beta) if beta_c is None else beta_c
     alpha_p, beta_p = ctypes.addressof(alpha_c), ctypes.addressof(beta_c)
-    compute = _COMPUTE_32F_FAST_TF32 if dtype == "float32" and tf32() else _COMPUTE[dtype]
-    a2, op_a, lda, sa = _as_operand(a, batch)
-    b2, op_b, ldb, sb = _as_operand(b, batch)
+    compute = _COMPUTE_32F_FAST_TF32 if dtype == "float32" and key[-1] else _COMPUTE[dtype]
+    a2, op_a, lda, sa, copied_a = _as_operand(a, batch)
+    b2, op_b, ldb, sb, copied_b = _as_operand(b, batch)
+    if not (copied_a or copied_b) and len(_CALLS) < _CALLS_KEPT:
+        # Views only: a2, b2 and c start where a, b and out do, so a later call of this
+        # signature passes their pointers straight through.
+        args = (op_b, op_a, n, m, k, alpha_p, code, ldb, sb, lda, sa, beta_p, ldc, count)
+        _CALLS[key] = _Call(args, compute, shape, a.dtype, (alpha_c, beta_c))
     # Row-major C = A @ B is column-major C^T = B^T @ A^T: B comes first.
     if count == 1:
         status = lib.gemm_ex(
@@ -486,7 +513,46 @@ def gemm(
     return out
 
 
-def _broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    import numpy as np
+class _Call:
+    """One product signature's cuBLAS call, pointers and stream aside (see :func:`gemm`)."""
 
+    __slots__ = ("args", "compute", "shape", "dtype", "keep")
+
+    def __init__(self, args, compute, shape, dtype, keep) -> None:
+        self.args, self.compute = args, compute
+        self.shape, self.dtype, self.keep = shape, dtype, keep  # keep: the scalars alive
+
+    def __call__(self, a: Any, b: Any, out: Any) -> Any:
+        if out is None:
+            out = _cp().empty(self.shape, dtype=self.dtype)
+        op_b, op_a, n, m, k, alpha_p, code, ldb, sb, lda, sa, beta_p, ldc, count = self.args
+        lib = _library()
+        handle = _handle_for(lib, _stream_ptr())
+        pa, pb, pc = _ptr(a), _ptr(b), _ptr(out)
+        if count == 1:
+            status = lib.gemm_ex(
+                handle, op_b, op_a, n, m, k, alpha_p, pb, code, ldb, pa, code, lda, beta_p,
+                pc, code, ldc, self.compute, _GEMM_DEFAULT,
+            )  # fmt: skip
+            _check(status, "cublasGemmEx")
+        else:
+            status = lib.gemm_strided_batched_ex(
+                handle, op_b, op_a, n, m, k, alpha_p, pb, code, ldb, sb, pa, code, lda, sa,
+                beta_p, pc, code, n, m * n, count, self.compute, _GEMM_DEFAULT,
+            )  # fmt: skip
+            _check(status, "cublasGemmStridedBatchedEx")
+        return out
+
+
+#: Product signatures -> their calls; bounded, as shapes may vary without end.
+_CALLS: dict[tuple, _Call] = {}
+_CALLS_KEPT = 4096
+
+
+def kept_calls() -> int:
+    """How many product signatures have a kept call."""
+    return len(_CALLS)
+
+
+def _broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return np.broadcast_shapes(*shapes)

@@ -28,7 +28,7 @@ def cuda_namespace() -> types.ModuleType:
         ns = types.ModuleType("onnxep_cupy", "CuPy, with a capture-safe matmul (onnxep)")
         ns.__dict__.update({k: v for k, v in vars(cupy).items() if not k.startswith("__")})
         cupy_matmul = cupy.matmul
-        supported = blas.SUPPORTED_DTYPES
+        supported = blas.SUPPORTED
 
         def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:
             if (
@@ -36,7 +36,7 @@ def cuda_namespace() -> types.ModuleType:
                 and isinstance(a, cupy.ndarray)
                 and isinstance(b, cupy.ndarray)
                 and a.dtype == b.dtype
-                and a.dtype.name in supported
+                and a.dtype in supported
                 and a.ndim
                 and b.ndim
             ):

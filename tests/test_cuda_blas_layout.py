@@ -218,3 +218,41 @@ def test_out_may_be_a_block_of_columns_of_a_wider_matrix(fake, beta):
                                   np.delete(before, range(3, 8), axis=1))  # fmt: skip
     with pytest.raises(blas.BlasError, match="block of columns"):
         blas.gemm(a, wt, trans_b=True, out=whole[:, 3:8].T.T[::2])
+
+
+@pytest.mark.parametrize(("sa", "sb"), SHAPES)
+def test_a_signature_seen_before_takes_the_kept_call_with_new_pointers(fake, sa, sb):
+    """The second product of a signature skips the layout logic (the kept call), and
+    must read the new operands and write a new output, not the first call's."""
+    rng = np.random.default_rng(9)
+    for trans in (False, True):
+        results = []
+        for _ in range(3):
+            a = _rand(rng, sa, np.float32)
+            b = _rand(rng, sb, np.float32)
+            if trans and b.ndim >= 2:
+                b = np.ascontiguousarray(b.swapaxes(-1, -2)).swapaxes(-1, -2)
+            got = blas.matmul(a, b)
+            np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+            results.append(got)
+        assert not np.shares_memory(results[0], results[1])
+
+
+def test_kept_calls_honour_out_and_beta(fake):
+    rng = np.random.default_rng(10)
+    for _ in range(3):
+        a, b = _rand(rng, (3, 4), np.float32), _rand(rng, (5, 4), np.float32)
+        out = _rand(rng, (3, 5), np.float32)
+        want = 2.0 * a @ b.T + out
+        got = blas.gemm(a, b, trans_b=True, alpha=2.0, beta=1.0, out=out)
+        assert got is out
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_products_that_copy_an_operand_are_not_kept(fake):
+    rng = np.random.default_rng(11)
+    a = _rand(rng, (2, 3, 6), np.float32)[:, :, ::2]  # no stride walks it: copied
+    b = _rand(rng, (3, 5), np.float32)
+    before = blas.kept_calls()
+    np.testing.assert_allclose(blas.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert blas.kept_calls() == before

@@ -185,3 +185,23 @@ def test_provider_declares_the_device_methods_io_binding_uses():
     on_instance = Plain("p")
     on_instance.run_context = lambda: None  # an option may set one on the instance
     assert on_instance.implements("run_context") and not plain.implements("run_context")
+
+
+def test_an_input_bound_to_an_output_buffer_is_seen_whichever_is_bound_first(sess):
+    """Binding an output onto an input's buffer, then moving it off, as a decoder binds
+    its past/present caches output by output: each run reads and writes the right memory."""
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    other = np.zeros(3, np.float32)
+    io = sess.io_binding()
+    io.bind_cpu_input("x", x)
+    io.bind_output("z", other)
+    io.bind_output("y", x)  # Relu in place over the input's own buffer
+    sess.run_with_iobinding(io)
+    np.testing.assert_array_equal(x, [0.0, 0.0, 2.0])
+    np.testing.assert_array_equal(other, [1.0, -0.0, -2.0])
+    moved = np.full(3, 7.0, np.float32)
+    io.bind_output("y", moved)  # off the input's buffer
+    x[:] = [-3.0, 4.0, -5.0]
+    sess.run_with_iobinding(io)
+    np.testing.assert_array_equal(moved, [0.0, 4.0, 0.0])
+    np.testing.assert_array_equal(x, [-3.0, 4.0, -5.0])

@@ -13,10 +13,10 @@ def gemm(node, xp):
     trans_a = bool(node.attr("transA", 0))
     trans_b = bool(node.attr("transB", 0))
     fallback = generic.gemm(node, xp)
-    supported = blas.SUPPORTED_DTYPES
+    supported = blas.SUPPORTED
 
     def run(a, b, c=None):
-        if a.dtype != b.dtype or a.dtype.name not in supported or a.ndim != 2 or b.ndim != 2:
+        if a.dtype != b.dtype or a.dtype not in supported or a.ndim != 2 or b.ndim != 2:
             return fallback(a, b, c)
         if c is None or beta == 0.0:
             return (blas.gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha),)

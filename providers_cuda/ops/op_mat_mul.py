@@ -14,10 +14,10 @@ from .. import blas
 def mat_mul(node, xp):
     # Integer MatMul goes to CuPy's own integer kernel, which does not use cuBLAS.
     fallback = generic.mat_mul(node, xp)
-    supported = blas.SUPPORTED_DTYPES
+    supported = blas.SUPPORTED
 
     def run(a, b):
-        if a.dtype == b.dtype and a.dtype.name in supported:
+        if a.dtype == b.dtype and a.dtype in supported:
             return (blas.matmul(a, b),)
         return fallback(a, b)
 

@@ -25,7 +25,7 @@ from .gemv_cuda import Gemv
 @kernel("MatMulBias", domain="onnxep", dtypes=FLOATS)
 def matmul_bias(node: NodeInfo, xp: Any):
     matmul, add = op_mat_mul.mat_mul(node, xp), op_add.add(node, xp)
-    supported = blas.SUPPORTED_DTYPES
+    supported = blas.SUPPORTED
     gemv = Gemv(xp, node.input_dtype(0))
 
     def run(a, b, bias):
@@ -39,7 +39,7 @@ def matmul_bias(node: NodeInfo, xp: Any):
             return (gemv(a, b, bias),)
         if not (
             a.dtype == b.dtype == bias.dtype
-            and a.dtype.name in supported
+            and a.dtype in supported
             and a.ndim >= 2
             and b.ndim == 2
             and bias.ndim == 1

@@ -29,10 +29,10 @@ def matmul_nt(node: NodeInfo, xp: Any):
     gemv = GemvNT(xp, node.input_dtype(0))
     matmul, add = op_mat_mul.mat_mul(node, xp), op_add.add(node, xp)
     glu = op_onnxep_swiglu.swiglu(node, xp) if swiglu else None
-    supported = blas.SUPPORTED_DTYPES
+    supported = blas.SUPPORTED
 
     def gemm(a, wt, bias):
-        if a.dtype != wt.dtype or a.dtype.name not in supported:
+        if a.dtype != wt.dtype or a.dtype not in supported:
             y = matmul(a, wt.T)[0]
             return y if bias is None else add(y, bias)[0]
         if bias is not None and bias.dtype != a.dtype:
