@@ -1,7 +1,7 @@
 """Where the host's time goes in an eager CUDA run: cProfile over prefills and decode steps.
 
     python bench/gpu_host_profile.py [--make qwen2.5-0.5b:fp16] [--length 128] [--runs 10]
-        [--steps 32] [--top 40] [--providers cuda,cpu] [--out DIR]
+        [--steps 32] [--top 40] [--providers cuda,cpu] [--out DIR] [--walls-only]
 
 The prompt's prefill (as ``onnxep.generate`` runs it, capture off) and eager decode steps
 (capture off: every kernel launched from Python) of a factory genai decoder, each warmed
@@ -26,7 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.gpu_prefill_profile import _prompt, make_model, onnxep_session, vocabulary  # noqa: E402
 
 
-def _report(name: str, prof: cProfile.Profile, runs: int, wall_ms: float, top: int, out):
+def _report(name: str, prof: cProfile.Profile | None, runs: int, wall_ms: float, top: int, out):
+    if prof is None:
+        print(f"## {name}: {wall_ms:.3f} ms a run (median of {runs})")
+        return
     s = io.StringIO()
     st = pstats.Stats(prof, stream=s)
     st.sort_stats("tottime").print_stats(top)
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--providers", default="cuda,cpu")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--walls-only", action="store_true")
     args = ap.parse_args(argv)
     from onnxep.generation.greedy import GreedyDecoder
 
@@ -64,11 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         prefill()
         walls.append((time.perf_counter() - t) * 1e3)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(args.runs):
-        prefill()
-    prof.disable()
+    prof = None if args.walls_only else cProfile.Profile()
+    if prof is not None:
+        prof.enable()
+        for _ in range(args.runs):
+            prefill()
+        prof.disable()
     walls.sort()
     _report(f"prefill-{args.length}", prof, args.runs, walls[len(walls) // 2], args.top, args.out)
 
@@ -80,11 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         dec.step()
         walls.append((time.perf_counter() - t) * 1e3)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(args.steps):
-        dec.step()
-    prof.disable()
+    prof = None if args.walls_only else cProfile.Profile()
+    if prof is not None:
+        prof.enable()
+        for _ in range(args.steps):
+            dec.step()
+        prof.disable()
     walls.sort()
     _report("decode-eager", prof, args.steps, walls[len(walls) // 2], args.top, args.out)
     return 0
