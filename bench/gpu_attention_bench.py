@@ -212,7 +212,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of {ROUTES}")
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument(
+        "--blocks-per-sm",
+        type=int,
+        default=None,
+        help="an experiment: the tensor-core decode's blocks per SM (gqa_geometry's "
+        "TC_BLOCKS_PER_SM, 2) for this run, to measure the split rule",
+    )
     a = p.parse_args(argv)
+    if a.blocks_per_sm is not None:
+        from onnxep.providers_cuda.ops import gqa_geometry
+
+        gqa_geometry.TC_BLOCKS_PER_SM = a.blocks_per_sm
     shapes, routes = a.shapes.split(","), a.routes.split(",")
     unknown = sorted(set(shapes) - set(SHAPES)) + sorted(set(routes) - set(ROUTES))
     if unknown:
