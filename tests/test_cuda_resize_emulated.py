@@ -1,0 +1,388 @@
+"""The CUDA Resize/Upsample kernels (providers_cuda/ops/op_resize.py) on the CPU, emulated.
+
+The CUDA C is compiled with g++ by tests/cuda_emulator.py (every argument
+copied between guard bytes: a read past a table or the input poisons the
+result, a write past the output fails the launch); a provider running the
+CUDA op modules on NumPy arrays serves the sessions. Each case is checked
+against the CPU provider and, where the node suite recorded one, the ONNX
+output; our own cases also against onnxruntime. Launches are counted: one
+for nearest whatever the axes, one per resized axis for linear and cubic
+(plus one where tf_crop_and_resize extrapolates).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import warnings
+from collections import Counter
+
+import cuda_emulator as emu
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from test_cuda_index_emulated import HOST_PRIMITIVES, EmulatedDevice
+
+import onnxep
+from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
+from onnxep.providers.kernel import CAPTURE_ATTR
+from onnxep.providers_cuda.library import cuda_library
+from onnxep.providers_cuda.ops import index_cuda
+from onnxep.providers_cuda.ops import op_resize as cuda_resize
+from onnxep.providers_cuda.ops import op_upsample as cuda_upsample
+
+NAME = "rsemu"
+
+
+class ResizeDevice(EmulatedDevice):
+    """The emulated device, with table uploads and launches counted by kernel family."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+        self.uploads = 0
+
+    def kernels(self, body, names, signature):
+        emu.ALL_NAMES.setdefault(HOST_PRIMITIVES + body, cuda_resize.NAMES)
+        inner = super().kernels(body, names, signature)
+
+        def counted(name, fn):
+            def launch(*a):
+                self.counts[name[: name.index("<")]] += 1
+                fn(*a)
+
+            return launch
+
+        return {n: counted(n, f) for n, f in inner.items()}
+
+    def upload(self, host):
+        self.uploads += 1
+        out = np.array(host)
+        out.flags.writeable = False  # a kernel writing into its tables fails the launch
+        return out
+
+
+@pytest.fixture(scope="module")
+def available():
+    why = emu.why_unavailable()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture
+def device(available, monkeypatch):
+    dev = ResizeDevice()
+    monkeypatch.setattr(index_cuda, "device_for", lambda xp: dev if xp is np else None)
+    return dev
+
+
+class _Provider(Provider):
+    def __init__(self, options):
+        super().__init__(NAME, options, device=NAME, xp=np)
+
+
+class _Plugin:
+    @hookimpl
+    def onnxep_provider_info(self):
+        return ProviderInfo(name=NAME, device=NAME)
+
+    @hookimpl
+    def onnxep_create_provider(self, options):
+        return _Provider(options)
+
+    @hookimpl
+    def onnxep_kernels(self, provider):
+        if provider.name != NAME:
+            return None
+        from onnxep.providers_cuda import ops
+
+        mods = ("op_resize", "op_upsample")
+        libs = [KernelLibrary.from_module(importlib.import_module(f"{ops.__name__}.{m}"))
+                for m in mods]  # fmt: skip
+        return libs[0] + libs[1]
+
+
+@pytest.fixture(scope="module")
+def provider(available):
+    from onnxep.plugins.host import unregister_plugin
+
+    plugin = _Plugin()
+    onnxep.register_provider(plugin, name="resize-emulator")
+    yield NAME
+    unregister_plugin(plugin)
+
+
+def _run_both(model, feeds, provider):
+    opts = onnxep.SessionOptions(disable_fallback=True)
+    sess = onnxep.InferenceSession(model, opts, [provider])
+    (got,) = sess.run(None, feeds)
+    (want,) = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    return got, want
+
+
+def _check_counts(device, model, x_shape, y_shape):
+    node = model.graph.node[-1]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    mode = attrs.get("mode", b"nearest")
+    resized = sum(a != b for a, b in zip(x_shape, y_shape))
+    if not math.prod(y_shape):
+        assert not device.counts, device.counts
+        return
+    if mode == b"nearest":
+        assert dict(device.counts) == ({"rs_nearest": 1} if resized else {}), device.counts
+        return
+    taps = device.counts.pop("rs_taps", 0)
+    assert taps >= resized and set(device.counts) <= {"rs_fill"}, device.counts
+    assert device.counts["rs_fill"] <= 1
+    if attrs.get("coordinate_transformation_mode") != b"tf_crop_and_resize":
+        assert not device.counts
+
+
+# ----------------------------------------------------------------------------- node suite
+
+
+def _onnx_node_cases() -> dict:
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mod in ("resize", "upsample"):
+            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
+    return {
+        c.name: c
+        for c in node._NodeTestCases  # noqa: SLF001 - onnx collects them there
+        if ("resize" in c.name or "upsample" in c.name) and not c.name.endswith("_expanded")
+    }
+
+
+ONNX_NODE_CASES = _onnx_node_cases()
+
+
+def test_the_node_suite_has_the_resize_cases():
+    assert len(ONNX_NODE_CASES) >= 40, sorted(ONNX_NODE_CASES)
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_NODE_CASES))
+def test_onnx_node_cases_match_cpu_and_onnx(name, provider, device):
+    from onnxep.testing import compare_output
+    from onnxep.tools.conformance import case_data, case_model
+
+    case = ONNX_NODE_CASES[name]
+    model = case_model(case)
+    ins, outs = case_data(case)[0]
+    feeds = dict(zip([i.name for i in model.graph.input], ins))
+    got, want = _run_both(model, feeds, provider)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    bad = [r.describe() for r in compare_output("y", got, outs[0], provider, "onnx") if not r.ok]
+    assert not bad, "\n".join(bad)
+    _check_counts(device, model, ins[0].shape, got.shape)
+
+
+# ----------------------------------------------------------------------------- own cases
+
+
+def _model(x_shape, dtype, attrs, *, scales=None, sizes=None, roi=None, opset=19):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = []
+    names = ["x", "", "", ""]
+    for i, (nm, v) in enumerate((("roi", roi), ("scales", scales), ("sizes", sizes)), 1):
+        if v is not None:
+            arr = np.asarray(v, np.int64 if nm == "sizes" else np.float32)
+            inits.append(onnx.numpy_helper.from_array(arr, nm))
+            names[i] = nm
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("Resize", names, ["y"], **attrs)
+    g = helper.make_graph(
+        [node],
+        "resize",
+        [helper.make_tensor_value_info("x", elem, x_shape)],
+        [helper.make_tensor_value_info("y", elem, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+OWN = [
+    ("f16-bilinear-x2", (1, 3, 5, 7), np.float16, {"mode": "linear"}, {"scales": [1, 1, 2, 2]}),
+    ("f32-odd-sizes-cubic", (2, 3, 7, 5), np.float32,
+     {"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
+     {"sizes": [2, 3, 11, 3]}),
+    ("f32-antialias-down-linear", (1, 2, 17, 13), np.float32,
+     {"mode": "linear", "antialias": 1}, {"sizes": [1, 2, 5, 4]}),
+    ("f32-antialias-down-cubic", (1, 1, 23, 19), np.float32,
+     {"mode": "cubic", "antialias": 1, "exclude_outside": 1}, {"scales": [1, 1, 0.3, 0.45]}),
+    ("f16-antialias-down-cubic", (1, 2, 16, 9), np.float16,
+     {"mode": "cubic", "antialias": 1}, {"scales": [1, 1, 0.5, 0.7]}),
+    ("f32-5d-trilinear", (1, 2, 3, 4, 5), np.float32,
+     {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+     {"scales": [1, 1, 2, 1.5, 0.6]}),
+    ("f32-axes", (2, 5, 6, 3), np.float32,
+     {"mode": "linear", "axes": [2, 1]}, {"sizes": [9, 4]}),
+    ("f64-cubic", (1, 2, 6, 6), np.float64,
+     {"mode": "cubic", "coordinate_transformation_mode": "half_pixel_symmetric"},
+     {"scales": [1, 1, 1.7, 0.8]}),
+    ("f32-not-larger", (1, 3, 10, 6), np.float32,
+     {"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"},
+     {"sizes": [7, 7]}),
+    ("f32-crop-extrapolate", (1, 2, 6, 8), np.float32,
+     {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": -3.5},
+     {"roi": [0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], "sizes": [1, 2, 5, 9]}),
+    ("f16-nearest-x2-detector", (1, 16, 20, 20), np.float16,
+     {"mode": "nearest"}, {"scales": [1, 1, 2, 2]}),
+    ("u8-nearest-ceil", (2, 3, 5, 7), np.uint8,
+     {"mode": "nearest", "nearest_mode": "ceil", "coordinate_transformation_mode": "asymmetric"},
+     {"sizes": [2, 3, 9, 4]}),
+    ("i64-nearest-5d", (2, 1, 3, 4, 5), np.int64, {"mode": "nearest"},
+     {"scales": [1, 3, 0.7, 1, 2]}),
+    ("i8-nearest-crop-extrapolate", (1, 1, 6, 6), np.int8,
+     {"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": 7.0},
+     {"roi": [0, 0, -0.3, 0.2, 1, 1, 1.2, 0.8], "sizes": [1, 1, 7, 5]}),
+    ("f32-nearest-round-prefer-ceil-down", (1, 2, 9, 11), np.float32,
+     {"mode": "nearest", "nearest_mode": "round_prefer_ceil"}, {"scales": [1, 1, 0.6, 0.4]}),
+    ("f32-unchanged", (1, 2, 3, 4), np.float32, {"mode": "linear"}, {"scales": [1, 1, 1, 1]}),
+    ("f32-empty-out", (1, 2, 3, 4), np.float32, {"mode": "linear"}, {"sizes": [1, 2, 0, 4]}),
+]  # fmt: skip
+
+
+#: The dtypes onnxruntime's CPU Resize has kernels for (float64 and int64 it lacks).
+ORT_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8, np.int32)}
+
+
+def _ort(model, feeds):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("case", OWN, ids=lambda c: c[0])
+def test_own_cases_match_cpu_and_onnxruntime(case, provider, device):
+    _, shape, dtype, attrs, inputs = case
+    model = _model(shape, dtype, attrs, **inputs)
+    x = _data(shape, dtype)
+    got, want = _run_both(model, {"x": x}, provider)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                               atol=tol)  # fmt: skip
+    if got.size and np.dtype(dtype) in ORT_DTYPES:
+        ref = _ort(model, {"x": x})
+        np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64),
+                                   rtol=tol * 5, atol=tol * 5)  # fmt: skip
+    _check_counts(device, model, shape, got.shape)
+
+
+def test_fp16_accumulates_in_float32(provider, device):
+    """Two half-precision axes: the middle result stays float32, rounded once at the end."""
+    _, shape, dtype, attrs, inputs = OWN[0]
+    model = _model(shape, dtype, attrs, **inputs)
+    x = _data(shape, dtype, 3)
+    got, want = _run_both(model, {"x": x}, provider)
+    np.testing.assert_array_equal(got, want)
+    assert device.counts == {"rs_taps": 2}
+
+
+def _upsample(opset, mode, scales):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    if opset == 7:
+        node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=scales)
+        inits = []
+    else:
+        node = helper.make_node("Upsample", ["x", "s"], ["y"], mode=mode)
+        inits = [onnx.numpy_helper.from_array(np.array(scales, np.float32), "s")]
+    g = helper.make_graph([node], "up", [x], [y], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample(opset, mode, provider, device):
+    model = _upsample(opset, mode, [1.0, 1.0, 2.0, 3.0])
+    x = _data((1, 3, 4, 5), np.float32)
+    got, want = _run_both(model, {"x": x}, provider)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert device.counts == ({"rs_nearest": 1} if mode == "nearest" else {"rs_taps": 2})
+
+
+def test_tables_upload_once_per_plan(provider, device):
+    """Tables are uploaded when a shape is first met and reused on every later run."""
+    model = _model((1, 2, 5, 5), np.float32, {"mode": "cubic"}, scales=[1, 1, 2, 2])
+    sess = onnxep.InferenceSession(model, onnxep.SessionOptions(disable_fallback=True),
+                                   [provider])  # fmt: skip
+    for seed in range(3):
+        sess.run(None, {"x": _data((1, 2, 5, 5), np.float32, seed)})
+    assert device.uploads == 4  # offsets and weights of two axes
+    assert device.counts == {"rs_taps": 6}
+
+
+# ----------------------------------------------------------------------------- capture
+
+
+def _node(op, attrs, dtype, since=19, n_inputs=4):
+    from onnxep.providers.node import NodeInfo, ValueInfo
+
+    ins = (ValueInfo("x", "tensor", np.dtype(dtype), None),) + tuple(
+        ValueInfo(f"i{k}", "tensor", None, None) for k in range(1, n_inputs)
+    )
+    return NodeInfo(op_type=op, domain="", name="n", attrs=attrs, inputs=ins,
+                    outputs=(ValueInfo("y", "tensor", np.dtype(dtype), None),),
+                    opset=since)  # fmt: skip
+
+
+def test_cuda_library_declares_resize_capture_safe():
+    specs = [s for s in cuda_library() if s.op_type in ("Resize", "Upsample")]
+    assert {s.since_version for s in specs if s.op_type == "Resize"} == {10, 11, 13, 18, 19}
+    assert {s.since_version for s in specs if s.op_type == "Upsample"} == {7, 9, 10}
+    mine = (cuda_resize.resize, cuda_resize.resize_10, cuda_upsample.upsample_7,
+            cuda_upsample.upsample_9)  # fmt: skip
+    assert all(s.capture_safe and s.builder in mine for s in specs)
+
+
+@pytest.mark.parametrize(
+    ("mode", "dtype", "claimed"),
+    [("nearest", np.int32, True), ("nearest", np.float16, True), ("linear", np.float32, True),
+     ("linear", np.int32, False), ("cubic", np.uint8, False), ("nearest", np.complex128, False)],
+)  # fmt: skip
+def test_what_the_kernel_leaves_to_the_generic_kernel_is_a_seam_with_a_reason(
+    mode, dtype, claimed, device
+):
+    fn = cuda_resize.resize(_node("Resize", {"mode": mode}, dtype), np)
+    note = getattr(fn, CAPTURE_ATTR, None)
+    if claimed:
+        assert note is None
+    else:
+        assert note.startswith(f"Resize: {mode} ") and "generic kernel" in note, note
+
+
+def test_a_plan_used_in_a_capture_is_kept(device, monkeypatch):
+    fn = cuda_resize.resize(_node("Resize", {"mode": "nearest"}, np.float32), np)
+    scales = np.array([1, 1, 2, 2], np.float32)
+    fn(_data((1, 1, 2, 2), np.float32), None, scales)
+    monkeypatch.setattr(cuda_resize, "capturing", lambda xp: True)
+    fn(_data((1, 1, 2, 2), np.float32), None, scales)  # recorded: pinned
+    with pytest.raises(RuntimeError, match="new input shape inside a CUDA graph capture"):
+        fn(_data((1, 1, 3, 2), np.float32), None, scales)
+    monkeypatch.setattr(cuda_resize, "capturing", lambda xp: False)
+    uploads = device.uploads
+    for n in range(cuda_resize.MAX_PLANS + 2):  # ever-new shapes drop the unpinned plans
+        fn(_data((1, 1, 1, n + 3), np.float32), None, scales)
+    before = device.uploads
+    fn(_data((1, 1, 2, 2), np.float32), None, scales)
+    assert device.uploads == before > uploads  # the pinned plan was not rebuilt
+
+
+def test_a_table_entry_out_of_range_is_refused_on_the_host():
+    with pytest.raises(AssertionError, match="outside"):
+        cuda_resize._checked(np.array([0, 3]), 3, "axis 2")  # noqa: SLF001
