@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import warnings
 from collections import Counter
 
 import cuda_emulator as emu
@@ -31,6 +30,8 @@ from onnxep.providers_cuda.library import cuda_library
 from onnxep.providers_cuda.ops import index_cuda
 from onnxep.providers_cuda.ops import op_resize as cuda_resize
 from onnxep.providers_cuda.ops import op_upsample as cuda_upsample
+
+cases = emu.gpu_test_module("resize_cases")
 
 NAME = "rsemu"
 
@@ -141,21 +142,7 @@ def _check_counts(device, model, x_shape, y_shape):
 # ----------------------------------------------------------------------------- node suite
 
 
-def _onnx_node_cases() -> dict:
-    from onnx.backend.test.case import node
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in ("resize", "upsample"):
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    return {
-        c.name: c
-        for c in node._NodeTestCases  # noqa: SLF001 - onnx collects them there
-        if ("resize" in c.name or "upsample" in c.name) and not c.name.endswith("_expanded")
-    }
-
-
-ONNX_NODE_CASES = _onnx_node_cases()
+ONNX_NODE_CASES = cases.onnx_node_cases()
 
 
 def test_the_node_suite_has_the_resize_cases():
@@ -181,80 +168,6 @@ def test_onnx_node_cases_match_cpu_and_onnx(name, provider, device):
 # ----------------------------------------------------------------------------- own cases
 
 
-def _model(x_shape, dtype, attrs, *, scales=None, sizes=None, roi=None, opset=19):
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    inits = []
-    names = ["x", "", "", ""]
-    for i, (nm, v) in enumerate((("roi", roi), ("scales", scales), ("sizes", sizes)), 1):
-        if v is not None:
-            arr = np.asarray(v, np.int64 if nm == "sizes" else np.float32)
-            inits.append(onnx.numpy_helper.from_array(arr, nm))
-            names[i] = nm
-    while names[-1] == "":
-        names.pop()
-    node = helper.make_node("Resize", names, ["y"], **attrs)
-    g = helper.make_graph(
-        [node],
-        "resize",
-        [helper.make_tensor_value_info("x", elem, x_shape)],
-        [helper.make_tensor_value_info("y", elem, None)],
-        inits,
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _data(shape, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-OWN = [
-    ("f16-bilinear-x2", (1, 3, 5, 7), np.float16, {"mode": "linear"}, {"scales": [1, 1, 2, 2]}),
-    ("f32-odd-sizes-cubic", (2, 3, 7, 5), np.float32,
-     {"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
-     {"sizes": [2, 3, 11, 3]}),
-    ("f32-antialias-down-linear", (1, 2, 17, 13), np.float32,
-     {"mode": "linear", "antialias": 1}, {"sizes": [1, 2, 5, 4]}),
-    ("f32-antialias-down-cubic", (1, 1, 23, 19), np.float32,
-     {"mode": "cubic", "antialias": 1, "exclude_outside": 1}, {"scales": [1, 1, 0.3, 0.45]}),
-    ("f16-antialias-down-cubic", (1, 2, 16, 9), np.float16,
-     {"mode": "cubic", "antialias": 1}, {"scales": [1, 1, 0.5, 0.7]}),
-    ("f32-5d-trilinear", (1, 2, 3, 4, 5), np.float32,
-     {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
-     {"scales": [1, 1, 2, 1.5, 0.6]}),
-    ("f32-axes", (2, 5, 6, 3), np.float32,
-     {"mode": "linear", "axes": [2, 1]}, {"sizes": [9, 4]}),
-    ("f64-cubic", (1, 2, 6, 6), np.float64,
-     {"mode": "cubic", "coordinate_transformation_mode": "half_pixel_symmetric"},
-     {"scales": [1, 1, 1.7, 0.8]}),
-    ("f32-not-larger", (1, 3, 10, 6), np.float32,
-     {"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"},
-     {"sizes": [7, 7]}),
-    ("f32-crop-extrapolate", (1, 2, 6, 8), np.float32,
-     {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
-      "extrapolation_value": -3.5},
-     {"roi": [0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], "sizes": [1, 2, 5, 9]}),
-    ("f16-nearest-x2-detector", (1, 16, 20, 20), np.float16,
-     {"mode": "nearest"}, {"scales": [1, 1, 2, 2]}),
-    ("u8-nearest-ceil", (2, 3, 5, 7), np.uint8,
-     {"mode": "nearest", "nearest_mode": "ceil", "coordinate_transformation_mode": "asymmetric"},
-     {"sizes": [2, 3, 9, 4]}),
-    ("i64-nearest-5d", (2, 1, 3, 4, 5), np.int64, {"mode": "nearest"},
-     {"scales": [1, 3, 0.7, 1, 2]}),
-    ("i8-nearest-crop-extrapolate", (1, 1, 6, 6), np.int8,
-     {"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize",
-      "extrapolation_value": 7.0},
-     {"roi": [0, 0, -0.3, 0.2, 1, 1, 1.2, 0.8], "sizes": [1, 1, 7, 5]}),
-    ("f32-nearest-round-prefer-ceil-down", (1, 2, 9, 11), np.float32,
-     {"mode": "nearest", "nearest_mode": "round_prefer_ceil"}, {"scales": [1, 1, 0.6, 0.4]}),
-    ("f32-unchanged", (1, 2, 3, 4), np.float32, {"mode": "linear"}, {"scales": [1, 1, 1, 1]}),
-    ("f32-empty-out", (1, 2, 3, 4), np.float32, {"mode": "linear"}, {"sizes": [1, 2, 0, 4]}),
-]  # fmt: skip
-
-
 #: The dtypes onnxruntime's CPU Resize has kernels for (float64 and int64 it lacks).
 ORT_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8, np.int32)}
 
@@ -266,11 +179,11 @@ def _ort(model, feeds):
     return s.run(None, feeds)[0]
 
 
-@pytest.mark.parametrize("case", OWN, ids=lambda c: c[0])
+@pytest.mark.parametrize("case", cases.OWN, ids=lambda c: c[0])
 def test_own_cases_match_cpu_and_onnxruntime(case, provider, device):
     _, shape, dtype, attrs, inputs = case
-    model = _model(shape, dtype, attrs, **inputs)
-    x = _data(shape, dtype)
+    model = cases.resize_model(shape, dtype, attrs, **inputs)
+    x = cases.data(shape, dtype)
     got, want = _run_both(model, {"x": x}, provider)
     assert got.dtype == want.dtype and got.shape == want.shape
     tol = 2e-3 if dtype == np.float16 else 1e-5
@@ -285,9 +198,9 @@ def test_own_cases_match_cpu_and_onnxruntime(case, provider, device):
 
 def test_fp16_accumulates_in_float32(provider, device):
     """Two half-precision axes: the middle result stays float32, rounded once at the end."""
-    _, shape, dtype, attrs, inputs = OWN[0]
-    model = _model(shape, dtype, attrs, **inputs)
-    x = _data(shape, dtype, 3)
+    _, shape, dtype, attrs, inputs = cases.OWN[0]
+    model = cases.resize_model(shape, dtype, attrs, **inputs)
+    x = cases.data(shape, dtype, 3)
     got, want = _run_both(model, {"x": x}, provider)
     np.testing.assert_array_equal(got, want)
     assert device.counts == {"rs_taps": 2}
@@ -310,7 +223,7 @@ def _upsample(opset, mode, scales):
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_upsample(opset, mode, provider, device):
     model = _upsample(opset, mode, [1.0, 1.0, 2.0, 3.0])
-    x = _data((1, 3, 4, 5), np.float32)
+    x = cases.data((1, 3, 4, 5), np.float32)
     got, want = _run_both(model, {"x": x}, provider)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert device.counts == ({"rs_nearest": 1} if mode == "nearest" else {"rs_taps": 2})
@@ -318,11 +231,11 @@ def test_upsample(opset, mode, provider, device):
 
 def test_tables_upload_once_per_plan(provider, device):
     """Tables are uploaded when a shape is first met and reused on every later run."""
-    model = _model((1, 2, 5, 5), np.float32, {"mode": "cubic"}, scales=[1, 1, 2, 2])
+    model = cases.resize_model((1, 2, 5, 5), np.float32, {"mode": "cubic"}, scales=[1, 1, 2, 2])
     sess = onnxep.InferenceSession(model, onnxep.SessionOptions(disable_fallback=True),
                                    [provider])  # fmt: skip
     for seed in range(3):
-        sess.run(None, {"x": _data((1, 2, 5, 5), np.float32, seed)})
+        sess.run(None, {"x": cases.data((1, 2, 5, 5), np.float32, seed)})
     assert device.uploads == 4  # offsets and weights of two axes
     assert device.counts == {"rs_taps": 6}
 
@@ -369,17 +282,17 @@ def test_what_the_kernel_leaves_to_the_generic_kernel_is_a_seam_with_a_reason(
 def test_a_plan_used_in_a_capture_is_kept(device, monkeypatch):
     fn = cuda_resize.resize(_node("Resize", {"mode": "nearest"}, np.float32), np)
     scales = np.array([1, 1, 2, 2], np.float32)
-    fn(_data((1, 1, 2, 2), np.float32), None, scales)
+    fn(cases.data((1, 1, 2, 2), np.float32), None, scales)
     monkeypatch.setattr(cuda_resize, "capturing", lambda xp: True)
-    fn(_data((1, 1, 2, 2), np.float32), None, scales)  # recorded: pinned
+    fn(cases.data((1, 1, 2, 2), np.float32), None, scales)  # recorded: pinned
     with pytest.raises(RuntimeError, match="new input shape inside a CUDA graph capture"):
-        fn(_data((1, 1, 3, 2), np.float32), None, scales)
+        fn(cases.data((1, 1, 3, 2), np.float32), None, scales)
     monkeypatch.setattr(cuda_resize, "capturing", lambda xp: False)
     uploads = device.uploads
     for n in range(cuda_resize.MAX_PLANS + 2):  # ever-new shapes drop the unpinned plans
-        fn(_data((1, 1, 1, n + 3), np.float32), None, scales)
+        fn(cases.data((1, 1, 1, n + 3), np.float32), None, scales)
     before = device.uploads
-    fn(_data((1, 1, 2, 2), np.float32), None, scales)
+    fn(cases.data((1, 1, 2, 2), np.float32), None, scales)
     assert device.uploads == before > uploads  # the pinned plan was not rebuilt
 
 
