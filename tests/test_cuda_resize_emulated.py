@@ -299,3 +299,63 @@ def test_a_plan_used_in_a_capture_is_kept(device, monkeypatch):
 def test_a_table_entry_out_of_range_is_refused_on_the_host():
     with pytest.raises(AssertionError, match="outside"):
         cuda_resize._checked(np.array([0, 3]), 3, "axis 2")  # noqa: SLF001
+
+
+# ----------------------------------------------------------------------------- exported
+
+
+def _exported(kind: str, opset: int) -> bytes:
+    """A torch module with a Conv, ``F.interpolate`` of ``kind`` and a Conv, as
+    ``torch.onnx.export`` writes it (the forms detectors and segmenters ship)."""
+    import io
+
+    torch = pytest.importorskip("torch")
+    nn, F = torch.nn, torch.nn.functional
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(3, 6, 3, padding=1)
+            self.b = nn.Conv2d(6, 4, 3, padding=1)
+
+        def forward(self, x):
+            h = self.a(x)
+            if kind == "nearest":
+                h = nn.Upsample(scale_factor=2, mode="nearest")(h)
+            elif kind == "bilinear":
+                h = F.interpolate(h, size=(13, 21), mode="bilinear", align_corners=False)
+            elif kind == "bilinear-corners":
+                # sizes, not a fractional scale: with scales onnxruntime resizes align_corners
+                # over the rounded output length, the ONNX reference (and we) over the exact one
+                h = F.interpolate(h, size=(14, 16), mode="bilinear", align_corners=True)
+            elif kind == "bicubic":
+                h = F.interpolate(h, scale_factor=2, mode="bicubic", align_corners=False)
+            else:  # a downscale (torch's exporter writes no antialiased Resize)
+                h = F.interpolate(h, size=(4, 5), mode="bilinear", align_corners=False)
+            return self.b(h)
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(Net().eval(), (torch.randn(1, 3, 9, 11),), buf, input_names=["x"],
+                          opset_version=opset, dynamo=False)  # fmt: skip
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("kind", "opset"),
+    [("nearest", 11), ("nearest", 17), ("bilinear", 13), ("bilinear-corners", 17),
+     ("bicubic", 17), ("down", 18)],
+)  # fmt: skip
+def test_torch_exported_resizes_match_onnxruntime(kind, opset, provider, device):
+    model = _exported(kind, opset)
+    proto = onnx.load_from_string(model)
+    assert [n.op_type for n in proto.graph.node].count("Resize") == 1
+    x = np.random.default_rng(2).standard_normal((1, 3, 9, 11)).astype(np.float32)
+    sess = onnxep.InferenceSession(model, providers=[provider, "cpu"])
+    resize_on = [n.provider for n in sess.placement() if n.op_type == "Resize"]
+    assert resize_on == [provider]
+    (got,) = sess.run(None, {"x": x})
+    want = _ort(proto, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert device.counts == ({"rs_nearest": 1} if kind == "nearest" else {"rs_taps": 2})
