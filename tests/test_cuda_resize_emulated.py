@@ -20,11 +20,12 @@ import cuda_emulator as emu
 import numpy as np
 import onnx
 import pytest
+import test_capture_plan as capture_test
 from onnx import TensorProto, helper
 from test_cuda_index_emulated import HOST_PRIMITIVES, EmulatedDevice
 
 import onnxep
-from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
+from onnxep.providers import CaptureConfig, KernelLibrary, Provider, ProviderInfo, hookimpl
 from onnxep.providers.kernel import CAPTURE_ATTR
 from onnxep.providers_cuda.library import cuda_library
 from onnxep.providers_cuda.ops import index_cuda
@@ -359,3 +360,108 @@ def test_torch_exported_resizes_match_onnxruntime(kind, opset, provider, device)
     want = _ort(proto, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert device.counts == ({"rs_nearest": 1} if kind == "nearest" else {"rs_taps": 2})
+
+
+# ----------------------------------------------------------------------------- captured
+
+CAP = "rscap"
+
+
+class _CaptureDevice(ResizeDevice):
+    """Outputs are the capture test's fake device arrays, so the runner sees device values."""
+
+    @staticmethod
+    def empty(shape, dtype):
+        return EmulatedDevice.empty(shape, dtype).view(capture_test.Dev)
+
+
+class _CapturingProvider(Provider):
+    def __init__(self, options):
+        super().__init__(CAP, options, device=CAP, xp=np)
+
+    def from_host(self, value):
+        return value if isinstance(value, capture_test.Dev) else capture_test._dev(value)  # noqa: SLF001
+
+    def to_host(self, value):
+        return np.array(value, copy=True) if isinstance(value, capture_test.Dev) else value
+
+
+class _CapturingPlugin:
+    @hookimpl
+    def onnxep_provider_info(self):
+        return ProviderInfo(name=CAP, device=CAP)
+
+    @hookimpl
+    def onnxep_create_provider(self, options):
+        return _CapturingProvider(options)
+
+    @hookimpl
+    def onnxep_kernels(self, provider):
+        if provider.name != CAP:
+            return None
+        libs = [KernelLibrary.from_module(m) for m in (cuda_resize, cuda_upsample)]
+        return [*libs[0], *libs[1], *capture_test.relu.__onnxep_kernels__]
+
+    @hookimpl
+    def onnxep_capture_policy(self, provider, options):
+        if provider.name != CAP:
+            return None
+        return CaptureConfig(mode=options.get("capture", "auto"), backend=capture_test.FakeBackend,
+                             capturing=frozenset({CAP}), warmup=2, cache_size=8)  # fmt: skip
+
+
+@pytest.fixture
+def capturing_provider(available, monkeypatch):
+    from onnxep.plugins.host import unregister_plugin
+
+    dev = _CaptureDevice()
+    monkeypatch.setattr(index_cuda, "device_for", lambda xp: dev if xp is np else None)
+    plugin = _CapturingPlugin()
+    onnxep.register_provider(plugin, name="resize-capture")
+    yield dev
+    unregister_plugin(plugin)
+
+
+def _relu_resize_chain(elem):
+    """Relu -> Resize nearest x2 -> Relu -> Resize linear to sizes -> Relu."""
+    s = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")
+    z = onnx.numpy_helper.from_array(np.array([1, 2, 7, 9], np.int64), "z")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu1"),
+        helper.make_node("Resize", ["a", "", "s"], ["b"], name="nearest", mode="nearest"),
+        helper.make_node("Relu", ["b"], ["c"], name="relu2"),
+        helper.make_node("Resize", ["c", "", "", "z"], ["d"], name="linear", mode="linear"),
+        helper.make_node("Relu", ["d"], ["y"], name="relu3"),
+    ]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", elem, [1, 2, 3, 4])],
+                          [helper.make_tensor_value_info("y", elem, None)], [s, z])  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_resizes_between_device_kernels_capture_as_one_graph(capturing_provider):
+    model = _relu_resize_chain(TensorProto.FLOAT)
+    sess = onnxep.InferenceSession(model, providers=[(CAP, {"capture": "whole"}), "cpu"])
+    plan = sess.capture_plan()
+    assert plan.mode == "whole" and not plan.seams and len(plan.segments) == 1, plan.format()
+    cpu = onnxep.InferenceSession(model, providers=["cpu"])
+    for seed in range(6):
+        x = cases.data((1, 2, 3, 4), np.float32, seed)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0],
+                                   rtol=1e-6, atol=1e-6)  # fmt: skip
+    s = sess.capture_stats()
+    assert (s["captures"], s["segments"], s["fallbacks"]) == (1, 1, 0) and s["replays"] == 3, s
+    assert capturing_provider.uploads == 1 + 4  # nearest: its geometry; linear: 2 axes x 2
+
+
+def test_an_integer_linear_resize_is_the_one_seam(capturing_provider):
+    model = _relu_resize_chain(TensorProto.INT32)
+    sess = onnxep.InferenceSession(model, providers=[(CAP, {"capture": "auto"}), "cpu"])
+    plan = sess.capture_plan()
+    assert [r.name for r in plan.seams] == ["linear"], plan.format()
+    assert "linear interpolates float16, float32 and float64, not int32" in plan.seams[0].reason
+    assert plan.mode == "segmented" and len(plan.segments) == 2
+    x = np.arange(-12, 12, dtype=np.int32).reshape(1, 2, 3, 4)
+    for _ in range(4):
+        (got,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(got, onnxep.InferenceSession(model, providers=["cpu"]).run(
+        None, {"x": x})[0])  # fmt: skip
