@@ -297,9 +297,10 @@ def test_a_plan_used_in_a_capture_is_kept(device, monkeypatch):
     assert device.uploads == before > uploads  # the pinned plan was not rebuilt
 
 
-def test_a_table_entry_out_of_range_is_refused_on_the_host():
-    with pytest.raises(AssertionError, match="outside"):
-        cuda_resize._checked(np.array([0, 3]), 3, "axis 2")  # noqa: SLF001
+@pytest.mark.parametrize("bad", [3, -1])
+def test_an_index_outside_the_axis_is_refused_on_the_host(bad):
+    with pytest.raises(AssertionError, match=f"axis 2 index {bad} outside"):
+        cuda_resize._checked(np.array([0, bad]), 3, "axis 2")  # noqa: SLF001
 
 
 # ----------------------------------------------------------------------------- exported

@@ -16,8 +16,9 @@ kernels on the provider's stream, so the step can be recorded in a CUDA graph.
   results stay in the compute dtype, as the generic kernel's do. Where
   tf_crop_and_resize extrapolates, one more launch writes the value.
 
-Every table entry is checked on the host when it is built (:func:`_checked`),
-so a kernel never reads outside its input. Tables a capture has recorded are
+Every index is checked on the host when its table is built (:func:`_checked`);
+an unresized dim's coordinate runs over the input's own extent, so a kernel
+never reads outside its input. Tables a capture has recorded are
 kept as long as the node (a graph bakes their addresses in). Other dtypes
 (linear/cubic on integers, 16-byte elements) and more collapsed dims run the
 generic kernel, marked not capture-safe with the reason when the dtype is
@@ -176,12 +177,13 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
     return out[::-1]
 
 
-def _checked(entries: np.ndarray, limit: int, what: str) -> np.ndarray:
-    """``entries`` as int64, after checking each is -1 (extrapolated) or in ``[0, limit)``."""
-    e = np.ascontiguousarray(entries, dtype=np.int64)
-    bad = (e < -1) | (e >= limit)
+def _checked(index: np.ndarray, n_in: int, what: str) -> np.ndarray:
+    """``index`` as int64, after checking every entry is inside the axis, ``[0, n_in)``: a
+    kernel reads the input there."""
+    e = np.ascontiguousarray(index, dtype=np.int64)
+    bad = (e < 0) | (e >= n_in)
     if bad.any():
-        raise AssertionError(f"Resize: {what} table entry {int(e[bad][0])} outside [0, {limit})")
+        raise AssertionError(f"Resize: {what} index {int(e[bad][0])} outside [0, {n_in})")
     return e
 
 
@@ -189,7 +191,6 @@ def _geometry(
     out_shape: tuple[int, ...],
     tables: dict[int, np.ndarray],
     steps: list[int],
-    limit: int,
 ) -> tuple[np.ndarray, int] | None:
     """The geometry table of a launch over ``out_shape``: collapsed dims, strides ``steps``
     (per axis), table offsets, then the tables (per resized axis: one entry per output
@@ -208,7 +209,7 @@ def _geometry(
                 continue
         dims.append(n)
         strides.append(steps[a])
-        tabs.append(None if t is None else _checked(t, limit, f"axis {a}"))
+        tabs.append(None if t is None else np.ascontiguousarray(t, dtype=np.int64))
     if not dims:
         dims, strides, tabs = [1], [0], [None]
     if len(dims) > MAX_DIMS:
@@ -264,11 +265,11 @@ def _nearest_plan(x_shape, dtype, plan: ResizePlan, extrap: float, upload) -> De
     masks = dict(plan.outside)
     tables = {}
     for a, _, idx in plan.axes_ops:
-        t = idx * steps[a]
+        t = _checked(idx, x_shape[a], f"axis {a}") * steps[a]
         if a in masks:
             t = np.where(masks[a], -1, t)
         tables[a] = t
-    geo = _geometry(out, tables, steps, max(math.prod(x_shape), 1))
+    geo = _geometry(out, tables, steps)
     if geo is None:
         return None
     g, rank = geo
@@ -302,7 +303,7 @@ def _taps_plan(x_shape, dtype, plan: ResizePlan, extrap: float, upload) -> Devic
     out = tuple(shape)
     if plan.outside:
         masks = {a: np.where(m, -1, 0) for a, m in plan.outside}
-        geo = _geometry(out, masks, [0] * len(out), 1)
+        geo = _geometry(out, masks, [0] * len(out))
         if geo is None:
             return None
         g, rank = geo
