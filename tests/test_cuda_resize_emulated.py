@@ -466,3 +466,64 @@ def test_an_integer_linear_resize_is_the_one_seam(capturing_provider):
         (got,) = sess.run(None, {"x": x})
     np.testing.assert_array_equal(got, onnxep.InferenceSession(model, providers=["cpu"]).run(
         None, {"x": x})[0])  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- random
+
+_CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+         "asymmetric", "tf_crop_and_resize")  # fmt: skip
+_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_DTYPES = (np.float32, np.float16, np.float64, np.uint8, np.int32, np.bool_)
+
+
+def _random_case(rng):
+    """Rank 1-5, dims 1-6, any mode, transformation, rounding, antialias, exclude_outside,
+    axes (in any order), aspect policy, dtype, scales or sizes, roi for tf_crop_and_resize."""
+    r = int(rng.integers(1, 6))
+    shape = tuple(int(v) for v in rng.integers(1, 7, r))
+    mode = ("nearest", "linear", "cubic")[rng.integers(3)]
+    dt = _DTYPES[rng.integers(len(_DTYPES))] if mode == "nearest" else _DTYPES[rng.integers(3)]
+    attrs = {"mode": mode, "coordinate_transformation_mode": _CTMS[rng.integers(len(_CTMS))]}
+    if mode == "nearest":
+        attrs["nearest_mode"] = _NEAREST[rng.integers(4)]
+    else:
+        attrs["antialias"] = int(rng.integers(2))
+        attrs["exclude_outside"] = int(rng.integers(2))
+    axes = list(range(r))
+    if rng.random() < 0.4:
+        axes = [int(a) for a in rng.permutation(r)[: int(rng.integers(1, r + 1))]]
+        attrs["axes"] = [a - r if rng.random() < 0.3 else a for a in axes]
+    n = len(axes)
+    sizes = scales = roi = None
+    if rng.random() < 0.5:
+        sizes = np.array([int(rng.integers(1, 9)) for _ in axes], np.int64)
+        if n > 1 and rng.random() < 0.3:
+            attrs["keep_aspect_ratio_policy"] = ("not_larger", "not_smaller")[rng.integers(2)]
+    else:
+        scales = rng.choice([0.5, 0.6, 1.0, 1.5, 2.0, 3.0], n).astype(np.float32)
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        lo = rng.uniform(-0.3, 0.4, n)
+        roi = np.concatenate([lo, lo + rng.uniform(0.2, 1.0, n)]).astype(np.float32)
+        attrs["extrapolation_value"] = float(rng.choice([0.0, -2.5, 1.0]))
+    x = (rng.standard_normal(shape) * 3).astype(dt)
+    return shape, dt, attrs, (x, roi, scales, sizes)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_cases_match_the_generic_kernel(seed, device):
+    """A hundred random Resize nodes each, built on the emulated device and on NumPy."""
+    from onnxep.providers.ops import op_resize as generic
+
+    rng = np.random.default_rng(seed)
+    for i in range(100):
+        shape, dt, attrs, ins = _random_case(rng)
+        node = _node("Resize", attrs, dt)
+        (want,) = generic.resize(node, np)(*ins)
+        device.counts.clear()
+        (got,) = cuda_resize.resize(node, np)(*ins)
+        where = f"case {i}: {shape} {np.dtype(dt)} {attrs} {ins[1:]}"
+        assert got.shape == want.shape and got.dtype == want.dtype, where
+        tol = 2e-3 if dt == np.float16 else 1e-5
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                                   atol=tol, err_msg=where)  # fmt: skip
+        assert sum(device.counts.values()) <= max(len(shape), 1) + 1, (where, device.counts)
