@@ -173,6 +173,10 @@ def test_onnx_node_cases_match_cpu_and_onnx(name, provider, device):
 ORT_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8, np.int32)}
 
 
+#: Own cases onnxruntime's CPU Resize cannot run.
+ORT_FAILS = {"i8-cubic-x2": "int8 cubic: 'Tensor type mismatch' inside its kernel"}
+
+
 def _ort(model, feeds):
     import onnxruntime as ort
 
@@ -187,10 +191,10 @@ def test_own_cases_match_cpu_and_onnxruntime(case, provider, device):
     x = cases.data(shape, dtype)
     got, want = _run_both(model, {"x": x}, provider)
     assert got.dtype == want.dtype and got.shape == want.shape
-    tol = 2e-3 if dtype == np.float16 else 1e-5
+    tol = {np.float16: 2e-3, np.uint8: 1, np.int8: 1}.get(dtype, 1e-5)  # 8 bits: a .5 tie
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
                                atol=tol)  # fmt: skip
-    if got.size and np.dtype(dtype) in ORT_DTYPES:
+    if got.size and np.dtype(dtype) in ORT_DTYPES and case[0] not in ORT_FAILS:
         ref = _ort(model, {"x": x})
         np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64),
                                    rtol=tol * 5, atol=tol * 5)  # fmt: skip
@@ -199,7 +203,7 @@ def test_own_cases_match_cpu_and_onnxruntime(case, provider, device):
 
 def test_fp16_accumulates_in_float32(provider, device):
     """Two half-precision axes: the middle result stays float32, rounded once at the end."""
-    _, shape, dtype, attrs, inputs = cases.OWN[0]
+    _, shape, dtype, attrs, inputs = next(c for c in cases.OWN if c[0] == "f16-bilinear-x2")
     model = cases.resize_model(shape, dtype, attrs, **inputs)
     x = cases.data(shape, dtype, 3)
     got, want = _run_both(model, {"x": x}, provider)
@@ -267,7 +271,8 @@ def test_cuda_library_declares_resize_capture_safe():
 @pytest.mark.parametrize(
     ("mode", "dtype", "claimed"),
     [("nearest", np.int32, True), ("nearest", np.float16, True), ("linear", np.float32, True),
-     ("linear", np.int32, False), ("cubic", np.uint8, False), ("nearest", np.complex128, False)],
+     ("cubic", np.uint8, True), ("linear", np.int32, False), ("cubic", np.int16, False),
+     ("nearest", np.complex128, False)],
 )  # fmt: skip
 def test_what_the_kernel_leaves_to_the_generic_kernel_is_a_seam_with_a_reason(
     mode, dtype, claimed, device
@@ -459,7 +464,10 @@ def test_an_integer_linear_resize_is_the_one_seam(capturing_provider):
     sess = onnxep.InferenceSession(model, providers=[(CAP, {"capture": "auto"}), "cpu"])
     plan = sess.capture_plan()
     assert [r.name for r in plan.seams] == ["linear"], plan.format()
-    assert "linear interpolates float16, float32 and float64, not int32" in plan.seams[0].reason
+    assert (
+        "linear interpolates float16, float32, float64, uint8 and int8, not int32"
+        in plan.seams[0].reason
+    )
     assert plan.mode == "segmented" and len(plan.segments) == 2
     x = np.arange(-12, 12, dtype=np.int32).reshape(1, 2, 3, 4)
     for _ in range(4):
@@ -473,7 +481,7 @@ def test_an_integer_linear_resize_is_the_one_seam(capturing_provider):
 _CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
          "asymmetric", "tf_crop_and_resize")  # fmt: skip
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-_DTYPES = (np.float32, np.float16, np.float64, np.uint8, np.int32, np.bool_)
+_DTYPES = (np.float32, np.float16, np.float64, np.uint8, np.int8, np.int32, np.bool_)
 
 
 def _random_case(rng):
@@ -482,7 +490,7 @@ def _random_case(rng):
     r = int(rng.integers(1, 6))
     shape = tuple(int(v) for v in rng.integers(1, 7, r))
     mode = ("nearest", "linear", "cubic")[rng.integers(3)]
-    dt = _DTYPES[rng.integers(len(_DTYPES))] if mode == "nearest" else _DTYPES[rng.integers(3)]
+    dt = _DTYPES[rng.integers(len(_DTYPES))] if mode == "nearest" else _DTYPES[rng.integers(5)]
     attrs = {"mode": mode, "coordinate_transformation_mode": _CTMS[rng.integers(len(_CTMS))]}
     if mode == "nearest":
         attrs["nearest_mode"] = _NEAREST[rng.integers(4)]
@@ -523,7 +531,9 @@ def test_random_cases_match_the_generic_kernel(seed, device):
         (got,) = cuda_resize.resize(node, np)(*ins)
         where = f"case {i}: {shape} {np.dtype(dt)} {attrs} {ins[1:]}"
         assert got.shape == want.shape and got.dtype == want.dtype, where
-        tol = 2e-3 if dt == np.float16 else 1e-5
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+        # float16 rounds once more than float32; an 8-bit result may land on the other side
+        # of a .5 where the two kernels sum their float32 products in another order
+        tol = {np.float16: 2e-3, np.uint8: 1, np.int8: 1}.get(dt, 1e-5)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5,
                                    atol=tol, err_msg=where)  # fmt: skip
         assert sum(device.counts.values()) <= max(len(shape), 1) + 1, (where, device.counts)

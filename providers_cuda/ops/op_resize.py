@@ -12,15 +12,16 @@ kernels on the provider's stream, so the step can be recorded in a CUDA graph.
   integers of their width, so every dtype of 1, 2, 4 or 8 bytes goes through.
 * linear and cubic: one launch per resized axis, over the axis' taps
   (``ResizeTaps``: input offsets and weights per output position), in
-  float32 (float64 for float64), float16 widened on load; intermediate
-  results stay in the compute dtype, as the generic kernel's do. Where
+  float32 (float64 for float64), float16, uint8 and int8 widened on load;
+  intermediate results stay in the compute dtype and integers round and
+  saturate once at the end, as the generic kernel's do. Where
   tf_crop_and_resize extrapolates, one more launch writes the value.
 
 Every index is checked on the host when its table is built (:func:`_checked`);
 an unresized dim's coordinate runs over the input's own extent, so a kernel
 never reads outside its input. Tables a capture has recorded are
 kept as long as the node (a graph bakes their addresses in). Other dtypes
-(linear/cubic on integers, 16-byte elements) and more collapsed dims run the
+(linear/cubic on wider integers, 16-byte elements) and more collapsed dims run the
 generic kernel, marked not capture-safe with the reason when the dtype is
 known at build time.
 """
@@ -95,9 +96,18 @@ __global__ void rs_fill(U* __restrict__ y, const long long* __restrict__ g, long
 __device__ __forceinline__ float rs_load(const float* p) { return *p; }
 __device__ __forceinline__ float rs_load(const __half* p) { return ix_h2f(*p); }
 __device__ __forceinline__ double rs_load(const double* p) { return *p; }
+__device__ __forceinline__ float rs_load(const unsigned char* p) { return (float)*p; }
+__device__ __forceinline__ float rs_load(const signed char* p) { return (float)*p; }
 __device__ __forceinline__ void rs_store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void rs_store(__half* p, float v) { *p = ix_f2h(v); }
 __device__ __forceinline__ void rs_store(double* p, double v) { *p = v; }
+// Integers round half to even and saturate, as the generic kernel's round-and-clip does.
+__device__ __forceinline__ void rs_store(unsigned char* p, float v) {
+  *p = (unsigned char)fminf(fmaxf(rintf(v), 0.0f), 255.0f);
+}
+__device__ __forceinline__ void rs_store(signed char* p, float v) {
+  *p = (signed char)fminf(fmaxf(rintf(v), -128.0f), 127.0f);
+}
 
 // One resized axis: x is (pre, n_in, post), y (pre, n_out, post); output row j reads input
 // offsets off[j, k] (index * post, checked on the host) with weights w[j, k], k < taps.
@@ -125,11 +135,13 @@ __global__ void rs_taps(const TI* __restrict__ x, TO* __restrict__ y,
 
 _UNITS = {n: ix.UNITS[n] for n in (1, 2, 4, 8)}
 _INDEX = ("int", "long long")
-#: Linear/cubic element types: NumPy dtype -> C type.
-_FLOATS = {
+#: Linear/cubic element types: NumPy dtype -> C type (8-bit images included).
+_TAP_TYPES = {
     np.dtype(np.float16): "__half",
     np.dtype(np.float32): "float",
     np.dtype(np.float64): "double",
+    np.dtype(np.uint8): "unsigned char",
+    np.dtype(np.int8): "signed char",
 }
 #: (input, output) element pairs a tap launch may take: first, middle and last axes.
 _TAP_PAIRS = (
@@ -138,12 +150,18 @@ _TAP_PAIRS = (
     (np.float32, np.float32),
     (np.float32, np.float16),
     (np.float64, np.float64),
+    (np.uint8, np.uint8),
+    (np.uint8, np.float32),
+    (np.float32, np.uint8),
+    (np.int8, np.int8),
+    (np.int8, np.float32),
+    (np.float32, np.int8),
 )
 
 
 def _tap_name(ti: Any, to: Any, index: str) -> str:
     w = "double" if np.dtype(ti) == np.float64 else "float"
-    return ix.template_name("rs_taps", _FLOATS[np.dtype(ti)], _FLOATS[np.dtype(to)], w, index)
+    return ix.template_name("rs_taps", _TAP_TYPES[np.dtype(ti)], _TAP_TYPES[np.dtype(to)], w, index)
 
 
 NAMES = (
@@ -161,9 +179,9 @@ def dtype_refusal(mode: str, dtype: np.dtype) -> str | None:
         if dtype.itemsize in _UNITS:
             return None
         return f"nearest copies elements of 1, 2, 4 or 8 bytes, not {dtype.itemsize} ({dtype})"
-    if dtype in _FLOATS:
+    if dtype in _TAP_TYPES:
         return None
-    return f"{mode} interpolates float16, float32 and float64, not {dtype}"
+    return f"{mode} interpolates float16, float32, float64, uint8 and int8, not {dtype}"
 
 
 # --------------------------------------------------------------------------- host tables
@@ -309,6 +327,9 @@ def _taps_plan(x_shape, dtype, plan: ResizePlan, extrap: float, upload) -> Devic
         g, rank = geo
         total = math.prod(out)
         name = ix.template_name("rs_fill", _UNITS[dtype.itemsize], _index_type(total))
+        if dtype.kind in "iu":  # the value goes through the compute dtype's round and clip
+            info = np.iinfo(dtype)
+            extrap = float(np.clip(np.round(np.float32(extrap)), info.min, info.max))
         tail = (total, rank, _fill_bits(extrap, dtype))
         launches.append(Launch(name, total, (upload(g),), tail, dtype, out))
     return DevicePlan(out, launches)

@@ -58,6 +58,8 @@ def data(shape, dtype, seed=0):
 
 
 OWN = [
+    ("u8-bilinear-image", (1, 3, 7, 9), np.uint8, {"mode": "linear"}, {"sizes": [1, 3, 12, 5]}),
+    ("i8-cubic-x2", (1, 2, 5, 4), np.int8, {"mode": "cubic"}, {"scales": [1, 1, 2, 2]}),
     ("f16-bilinear-x2", (1, 3, 5, 7), np.float16, {"mode": "linear"}, {"scales": [1, 1, 2, 2]}),
     ("f32-odd-sizes-cubic", (2, 3, 7, 5), np.float32,
      {"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
