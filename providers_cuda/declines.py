@@ -89,7 +89,6 @@ CUPY_BLAS_OPS: frozenset[tuple[str, str]] = frozenset(
         ("", "STFT"),
         ("", "DFT"),
         ("", "RoiAlign"),
-        ("", "Resize"),
         ("", "AffineGrid"),
         ("com.microsoft", "Attention"),
         ("com.microsoft", "FusedMatMul"),

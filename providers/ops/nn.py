@@ -296,8 +296,33 @@ def _cubic_w(t, a):
     )
 
 
-def interp_matrix(mode, x, in_len, scale, antialias, cubic_a, exclude_outside):
-    """Dense (out, in) weights of a linear or cubic resize along one axis."""
+class ResizeTaps:
+    """A linear or cubic resize along one axis as taps: output ``j`` is
+    ``sum_k weights[j, k] * input[index[j, k]]``, every index inside ``[0, in_len - 1]``."""
+
+    def __init__(self, index: np.ndarray, weights: np.ndarray, in_len: int) -> None:
+        self.index = index  # (out, taps) int64
+        self.weights = weights  # (out, taps) float64
+        self.in_len = in_len
+        self._dense: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.index.shape[0], self.in_len)
+
+    def dense(self) -> np.ndarray:
+        """The (out, in) weight matrix (taps on one input index summed), made once."""
+        if self._dense is None:
+            out, k = self.index.shape
+            m = np.zeros((out, self.in_len))
+            rows = np.repeat(np.arange(out), k)
+            np.add.at(m, (rows, self.index.reshape(-1)), self.weights.reshape(-1))
+            self._dense = m
+        return self._dense
+
+
+def interp_taps(mode, x, in_len, scale, antialias, cubic_a, exclude_outside) -> ResizeTaps:
+    """The taps of a linear or cubic resize along one axis, at source coordinates ``x``."""
     s = min(scale, 1.0) if antialias else 1.0
     xi = np.floor(x)
     ratio = x - xi
@@ -321,17 +346,15 @@ def interp_matrix(mode, x, in_len, scale, antialias, cubic_a, exclude_outside):
     if antialias or exclude_outside:
         tot = w.sum(axis=1, keepdims=True)
         w = w / np.where(tot == 0, 1.0, tot)
-    idx = np.clip(idx, 0, in_len - 1)
-    m = np.zeros((len(x), in_len))
-    np.add.at(m, (np.repeat(np.arange(len(x)), idx.shape[1]), idx.reshape(-1)), w.reshape(-1))
-    return m
+    return ResizeTaps(np.clip(idx, 0, in_len - 1), w, in_len)
 
 
 class ResizePlan:
     """Per-axis gather indices or weight matrices for one input shape and scales/sizes."""
 
     def __init__(self, axes_ops, out_shape, outside_masks):
-        self.axes_ops = axes_ops  # [(axis, "take"|"matmul", host array)]
+        # [(axis, "take", int64 indices) | (axis, "matmul", ResizeTaps) | (axis, "empty", None)]
+        self.axes_ops = axes_ops
         self.out_shape = out_shape
         self.outside = outside_masks  # [(axis, bool mask)]
 
@@ -394,8 +417,8 @@ def make_resize_plan(
         if mode == "nearest":
             ops.append((a, "take", nearest_index(x, nearest_mode, n_in, s < 1)))
         else:
-            m = interp_matrix(mode, x, n_in, s, antialias, cubic_a, exclude_outside)
-            ops.append((a, "matmul", m))
+            taps = interp_taps(mode, x, n_in, s, antialias, cubic_a, exclude_outside)
+            ops.append((a, "matmul", taps))
         if outside is not None and outside.any():
             masks.append((a, outside))
     return ResizePlan(ops, out, masks)
@@ -417,7 +440,7 @@ def apply_resize_plan(xp, x, plan: ResizePlan, extrapolation_value=0.0):
             shp = y.shape
             pre = prod(shp[:a])
             post = prod(shp[a + 1 :])
-            m = xp.asarray(arr.astype(cdt))
+            m = xp.asarray(arr.dense().astype(cdt))
             if post == 1:
                 z = xp.matmul(y.reshape(pre, shp[a]), m.T)
             else:

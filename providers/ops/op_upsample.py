@@ -9,20 +9,24 @@ from .nn import str_attr
 from .op_resize import legacy_run
 
 
-def _builder(node, xp, attr_scales):
+def upsample_mode(node) -> str:
     mode = str_attr(node, "mode", "nearest")
     if mode == "bilinear":
         mode = "linear"
     if mode not in ("nearest", "linear"):
         raise NotSupported(f"Upsample: mode {mode!r} is not supported (nearest, linear)")
-    return legacy_run(xp, mode, attr_scales)
+    return mode
+
+
+def upsample_7_scales(node) -> list[float]:
+    return [float(v) for v in node.attr("scales")]
 
 
 @kernel("Upsample", since=7)
 def upsample_7(node, xp):
-    return _builder(node, xp, [float(v) for v in node.attr("scales")])
+    return legacy_run(xp, upsample_mode(node), upsample_7_scales(node))
 
 
 @kernel("Upsample", since=(9, 10), host_inputs=(1,))
 def upsample_9(node, xp):
-    return _builder(node, xp, None)
+    return legacy_run(xp, upsample_mode(node))

@@ -245,6 +245,10 @@ class Device(Protocol):
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> Any: ...
 
+    def upload(self, host: np.ndarray) -> Any:
+        """A device copy of host array ``host`` (made outside a capture: tables kept)."""
+        ...
+
     def copy(self, dst: Any, src: Any) -> None:
         """Queue ``dst[...] = src`` (same shape and dtype, both C-contiguous)."""
         ...
@@ -275,6 +279,7 @@ class CupyDevice:
         self._cupy = cupy
         self.sms = sm_count()
         self.empty = cupy.ndarray  # allocates from the current pool
+        self.upload = cupy.asarray
         self.contiguous = c_contiguous()
         self.ascontiguous = cupy.ascontiguousarray
         self.stream = stream_ptr_fn()
