@@ -2,7 +2,7 @@
 
     python3 bench/gpu_vision.py [--models resnet-small,resnet50,yolo,vad] [--batches 1,8]
         [--dtypes fp32,fp16] [--runs 30] [--providers cuda,cpu] [--tf32 off|on]
-        [--json OUT.json]
+        [--real rapidocr-det,magika-v3.3,... --real-dir DIR] [--json OUT.json]
 
 The models are exported here with torch (``torch.onnx.export``, eval mode, so batch norms
 fold into the convolutions), float16 ones from the half-precision module on the GPU:
@@ -23,6 +23,10 @@ replays, the steps that are seams and why) and the largest absolute difference o
 onnxep's output from onnxep's CPU provider (batch 1 only unless ``--cpu-diff-all``:
 the CPU reference of ResNet-50 at batch 8 costs more than the rest) and from
 onnxruntime's. Prints one table row per case (``|`` lines) and writes ``--json``.
+
+``--real`` adds models of the real-model corpus (tests/real_models.py), each a file
+``NAME.onnx`` in ``--real-dir`` with the corpus's feeds, beside onnxruntime-gpu (no torch
+side: there is no module), first.
 
 float32 numerics are the same on every side: ``--tf32 off`` (the default) runs all of
 them in plain float32 (onnxep's default; onnxruntime with ``use_tf32=0``, whose own
@@ -161,11 +165,29 @@ def one(
     cpu_diff: bool,
     tf32: bool = False,
 ):
-    import onnxep
-
     t0 = time.perf_counter()
     model, feeds, module = export_with_module(name, batch, dtype)
     export_s = time.perf_counter() - t0
+    return measure(name, batch, dtype, model, feeds, module, providers, runs, cpu_diff, tf32,
+                   export_s)  # fmt: skip
+
+
+def measure(
+    name: str,
+    batch: int,
+    dtype: str,
+    model: bytes,
+    feeds: dict[str, np.ndarray],
+    module: Any,
+    providers: list[str],
+    runs: int,
+    cpu_diff: bool,
+    tf32: bool = False,
+    export_s: float = 0.0,
+) -> dict[str, Any]:
+    """One case's row: onnxep, onnxruntime-gpu and (with a torch ``module``) torch, timed."""
+    import onnxep
+
     t0 = time.perf_counter()
     tf32_cuda = ("cuda", {"use_tf32": 1})
     chosen: list[Any] = [tf32_cuda if tf32 and p == "cuda" else p for p in providers]
@@ -175,7 +197,10 @@ def one(
     sides: dict[str, Callable[[], Any]] = {"onnxep": lambda: sess.run(None, feeds)}
     if ort_sess is not None:
         sides["onnxruntime"] = lambda: ort_sess.run(None, feeds)
-    torch_run, torch_why = _torch_side(module, feeds, tf32)
+    if module is not None:
+        torch_run, torch_why = _torch_side(module, feeds, tf32)
+    else:
+        torch_run, torch_why = None, "a third party's ONNX file: no torch module"
     if torch_run is not None:
         sides["torch"] = torch_run
     outs = {}
@@ -206,6 +231,7 @@ def one(
         "capture_policy": stats.get("policy"),
         "capture_failures": stats.get("failures", []),
         "seams": seams,
+        "placement": sess.get_providers(),
         "onnxruntime": ort_why or "CUDAExecutionProvider",
         "export_s": export_s,
         "session_s": made_s,
@@ -218,6 +244,19 @@ def one(
         row["max_abs_vs_cpu"] = _max_abs(outs["onnxep"], cpu.run(None, feeds)[0])
     _print_row(row)
     return row
+
+
+def real_model(name: str, folder: Path) -> tuple[bytes, dict[str, np.ndarray]]:
+    """``folder/NAME.onnx``, a model of the real-model corpus (tests/real_models.py) copied
+    there, and the corpus's feeds for it (its dims and values, seeded)."""
+    import onnx
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import real_models as R
+
+    (model,) = [m for m in R.CORPUS if m.name == name]
+    data = (folder / f"{name}.onnx").read_bytes()
+    return data, R.feeds(model, onnx.load_from_string(data))
 
 
 def _print_row(r: dict[str, Any]) -> None:
@@ -257,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--providers", default="cuda,cpu")
     ap.add_argument("--cpu-diff-all", action="store_true")
     ap.add_argument("--tf32", choices=("off", "on"), default="off")
+    ap.add_argument("--real", default="", help="corpus model names, as NAME.onnx in --real-dir")
+    ap.add_argument("--real-dir", type=Path, default=Path(".device/extra/real"))
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     providers = [p for p in args.providers.split(",") if p]
@@ -275,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
+    for name in [m for m in args.real.split(",") if m]:
+        model, feeds = real_model(name, args.real_dir)
+        rows.append(measure(name, 1, "file", model, feeds, None, providers, args.runs, True,
+                            args.tf32 == "on"))  # fmt: skip
+        if args.json is not None:
+            args.json.write_text(json.dumps(rows, indent=2))
     for name in names:
         allowed = MODELS[name][3]
         for batch in batches:
