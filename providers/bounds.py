@@ -35,6 +35,7 @@ __all__ = [
     "kv_length_text",
     "position_text",
     "query_length_text",
+    "sequence_length_text",
     "token_where",
 ]
 
@@ -87,6 +88,14 @@ def query_length_text(batch: int, value: int, limit: int, new_tokens: int) -> st
     return (
         f"query_seqlens[{batch}] = {value} is outside 0..{limit}: a batch row's new tokens "
         f"number at most the step's {new_tokens} and its seqlens_k + 1"
+    )
+
+
+def sequence_length_text(batch: int, value: int, steps: int) -> str:
+    """``sequence_lens[batch]`` outside ``0 .. steps``: a batch row runs at most X's steps."""
+    return (
+        f"sequence_lens values must be in [0, {steps}] (the sequence length of X), got "
+        f"sequence_lens[{batch}] = {value}; give each batch row's number of valid steps"
     )
 
 
