@@ -75,6 +75,13 @@ BODY = (
     f"#define RNN_MAX_HIDDEN {MAX_HIDDEN}\n"
     f"#define RNN_FAULT_SEQUENCE_LENGTH {error_flag.SEQUENCE_LENGTH}\n"
     r"""
+// One thread per hidden unit: NVRTC must fit 1024 of them in a block (64 registers each).
+#ifdef __CUDACC_RTC__
+#define RNN_BOUNDS __launch_bounds__(RNN_MAX_HIDDEN)
+#else
+#define RNN_BOUNDS
+#endif
+
 __device__ __forceinline__ float rnn_f(float x) { return x; }
 __device__ __forceinline__ float rnn_f(__half x) { return ix_h2f(x); }
 template <typename T> __device__ __forceinline__ T rnn_out(float x);
@@ -120,7 +127,7 @@ __device__ __forceinline__ void rnn_put64(int* w, long long v) {
 // 2 LSTM. Gates per unit G: 1, 3 (z, r, h), 4 (i, o, f, c); xw is [rows, dirs*G*H] with
 // row t*batch+b (layout 0) or b*steps+t (layout 1); rt is R^T, [dirs, H, G*H].
 template <typename T, int CELL>
-__global__ void rnn_seq(const float* __restrict__ xw, const T* __restrict__ rt,
+__global__ void RNN_BOUNDS rnn_seq(const float* __restrict__ xw, const T* __restrict__ rt,
                         const T* __restrict__ bias, const T* __restrict__ peep,
                         const T* __restrict__ h0, const T* __restrict__ c0,
                         const int* __restrict__ lens, const float* __restrict__ acts,
@@ -324,7 +331,6 @@ class Recurrence:
     def __init__(
         self,
         node: NodeInfo,
-        xp: Any,
         device: Any,
         flag: error_flag.ErrorFlag,
         generic: Callable[..., tuple],
@@ -332,7 +338,6 @@ class Recurrence:
     ) -> None:
         op = node.op_type
         self.op = op
-        self.xp = xp
         self.device = device
         self.generic = generic
         self.cell, self.gates = CELLS[op]
@@ -361,7 +366,7 @@ class Recurrence:
 
     def __call__(self, X, W, R, B=None, lens=None, h0=None, c0=None, P=None) -> tuple:
         args = (X, W, R, B, lens, h0, c0, P)
-        xp, dev = self.xp, self.device
+        dev = self.device
         dt = np.dtype(X.dtype)
         if dt not in ELEMENT_TYPES or any(
             a is not None and np.dtype(a.dtype) != dt for a in (W, R, B, h0, c0, P)
@@ -389,7 +394,7 @@ class Recurrence:
         if dt != f32:
             x2, w2 = x2.astype(f32), w2.astype(f32)
         xw = project(x2, w2)
-        rt = dev.ascontiguous(xp.swapaxes(R, 1, 2))  # [dirs, H, G*H]
+        rt = dev.ascontiguous(R.swapaxes(1, 2))  # [dirs, H, G*H]
         opt = [None if a is None else dev.ascontiguous(a) for a in (B, P, h0, c0, lens)]
         addr = [0 if a is None else dev.address(a) for a in opt]  # 0: a null pointer
         self.flag.shapes[self.node_id] = (batch,)
@@ -463,7 +468,7 @@ def build(
     flag = error_flag.current()
     if device is None or flag is None:
         return generic
-    return Recurrence(node, xp, device, flag, generic, defaults)
+    return Recurrence(node, device, flag, generic, defaults)
 
 
 def project(x2: Any, w2: Any) -> Any:

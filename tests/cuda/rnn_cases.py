@@ -59,7 +59,9 @@ def case_inputs(case: RnnCase) -> dict[str, np.ndarray | None]:
         return (rng.uniform(-s, s, shape)).astype(dt)
 
     x_shape = (
-        (case.batch, case.steps, case.inputs) if case.layout else (case.steps, case.batch, case.inputs)
+        (case.batch, case.steps, case.inputs)
+        if case.layout
+        else (case.steps, case.batch, case.inputs)
     )
     state = (case.batch, d, h) if case.layout else (d, case.batch, h)
     out: dict[str, np.ndarray | None] = {
@@ -123,19 +125,31 @@ L1 = {"layout": 1}
 
 OWN: list[RnnCase] = [
     # plain, each direction
-    *(_c(f"{op.lower()}-{name}", op, attrs=a) for op in GATES for name, a in
-      (("forward", {}), ("reverse", REV), ("bidirectional", BI))),  # fmt: skip
+    *(
+        _c(f"{op.lower()}-{name}", op, attrs=a)
+        for op in GATES
+        for name, a in (("forward", {}), ("reverse", REV), ("bidirectional", BI))
+    ),  # fmt: skip
     # ragged lengths (an empty row, a full one), every direction, both layouts
     *(
-        _c(f"{op.lower()}-ragged-{name}-l{lay}", op, batch=4, lens=(5, 2, 0, 3),
-           attrs={**a, "layout": lay}, init_h=True, init_c=True)  # fmt: skip
+        _c(
+            f"{op.lower()}-ragged-{name}-l{lay}",
+            op,
+            batch=4,
+            lens=(5, 2, 0, 3),
+            attrs={**a, "layout": lay},
+            init_h=True,
+            init_c=True,
+        )  # fmt: skip
         for op in GATES
         for name, a in (("forward", {}), ("reverse", REV), ("bidirectional", BI))
         for lay in (0, 1)
     ),
     # layout 1 with initial states
-    *(_c(f"{op.lower()}-layout1-init", op, attrs={**BI, **L1}, init_h=True, init_c=True)
-      for op in GATES),  # fmt: skip
+    *(
+        _c(f"{op.lower()}-layout1-init", op, attrs={**BI, **L1}, init_h=True, init_c=True)
+        for op in GATES
+    ),  # fmt: skip
     # LSTM specifics
     _c("lstm-peepholes", "LSTM", attrs=BI, peep=True, init_h=True, init_c=True),
     _c("lstm-input-forget-clip", "LSTM", attrs={"input_forget": 1, "clip": 0.7}, peep=True),
@@ -156,20 +170,40 @@ OWN: list[RnnCase] = [
     _c("gru-activations", "GRU", attrs={"activations": ["Sigmoid", "Relu"]}),
     # RNN specifics
     _c("rnn-relu", "RNN", attrs={"activations": ["Relu"]}),
-    _c("rnn-leaky-affine-bi", "RNN", attrs={**BI, "activations": ["LeakyRelu", "Affine"],
-                                             "activation_alpha": [0.2, 0.5],
-                                             "activation_beta": [0.1]}),  # fmt: skip
+    _c(
+        "rnn-leaky-affine-bi",
+        "RNN",
+        attrs={
+            **BI,
+            "activations": ["LeakyRelu", "Affine"],
+            "activation_alpha": [0.2, 0.5],
+            "activation_beta": [0.1],
+        },
+    ),  # fmt: skip
     # alpha given: onnxruntime's default for ThresholdedRelu here is not ONNX's 1.0
-    _c("rnn-softplus-thresholded", "RNN", attrs={**BI, "activations": ["Softplus",
-                                                                       "ThresholdedRelu"],
-                                                 "activation_alpha": [0.5]}),  # fmt: skip
+    _c(
+        "rnn-softplus-thresholded",
+        "RNN",
+        attrs={**BI, "activations": ["Softplus", "ThresholdedRelu"], "activation_alpha": [0.5]},
+    ),  # fmt: skip
     # hidden sizes that leave threads of the last warp idle, a single step, batch 1
     _c("lstm-hidden-45", "LSTM", hidden=45, attrs=BI, lens=(5, 1, 4)),
     _c("gru-hidden-37", "GRU", hidden=37, steps=3, init_h=True),
     _c("rnn-one-step", "RNN", steps=1, batch=1, hidden=33, attrs=REV),
     # float16 (float32 projection, state and accumulation)
-    *(_c(f"{op.lower()}-f16", op, dtype=np.float16, attrs=BI, lens=(5, 3, 1), init_h=True,
-         init_c=True, peep=True) for op in GATES),  # fmt: skip
+    *(
+        _c(
+            f"{op.lower()}-f16",
+            op,
+            dtype=np.float16,
+            attrs=BI,
+            lens=(5, 3, 1),
+            init_h=True,
+            init_c=True,
+            peep=True,
+        )
+        for op in GATES
+    ),  # fmt: skip
     _c("lstm-f16-layout1", "LSTM", dtype=np.float16, attrs=L1, init_h=True, init_c=True),
 ]
 
@@ -181,7 +215,11 @@ BAD_LENS = [
 
 
 def tolerance(dtype) -> dict:
-    return {"rtol": 2e-3, "atol": 2e-3} if np.dtype(dtype) == np.float16 else {"rtol": 1e-5, "atol": 1e-5}
+    return (
+        {"rtol": 2e-3, "atol": 2e-3}
+        if np.dtype(dtype) == np.float16
+        else {"rtol": 1e-5, "atol": 1e-5}
+    )
 
 
 def node_suite_cases() -> dict:
@@ -226,7 +264,9 @@ def voice_activity_model(
         helper.make_node("Relu", ["c2"], ["r2"]),
         helper.make_node("Transpose", ["r2"], ["frames"], perm=[2, 0, 1]),
         helper.make_node(
-            "LSTM", ["frames", "lstm_w", "lstm_r", "lstm_b"], ["y", "y_h", "y_c"],
+            "LSTM",
+            ["frames", "lstm_w", "lstm_r", "lstm_b"],
+            ["y", "y_h", "y_c"],
             hidden_size=hidden,
         ),  # fmt: skip
         helper.make_node("Squeeze", ["y_h", "axis0"], ["h"]),
