@@ -273,3 +273,18 @@ def test_the_hidden_size_known_only_at_run_time_falls_back_per_call(device):
 def test_built_outside_a_provider_the_generic_kernel_runs(device):
     run = _builder("LSTM")(_node("LSTM"), np)
     assert not isinstance(run, recurrence_cuda.Recurrence)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_conv1d_lstm_voice_activity_model_matches_onnxruntime(batch, device):
+    """The VAD model's LSTM on the emulated kernel, its convolutions on the CPU."""
+    model = cases.voice_activity_model()
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=[NAME, "cpu"])
+    (lstm,) = [p for p in sess.placement() if p.op_type == "LSTM"]
+    assert lstm.provider == NAME, lstm
+    ref = ort.InferenceSession(model.SerializeToString())
+    audio = np.random.default_rng(batch).uniform(-1, 1, (batch, 1, 1600)).astype(np.float32)
+    (got,) = sess.run(None, {"audio": audio})
+    (want,) = ref.run(None, {"audio": audio})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert device.counts == {"rnn_seq": 1}, device.counts

@@ -331,6 +331,7 @@ class Recurrence:
     def __init__(
         self,
         node: NodeInfo,
+        xp: Any,
         device: Any,
         flag: error_flag.ErrorFlag,
         generic: Callable[..., tuple],
@@ -351,7 +352,8 @@ class Recurrence:
         self.flags = int(bool(node.attr("input_forget", 0))) | 2 * int(
             bool(node.attr("linear_before_reset", 0))
         )
-        self.acts = device.ascontiguous(act_table(node, defaults, self.dirs))
+        # uploaded once, when the node is built: a run copies nothing from the host
+        self.acts = xp.asarray(act_table(node, defaults, self.dirs))
         self.flag = flag
         self.flag_arg = device.address(flag.words)
         self.node_id = flag.register(op, node.name)
@@ -468,7 +470,7 @@ def build(
     flag = error_flag.current()
     if device is None or flag is None:
         return generic
-    return Recurrence(node, device, flag, generic, defaults)
+    return Recurrence(node, xp, device, flag, generic, defaults)
 
 
 def project(x2: Any, w2: Any) -> Any:
