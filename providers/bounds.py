@@ -29,6 +29,7 @@ __all__ = [
     "check_kv_lengths",
     "check_positions",
     "check_query_lengths",
+    "check_sequence_lengths",
     "first_id_where",
     "host_answer",
     "position_ids_where",
@@ -161,6 +162,17 @@ def check_query_lengths(xp: Any, query_seqlens: Any, tokens: Any, new_tokens: in
     b = int(np.argmax(_host(xp, bad)))
     hq, hl = _host(xp, q), _host(xp, limit)
     raise OutOfBounds(query_length_text(b, int(hq[b]), int(hl[b]), new_tokens))
+
+
+def check_sequence_lengths(xp: Any, lens: Any, steps: int) -> None:
+    """``sequence_lens`` of a recurrence (one entry per batch row) within ``0 .. steps``."""
+    if _size(lens) == 0:
+        return
+    bad = (lens < 0) | (lens > steps)
+    if not _any(xp, bad):
+        return
+    host, b = _host(xp, lens), int(np.argmax(_host(xp, bad)))
+    raise OutOfBounds(sequence_length_text(b, int(host[b]), steps))
 
 
 def _size(a: Any) -> int:
