@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {k: [] for k in sides}
         for _ in range(args.rounds):
             for key, sess in sides.items():
-                times[key].append(_time(lambda s=sess: s.run(None, feeds)))
+                times[key].append(_time(lambda s=sess, f=feeds: s.run(None, f)))
         med = {k: statistics.median(v) for k, v in times.items()}
         row = {
             "case": name,
