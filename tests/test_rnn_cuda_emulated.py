@@ -289,3 +289,16 @@ def test_a_conv1d_lstm_voice_activity_model_matches_onnxruntime(batch, device):
     (want,) = ref.run(None, {"audio": audio})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert device.counts == {"rnn_seq": 1}, device.counts
+
+
+def test_the_cuda_library_runs_the_three_ops_on_its_own_capture_safe_kernels():
+    from onnxep.providers_cuda.declines import CUPY_BLAS_OPS
+    from onnxep.providers_cuda.library import cuda_library
+
+    for op in ("LSTM", "GRU", "RNN"):
+        specs = [s for s in cuda_library() if (s.domain, s.op_type) == ("", op)]
+        assert specs and all(s.capture_safe for s in specs), specs
+        assert {s.builder.__module__ for s in specs} == {
+            f"onnxep.providers_cuda.ops.op_{op.lower()}"
+        }
+        assert ("", op) not in CUPY_BLAS_OPS
