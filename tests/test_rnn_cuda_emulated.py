@@ -14,6 +14,9 @@ not take runs the generic kernel with the reason as the step's capture note.
 from __future__ import annotations
 
 import importlib
+import re
+import shutil
+import subprocess
 from collections import Counter
 
 import cuda_emulator as emu
@@ -302,3 +305,26 @@ def test_the_cuda_library_runs_the_three_ops_on_its_own_capture_safe_kernels():
             f"onnxep.providers_cuda.ops.op_{op.lower()}"
         }
         assert ("", op) not in CUPY_BLAS_OPS
+
+
+@pytest.mark.slow  # nvcc takes about 10 s for the six instantiations
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
+def test_cuda_source_compiles_with_nvcc_without_spills(tmp_path):
+    """The emulator compiles the kernel with g++; nvcc checks the CUDA itself for sm_90, every
+    instantiation, with NVRTC's launch bounds (1024 threads: at most 64 registers each)."""
+    refs = "".join(f"  p[{i}] = (void*)&{n};\n" for i, n in enumerate(recurrence_cuda.NAMES))
+    body = recurrence_cuda.BODY.replace("#ifdef __CUDACC_RTC__", "#if 1")  # nvcc is not NVRTC
+    cu = tmp_path / "rnn.cu"
+    cu.write_text(
+        f"{index_cuda.PRIMITIVES}{body}\n__global__ void take_all(void** p) {{\n{refs}}}\n"
+    )
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
+           str(tmp_path / "rnn.cubin"), str(cu)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    built = re.findall(r"Compiling entry function '(\w+)'", res.stderr)
+    assert len(built) == len(recurrence_cuda.NAMES) + 1, res.stderr[-4000:]
+    spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
+    assert spills and not any(int(b) for b in spills), "a kernel spills registers"
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", res.stderr)]
+    assert max(regs) <= 64, regs

@@ -90,7 +90,7 @@ template <> __device__ __forceinline__ __half rnn_out<__half>(float x) { return 
 
 // The ONNX activations, by code (recurrence_cuda.ACT_CODES); sigmoid in its tanh form, which
 // cannot overflow, as the generic kernel's.
-__device__ float rnn_act(int code, float a, float b, float x) {
+__device__ __forceinline__ float rnn_act(int code, float a, float b, float x) {
   switch (code) {
     case 0: return 0.5f * (tanhf(0.5f * x) + 1.0f);
     case 1: return tanhf(x);
