@@ -196,6 +196,20 @@ def test_barriers_hold_in_either_thread_order(cid, device, fiber_order):
         np.testing.assert_allclose(g, w, **cases.tolerance(case.dtype))
 
 
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_the_largest_hidden_size_a_block_takes(op, device):
+    """hidden 1024: a full 1024-thread block and the shared state at its capacity."""
+    case = cases.RnnCase(f"{op}-1024", op, steps=2, batch=2, inputs=3, hidden=1024,
+                         attrs={"direction": "reverse"}, lens=(2, 1), init_h=True)  # fmt: skip
+    model = cases.case_model(case)
+    feeds = cases.case_feeds(case)
+    got = _session(model).run(None, feeds)
+    want = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    assert device.counts == {"rnn_seq": 1}, device.counts
+
+
 @pytest.mark.parametrize("case", cases.BAD_LENS, ids=lambda c: c.id)
 def test_a_bad_sequence_length_is_reported_and_the_session_stays_usable(case, device):
     model = cases.case_model(case)
