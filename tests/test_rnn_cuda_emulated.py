@@ -142,8 +142,10 @@ def _ort_reference(case):
     attrs = {k: v for k, v in case.attrs.items() if k != "layout"}
     twin = type(case)(**{**case.__dict__, "attrs": attrs})
     feeds = cases.case_feeds(case)
-    f0 = {k: v.transpose(1, 0, 2) if k in ("X", "initial_h", "initial_c") else v
-          for k, v in feeds.items()}  # fmt: skip
+    f0 = {
+        k: v.transpose(1, 0, 2) if k in ("X", "initial_h", "initial_c") else v
+        for k, v in feeds.items()
+    }
     m = cases.case_model(twin)
     y, *states = ort.InferenceSession(m.SerializeToString()).run(None, f0)
     return [y.transpose(2, 0, 1, 3), *(s.transpose(1, 0, 2) for s in states)]
@@ -199,8 +201,17 @@ def test_barriers_hold_in_either_thread_order(cid, device, fiber_order):
 @pytest.mark.parametrize("op", ["GRU", "LSTM"])
 def test_the_largest_hidden_size_a_block_takes(op, device):
     """hidden 1024: a full 1024-thread block and the shared state at its capacity."""
-    case = cases.RnnCase(f"{op}-1024", op, steps=2, batch=2, inputs=3, hidden=1024,
-                         attrs={"direction": "reverse"}, lens=(2, 1), init_h=True)  # fmt: skip
+    case = cases.RnnCase(
+        f"{op}-1024",
+        op,
+        steps=2,
+        batch=2,
+        inputs=3,
+        hidden=1024,
+        attrs={"direction": "reverse"},
+        lens=(2, 1),
+        init_h=True,
+    )
     model = cases.case_model(case)
     feeds = cases.case_feeds(case)
     got = _session(model).run(None, feeds)
@@ -240,9 +251,11 @@ def test_a_bad_sequence_length_is_reported_and_the_session_stays_usable(case, de
 
 def _node(op, dtype=np.float32, hidden=8, r_shape=None, **attrs):
     r_shape = r_shape or (1, cases.GATES[op] * hidden, hidden)
-    vi = [ValueInfo("X", "tensor", np.dtype(dtype), (5, 3, 4)),
-          ValueInfo("W", "tensor", np.dtype(dtype), None),
-          ValueInfo("R", "tensor", np.dtype(dtype), r_shape)]  # fmt: skip
+    vi = [
+        ValueInfo("X", "tensor", np.dtype(dtype), (5, 3, 4)),
+        ValueInfo("W", "tensor", np.dtype(dtype), None),
+        ValueInfo("R", "tensor", np.dtype(dtype), r_shape),
+    ]
     return NodeInfo(
         op, name="n", opset=22, attrs={"hidden_size": hidden, **attrs}, inputs=tuple(vi)
     )
@@ -332,8 +345,17 @@ def test_cuda_source_compiles_with_nvcc_without_spills(tmp_path):
     cu.write_text(
         f"{index_cuda.PRIMITIVES}{body}\n__global__ void take_all(void** p) {{\n{refs}}}\n"
     )
-    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
-           str(tmp_path / "rnn.cubin"), str(cu)]  # fmt: skip
+    cmd = [
+        "nvcc",
+        "-std=c++17",
+        "-arch=sm_90",
+        "-cubin",
+        "-Xptxas",
+        "-v",
+        "-o",
+        str(tmp_path / "rnn.cubin"),
+        str(cu),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     built = re.findall(r"Compiling entry function '(\w+)'", res.stderr)

@@ -129,7 +129,7 @@ OWN: list[RnnCase] = [
         _c(f"{op.lower()}-{name}", op, attrs=a)
         for op in GATES
         for name, a in (("forward", {}), ("reverse", REV), ("bidirectional", BI))
-    ),  # fmt: skip
+    ),
     # ragged lengths (an empty row, a full one), every direction, both layouts
     *(
         _c(
@@ -140,7 +140,7 @@ OWN: list[RnnCase] = [
             attrs={**a, "layout": lay},
             init_h=True,
             init_c=True,
-        )  # fmt: skip
+        )
         for op in GATES
         for name, a in (("forward", {}), ("reverse", REV), ("bidirectional", BI))
         for lay in (0, 1)
@@ -149,7 +149,7 @@ OWN: list[RnnCase] = [
     *(
         _c(f"{op.lower()}-layout1-init", op, attrs={**BI, **L1}, init_h=True, init_c=True)
         for op in GATES
-    ),  # fmt: skip
+    ),
     # LSTM specifics
     _c("lstm-peepholes", "LSTM", attrs=BI, peep=True, init_h=True, init_c=True),
     _c("lstm-input-forget-clip", "LSTM", attrs={"input_forget": 1, "clip": 0.7}, peep=True),
@@ -179,13 +179,13 @@ OWN: list[RnnCase] = [
             "activation_alpha": [0.2, 0.5],
             "activation_beta": [0.1],
         },
-    ),  # fmt: skip
+    ),
     # alpha given: onnxruntime's default for ThresholdedRelu here is not ONNX's 1.0
     _c(
         "rnn-softplus-thresholded",
         "RNN",
         attrs={**BI, "activations": ["Softplus", "ThresholdedRelu"], "activation_alpha": [0.5]},
-    ),  # fmt: skip
+    ),
     # hidden sizes that leave threads of the last warp idle, a single step, batch 1
     _c("lstm-hidden-45", "LSTM", hidden=45, attrs=BI, lens=(5, 1, 4)),
     _c("gru-hidden-37", "GRU", hidden=37, steps=3, init_h=True),
@@ -203,7 +203,7 @@ OWN: list[RnnCase] = [
             peep=True,
         )
         for op in GATES
-    ),  # fmt: skip
+    ),
     _c("lstm-f16-layout1", "LSTM", dtype=np.float16, attrs=L1, init_h=True, init_c=True),
 ]
 
@@ -252,11 +252,17 @@ def voice_activity_model(
         )
 
     inits = [
-        init("c1_w", 32, 1, 9), init("c1_b", 32), init("c2_w", 32, 32, 5), init("c2_b", 32),
-        init("lstm_w", 1, 4 * hidden, 32), init("lstm_r", 1, 4 * hidden, hidden),
-        init("lstm_b", 1, 8 * hidden), init("head_w", 1, hidden), init("head_b", 1),
+        init("c1_w", 32, 1, 9),
+        init("c1_b", 32),
+        init("c2_w", 32, 32, 5),
+        init("c2_b", 32),
+        init("lstm_w", 1, 4 * hidden, 32),
+        init("lstm_r", 1, 4 * hidden, hidden),
+        init("lstm_b", 1, 8 * hidden),
+        init("head_w", 1, hidden),
+        init("head_b", 1),
         helper.make_tensor("axis0", TensorProto.INT64, [1], [0]),
-    ]  # fmt: skip
+    ]
     nodes = [
         helper.make_node("Conv", ["audio", "c1_w", "c1_b"], ["c1"], kernel_shape=[9], strides=[4]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -268,7 +274,7 @@ def voice_activity_model(
             ["frames", "lstm_w", "lstm_r", "lstm_b"],
             ["y", "y_h", "y_c"],
             hidden_size=hidden,
-        ),  # fmt: skip
+        ),
         helper.make_node("Squeeze", ["y_h", "axis0"], ["h"]),
         helper.make_node("Gemm", ["h", "head_w", "head_b"], ["logit"], transB=1),
         helper.make_node("Sigmoid", ["logit"], ["prob"]),
