@@ -29,12 +29,14 @@ __all__ = [
     "check_kv_lengths",
     "check_positions",
     "check_query_lengths",
+    "check_sequence_lengths",
     "first_id_where",
     "host_answer",
     "position_ids_where",
     "kv_length_text",
     "position_text",
     "query_length_text",
+    "sequence_length_text",
     "token_where",
 ]
 
@@ -87,6 +89,14 @@ def query_length_text(batch: int, value: int, limit: int, new_tokens: int) -> st
     return (
         f"query_seqlens[{batch}] = {value} is outside 0..{limit}: a batch row's new tokens "
         f"number at most the step's {new_tokens} and its seqlens_k + 1"
+    )
+
+
+def sequence_length_text(batch: int, value: int, steps: int) -> str:
+    """``sequence_lens[batch]`` outside ``0 .. steps``: a batch row runs at most X's steps."""
+    return (
+        f"sequence_lens values must be in [0, {steps}] (the sequence length of X), got "
+        f"sequence_lens[{batch}] = {value}; give each batch row's number of valid steps"
     )
 
 
@@ -152,6 +162,17 @@ def check_query_lengths(xp: Any, query_seqlens: Any, tokens: Any, new_tokens: in
     b = int(np.argmax(_host(xp, bad)))
     hq, hl = _host(xp, q), _host(xp, limit)
     raise OutOfBounds(query_length_text(b, int(hq[b]), int(hl[b]), new_tokens))
+
+
+def check_sequence_lengths(xp: Any, lens: Any, steps: int) -> None:
+    """``sequence_lens`` of a recurrence (one entry per batch row) within ``0 .. steps``."""
+    if _size(lens) == 0:
+        return
+    bad = (lens < 0) | (lens > steps)
+    if not _any(xp, bad):
+        return
+    host, b = _host(xp, lens), int(np.argmax(_host(xp, bad)))
+    raise OutOfBounds(sequence_length_text(b, int(host[b]), steps))
 
 
 def _size(a: Any) -> int:

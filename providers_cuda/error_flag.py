@@ -26,10 +26,13 @@ and by :data:`RECORD_SOURCE`'s ``onnxep_fault`` (the attention kernels):
 1     node id: the entry of this flag's node table (:meth:`ErrorFlag.register`)
 2     kind 0: the axis the bad index addresses (of the node's data input);
       kind 1: where the position came from (:data:`FROM_TOKEN` ...)
-3     kind: :data:`INDEX`, :data:`POSITION`, :data:`KV_LENGTH`, :data:`QUERY_LENGTH`
-4-5   the value as the model gave it (index, position, seqlens_k, query_seqlens)
+3     kind: :data:`INDEX`, :data:`POSITION`, :data:`KV_LENGTH`, :data:`QUERY_LENGTH`,
+      :data:`SEQUENCE_LENGTH`
+4-5   the value as the model gave it (index, position, seqlens_k, query_seqlens,
+      sequence_lens)
 6-7   where it sits: its flat (row-major) position in the input, or the batch row
-8-9   the limit: the axis length, the cos/sin cache's rows, the tokens allowed
+8-9   the limit: the axis length, the cos/sin cache's rows, the tokens allowed,
+      the sequence length of X
 10-11 the number of entries of the input it sits in
 12-13 kind 1: the step's new tokens per row; kind 2: the KV cache's capacity;
       kind 3: the step's new tokens
@@ -64,6 +67,7 @@ __all__ = [
     "QUERY_LENGTH",
     "RECORD_SOURCE",
     "RECORD_WORDS",
+    "SEQUENCE_LENGTH",
     "ErrorFlag",
     "Fault",
     "building",
@@ -81,8 +85,9 @@ _VALUE, _POSITION, _DIM, _COUNT, _EXTRA = 2, 3, 4, 5, 6
 _D2H = 2
 
 #: Fault kinds: an index out of range (index kernels), a rotary position outside the cos/sin
-#: cache, a seqlens_k past the KV cache, a query_seqlens past the step's tokens.
-INDEX, POSITION, KV_LENGTH, QUERY_LENGTH = 0, 1, 2, 3
+#: cache, a seqlens_k past the KV cache, a query_seqlens past the step's tokens, a
+#: sequence_lens value outside [0, seq_length] (the recurrence kernels).
+INDEX, POSITION, KV_LENGTH, QUERY_LENGTH, SEQUENCE_LENGTH = 0, 1, 2, 3, 4
 #: Where a position came from (word 2 of a POSITION fault): a batch row's token, counted from
 #: seqlens_k (position = b * S + s); position_ids itself (flat position); position_ids[0] + s.
 FROM_TOKEN, FROM_IDS, FROM_FIRST_ID = 0, 1, 2
@@ -185,12 +190,14 @@ def fault_message(fault: Fault, label: str, shape: tuple[int, ...] | None = None
 
 
 def bounds_message(fault: Fault, label: str, shape: tuple[int, ...] | None = None) -> str:
-    """The CPU kernels' sentence (``onnxep.providers.bounds``) for a fault of kind 1-3."""
+    """The CPU kernels' sentence (``onnxep.providers.bounds``) for a fault of kind 1-4."""
     f = fault
     if f.kind == POSITION:
         text = bounds.position_text(f.value, f.dim, _position_where(f, shape))
     elif f.kind == KV_LENGTH:
         text = bounds.kv_length_text(f.position, f.value, f.dim, f.extra)
+    elif f.kind == SEQUENCE_LENGTH:
+        text = bounds.sequence_length_text(f.position, f.value, f.dim)
     else:
         text = bounds.query_length_text(f.position, f.value, f.dim, f.extra)
     return f"{label}: {text}"

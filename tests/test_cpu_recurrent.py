@@ -22,7 +22,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxep
-from onnxep.errors import InvalidArgument, RunError
+from onnxep.errors import BoundsError, InvalidArgument, RunError
 from onnxep.testing import compare_output
 
 ort = pytest.importorskip("onnxruntime")
@@ -246,12 +246,13 @@ def test_float64(op):
     _assert_close([g.astype(np.float32) for g in got], want, ["Y", "Y_h", "Y_c"])
 
 
-def test_sequence_lens_past_the_sequence_is_an_invalid_argument():
+def test_sequence_lens_past_the_sequence_is_a_bounds_error():
+    """The sentence and class the CUDA kernel's device-side check reports (BoundsError)."""
     feeds, H = _case("LSTM", "forward", lens=[6, 2, 4])
     sess = _ours(_node_model("LSTM", feeds, dict(hidden_size=H), 0))
-    with pytest.raises(RunError, match=r"sequence_lens values must be in \[0, 5\]") as err:
+    want = r"sequence_lens values must be in \[0, 5\] \(.*\), got sequence_lens\[0\] = 6"
+    with pytest.raises(BoundsError, match=want):
         sess.run(None, feeds)
-    assert isinstance(err.value.__cause__, InvalidArgument)
     with pytest.raises(Exception, match="sequence_lens"):  # onnxruntime refuses it too
         _ort_run(_node_model("LSTM", feeds, dict(hidden_size=H), 0), feeds)
     feeds["lens"] = np.array([5, 2, 4], np.int32)

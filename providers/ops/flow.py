@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import NotSupported
+from onnxep.providers import bounds
 from onnxep.providers.node import NodeInfo, ValueInfo
 
 #: Input/output indices a control-flow kernel keeps in host memory: all of them,
@@ -255,6 +256,7 @@ def recurrent(
                 )
         mask = rev_idx = None
         if lens is not None:
+            bounds.check_sequence_lengths(xp, lens, T)
             t = xp.arange(T)[:, None]
             lens_ = lens.astype(xp.int64)
             valid = t < lens_[None, :]  # [T, batch]

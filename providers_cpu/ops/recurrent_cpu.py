@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from onnxep.errors import InvalidArgument, NotSupported
+from onnxep.providers import bounds
 from onnxep.providers.ops.flow import activation_fn, activation_specs
 
 #: act(x, out): out = f(x), elementwise; ``out`` may be ``x``.
@@ -199,11 +200,7 @@ def run_recurrent(
     if lens is not None:
         _check(op, "sequence_lens", lens, (batch,))
         lens = lens.astype(np.int64)
-        if batch and (lens.min() < 0 or lens.max() > T):
-            raise InvalidArgument(
-                f"{op}: sequence_lens values must be in [0, {T}] (the sequence length of X), "
-                f"got {lens.tolist()}"
-            )
+        bounds.check_sequence_lengths(np, lens, T)  # the CUDA kernel's sentence too
         if not batch or lens.min() == T:
             lens = None
         else:
