@@ -214,3 +214,28 @@ def test_one_planned_step_serves_every_length(cuda_gqa, emulator):
         assert got[1] is args[i_k] and got[2] is args[i_v]  # written in place, as replays do
         gpu.assert_matches_cpu(got, want, np.float16, f"lengths {lens}")
     assert len(run.routes) == 1  # planned once
+
+
+@pytest.mark.parametrize(("nh", "hd"), [(14, 64), (8, 256)])
+def test_many_splits_merge_in_groups(nh, hd, cuda_gqa, emulator, monkeypatch):
+    """A long row over many splits (64 here, as an H200 gives 132): the merge sums the
+    splits in groups of threads with four accumulators each (head size 64: two groups of 64
+    channels; 256: one group, each thread two channels), against the CPU."""
+    from test_cuda_attention import rope_cache
+
+    from onnxep.providers_cuda.ops import attention_cuda
+    from onnxep.providers_cuda.ops import op_group_query_attention as gqa
+
+    for mod in (gqa, attention_cuda):
+        monkeypatch.setattr(mod, "sm_count", lambda: 64)
+    b, nkv, cap = 1, 2, 4096
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1}
+    f, names = gpu.gqa_feeds(np.random.default_rng(9), b, 1, nh, nkv, hd, [cap - 30], cap,
+                              attrs, ("fp16",), np.float16)  # fmt: skip
+    f["total_sequence_length"] = np.array(cap, np.int32)
+    f["cos_cache"], f["sin_cache"] = rope_cache(cap, hd, np.float16)
+    node = gpu.gqa_node(f, names, attrs)
+    assert geo.tc_splits(geo.plan_decode_tc(b, nh, nkv, hd, cap, 64), cap - 29)[1] >= 60
+    want = cpu_gqa(node, np)(*[f[n].copy() if n else None for n in names])
+    got = cuda_gqa(node, emulated_xp())(*[f[n].copy() if n else None for n in names])
+    gpu.assert_matches_cpu(got, want, np.float16, f"{nh} heads of {hd}")

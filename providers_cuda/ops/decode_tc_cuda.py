@@ -636,8 +636,12 @@ __global__ void __launch_bounds__(128) att_decode_tc(
 }
 
 // The nsb splits of one output row (partials at bh of nout rows) merged into out[0, D):
-// weights exp(m_k - max) in shared memory (ws, nsplit floats; red, 32), then each channel's
-// weighted sum in split order (bit-stable).
+// weights exp(m_k - max) in shared memory (ws, nsplit floats; red, 32 + 128), then each
+// channel's weighted sum. The sum over splits is the merge's latency at long contexts (a
+// split's partial is one dependent load each, 130 of them at 32k keys), so the block's
+// threads split it: ng groups of D threads take every ng-th split, each with four
+// independent accumulators, and the groups' sums meet in shared memory, always in the same
+// order (bit-stable).
 template <typename T>
 __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, long long nout,
                                              int nsplit, int nsb, int D, bool has_sink,
@@ -667,10 +671,37 @@ __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, lo
   float lt = 0.f;
   for (int w = 0; w < nw; ++w) lt += red[w];
   if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float a = 0.f;
-    for (int k = 0; k < nsb; ++k) a = fmaf(ws[k], pa[(long long)k * D + d], a);
-    out[d] = from_f<T>(mf != ONNXEP_NEG_INF && lt > 0.f ? a / lt : 0.f);
+  const bool live = mf != ONNXEP_NEG_INF && lt > 0.f;
+  const int nt = blockDim.x;
+  const int ng = D < nt ? imin(nt / D, 128 / D) : 1;  // split groups (gs holds ng * D <= 128)
+  float* gs = red + 32;
+  const int g = ng > 1 ? threadIdx.x / D : 0;
+  if (g < ng) {
+    for (int d = ng > 1 ? threadIdx.x - g * D : threadIdx.x; d < D; d += ng > 1 ? D : nt) {
+      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+      int k = g;
+      for (; k + 3 * ng < nsb; k += 4 * ng) {
+        a0 = fmaf(ws[k], pa[(long long)k * D + d], a0);
+        a1 = fmaf(ws[k + ng], pa[(long long)(k + ng) * D + d], a1);
+        a2 = fmaf(ws[k + 2 * ng], pa[(long long)(k + 2 * ng) * D + d], a2);
+        a3 = fmaf(ws[k + 3 * ng], pa[(long long)(k + 3 * ng) * D + d], a3);
+      }
+      for (; k < nsb; k += ng) a0 = fmaf(ws[k], pa[(long long)k * D + d], a0);
+      const float a = (a0 + a1) + (a2 + a3);
+      if (ng > 1) {
+        gs[g * D + d] = a;
+      } else {
+        out[d] = from_f<T>(live ? a / lt : 0.f);
+      }
+    }
+  }
+  if (ng > 1) {
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += nt) {
+      float a = 0.f;
+      for (int j = 0; j < ng; ++j) a += gs[j * D + d];
+      out[d] = from_f<T>(live ? a / lt : 0.f);
+    }
   }
 }
 
@@ -679,7 +710,7 @@ template <typename T>
 __global__ void __launch_bounds__(128) gqa_decode_merge(
     const int* __restrict__ seqlens_k, const T* __restrict__ sink,
     const float* __restrict__ part, T* __restrict__ y, const GqaDecode* __restrict__ prm) {
-  extern __shared__ float smem[];  // nsplit weights, then 32 floats of reduction scratch
+  extern __shared__ float smem[];  // nsplit weights, then 32 + 128 floats of reduction scratch
   const int nh = prm->nh, D = prm->D, nsplit = prm->nsplit;
   const long long bh = blockIdx.x;
   const int b = (int)(bh / nh), h = (int)(bh - (long long)b * nh);
