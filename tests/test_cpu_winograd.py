@@ -28,7 +28,11 @@ ort = pytest.importorskip("onnxruntime")
 
 pytestmark = pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no Winograd path")
 
-_TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}
+_TYPES = {
+    np.float32: TensorProto.FLOAT,
+    np.float64: TensorProto.DOUBLE,
+    np.float16: TensorProto.FLOAT16,
+}
 # float32: ort's own Conv differs from im2col by about 1e-6 of the output's scale.
 _TOL = {np.float32: 1e-5, np.float64: 1e-12, np.float16: 4e-3}
 
