@@ -53,8 +53,8 @@ def jit_status() -> str:
     if _why_not is not None:
         return f"compiled loops: {_why_not}"
     return (
-        f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, pooling windows, "
-        "MatMulNBits on packed weights; compiled on first use)"
+        f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
+        "tiles, pooling windows, MatMulNBits on packed weights; compiled on first use)"
     )
 
 
