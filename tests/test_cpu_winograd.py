@@ -160,7 +160,7 @@ def test_other_forms_keep_im2col(case, monkeypatch):
 
 
 def test_a_torch_yolo_block_matches_onnxruntime(monkeypatch):
-    """A torch export of a C2f-style bottleneck (Conv+BN+SiLU, 3x3 then 3x3, + x), 2 threads."""
+    """A torch export of a C2f-style bottleneck (Conv+BN+SiLU, 3x3 then 3x3, + x)."""
     torch = pytest.importorskip("torch")
     nn = torch.nn
 
@@ -184,9 +184,25 @@ def test_a_torch_yolo_block_matches_onnxruntime(monkeypatch):
     model = buf.getvalue()
     feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
     calls = _spy(monkeypatch)
-    got = _ours(model, feeds, threads=2)
+    got = _ours(model, feeds)
     assert len(calls) == 4  # the stem is strided and has 3 input channels
     want = _theirs(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_on_two_threads_only_products_worth_splitting_take_it(monkeypatch):
+    """With two BLAS threads each of the 16 products pays a hand-off: small ones keep im2col."""
+    calls = _spy(monkeypatch)
+    small, feeds = _conv_model(16, 16, (20, 20), pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    got = _ours(small, feeds, threads=2)
+    assert not calls
+    np.testing.assert_allclose(got, _theirs(small, feeds), rtol=0, atol=1e-4)
+    # 64 x 64 channels over 20 x 20 tiles: 1.6M multiply-adds a product.
+    big, feeds = _conv_model(64, 64, (40, 40), pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    assert 64 * 64 * 400 >= wino.SPLIT_MACS
+    got = _ours(big, feeds, threads=2)
+    assert calls
+    want = _theirs(big, feeds)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
 
 

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from .. import jit
+from ..threads import run_threads
 from .nn_cpu import Scratch, parallel_rows
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -28,13 +29,18 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # (the stem's 3 input channels): measured in docs/cpu_kernels.md.
 MIN_IN = 8
 MIN_OUT = 8
+# With more than one BLAS thread each of the 16 products is split and pays BLAS's
+# thread hand-off (the im2col path pays it once): below this many multiply-adds a
+# product, im2col stays (2-D convs of a YOLO-style network have about 1.6M each).
+SPLIT_MACS = 1 << 20
 # ``ONNXEP_CPU_WINOGRAD=0`` keeps every Conv on im2col + GEMM (for A/B measurements and
 # for bit-equality with results made before this path existed).
 _ON = os.environ.get("ONNXEP_CPU_WINOGRAD", "1").strip() != "0"
 
 
-def applies(k, strides, dil, group, c, m, dtype) -> bool:
-    """Whether the Winograd path runs this convolution (shape and dtype only)."""
+def applies(k, strides, dil, group, c, m, dtype, n, out) -> bool:
+    """Whether the Winograd path runs this convolution (shape, dtype and thread limit only)."""
+    tiles = n * ((out[0] + 1) // 2) * ((out[-1] + 1) // 2)
     return (
         len(k) == 2
         and tuple(k) == (3, 3)
@@ -45,6 +51,7 @@ def applies(k, strides, dil, group, c, m, dtype) -> bool:
         and m >= MIN_OUT
         and np.dtype(dtype) in _DTYPES
         and _ON
+        and (run_threads() == 1 or m * c * tiles >= SPLIT_MACS)
         and jit.ENABLED
     )
 
