@@ -6,7 +6,8 @@ the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
 convolutions, which im2col layout (``im2col_wide`` or ``im2col_standard``) runs is timed
 once per input shape, among the variants that give the same bits (so a
 result never depends on timing). 1x1 stride-1 unpadded convolutions skip
-im2col; depthwise ones run as multiply-adds (``depthwise``).
+im2col; depthwise ones run as multiply-adds (``depthwise``); 3x3 stride-1 ones with
+enough channels as Winograd F(2x2, 3x3) tiles (``winograd``, with numba).
 """
 
 from __future__ import annotations
@@ -72,10 +73,9 @@ def build_conv(node, post=None):
         key = ("wino", cdt)
         got = packed.get(key) if wconst is not None else None
         if got is None:
-            bias = bconst if bconst is not None else None
             bvec = (
-                np.asarray(bias).astype(cdt).reshape(-1)
-                if bias is not None
+                np.asarray(bconst).astype(cdt).reshape(-1)
+                if bconst is not None
                 else np.zeros(w.shape[0], cdt)
             )
             got = (wino.filter_transform(w, cdt), bvec)
