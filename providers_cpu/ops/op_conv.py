@@ -122,7 +122,7 @@ def build_conv(node, post=None):
             return finish(np.zeros((n, m, *out), cdt), dt, z)
         if pointwise:
             cols = xc.reshape(n, group, c // group, lsz)
-        elif wino.applies(k, strides, dil, group, c, m, cdt, n, out):
+        elif wino.applies(k, strides, dil, group, c, m, cdt):
             u, bvec = winograd_weights(w, cdt)
             if b is not None and bconst is None:
                 bvec = np.asarray(b).astype(cdt).reshape(-1)

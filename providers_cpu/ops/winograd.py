@@ -29,18 +29,16 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # (the stem's 3 input channels): measured in docs/cpu_kernels.md.
 MIN_IN = 8
 MIN_OUT = 8
-# With more than one BLAS thread each of the 16 products is split and pays BLAS's
-# thread hand-off (the im2col path pays it once): below this many multiply-adds a
-# product, im2col stays (2-D convs of a YOLO-style network have about 1.6M each).
-SPLIT_MACS = 1 << 20
+# Only on one BLAS thread: with more, each of the 16 products is split and pays BLAS's
+# thread hand-off (the im2col path pays it once); on two threads of a calm machine
+# YOLOv8n ran 41.3 ms with it against 39.3 without (docs/cpu_kernels.md).
 # ``ONNXEP_CPU_WINOGRAD=0`` keeps every Conv on im2col + GEMM (for A/B measurements and
 # for bit-equality with results made before this path existed).
 _ON = os.environ.get("ONNXEP_CPU_WINOGRAD", "1").strip() != "0"
 
 
-def applies(k, strides, dil, group, c, m, dtype, n, out) -> bool:
-    """Whether the Winograd path runs this convolution (shape, dtype and thread limit only)."""
-    tiles = n * ((out[0] + 1) // 2) * ((out[-1] + 1) // 2)
+def applies(k, strides, dil, group, c, m, dtype) -> bool:
+    """Whether the Winograd path runs this convolution (shape, dtype and thread count only)."""
     return (
         len(k) == 2
         and tuple(k) == (3, 3)
@@ -51,7 +49,7 @@ def applies(k, strides, dil, group, c, m, dtype, n, out) -> bool:
         and m >= MIN_OUT
         and np.dtype(dtype) in _DTYPES
         and _ON
-        and (run_threads() == 1 or m * c * tiles >= SPLIT_MACS)
+        and run_threads() == 1
         and jit.ENABLED
     )
 
