@@ -1,6 +1,7 @@
 """onnxep's CPU provider against onnxruntime's CPU provider on the real-model corpus.
 
-    python bench/cpu_real_models.py [--runs 30] [--seconds 3] [--only NAME ...] [--tag TAG]
+    python bench/cpu_real_models.py [--runs 30] [--seconds 3] [--only NAME ...] [--threads N]
+                                    [--tag TAG]
     python bench/cpu_real_models.py --merge A.json B.json ... --tag TAG
 
 
@@ -42,11 +43,12 @@ from bench.run_all import cpu_model  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 
 
-def _ort_session(path: Path):
+def ort_session(path: Path, threads: int = 0):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 4
+    so.intra_op_num_threads = threads
     # Spinning intra-op threads keep cores busy after a run returns, which on a small
     # machine slows whichever side runs next; interleaved timing needs them idle.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -59,7 +61,7 @@ def _time(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(model, runs: int, seconds: float) -> dict:
+def measure(model, runs: int, seconds: float, threads: int = 0) -> dict:
     """One model's samples (seconds) per side, or why it was skipped."""
     import onnx
     from real_models import feeds, fetch
@@ -71,12 +73,13 @@ def measure(model, runs: int, seconds: float) -> dict:
     inputs = feeds(model, proto)
     row: dict = {"nodes": len(proto.graph.node)}
     try:
-        ours = onnxep.InferenceSession(str(path), providers=["cpu"])
+        so = onnxep.SessionOptions(intra_op_num_threads=threads)
+        ours = onnxep.InferenceSession(str(path), so, providers=["cpu"])
         ours.run(None, inputs)
     except Exception as exc:
         return row | {"skipped": f"onnxep: {type(exc).__name__}: {str(exc)[:200]}"}
     try:
-        theirs = _ort_session(path)
+        theirs = ort_session(path, threads)
         theirs.run(None, inputs)
     except Exception as exc:
         return row | {"skipped": f"onnxruntime: {type(exc).__name__}: {str(exc)[:200]}"}
@@ -122,7 +125,8 @@ def to_markdown(doc: dict) -> str:
     lines = [
         f"commit {doc['commit']}, {doc['date']}; {doc['machine']['cpu']}, "
         f"{doc['machine']['cores']} cores; numpy {doc['machine']['numpy']}, "
-        f"onnxruntime {doc['machine']['onnxruntime']}",
+        f"onnxruntime {doc['machine']['onnxruntime']}; intra_op_num_threads "
+        f"{doc.get('threads') or 'each side default'}",
         "",
         "| model | nodes | onnxep ms | onnxruntime ms | onnxep / onnxruntime |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -166,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seconds", type=float, default=3.0, help="time budget per model")
     ap.add_argument("--only", nargs="*", default=None, help="model names from the corpus")
     ap.add_argument("--tag", default="", help="suffix of the results files")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="intra_op_num_threads of both sides (0: defaults)"
+    )
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     ap.add_argument("--out", type=Path, default=None, help="results folder (bench/results)")
     ap.add_argument("--merge", nargs="*", type=Path, default=None, help="result files to join")
@@ -177,16 +184,18 @@ def main(argv: list[str] | None = None) -> dict:
         }
         first = parts[0]
         runs, seconds, commit = first["runs"], first["seconds"], first["commit"]
+        threads = first.get("threads", 0)
         machine = first["machine"]
     else:
         results = {}
         for model in CORPUS:
             if a.only and model.name not in a.only:
                 continue
-            results[model.name] = r = measure(model, a.runs, a.seconds)
+            results[model.name] = r = measure(model, a.runs, a.seconds, a.threads)
             shown = f"{r['ratio']:.2f}x" if "ratio" in r else r["skipped"]
             print(f"{model.name:26s} {shown}", flush=True)
         runs, seconds, commit, machine = a.runs, a.seconds, git_commit() or "unknown", _machine()
+        threads = a.threads
     doc = {
         "kind": "cpu_real_models",
         "date": dt.date.today().isoformat(),
@@ -194,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": machine,
         "runs": runs,
         "seconds": seconds,
+        "threads": threads,
         "results": results,
         "summary": summary(results),
     }

@@ -53,8 +53,8 @@ def jit_status() -> str:
     if _why_not is not None:
         return f"compiled loops: {_why_not}"
     return (
-        f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, pooling windows, "
-        "MatMulNBits on packed weights; compiled on first use)"
+        f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
+        "tiles, pooling windows, MatMulNBits on packed weights; compiled on first use)"
     )
 
 
@@ -252,10 +252,89 @@ def _window_axis(x, k, s, d, total, out):
                             out[a, o, b] = v
 
 
+def _winograd_in(xp, th, tw, r0, r1, v):
+    """Winograd F(2x2, 3x3) input tiles: ``v[k, r, i * tw + j] = (B^T d B)[k // 4, k % 4]``.
+
+    ``xp`` (rows, 2 * th + 2, >= 2 * tw + 2) holds the zero-padded planes (image,
+    channel), ``d`` the 4x4 tile at (2i, 2j); rows r0..r1. Each tile row is
+    transformed along y on whole contiguous rows first (r0 = d0 - d2, r1 = d1 + d2,
+    r2 = d2 - d1, r3 = d1 - d3), then along x at stride 2, the same formula.
+    """
+    wp = xp.shape[2]
+    t = np.empty((4, wp), xp.dtype)
+    for r in range(r0, r1):
+        for i in range(th):
+            d0 = xp[r, 2 * i]
+            d1 = xp[r, 2 * i + 1]
+            d2 = xp[r, 2 * i + 2]
+            d3 = xp[r, 2 * i + 3]
+            for x in range(wp):
+                t[0, x] = d0[x] - d2[x]
+                t[1, x] = d1[x] + d2[x]
+                t[2, x] = d2[x] - d1[x]
+                t[3, x] = d1[x] - d3[x]
+            base = i * tw
+            for a in range(4):
+                ta = t[a]
+                o0 = v[4 * a, r]
+                o1 = v[4 * a + 1, r]
+                o2 = v[4 * a + 2, r]
+                o3 = v[4 * a + 3, r]
+                for j in range(tw):
+                    x = 2 * j
+                    o0[base + j] = ta[x] - ta[x + 2]
+                    o1[base + j] = ta[x + 1] + ta[x + 2]
+                    o2[base + j] = ta[x + 2] - ta[x + 1]
+                    o3[base + j] = ta[x + 1] - ta[x + 3]
+
+
+def _winograd_out(m, bias, tw, r0, r1, y):
+    """Winograd F(2x2, 3x3) outputs from the 16 products ``m`` (16, rows, th * tw): ``y``.
+
+    ``y`` (rows, oh, ow) gets A^T m A plus ``bias[r % len(bias)]`` for rows r0..r1
+    (row = image * channels + channel); A^T = [[1, 1, 1, 0], [0, 1, -1, -1]], along
+    y first. A tile's second row or column past an odd output edge is not written.
+    """
+    oh, ow = y.shape[1], y.shape[2]
+    nb = bias.shape[0]
+    th = (oh + 1) // 2
+    full = ow // 2
+    for r in range(r0, r1):
+        b = bias[r % nb]
+        for i in range(th):
+            ya = y[r, 2 * i]
+            two = 2 * i + 1 < oh
+            yb = y[r, 2 * i + 1] if two else ya
+            base = i * tw
+            for j in range(tw):
+                q = base + j
+                s00 = m[0, r, q] + m[4, r, q] + m[8, r, q]
+                s01 = m[1, r, q] + m[5, r, q] + m[9, r, q]
+                s02 = m[2, r, q] + m[6, r, q] + m[10, r, q]
+                s03 = m[3, r, q] + m[7, r, q] + m[11, r, q]
+                s10 = m[4, r, q] - m[8, r, q] - m[12, r, q]
+                s11 = m[5, r, q] - m[9, r, q] - m[13, r, q]
+                s12 = m[6, r, q] - m[10, r, q] - m[14, r, q]
+                s13 = m[7, r, q] - m[11, r, q] - m[15, r, q]
+                x = 2 * j
+                if j < full:
+                    ya[x] = s00 + s01 + s02 + b
+                    ya[x + 1] = s01 - s02 - s03 + b
+                    if two:
+                        yb[x] = s10 + s11 + s12 + b
+                        yb[x + 1] = s11 - s12 - s13 + b
+                else:  # the last tile of an odd width: its first column only
+                    ya[x] = s00 + s01 + s02 + b
+                    if two:
+                        yb[x] = s10 + s11 + s12 + b
+
+
 _SOURCES.update(
     window_axis=_window_axis,
     int8_round=_int8_round,
     quantize_a=_quantize_a,
     nbits_int=_nbits_int,
     nbits_float=_nbits_float,
+    winograd_in=_winograd_in,
+    winograd_out=_winograd_out,
 )

@@ -30,6 +30,20 @@ def test_real_model_benchmark_on_a_corpus_model(tmp_path, monkeypatch):
     assert (tmp_path / f"{doc['date']}-cpu-real-models.json").exists()
 
 
+def test_a_thread_count_applies_to_both_sides_and_is_recorded(tmp_path, monkeypatch):
+    from bench import cpu_real_models
+
+    monkeypatch.setattr(cpu_real_models, "RESULTS", tmp_path)
+    seen = []
+    real = cpu_real_models.ort_session
+    monkeypatch.setattr(cpu_real_models, "ort_session", lambda p, t: seen.append(t) or real(p, t))
+    argv = ["--only", "ort-sigmoid", "--runs", "5", "--seconds", "0.1", "--threads", "1"]
+    doc = cpu_real_models.main([*argv, "--tag", "t1"])
+    assert seen == [1] and doc["threads"] == 1
+    md = (tmp_path / f"{doc['date']}-cpu-real-models-t1.md").read_text()
+    assert "intra_op_num_threads 1" in md
+
+
 def test_a_model_one_side_refuses_is_listed_not_timed(tmp_path, monkeypatch):
     from bench import cpu_real_models
 

@@ -6,7 +6,8 @@ the im2col buffer). Which GEMM split (``TunedMatmul``) and, for stride-1 2-D
 convolutions, which im2col layout (``im2col_wide`` or ``im2col_standard``) runs is timed
 once per input shape, among the variants that give the same bits (so a
 result never depends on timing). 1x1 stride-1 unpadded convolutions skip
-im2col; depthwise ones run as multiply-adds (``depthwise``).
+im2col; depthwise ones run as multiply-adds (``depthwise``); 3x3 stride-1 ones with
+enough channels as Winograd F(2x2, 3x3) tiles (``winograd``, with numba).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
 from ..threads import run_threads
+from . import winograd as wino
 from .depthwise import depthwise
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
@@ -66,6 +68,21 @@ def build_conv(node, post=None):
             return got
         return w.astype(cdt, copy=False).reshape(group, w.shape[0] // group, -1), None, None
 
+    def winograd_weights(w, cdt):
+        """(U, bias) of the Winograd path: transformed once for constant weights."""
+        key = ("wino", cdt)
+        got = packed.get(key) if wconst is not None else None
+        if got is None:
+            bvec = (
+                np.asarray(bconst).astype(cdt).reshape(-1)
+                if bconst is not None
+                else np.zeros(w.shape[0], cdt)
+            )
+            got = (wino.filter_transform(w, cdt), bvec)
+            if wconst is not None:
+                packed[key] = got
+        return got
+
     def geometry(shape, k):
         key = (shape, tuple(k))
         g = geo_cache.get(key)
@@ -105,6 +122,11 @@ def build_conv(node, post=None):
             return finish(np.zeros((n, m, *out), cdt), dt, z)
         if pointwise:
             cols = xc.reshape(n, group, c // group, lsz)
+        elif wino.applies(k, strides, dil, group, c, m, cdt):
+            u, bvec = winograd_weights(w, cdt)
+            if b is not None and bconst is None:
+                bvec = np.asarray(b).astype(cdt).reshape(-1)
+            return finish(wino.winograd(scratch, xc, u, bvec, pb, pe, out), dt, z)
         else:
             ck = c * int(np.prod(k))
             big = ck * lsz * xc.itemsize > _TILE_OVER
