@@ -29,11 +29,17 @@ def conv(node, xp):
     return build_conv(node)
 
 
-def build_conv(node, post=None):
-    """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place."""
+def build_conv(node, post=None, weight=None, with_bias=True):
+    """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place.
+
+    ``weight`` stands for input 1's constant (ConvInteger's weights minus their zero
+    point, in float); without ``with_bias`` input 2 is not a bias (ConvInteger's x zero
+    point) and the runner takes ``(x, w)`` only.
+    """
     group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node)
-    wconst = node.const_input(1)
-    bconst = node.const_input(2) if node.has_input(2) else None
+    wconst = node.const_input(1) if weight is None else weight
+    has_bias = with_bias and node.has_input(2)
+    bconst = node.const_input(2) if has_bias else None
     geo_cache: dict = {}
     packed: dict = {}
     scratch = Scratch()
@@ -43,7 +49,7 @@ def build_conv(node, post=None):
     # With a constant bias, the bias rides in the GEMM as one extra weight
     # column against a row of ones in the im2col buffer: no separate pass over
     # the output to add it.
-    fold_bias = group == 1 and wconst is not None and (bconst is not None or not node.has_input(2))
+    fold_bias = group == 1 and wconst is not None and (bconst is not None or not has_bias)
 
     def weights(w, cdt):
         """(grouped weights, tuned matmul for group 1 or None, bias-augmented tuned matmul)."""
