@@ -27,6 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from onnxep.errors import InvalidArgument
+
+from .op_mat_mul import matmul_2d
+
 F32_EXACT = 1 << 24
 F64_EXACT = 1 << 53
 _I32_MAX = (1 << 31) - 1
@@ -108,3 +112,75 @@ class ShiftedWeights:
         if got is None:
             got = self._by_dtype[dt] = np.ascontiguousarray(self.exact.astype(dt))
         return got
+
+
+def _a_zero_point(a: np.ndarray, zp: Any, op: str) -> Any:
+    """A's zero point shaped to broadcast: per tensor, or per row (length M)."""
+    if zp is None:
+        return None
+    z = np.asarray(zp).astype(np.int64)
+    if z.size == 1:
+        return z.reshape(())
+    if z.ndim == 1 and a.ndim >= 1 and (a.ndim == 1 or z.shape[0] == a.shape[-2]):
+        return z.reshape(-1, 1)
+    raise InvalidArgument(
+        f"{op}: a_zero_point must have 1 element or one per row of A (M={a.shape[-2]}), "
+        f"got shape {tuple(z.shape)}"
+    )
+
+
+def shift_b(b: np.ndarray, zp: Any, op: str) -> np.ndarray:
+    """B minus its zero point (per tensor, or per column on the last axis) in int64."""
+    bi = b.astype(np.int64)
+    if zp is None:
+        return bi
+    z = np.asarray(zp).astype(np.int64)
+    if z.size != 1 and (z.ndim < 1 or z.shape[-1] != b.shape[-1]):
+        raise InvalidArgument(
+            f"{op}: b_zero_point must have 1 element or one per column of B "
+            f"(N={b.shape[-1]}), got shape {tuple(z.shape)}"
+        )
+    try:
+        return bi - (z.reshape(()) if z.size == 1 else z)
+    except ValueError:
+        raise InvalidArgument(
+            f"{op}: b_zero_point of shape {tuple(z.shape)} does not broadcast against B "
+            f"{tuple(b.shape)}"
+        ) from None
+
+
+def exact_matmul(a: np.ndarray, a_zp: Any, b: ShiftedWeights, op: str) -> np.ndarray:
+    """``(a - a_zp) @ b`` as int32, exactly, for 8-bit ``a`` and a shifted ``b``."""
+    za = _a_zero_point(a, a_zp, op)
+    bound = shifted_max(a.dtype, za) * b.l1
+    if bound > F32_EXACT:
+        # The type's range says float64; the data may still fit float32.
+        bound = data_max(a, za) * b.l1
+    cdt = compute_dtype(bound)
+    if cdt is None:
+        ai = a.astype(np.int64) - (0 if za is None else za)
+        return to_int32(np.matmul(ai, b.exact.astype(np.int64)), bound)
+    af = a.astype(cdt)
+    if za is not None:
+        af -= za.astype(cdt)
+    bf = b.as_(cdt)
+    y = matmul_2d(af, bf) if bf.ndim == 2 else np.matmul(af, bf)
+    return to_int32(y, bound)
+
+
+def shifted_b(b: np.ndarray, zp: Any, op: str) -> ShiftedWeights:
+    s = shift_b(b, zp, op)
+    return ShiftedWeights(s, column_l1(s))
+
+
+def constant_b(node: Any, b: int, zp: int, zp_of: Any = None) -> ShiftedWeights | None:
+    """Input ``b`` minus input ``zp`` (its zero point), shifted and measured once, when both
+    are constants (or the zero point is omitted); ``zp_of(zp)`` validates the zero point."""
+    b_const = node.const_input(b)
+    has_zp = node.has_input(zp)
+    zp_const = node.const_input(zp) if has_zp else None
+    if b_const is None or (has_zp and zp_const is None):
+        return None
+    if zp_of is not None and zp_const is not None:
+        zp_const = zp_of(np.asarray(b_const), zp_const)
+    return shifted_b(np.asarray(b_const), zp_const, node.op_type)
