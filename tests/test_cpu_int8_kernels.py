@@ -229,3 +229,76 @@ def test_lstm_hidden_round_trip_per_direction_is_the_one_direction_one():
     got = _fake_quant_per_direction(h)
     want = np.stack([_fake_quant(h[d]) for d in range(h.shape[0])])
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _qlinear_model(op, inputs, consts, out_dt, attrs=None):
+    model = _model(op, inputs, consts, attrs)
+    model.graph.output[0].type.tensor_type.elem_type = elem(out_dt)
+    return model
+
+
+@pytest.mark.parametrize("dt", [U8, I8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_q_linear_mat_mul_against_onnxruntime(dt, per_column):
+    rng = np.random.default_rng(11)
+    k, n = 600, 7
+    a = _extreme(rng, (3, k), dt)
+    b = _extreme(rng, (k, n), dt)
+    zb = _extreme(rng, (n,), dt) if per_column else np.array(_extreme(rng, (), dt))
+    sb = rng.uniform(1e-3, 2e-3, n if per_column else ()).astype(np.float32)
+    inputs = [
+        ("a", a), ("sa", np.array(0.02, np.float32)), ("za", np.array(_extreme(rng, (), dt))),
+        ("b", b), ("sb", sb), ("zb", zb),
+        ("sy", np.array(40.0, np.float32)), ("zy", np.array(3, dt)),
+    ]  # fmt: skip
+    consts = {"b", "sb", "zb", "sy", "zy"}
+    model = _qlinear_model("QLinearMatMul", inputs, consts, dt)
+    feeds = {n_: v for n_, v in inputs if n_ not in consts}
+    (got,), (ref,) = run_both(model, feeds)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("w_dt", [U8, I8])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_q_linear_conv_against_onnxruntime(w_dt, per_channel):
+    rng = np.random.default_rng(12)
+    c, m = 32, 6
+    x = _extreme(rng, (1, c, 7, 8), U8)
+    w = _extreme(rng, (m, c, 3, 3), w_dt)
+    if w_dt == I8:  # onnxruntime takes int8 weights with zero point 0 only
+        zw = np.zeros(m if per_channel else (), np.int8)
+    else:
+        zw = _extreme(rng, (m,), w_dt) if per_channel else np.array(9, w_dt)
+    sw = rng.uniform(1e-3, 2e-3, m if per_channel else ()).astype(np.float32)
+    inputs = [
+        ("x", x), ("sx", np.array(0.05, np.float32)), ("zx", np.array(120, np.uint8)),
+        ("w", w), ("sw", sw), ("zw", zw),
+        ("sy", np.array(30.0, np.float32)), ("zy", np.array(128, np.uint8)),
+        ("bias", rng.integers(-5000, 5000, m).astype(np.int32)),
+    ]  # fmt: skip
+    consts = {"w", "sw", "zw", "sy", "zy", "bias"}
+    model = _qlinear_model("QLinearConv", inputs, consts, U8, {"pads": [1, 1, 1, 1]})
+    feeds = {n_: v for n_, v in inputs if n_ not in consts}
+    (got,), (ref,) = run_both(model, feeds)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_dynamic_quantize_linear_is_the_generic_kernel():
+    from onnxep.providers.ops.op_dynamic_quantize_linear import dynamic_quantize_linear as generic
+    from onnxep.providers_cpu.ops.op_dynamic_quantize_linear import dynamic_quantize_linear
+
+    rng = np.random.default_rng(13)
+    cases = [
+        rng.standard_normal((1, 24, 32, 48)).astype(np.float32),
+        np.zeros((3, 4), np.float32),  # zero range: scale 0, everything 0
+        -np.abs(rng.standard_normal(100)).astype(np.float32),  # zero point 255
+        np.abs(rng.standard_normal(100)).astype(np.float32) * 1e-30,
+        np.zeros(0, np.float32),
+        (rng.standard_normal(1000) * 1e4).astype(np.float32),
+        np.array([0.5, 1.5, 2.5, -0.5, 255.0], np.float32),  # halves round to even
+    ]
+    ours, theirs = dynamic_quantize_linear(None, np), generic(None, np)
+    for x in cases:
+        for g, w in zip(ours(x), theirs(x)):
+            assert type(g) is type(w) and g.dtype == w.dtype and g.shape == w.shape
+            assert g.tobytes() == w.tobytes(), (x[:5], g, w)

@@ -29,16 +29,17 @@ def conv(node, xp):
     return build_conv(node)
 
 
-def build_conv(node, post=None, weight=None, with_bias=True):
+def build_conv(node, post=None, integer_weights=None):
     """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place.
 
-    ``weight`` stands for input 1's constant (ConvInteger's weights minus their zero
-    point, in float); without ``with_bias`` input 2 is not a bias (ConvInteger's x zero
-    point) and the runner takes ``(x, w)`` only.
+    ``integer_weights`` (ConvInteger, QLinearConv) is ``(w_index, constant)``: the weight's
+    input and, when it is a constant, its values minus their zero point in float. The
+    runner then takes ``(x, w)`` only (no bias).
     """
-    group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node)
-    wconst = node.const_input(1) if weight is None else weight
-    has_bias = with_bias and node.has_input(2)
+    w_index, weight = integer_weights or (1, None)
+    group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node, w_index)
+    wconst = node.const_input(1) if integer_weights is None else weight
+    has_bias = integer_weights is None and node.has_input(2)
     bconst = node.const_input(2) if has_bias else None
     geo_cache: dict = {}
     packed: dict = {}

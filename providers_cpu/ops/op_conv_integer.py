@@ -7,6 +7,7 @@ through the CPU Conv runner in float32 when every partial sum is provably at mos
 over its window times the largest |x - x_zp|), so the int32 result is the generic
 kernel's bit for bit. Padding is 0 after the zero point is taken off, as the generic
 kernel pads. Constant weights are shifted, measured and packed once per session.
+QLinearConv's integer part is the same (:func:`integer_conv`).
 """
 
 from __future__ import annotations
@@ -50,23 +51,26 @@ def shift_w(w: np.ndarray, zp: Any, op: str) -> np.ndarray:
     )
 
 
-@kernel("ConvInteger", since=10)
-def conv_integer(node: Any, xp: Any):
+def integer_conv(node: Any, w_index: int, zw_index: int):
+    """``conv(x - x_zp, w - w_zp)`` in int32 as ``fn(x, x_zp, w, w_zp)``, exact, with the
+    weight (input ``w_index``) and its zero point (input ``zw_index``) packed once when
+    they are constants."""
     op = node.op_type
-    w_const = node.const_input(1)
-    zp_const = node.const_input(3) if node.has_input(3) else None
+    w_const = node.const_input(w_index)
+    has_zw = node.has_input(zw_index)
+    zw_const = node.const_input(zw_index) if has_zw else None
     fixed = None
-    if w_const is not None and (zp_const is not None or not node.has_input(3)):
-        shifted = shift_w(np.asarray(w_const), zp_const, op)
+    if w_const is not None and (zw_const is not None or not has_zw):
+        shifted = shift_w(np.asarray(w_const), zw_const, op)
         fixed = (shifted.astype(np.float64), row_l1(shifted))
-    conv = build_conv(node, weight=None if fixed is None else fixed[0], with_bias=False)
+    conv = build_conv(node, integer_weights=(w_index, None if fixed is None else fixed[0]))
 
-    def run(x, w, x_zero_point=None, w_zero_point=None):
-        zx = _x_zero_point(x_zero_point, op)
+    def run(x, x_zp, w, w_zp):
+        zx = _x_zero_point(x_zp, op)
         if fixed is not None:
             wf, l1 = fixed
         else:
-            shifted = shift_w(w, w_zero_point, op)
+            shifted = shift_w(w, w_zp, op)
             wf, l1 = shifted.astype(np.float64), row_l1(shifted)
         bound = shifted_max(x.dtype, zx) * l1
         if bound > F32_EXACT:
@@ -75,13 +79,24 @@ def conv_integer(node: Any, xp: Any):
         if cdt is None:
             # Past float64's exact range (windows of 10^11 weights): the generic integer
             # im2col, in int64.
-            p = conv_params(node, node.inputs[1].shape if node.inputs[1] else None, None)
+            p = conv_params(
+                node, node.inputs[w_index].shape if node.inputs[w_index] else None, None
+            )
             xi = x.astype(np.int64) - zx
-            return (to_int32(conv_nd(xi, wf.astype(np.int64), p, np), bound),)
-        xf = x.astype(cdt)
-        if zx:
-            xf -= cdt.type(zx)
+            return to_int32(conv_nd(xi, wf.astype(np.int64), p, np), bound)
+        # one pass: the subtraction runs in the float type
+        xf = np.subtract(x, zx, dtype=cdt)
         (y,) = conv(xf, wf)
-        return (to_int32(y, bound),)
+        return to_int32(y, bound)
+
+    return run
+
+
+@kernel("ConvInteger", since=10)
+def conv_integer(node: Any, xp: Any):
+    conv = integer_conv(node, 1, 3)
+
+    def run(x, w, x_zero_point=None, w_zero_point=None):
+        return (conv(x, x_zero_point, w, w_zero_point),)
 
     return run
