@@ -20,6 +20,7 @@ from onnxep.providers.ops.quant import conv_nd
 from onnxep.providers_cpu.ops import int_gemm
 from onnxep.providers_cpu.ops.op_dynamic_quantize_lstm import (
     _fake_quant,
+    _fake_quant_numpy,
     _fake_quant_per_direction,
 )
 
@@ -226,9 +227,10 @@ def test_lstm_hidden_round_trip_per_direction_is_the_one_direction_one():
     h[2] = 0  # an all-zero state: scale 1
     h[3] = -np.abs(h[3])  # all negative: zero point 255
     h[1, 0, :3] = 1e30  # one outlier takes the whole range
-    got = _fake_quant_per_direction(h)
     want = np.stack([_fake_quant(h[d]) for d in range(h.shape[0])])
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # the compiled loop (with numba) and the NumPy calls
+    for got in (_fake_quant_per_direction(h), _fake_quant_numpy(h)):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def _qlinear_model(op, inputs, consts, out_dt, attrs=None):

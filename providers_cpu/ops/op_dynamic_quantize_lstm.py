@@ -24,6 +24,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.flow import clipper, project, recurrent
 
+from .. import jit
 from .op_lstm import lstm_runner
 from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
 
@@ -36,7 +37,19 @@ def _fake_quant(x: np.ndarray) -> np.ndarray:
 
 def _fake_quant_per_direction(h: np.ndarray) -> np.ndarray:
     """:func:`_fake_quant` of each ``h[d]`` ([dirs, batch, H]) at once, the same float32
-    operations element for element (so the same bits as one direction at a time)."""
+    operations element for element (so the same bits as one direction at a time).
+
+    About twenty NumPy calls on a step's few hundred values; with numba (providers_cpu/jit)
+    one compiled loop does the same operations in a few microseconds.
+    """
+    if jit.ENABLED and h.dtype == np.float32 and h.ndim == 3:
+        out = np.empty_like(h)
+        if jit.loop("uint8_round_trip")(np.ascontiguousarray(h), out):
+            return out
+    return _fake_quant_numpy(h)
+
+
+def _fake_quant_numpy(h: np.ndarray) -> np.ndarray:
     d = h.shape[0]
     flat = h.reshape(d, -1)
     zero = np.float32(0)
