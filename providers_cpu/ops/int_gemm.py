@@ -94,18 +94,26 @@ def to_int32(y: np.ndarray, bound: int) -> np.ndarray:
     return y.astype(np.int64).astype(np.int32)
 
 
+def narrow(shifted: np.ndarray) -> np.ndarray:
+    """Shifted integer weights in int16 when they fit (8-bit values minus an 8-bit zero
+    point always do), else int64: the exact copy a session keeps beside the float one."""
+    if shifted.size == 0 or (int(shifted.min()) >= -(1 << 15) and int(shifted.max()) < 1 << 15):
+        return np.ascontiguousarray(shifted, dtype=np.int16)
+    return np.ascontiguousarray(shifted, dtype=np.int64)
+
+
 class ShiftedWeights:
     """A constant 8-bit operand minus its zero point, kept per float dtype.
 
-    ``exact`` holds the shifted values in float64 (exact) and ``l1`` the largest L1 norm
-    that ``bound`` multiplies by max|a|; ``as_(dt)`` converts (and keeps) the operand in
-    ``dt`` the first time a run needs it.
+    ``exact`` holds the shifted values as integers (:func:`narrow`) and ``l1`` the largest
+    L1 norm that ``bound`` multiplies by max|a|; ``as_(dt)`` converts (and keeps) the
+    operand in ``dt`` the first time a run needs it.
     """
 
     def __init__(self, shifted: np.ndarray, l1: int) -> None:
-        self.exact = np.ascontiguousarray(shifted, dtype=np.float64)
+        self.exact = narrow(shifted)
         self.l1 = l1
-        self._by_dtype: dict = {np.dtype(np.float64): self.exact}
+        self._by_dtype: dict = {}
 
     def as_(self, dt: np.dtype) -> np.ndarray:
         got = self._by_dtype.get(dt)
@@ -124,7 +132,8 @@ def _a_zero_point(a: np.ndarray, zp: Any, op: str) -> Any:
     if z.ndim == 1 and a.ndim >= 1 and (a.ndim == 1 or z.shape[0] == a.shape[-2]):
         return z.reshape(-1, 1)
     raise InvalidArgument(
-        f"{op}: a_zero_point must have 1 element or one per row of A (M={a.shape[-2]}), "
+        f"{op}: a_zero_point must have 1 element or one per row of A "
+        f"(M={a.shape[-2] if a.ndim >= 2 else 1}), "
         f"got shape {tuple(z.shape)}"
     )
 

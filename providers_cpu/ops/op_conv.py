@@ -33,7 +33,7 @@ def build_conv(node, post=None, integer_weights=None):
     """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place.
 
     ``integer_weights`` (ConvInteger, QLinearConv) is ``(w_index, constant)``: the weight's
-    input and, when it is a constant, its values minus their zero point in float. The
+    input and, when it is a constant, its values minus their zero point (integers). The
     runner then takes ``(x, w)`` only (no bias).
     """
     w_index, weight = integer_weights or (1, None)

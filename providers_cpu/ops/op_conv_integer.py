@@ -20,7 +20,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.quant import conv_nd, conv_params
 
-from .int_gemm import F32_EXACT, compute_dtype, data_max, row_l1, shifted_max, to_int32
+from .int_gemm import F32_EXACT, compute_dtype, data_max, narrow, row_l1, shifted_max, to_int32
 from .op_conv import build_conv
 
 
@@ -62,7 +62,7 @@ def integer_conv(node: Any, w_index: int, zw_index: int):
     fixed = None
     if w_const is not None and (zw_const is not None or not has_zw):
         shifted = shift_w(np.asarray(w_const), zw_const, op)
-        fixed = (shifted.astype(np.float64), row_l1(shifted))
+        fixed = (narrow(shifted), row_l1(shifted))
     conv = build_conv(node, integer_weights=(w_index, None if fixed is None else fixed[0]))
 
     def run(x, x_zp, w, w_zp):
@@ -71,7 +71,7 @@ def integer_conv(node: Any, w_index: int, zw_index: int):
             wf, l1 = fixed
         else:
             shifted = shift_w(w, w_zp, op)
-            wf, l1 = shifted.astype(np.float64), row_l1(shifted)
+            wf, l1 = shifted, row_l1(shifted)
         bound = shifted_max(x.dtype, zx) * l1
         if bound > F32_EXACT:
             bound = data_max(x, zx) * l1
