@@ -304,3 +304,32 @@ def test_dynamic_quantize_linear_is_the_generic_kernel():
         for g, w in zip(ours(x), theirs(x)):
             assert type(g) is type(w) and g.dtype == w.dtype and g.shape == w.shape
             assert g.tobytes() == w.tobytes(), (x[:5], g, w)
+
+
+@pytest.mark.parametrize("spatial", [(11,), (5, 6, 4)])
+def test_conv_integer_1d_and_3d(spatial):
+    rng = np.random.default_rng(len(spatial))
+    nsp = len(spatial)
+    x = _extreme(rng, (2, 4, *spatial), U8)
+    w = _extreme(rng, (3, 4, *([3] * nsp)), I8)
+    zx, zw = np.array(17, np.uint8), np.array(-2, np.int8)
+    attrs = {"pads": [1] * (2 * nsp), "strides": [2] + [1] * (nsp - 1)}
+    got = _ours("ConvInteger", [("x", x), ("w", w), ("zx", zx), ("zw", zw)], {"w", "zw"}, attrs)
+    xi = x.astype(np.int64) - 17
+    wi = w.astype(np.int64) + 2
+    p = {"strides": attrs["strides"], "dilations": [1] * nsp, "pads": attrs["pads"]}
+    want = _wrap32(conv_nd(xi, wi, p | {"auto_pad": "NOTSET", "group": 1}, np))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_conv_integer_auto_pad(auto_pad):
+    rng = np.random.default_rng(5)
+    x = _extreme(rng, (1, 3, 7, 6), U8)
+    w = _extreme(rng, (2, 3, 3, 2), U8)
+    attrs = {"auto_pad": auto_pad, "strides": [2, 1]}
+    got = _ours("ConvInteger", [("x", x), ("w", w)], {"w"}, attrs)
+    p = {"strides": [2, 1], "dilations": [1, 1], "pads": None, "auto_pad": auto_pad, "group": 1}
+    np.testing.assert_array_equal(
+        got, _wrap32(conv_nd(x.astype(np.int64), w.astype(np.int64), p, np))
+    )
