@@ -23,6 +23,22 @@ from .recurrent_cpu import (
 
 @kernel("LSTM", since=(1, 7, 14, 22), dtypes=FLOAT_TYPES)
 def lstm(node, xp):
+    consts = [node.const_input(i) if node.has_input(i) else None for i in (1, 2, 3)]
+    known = consts[0] is not None and consts[1] is not None
+    known = known and (consts[2] is not None or not node.has_input(3))
+    return lstm_runner(node, weights=tuple(consts) if known else None)
+
+
+def lstm_runner(node, weights=None, hidden_hook=None):
+    """The CPU LSTM's ``run(X, W, R, B, lens, h0, c0, P)``.
+
+    ``weights`` (W, R, B), when given, are constants standing for inputs 1-3 (the
+    node's own, or DynamicQuantizeLSTM's dequantized ones): their transposed, halved
+    forms are made once per compute dtype instead of every run. ``hidden_hook(h)``
+    returns what multiplies R in place of the hidden state h ([dirs, batch, H]):
+    DynamicQuantizeLSTM's 8-bit round trip.
+    """
+    op = node.op_type
     num_dir, reverse = parse_direction(node)
     layout = int(node.attr("layout", 0))
     input_forget = bool(node.attr("input_forget", 0))
@@ -31,16 +47,18 @@ def lstm(node, xp):
     clip = clip_fn(clip_at)
     # the exporters' case: sigmoid gates computed by the same tanh call as the cell gate
     folded = default_activations(node, ("Sigmoid", "Tanh", "Tanh"), num_dir)
+    prepared: dict = {}
 
-    def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
-        cdt = compute_dtype(X.dtype)
-        H = check_weights("LSTM", W, R, 4, num_dir)
-        fold = folded and P is None
+    def prepare(W, R, B, cdt, fold):
+        H = check_weights(op, W, R, 4, num_dir)
         Rt = transposed(R, slice(None), cdt)
+        if np.shares_memory(Rt, R):
+            # R was a transposed view already (DynamicQuantizeLSTM's): copy before halving.
+            Rt = Rt.copy()
         bias = None
         if B is not None:
             if B.shape != (num_dir, 8 * H):
-                raise InvalidArgument(f"LSTM: B has shape {list(B.shape)}, expected "
+                raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
                                       f"{[num_dir, 8 * H]}")  # fmt: skip
             bias = B[:, : 4 * H].astype(cdt) + B[:, 4 * H :]
         if fold:
@@ -49,10 +67,23 @@ def lstm(node, xp):
             Rt[..., ifo] *= 0.5
             if bias is not None:
                 bias[:, ifo] *= 0.5
+        return W, R, Rt, bias, H
+
+    def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
+        cdt = compute_dtype(X.dtype)
+        fold = folded and P is None
+        if weights is None:
+            W, R, Rt, bias, H = prepare(W, R, B, cdt, fold)
+        else:
+            got = prepared.get((cdt, fold))
+            if got is None:
+                # A race makes the same arrays twice; either copy is right.
+                got = prepared[(cdt, fold)] = prepare(*weights, cdt, fold)
+            W, R, Rt, bias, H = got
         peep = None
         if P is not None:
             if P.shape != (num_dir, 3 * H):
-                raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected "
+                raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
                                       f"{[num_dir, 3 * H]}")  # fmt: skip
             peep = P.astype(cdt)[:, None, :]  # [dirs, 1, 3H]: i, o, f
 
@@ -71,7 +102,7 @@ def lstm(node, xp):
                 lo = -hi
 
             def folded_step(x, h, out, c):
-                np.matmul(h, Rt, out=g)
+                np.matmul(h if hidden_hook is None else hidden_hook(h), Rt, out=g)
                 np.add(g, x, out=g)
                 if clip_at is not None:
                     np.clip(g, lo, hi, out=g)
@@ -87,7 +118,7 @@ def lstm(node, xp):
                 np.multiply(go, tmp, out=out)
 
             def step(x, h, out, c):
-                np.matmul(h, Rt, out=g)
+                np.matmul(h if hidden_hook is None else hidden_hook(h), Rt, out=g)
                 np.add(g, x, out=g)
                 if peep is None:
                     clip(g)
@@ -125,7 +156,7 @@ def lstm(node, xp):
             return folded_step if fold else step
 
         return run_recurrent(
-            "LSTM", X, W, R, gates=4, num_dir=num_dir, reverse=reverse, layout=layout,
+            op, X, W, R, gates=4, num_dir=num_dir, reverse=reverse, layout=layout,
             bias=bias, lens=lens, inits=[h0, c0], make_step=make_step,
         )  # fmt: skip
 
