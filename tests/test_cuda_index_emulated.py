@@ -13,15 +13,13 @@ at its copies to the host, checks the error's path through the executor.
 
 from __future__ import annotations
 
-import importlib
-
 import cuda_emulator as emu
 import numpy as np
 import pytest
+from emulated_provider import registered
 
 import onnxep
 from onnxep.errors import RunError
-from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
 from onnxep.providers_cuda import error_flag
 from onnxep.providers_cuda.ops import index_cuda
 from onnxep.providers_cuda.ops import op_scatter_elements as scatter_elements
@@ -297,53 +295,12 @@ def test_a_second_bad_index_does_not_overwrite_the_first(emulated):
 NAME = "ixemu"
 
 
-class _Provider(Provider):
-    """The index kernels on NumPy arrays, with the CUDA provider's flag hooks."""
-
-    def __init__(self, options):
-        super().__init__(NAME, options, device=NAME, xp=np)
-        self.error_flag = error_flag.ErrorFlag.on_host()
-
-    def claim(self, node):
-        with error_flag.building(self.error_flag):
-            return super().claim(node)
-
-    def to_host(self, value):
-        self.error_flag.before_sync()
-        self.error_flag.after_sync()
-        return value
-
-
-class _Plugin:
-    @hookimpl
-    def onnxep_provider_info(self):
-        return ProviderInfo(name=NAME, device=NAME)
-
-    @hookimpl
-    def onnxep_create_provider(self, options):
-        return _Provider(options)
-
-    @hookimpl
-    def onnxep_kernels(self, provider):
-        if provider.name != NAME:
-            return None
-        from onnxep.providers_cuda import ops
-
-        mods = ["op_gather", "op_gather_elements", "op_gather_nd", "op_scatter_elements",
-                "op_scatter_nd"]  # fmt: skip
-        libs = [KernelLibrary.from_module(importlib.import_module(f"{ops.__name__}.{m}"))
-                for m in mods]  # fmt: skip
-        return sum(libs[1:], libs[0])
-
-
 @pytest.fixture(scope="module")
 def provider(available):
-    from onnxep.plugins.host import unregister_plugin
-
-    plugin = _Plugin()
-    onnxep.register_provider(plugin, name="index-emulator")
-    yield NAME
-    unregister_plugin(plugin)
+    mods = ("op_gather", "op_gather_elements", "op_gather_nd", "op_scatter_elements",
+            "op_scatter_nd")  # fmt: skip
+    with registered(NAME, mods) as name:
+        yield name
 
 
 def _sessions(case, provider):

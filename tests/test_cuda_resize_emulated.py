@@ -12,7 +12,6 @@ for nearest whatever the axes, one per resized axis for linear and cubic
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections import Counter
 
@@ -21,6 +20,7 @@ import numpy as np
 import onnx
 import pytest
 import test_capture_plan as capture_test
+from emulated_provider import registered
 from onnx import TensorProto, helper
 from test_cuda_index_emulated import HOST_PRIMITIVES, EmulatedDevice
 
@@ -78,40 +78,10 @@ def device(available, monkeypatch):
     return dev
 
 
-class _Provider(Provider):
-    def __init__(self, options):
-        super().__init__(NAME, options, device=NAME, xp=np)
-
-
-class _Plugin:
-    @hookimpl
-    def onnxep_provider_info(self):
-        return ProviderInfo(name=NAME, device=NAME)
-
-    @hookimpl
-    def onnxep_create_provider(self, options):
-        return _Provider(options)
-
-    @hookimpl
-    def onnxep_kernels(self, provider):
-        if provider.name != NAME:
-            return None
-        from onnxep.providers_cuda import ops
-
-        mods = ("op_resize", "op_upsample")
-        libs = [KernelLibrary.from_module(importlib.import_module(f"{ops.__name__}.{m}"))
-                for m in mods]  # fmt: skip
-        return libs[0] + libs[1]
-
-
 @pytest.fixture(scope="module")
 def provider(available):
-    from onnxep.plugins.host import unregister_plugin
-
-    plugin = _Plugin()
-    onnxep.register_provider(plugin, name="resize-emulator")
-    yield NAME
-    unregister_plugin(plugin)
+    with registered(NAME, ("op_resize", "op_upsample"), flag=False) as name:
+        yield name
 
 
 def _run_both(model, feeds, provider):

@@ -23,11 +23,11 @@ import cuda_emulator as emu
 import numpy as np
 import onnxruntime as ort
 import pytest
+from emulated_provider import registered
 from test_cuda_index_emulated import HOST_PRIMITIVES, EmulatedDevice
 
 import onnxep
 from onnxep.errors import BoundsError
-from onnxep.providers import KernelLibrary, Provider, ProviderInfo, hookimpl
 from onnxep.providers.kernel import CAPTURE_ATTR
 from onnxep.providers.node import NodeInfo, ValueInfo
 from onnxep.providers_cuda import error_flag
@@ -67,56 +67,13 @@ class _Device(EmulatedDevice):
         return {n: launcher(n) for n in names}
 
 
-class _Provider(Provider):
-    """The recurrence op modules on NumPy arrays, with the CUDA provider's flag hooks."""
-
-    def __init__(self, options):
-        super().__init__(NAME, options, device=NAME, xp=np)
-        self.error_flag = error_flag.ErrorFlag.on_host()
-
-    def claim(self, node):
-        with error_flag.building(self.error_flag):
-            return super().claim(node)
-
-    def to_host(self, value):
-        self.error_flag.before_sync()
-        self.error_flag.after_sync()
-        return value
-
-
-class _Plugin:
-    @hookimpl
-    def onnxep_provider_info(self):
-        return ProviderInfo(name=NAME, device=NAME)
-
-    @hookimpl
-    def onnxep_create_provider(self, options):
-        return _Provider(options)
-
-    @hookimpl
-    def onnxep_kernels(self, provider):
-        if provider.name != NAME:
-            return None
-        from onnxep.providers_cuda import ops
-
-        libs = [
-            KernelLibrary.from_module(importlib.import_module(f"{ops.__name__}.{m}"))
-            for m in ("op_lstm", "op_gru", "op_rnn")
-        ]
-        return sum(libs[1:], libs[0])
-
-
 @pytest.fixture(scope="module")
 def provider():
-    from onnxep.plugins.host import unregister_plugin
-
     why = emu.why_unavailable()
     if why:
         pytest.skip(why)
-    plugin = _Plugin()
-    onnxep.register_provider(plugin, name="rnn-emulator")
-    yield NAME
-    unregister_plugin(plugin)
+    with registered(NAME, ("op_lstm", "op_gru", "op_rnn")) as name:
+        yield name
 
 
 @pytest.fixture
