@@ -12,6 +12,7 @@ from .recurrent_cpu import (
     check_weights,
     clip_fn,
     compute_dtype,
+    constant_weights,
     default_activations,
     half_sigmoid,
     halve_rows,
@@ -35,10 +36,9 @@ def gru(node, xp):
     clip_zr = clip_fn(None if clip_at is None else 0.5 * float(clip_at)) if folded else clip
     act_zr = half_sigmoid if folded else f_act
 
-    def run(X, W, R, B=None, lens=None, h0=None):
-        cdt = compute_dtype(X.dtype)
+    def prepare(cdt, W, R, B=None):
         H = check_weights("GRU", W, R, 3, num_dir)
-        bias = rb_h = None
+        bias = rb_h = Rt_h = None
         if B is not None:
             if B.shape != (num_dir, 6 * H):
                 raise InvalidArgument(f"GRU: B has shape {list(B.shape)}, expected "
@@ -61,6 +61,13 @@ def gru(node, xp):
             Rt[..., zr] *= 0.5
             if bias is not None:
                 bias[:, zr] *= 0.5
+        return H, W, Rt, Rt_h, bias, rb_h
+
+    weights = constant_weights(node, (1, 2, 3), prepare)
+
+    def run(X, W, R, B=None, lens=None, h0=None):
+        cdt = compute_dtype(X.dtype)
+        H, W, Rt, Rt_h, bias, rb_h = weights(cdt, W, R, B)
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, (3 if linear_before_reset else 2) * H), dtype=dt)

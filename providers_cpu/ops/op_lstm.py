@@ -12,6 +12,7 @@ from .recurrent_cpu import (
     check_weights,
     clip_fn,
     compute_dtype,
+    constant_weights,
     default_activations,
     halve_rows,
     parse_direction,
@@ -32,10 +33,8 @@ def lstm(node, xp):
     # the exporters' case: sigmoid gates computed by the same tanh call as the cell gate
     folded = default_activations(node, ("Sigmoid", "Tanh", "Tanh"), num_dir)
 
-    def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
-        cdt = compute_dtype(X.dtype)
+    def prepare(cdt, W, R, B=None, P=None):
         H = check_weights("LSTM", W, R, 4, num_dir)
-        fold = folded and P is None
         Rt = transposed(R, slice(None), cdt)
         bias = None
         if B is not None:
@@ -43,7 +42,7 @@ def lstm(node, xp):
                 raise InvalidArgument(f"LSTM: B has shape {list(B.shape)}, expected "
                                       f"{[num_dir, 8 * H]}")  # fmt: skip
             bias = B[:, : 4 * H].astype(cdt) + B[:, 4 * H :]
-        if fold:
+        if folded and P is None:
             ifo = slice(0, 3 * H)
             W = halve_rows(W, ifo, cdt)
             Rt[..., ifo] *= 0.5
@@ -55,6 +54,14 @@ def lstm(node, xp):
                 raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected "
                                       f"{[num_dir, 3 * H]}")  # fmt: skip
             peep = P.astype(cdt)[:, None, :]  # [dirs, 1, 3H]: i, o, f
+        return H, W, Rt, bias, peep
+
+    weights = constant_weights(node, (1, 2, 3, 7), prepare)
+
+    def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
+        cdt = compute_dtype(X.dtype)
+        fold = folded and P is None
+        H, W, Rt, bias, peep = weights(cdt, W, R, B, P)
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, 4 * H), dtype=dt)
