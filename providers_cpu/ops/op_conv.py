@@ -12,6 +12,7 @@ enough channels as Winograd F(2x2, 3x3) tiles (``winograd``, with numba).
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -128,7 +129,7 @@ def build_conv(node, post=None):
                 bvec = np.asarray(b).astype(cdt).reshape(-1)
             return finish(wino.winograd(scratch, xc, u, bvec, pb, pe, out), dt, z)
         else:
-            ck = c * int(np.prod(k))
+            ck = c * math.prod(k)
             big = ck * lsz * xc.itemsize > _TILE_OVER
             if aug is not None and big and out[0] > 1 and run_threads() == 1:
                 return finish(im2col_tiled(scratch, xc, aug.w, k, strides, dil, pb, pe, out), dt, z)
@@ -150,6 +151,11 @@ def build_conv(node, post=None):
                 return finish(
                     im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
                 )
+            if aug is not None:
+                # Before the padding below: im2col_standard pads into its own buffer.
+                return finish(
+                    im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
+                )
             xpad = scratch.padded(xc, pb, pe)
             if group > 1 and group == c and m % c == 0:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
@@ -159,10 +165,6 @@ def build_conv(node, post=None):
                     y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
                 return finish(y, dt, z)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
-            if aug is not None:
-                return finish(
-                    im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
-                )
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
