@@ -54,14 +54,18 @@ def lstm(node, xp):
                 raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected "
                                       f"{[num_dir, 3 * H]}")  # fmt: skip
             peep = P.astype(cdt)[:, None, :]  # [dirs, 1, 3H]: i, o, f
-        return H, W, Rt, bias, peep
+        # the folded step's per-column affine after its one tanh: (t + 1) / 2 on i, o, f;
+        # c as it is
+        scale = np.concatenate([np.full(3 * H, 0.5, cdt), np.ones(H, cdt)])
+        shift = np.concatenate([np.full(3 * H, 0.5, cdt), np.zeros(H, cdt)])
+        return H, W, Rt, bias, peep, scale, shift
 
     weights = constant_weights(node, (1, 2, 3, 7), prepare)
 
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
         cdt = compute_dtype(X.dtype)
         fold = folded and P is None
-        H, W, Rt, bias, peep = weights(cdt, W, R, B, P)
+        H, W, Rt, bias, peep, scale, shift = weights(cdt, W, R, B, P)
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, 4 * H), dtype=dt)
@@ -70,9 +74,6 @@ def lstm(node, xp):
             if peep is not None:
                 pi, po, pf = (peep[..., k * H : (k + 1) * H] for k in range(3))
 
-            # per-column affine after the one tanh: (t + 1) / 2 on i, o, f; c as it is
-            scale = np.r_[np.full(3 * H, 0.5, dt), np.ones(H, dt)]
-            shift = np.r_[np.full(3 * H, 0.5, dt), np.zeros(H, dt)]
             if clip_at is not None:
                 hi = float(clip_at) * scale
                 lo = -hi
