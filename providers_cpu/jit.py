@@ -329,7 +329,46 @@ def _winograd_out(m, bias, tw, r0, r1, y):
                         yb[x] = s10 + s11 + s12 + b
 
 
+def _uint8_round_trip(h, out):
+    """Each ``h[d]`` (float32, [D, rows, cols]) through uint8 and back, with dynamic
+    quantisation's range rule, into ``out``: the float32 operations of
+    op_dynamic_quantize_lstm's NumPy path one element at a time (the same bits). False,
+    with ``out`` unspecified, if ``h`` holds a value that is not finite (the NumPy path
+    then runs, with NumPy's NaN rules)."""
+    zero = np.float32(0.0)
+    top = np.float32(255.0)
+    for d in range(h.shape[0]):
+        hd = h[d]
+        lo = zero
+        hi = zero
+        for i in range(hd.shape[0]):
+            for j in range(hd.shape[1]):
+                v = hd[i, j]
+                if v - v != zero:
+                    return False
+                if v < lo:
+                    lo = v
+                if v > hi:
+                    hi = v
+        scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / top)
+        zp = zero - lo / scale
+        zp = np.float32(np.rint(min(max(zp, zero), top)))
+        qlo = -zp
+        qhi = top - zp
+        od = out[d]
+        for i in range(hd.shape[0]):
+            for j in range(hd.shape[1]):
+                q = np.float32(np.rint(hd[i, j] / scale))
+                if q < qlo:
+                    q = qlo
+                if q > qhi:
+                    q = qhi
+                od[i, j] = (q + zero) * scale
+    return True
+
+
 _SOURCES.update(
+    uint8_round_trip=_uint8_round_trip,
     window_axis=_window_axis,
     int8_round=_int8_round,
     quantize_a=_quantize_a,

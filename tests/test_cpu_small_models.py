@@ -139,6 +139,9 @@ class _Rnn(torch.nn.Module):
         ("LSTM", dict(input_size=24, hidden_size=32, num_layers=2, bidirectional=True)),
         ("GRU", dict(input_size=24, hidden_size=64)),
         ("GRU", dict(input_size=24, hidden_size=32, bidirectional=True)),
+        # H = 1: the transpose of R is R itself, which must not be halved in place
+        ("GRU", dict(input_size=24, hidden_size=1)),
+        ("LSTM", dict(input_size=24, hidden_size=1)),
     ],
 )
 def test_recurrent_constant_weights(kind, kw):

@@ -16,9 +16,11 @@ from .nn import (
 )
 
 
-def conv_setup(node):
-    """Static attributes of a Conv node: (group, kernel, strides, dilations, pb, pe, auto_pad)."""
-    w = node.inputs[1]
+def conv_setup(node, w_index=1):
+    """Static attributes of a Conv node: (group, kernel, strides, dilations, pb, pe, auto_pad).
+
+    ``w_index`` is the weight's input (QLinearConv's is 3)."""
+    w = node.inputs[w_index]
     ksh = node.attr("kernel_shape", None)
     if ksh is None:
         if w is None or w.shape is None or not all(isinstance(d, int) for d in w.shape[2:]):

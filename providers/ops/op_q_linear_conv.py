@@ -21,13 +21,23 @@ def _per_channel(p: Any, rank: int) -> Any:
 
 @kernel("QLinearConv", since=10)
 def q_linear_conv(node: NodeInfo, xp: Any):
+    return build_q_linear_conv(node, xp)
+
+
+def build_q_linear_conv(node: NodeInfo, xp: Any, integer_conv: Any = None):
+    """The QLinearConv runner; ``integer_conv(x, x_zp, w, w_zp)``, when given, computes the
+    int32 convolution (the CPU provider's exact one on float BLAS) in place of the im2col
+    product in int32 here."""
     p = conv_params(node, node.inputs[3].shape if node.inputs[3] else None, None)
     out_dt = np.dtype(node.input_dtype(7) or np.uint8)
 
     def run(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias=None):
-        xi = x.astype(np.int32) - x_zp.astype(np.int32).reshape(())
-        wi = w.astype(np.int32) - _per_channel(w_zp.astype(np.int32), w.ndim)
-        acc = conv_nd(xi, wi, p, xp)
+        if integer_conv is not None:
+            acc = integer_conv(x, x_zp, w, w_zp)
+        else:
+            xi = x.astype(np.int32) - x_zp.astype(np.int32).reshape(())
+            wi = w.astype(np.int32) - _per_channel(w_zp.astype(np.int32), w.ndim)
+            acc = conv_nd(xi, wi, p, xp)
         if bias is not None:
             acc = acc + bias.astype(np.int32).reshape((1, -1) + (1,) * (acc.ndim - 2))
         ws = w_scale.astype(np.float32)

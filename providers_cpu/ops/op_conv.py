@@ -32,11 +32,18 @@ def conv(node, xp):
     return build_conv(node)
 
 
-def build_conv(node, post=None):
-    """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place."""
-    group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node)
-    wconst = node.const_input(1)
-    bconst = node.const_input(2) if node.has_input(2) else None
+def build_conv(node, post=None, integer_weights=None):
+    """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place.
+
+    ``integer_weights`` (ConvInteger, QLinearConv) is ``(w_index, constant)``: the weight's
+    input and, when it is a constant, its values minus their zero point (integers). The
+    runner then takes ``(x, w)`` only (no bias).
+    """
+    w_index, weight = integer_weights or (1, None)
+    group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node, w_index)
+    wconst = node.const_input(1) if integer_weights is None else weight
+    has_bias = integer_weights is None and node.has_input(2)
+    bconst = node.const_input(2) if has_bias else None
     geo_cache: dict = {}
     packed: dict = {}
     scratch = Scratch()
@@ -46,7 +53,7 @@ def build_conv(node, post=None):
     # With a constant bias, the bias rides in the GEMM as one extra weight
     # column against a row of ones in the im2col buffer: no separate pass over
     # the output to add it.
-    fold_bias = group == 1 and wconst is not None and (bconst is not None or not node.has_input(2))
+    fold_bias = group == 1 and wconst is not None and (bconst is not None or not has_bias)
 
     def weights(w, cdt):
         """(grouped weights, tuned matmul for group 1 or None, bias-augmented tuned matmul)."""

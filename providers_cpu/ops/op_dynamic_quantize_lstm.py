@@ -4,8 +4,14 @@ What onnxruntime.quantization.quantize_dynamic makes of LSTM. W is [dirs, input,
 R [dirs, H, 4H] (transposed from LSTM's), 8-bit, with per-direction or per-column scales
 and zero points (W_scale, W_zero_point, R_scale, R_zero_point, inputs 8-11). As onnxruntime
 does, X is quantized to uint8 once for the whole sequence and each step's hidden state
-before its product with R, both with DynamicQuantizeLinear's range rule; products are
-those 8-bit values times the 8-bit weights, scaled back to float. The cell is LSTM's.
+(per direction) before its product with R, both with DynamicQuantizeLinear's range rule;
+products are those 8-bit values times the 8-bit weights, scaled back to float. The cell
+is the CPU LSTM's (both directions per step, preallocated gates), with the weights
+dequantized once per session when they are constants (quantize_dynamic's always are).
+
+With sequence_lens shorter than the sequence, the generic recurrence runs instead: there
+every step quantizes the whole batch's hidden state, finished entries included, where
+the CPU LSTM's steps compute only the entries still running.
 """
 
 from __future__ import annotations
@@ -18,13 +24,52 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.flow import clipper, project, recurrent
 
-from .qlinear import dequantize_per_column, dynamic_uint8
+from .. import jit
+from .op_lstm import lstm_runner
+from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
 
 
 def _fake_quant(x: np.ndarray) -> np.ndarray:
     """``x`` through uint8 and back, with the range rule of onnxruntime's dynamic quantization."""
     q, scale, zp = dynamic_uint8(x)
     return (q.astype(np.float32) - np.float32(zp)) * scale
+
+
+def _fake_quant_per_direction(h: np.ndarray) -> np.ndarray:
+    """:func:`_fake_quant` of each ``h[d]`` ([dirs, batch, H]) at once, the same float32
+    operations element for element (so the same bits as one direction at a time).
+
+    About twenty NumPy calls on a step's few hundred values; with numba (providers_cpu/jit)
+    one compiled loop does the same operations in a few microseconds.
+    """
+    if jit.ENABLED and h.dtype == np.float32 and h.ndim == 3:
+        out = np.empty_like(h)
+        if jit.loop("uint8_round_trip")(np.ascontiguousarray(h), out):
+            return out
+    return _fake_quant_numpy(h)
+
+
+def _fake_quant_numpy(h: np.ndarray) -> np.ndarray:
+    d = h.shape[0]
+    flat = h.reshape(d, -1)
+    zero = np.float32(0)
+    if flat.shape[1]:
+        lo = np.minimum(flat.min(axis=1), zero)
+        hi = np.maximum(flat.max(axis=1), zero)
+    else:
+        lo = hi = np.zeros(d, np.float32)
+    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32)
+    zp = np.rint(np.clip(zero - lo / scale, 0, 255)).astype(np.float32)
+    s3, z3 = scale.reshape(d, 1, 1), zp.reshape(d, 1, 1)
+    # clamp(rint(h / s) + zp, 0, 255) - zp is clamp(rint(h / s), -zp, 255 - zp) on these
+    # small integers (exact either way; NaN goes to -zp through fmax in both), one pass
+    # fewer on a step's few hundred values; + 0 turns rint's -0 into the +0 that q - zp gives
+    q = np.rint(h / s3)
+    np.fmax(q, -z3, out=q)
+    np.minimum(q, np.float32(255) - z3, out=q)
+    q += zero
+    q *= s3
+    return q
 
 
 @kernel("DynamicQuantizeLSTM", since=1, domain="com.microsoft", dtypes={0: ("float",)})
@@ -63,20 +108,37 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
     cell_run = recurrent(
         node, np, default_acts=("Sigmoid", "Tanh", "Tanh"), n_states=2, make_cell=make_cell
     )
+    consts = constant_inputs(node, (1, 2, 8, 9, 10, 11))
+    bias = node.const_input(3) if node.has_input(3) else None
+    fixed = None
+    fast = None
+    if consts is not None:
+        fixed = _float_weights(*consts, op)
+        if bias is not None or not node.has_input(3):
+            fast = lstm_runner(node, weights=(*fixed, bias), hidden_hook=_fake_quant_per_direction)
 
     def run(
         X, W, R, B=None, lens=None, h0=None, c0=None, P=None, ws=None, wz=None, rs=None, rz=None
     ):
-        if ws is None or rs is None:
-            raise InvalidArgument(f"{op}: W_scale and R_scale are required")
-        if W.ndim != 3 or R.ndim != 3 or W.shape[2] != R.shape[2] or R.shape[2] != 4 * R.shape[1]:
-            raise InvalidArgument(
-                f"{op}: W must be [dirs, input, 4H] and R [dirs, H, 4H], got {W.shape}, {R.shape}"
-            )
-        # the weights back in float and in LSTM's [dirs, 4H, k] layout: the 8-bit products
-        # are exact in float32 before their one scaling
-        Wf = np.swapaxes(dequantize_per_column(W, ws, wz, op, "W"), 1, 2)
-        Rf = np.swapaxes(dequantize_per_column(R, rs, rz, op, "R"), 1, 2)
+        full = lens is None or (lens.size and int(np.min(lens)) == X.shape[0])
+        if fast is not None and full and X.dtype == np.float32:
+            return fast(_fake_quant(X), None, None, None, lens, h0, c0, P)
+        Wf, Rf = fixed if fixed is not None else _float_weights(W, R, ws, wz, rs, rz, op)
         return cell_run(X, Wf, Rf, B, lens, h0, c0, P)
 
     return run
+
+
+def _float_weights(W, R, ws, wz, rs, rz, op):
+    """W and R back in float, in LSTM's [dirs, 4H, k] layout."""
+    if ws is None or rs is None:
+        raise InvalidArgument(f"{op}: W_scale and R_scale are required")
+    W, R = np.asarray(W), np.asarray(R)
+    if W.ndim != 3 or R.ndim != 3 or W.shape[2] != R.shape[2] or R.shape[2] != 4 * R.shape[1]:
+        raise InvalidArgument(
+            f"{op}: W must be [dirs, input, 4H] and R [dirs, H, 4H], got {W.shape}, {R.shape}"
+        )
+    # the 8-bit products are exact in float32 before their one scaling
+    Wf = np.swapaxes(dequantize_per_column(W, ws, wz, op, "W"), 1, 2)
+    Rf = np.swapaxes(dequantize_per_column(R, rs, rz, op, "R"), 1, 2)
+    return Wf, Rf

@@ -14,7 +14,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from .qlinear import dynamic_uint8, integer_matmul_to_float, per_column
+from .qlinear import dynamic_uint8, integer_matmul_to_float, packed_b, per_column
 
 
 @kernel(
@@ -25,10 +25,11 @@ from .qlinear import dynamic_uint8, integer_matmul_to_float, per_column
 )
 def dynamic_quantize_matmul(node: Any, xp: Any):
     op = node.op_type
+    packed = packed_b(node, 1, 3)
 
     def run(a, b, b_scale, b_zp=None, bias=None):
         qa, a_scale, a_zp = dynamic_uint8(a.astype(np.float32, copy=False))
         mult = a_scale * per_column(b_scale, b.shape[-1], op, "b_scale").astype(np.float32)
-        return (integer_matmul_to_float(qa, a_zp, b, b_zp, mult, bias, op),)
+        return (integer_matmul_to_float(qa, a_zp, b, b_zp, mult, bias, op, packed),)
 
     return run

@@ -12,7 +12,6 @@ from .recurrent_cpu import (
     check_weights,
     clip_fn,
     compute_dtype,
-    constant_weights,
     default_activations,
     halve_rows,
     parse_direction,
@@ -24,6 +23,22 @@ from .recurrent_cpu import (
 
 @kernel("LSTM", since=(1, 7, 14, 22), dtypes=FLOAT_TYPES)
 def lstm(node, xp):
+    consts = [node.const_input(i) if node.has_input(i) else None for i in (1, 2, 3)]
+    known = consts[0] is not None and consts[1] is not None
+    known = known and (consts[2] is not None or not node.has_input(3))
+    return lstm_runner(node, weights=tuple(consts) if known else None)
+
+
+def lstm_runner(node, weights=None, hidden_hook=None):
+    """The CPU LSTM's ``run(X, W, R, B, lens, h0, c0, P)``.
+
+    ``weights`` (W, R, B), when given, are constants standing for inputs 1-3 (the
+    node's own, or DynamicQuantizeLSTM's dequantized ones): their transposed, halved
+    forms are made once per compute dtype instead of every run. ``hidden_hook(h)``
+    returns what multiplies R in place of the hidden state h ([dirs, batch, H]):
+    DynamicQuantizeLSTM's 8-bit round trip.
+    """
+    op = node.op_type
     num_dir, reverse = parse_direction(node)
     layout = int(node.attr("layout", 0))
     input_forget = bool(node.attr("input_forget", 0))
@@ -32,40 +47,56 @@ def lstm(node, xp):
     clip = clip_fn(clip_at)
     # the exporters' case: sigmoid gates computed by the same tanh call as the cell gate
     folded = default_activations(node, ("Sigmoid", "Tanh", "Tanh"), num_dir)
+    prepared: dict = {}
+    affine: dict = {}
 
-    def prepare(cdt, W, R, B=None, P=None):
-        H = check_weights("LSTM", W, R, 4, num_dir)
+    def affine_columns(H, dt):
+        """The folded step's per-column affine after its one tanh: (t + 1) / 2 on i, o, f,
+        c as it is; made once per size (np.r_ cost more than a small step)."""
+        got = affine.get((H, dt))
+        if got is None:
+            scale = np.concatenate([np.full(3 * H, 0.5, dt), np.ones(H, dt)])
+            shift = np.concatenate([np.full(3 * H, 0.5, dt), np.zeros(H, dt)])
+            got = affine[(H, dt)] = (scale, shift)
+        return got
+
+    def prepare(W, R, B, cdt, fold):
+        H = check_weights(op, W, R, 4, num_dir)
         Rt = transposed(R, slice(None), cdt)
+        if np.shares_memory(Rt, R):
+            # R was a transposed view already (DynamicQuantizeLSTM's): copy before halving.
+            Rt = Rt.copy()
         bias = None
         if B is not None:
             if B.shape != (num_dir, 8 * H):
-                raise InvalidArgument(f"LSTM: B has shape {list(B.shape)}, expected "
+                raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
                                       f"{[num_dir, 8 * H]}")  # fmt: skip
             bias = B[:, : 4 * H].astype(cdt) + B[:, 4 * H :]
-        if folded and P is None:
+        if fold:
             ifo = slice(0, 3 * H)
             W = halve_rows(W, ifo, cdt)
             Rt[..., ifo] *= 0.5
             if bias is not None:
                 bias[:, ifo] *= 0.5
-        peep = None
-        if P is not None:
-            if P.shape != (num_dir, 3 * H):
-                raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected "
-                                      f"{[num_dir, 3 * H]}")  # fmt: skip
-            peep = P.astype(cdt)[:, None, :]  # [dirs, 1, 3H]: i, o, f
-        # the folded step's per-column affine after its one tanh: (t + 1) / 2 on i, o, f;
-        # c as it is
-        scale = np.concatenate([np.full(3 * H, 0.5, cdt), np.ones(H, cdt)])
-        shift = np.concatenate([np.full(3 * H, 0.5, cdt), np.zeros(H, cdt)])
-        return H, W, Rt, bias, peep, scale, shift
-
-    weights = constant_weights(node, (1, 2, 3, 7), prepare)
+        return W, R, Rt, bias, H
 
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
         cdt = compute_dtype(X.dtype)
         fold = folded and P is None
-        H, W, Rt, bias, peep, scale, shift = weights(cdt, W, R, B, P)
+        if weights is None:
+            W, R, Rt, bias, H = prepare(W, R, B, cdt, fold)
+        else:
+            got = prepared.get((cdt, fold))
+            if got is None:
+                # A race makes the same arrays twice; either copy is right.
+                got = prepared[(cdt, fold)] = prepare(*weights, cdt, fold)
+            W, R, Rt, bias, H = got
+        peep = None
+        if P is not None:
+            if P.shape != (num_dir, 3 * H):
+                raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
+                                      f"{[num_dir, 3 * H]}")  # fmt: skip
+            peep = P.astype(cdt)[:, None, :]  # [dirs, 1, 3H]: i, o, f
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, 4 * H), dtype=dt)
@@ -74,12 +105,13 @@ def lstm(node, xp):
             if peep is not None:
                 pi, po, pf = (peep[..., k * H : (k + 1) * H] for k in range(3))
 
+            scale, shift = affine_columns(H, dt)
             if clip_at is not None:
                 hi = float(clip_at) * scale
                 lo = -hi
 
             def folded_step(x, h, out, c):
-                np.matmul(h, Rt, out=g)
+                np.matmul(h if hidden_hook is None else hidden_hook(h), Rt, out=g)
                 np.add(g, x, out=g)
                 if clip_at is not None:
                     np.clip(g, lo, hi, out=g)
@@ -95,7 +127,7 @@ def lstm(node, xp):
                 np.multiply(go, tmp, out=out)
 
             def step(x, h, out, c):
-                np.matmul(h, Rt, out=g)
+                np.matmul(h if hidden_hook is None else hidden_hook(h), Rt, out=g)
                 np.add(g, x, out=g)
                 if peep is None:
                     clip(g)
@@ -133,7 +165,7 @@ def lstm(node, xp):
             return folded_step if fold else step
 
         return run_recurrent(
-            "LSTM", X, W, R, gates=4, num_dir=num_dir, reverse=reverse, layout=layout,
+            op, X, W, R, gates=4, num_dir=num_dir, reverse=reverse, layout=layout,
             bias=bias, lens=lens, inits=[h0, c0], make_step=make_step,
         )  # fmt: skip
 

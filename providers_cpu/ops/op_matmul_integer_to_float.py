@@ -12,7 +12,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
-from .qlinear import integer_matmul_to_float, per_column, scalar
+from .qlinear import integer_matmul_to_float, packed_b, per_column, scalar
 
 
 @kernel(
@@ -23,12 +23,13 @@ from .qlinear import integer_matmul_to_float, per_column, scalar
 )
 def matmul_integer_to_float(node: Any, xp: Any):
     op = node.op_type
+    packed = packed_b(node, 1, 5)
 
     def run(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
         mult = np.float32(scalar(a_scale, op, "a_scale")) * per_column(
             b_scale, b.shape[-1], op, "b_scale"
         ).astype(np.float32)
         za = scalar(a_zp, op, "a_zero_point", 0)
-        return (integer_matmul_to_float(a, za, b, b_zp, mult, bias, op),)
+        return (integer_matmul_to_float(a, za, b, b_zp, mult, bias, op, packed),)
 
     return run

@@ -18,7 +18,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_attention_contrib import packed_attention
 
-from .qlinear import integer_matmul_to_float, per_column, scalar
+from .qlinear import integer_matmul_to_float, packed_b, per_column, scalar
 
 
 @kernel(
@@ -30,6 +30,7 @@ from .qlinear import integer_matmul_to_float, per_column, scalar
 def q_attention(node: Any, xp: Any):
     op = node.op_type
     attend = packed_attention(node, xp)
+    packed = packed_b(node, 1, 7)
 
     def run(x, w, bias, x_scale, w_scale, mask=None, x_zp=None, w_zp=None, past=None):
         if x.ndim != 3 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
@@ -42,7 +43,7 @@ def q_attention(node: Any, xp: Any):
             w_scale, n, op, "weight_scale"
         ).astype(np.float32)
         za = scalar(x_zp, op, "input_zero_point", 0)
-        proj = integer_matmul_to_float(x, za, w, w_zp, mult, bias, op)
+        proj = integer_matmul_to_float(x, za, w, w_zp, mult, bias, op, packed)
         return attend(proj, np.dtype(np.float32), mask, past)
 
     return run

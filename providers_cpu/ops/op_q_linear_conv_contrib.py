@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from onnxep.providers.kernel import kernel
-from onnxep.providers.ops.op_q_linear_conv import q_linear_conv
 
+from .op_q_linear_conv import q_linear_conv
 from .qlinear import eight_bit
 
 

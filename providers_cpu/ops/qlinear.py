@@ -14,6 +14,8 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument, NotSupported
 
+from .int_gemm import constant_b, exact_matmul, shifted_b
+
 _EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
@@ -173,18 +175,37 @@ def per_column(p: Any, n: int, op: str, what: str) -> np.ndarray:
 
 
 def integer_matmul_to_float(
-    a: np.ndarray, a_zp: int, b: np.ndarray, b_zp: Any, multiplier: Any, bias: Any, op: str
+    a: np.ndarray,
+    a_zp: int,
+    b: np.ndarray,
+    b_zp: Any,
+    multiplier: Any,
+    bias: Any,
+    op: str,
+    packed: Any = None,
 ) -> np.ndarray:
-    """``(a - a_zp) @ (b - b_zp)`` in int32, times ``multiplier`` (float32), plus ``bias``."""
-    n = b.shape[-1]
-    ai = a.astype(np.int32) - np.int32(a_zp)
-    bi = b.astype(np.int32)
-    if b_zp is not None:
-        bi = bi - per_column(b_zp, n, op, "B zero point").astype(np.int32)
-    y = np.matmul(ai, bi).astype(np.float32) * np.asarray(multiplier, np.float32)
+    """``(a - a_zp) @ (b - b_zp)`` in int32, times ``multiplier`` (float32), plus ``bias``.
+
+    The int32 product is int_gemm's (float BLAS, exact); ``packed`` is B already shifted
+    (:func:`packed_b` of a constant B), else B is shifted here.
+    """
+    if packed is None:
+        packed = shifted_b(b, column_zero_point(b, b_zp, op), op)
+    acc = exact_matmul(a, np.int32(a_zp), packed, op)
+    y = acc.astype(np.float32) * np.asarray(multiplier, np.float32)
     if bias is not None:
         y = y + bias.astype(np.float32)
     return y
+
+
+def column_zero_point(b: np.ndarray, zp: Any, op: str) -> Any:
+    """B's zero point, per tensor or per column, checked."""
+    return None if zp is None else per_column(zp, b.shape[-1], op, "B zero point")
+
+
+def packed_b(node: Any, b: int, zp: int) -> Any:
+    """Input ``b`` minus zero point input ``zp``, shifted once when both are constants."""
+    return constant_b(node, b, zp, lambda w, z: column_zero_point(w, z, node.op_type))
 
 
 def dynamic_uint8(a: np.ndarray) -> tuple[np.ndarray, np.float32, int]:

@@ -271,24 +271,6 @@ def run_recurrent(
     return (Y.astype(out_dt, copy=False), *(s.astype(out_dt, copy=False) for s in last))
 
 
-def constant_weights(node: Any, inputs: Sequence[int], prepare: Callable[..., Any]):
-    """``prepare(cdt, *arrays)`` of the node's weight inputs, computed once per compute
-    dtype when every one present is a constant (initializers: their copies, transposes and
-    halvings cost more than a small recurrence itself), else on every run."""
-    present = [i for i in inputs if node.has_input(i)]
-    if not all(isinstance(node.const_input(i), np.ndarray) for i in present):
-        return prepare
-    cache: dict[np.dtype, Any] = {}
-
-    def get(cdt: np.dtype, *arrays: Any) -> Any:
-        hit = cache.get(cdt)
-        if hit is None:
-            hit = cache[cdt] = prepare(cdt, *arrays)
-        return hit
-
-    return get
-
-
 def transposed(R: np.ndarray, rows: slice, cdt: np.dtype) -> np.ndarray:
     """``R[:, rows]`` as contiguous [dirs, H, len(rows)]: the right operand of the step matmul."""
     return np.ascontiguousarray(R[:, rows].transpose(0, 2, 1), dtype=cdt)

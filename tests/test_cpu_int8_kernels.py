@@ -1,0 +1,335 @@
+"""The CPU provider's 8-bit kernels on float BLAS (providers_cpu/ops/int_gemm.py).
+
+MatMulInteger and ConvInteger must give the integer kernels' int32 results bit for bit:
+checked against the integer definition (int64 products, cut to int32 as an int32
+accumulator wraps) on large K and on the extreme values of each type, where the float32
+path would round (the kernels must take float64 there), and against onnxruntime.
+DynamicQuantizeLSTM's batched hidden-state round trip must equal the one-direction one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from contrib_cases import elem, run_both
+from onnx import helper, numpy_helper
+
+import onnxep
+from onnxep.errors import OnnxepError
+from onnxep.providers.ops.quant import conv_nd
+from onnxep.providers_cpu.ops import int_gemm
+from onnxep.providers_cpu.ops.op_dynamic_quantize_lstm import (
+    _fake_quant,
+    _fake_quant_numpy,
+    _fake_quant_per_direction,
+)
+
+U8, I8 = np.dtype(np.uint8), np.dtype(np.int8)
+
+
+def _model(op, inputs, consts, attrs=None, opset=13):
+    node = helper.make_node(op, [n for n, _ in inputs], ["y"])
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in (attrs or {}).items())
+    g_in = [
+        helper.make_tensor_value_info(n, elem(a.dtype), a.shape)
+        for n, a in inputs
+        if n and n not in consts
+    ]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in inputs if n and n in consts]
+    out = [helper.make_tensor_value_info("y", elem(np.int32), None)]
+    graph = helper.make_graph([node], "g", g_in, out, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def _ours(op, inputs, consts, attrs=None):
+    model = _model(op, inputs, consts, attrs)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    return sess.run(None, {n: a for n, a in inputs if n and n not in consts})[0]
+
+
+def _extreme(rng, shape, dt):
+    """Values of ``dt`` that are mostly its two ends, some anywhere between."""
+    lo, hi = int_gemm.int_range(dt)
+    v = rng.choice(np.array([lo, hi], np.int64), size=shape)
+    some = rng.random(shape) < 0.3
+    v[some] = rng.integers(lo, hi + 1, size=int(some.sum()))
+    return v.astype(dt)
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.int64).astype(np.int32)
+
+
+def _matmul_ref(a, za, b, zb):
+    ai = a.astype(np.int64) - (0 if za is None else np.asarray(za, np.int64).reshape(-1, 1))
+    bi = b.astype(np.int64) - (0 if zb is None else np.asarray(zb, np.int64))
+    return _wrap32(np.matmul(ai, bi))
+
+
+@pytest.mark.parametrize("a_dt", [U8, I8])
+@pytest.mark.parametrize("b_dt", [U8, I8])
+@pytest.mark.parametrize("k", [1, 37, 1024, 5000])
+@pytest.mark.parametrize("const_b", [True, False])
+@pytest.mark.parametrize("zps", ["none", "scalar", "per_row_col"])
+def test_matmul_integer_is_the_integer_product(a_dt, b_dt, k, const_b, zps):
+    rng = np.random.default_rng(k)
+    m, n = 6, 11
+    a = _extreme(rng, (2, m, k), a_dt)
+    b = _extreme(rng, (k, n), b_dt)
+    za = zb = None
+    if zps == "scalar":
+        za, zb = np.array(_extreme(rng, (), a_dt)), np.array(_extreme(rng, (), b_dt))
+    elif zps == "per_row_col":
+        za, zb = _extreme(rng, (m,), a_dt), _extreme(rng, (n,), b_dt)
+    inputs = [("a", a), ("b", b)]
+    if za is not None:
+        inputs += [("za", za), ("zb", zb)]
+    consts = {"b", "zb"} if const_b else set()
+    got = _ours("MatMulInteger", inputs, consts)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _matmul_ref(a, za, b, zb))
+
+
+@pytest.mark.parametrize("k", [258, 259])
+def test_matmul_integer_at_float32s_limit(k):
+    """258 products of 255 * 255 sum to 16776450 <= 2^24 (float32 exact); 259 to 16841475,
+    which float32 rounds to 16841476: the kernel must see that and take float64."""
+    a = np.full((1, k), 255, np.uint8)
+    b = np.full((k, 1), 255, np.uint8)
+    assert int_gemm.compute_dtype(k * 255 * 255) == (np.float32 if k == 258 else np.float64)
+    if k == 259:
+        assert int(np.float32(k * 255 * 255)) != k * 255 * 255
+    got = _ours("MatMulInteger", [("a", a), ("b", b)], {"b"})
+    assert got.tolist() == [[k * 255 * 255]]
+
+
+def test_matmul_integer_wraps_as_int32():
+    """Past 2^31 the int32 accumulator wraps; the float64 path wraps the same way."""
+    k = 40000
+    a = np.full((2, k), 255, np.uint8)
+    b = np.full((k, 3), 255, np.uint8)
+    b[::7, 1] = 0
+    got = _ours("MatMulInteger", [("a", a), ("b", b)], {"b"})
+    np.testing.assert_array_equal(got, _matmul_ref(a, None, b, None))
+    assert got[0, 0] == np.int64(k * 255 * 255 - (1 << 32))
+
+
+def test_matmul_integer_batched_b():
+    rng = np.random.default_rng(2)
+    a = _extreme(rng, (3, 4, 300), U8)
+    b = _extreme(rng, (3, 300, 5), I8)
+    zb = np.array(-3, np.int8)
+    got = _ours("MatMulInteger", [("a", a), ("b", b), ("", None), ("zb", zb)], {"b", "zb"})
+    np.testing.assert_array_equal(got, _matmul_ref(a, None, b, zb))
+
+
+def test_matmul_integer_bad_zero_point():
+    a = np.zeros((4, 3), np.uint8)
+    b = np.zeros((3, 5), np.uint8)
+    inputs = [("a", a), ("b", b), ("za", np.zeros(2, np.uint8)), ("zb", np.zeros(1, np.uint8))]
+    with pytest.raises(OnnxepError, match="a_zero_point must have 1 element or one per row"):
+        _ours("MatMulInteger", inputs, {"b"})
+
+
+@pytest.mark.parametrize("a_dt,b_dt", [(U8, U8), (U8, I8), (I8, I8)])
+def test_matmul_integer_against_onnxruntime(a_dt, b_dt):
+    rng = np.random.default_rng(3)
+    a = _extreme(rng, (5, 700), a_dt)
+    b = _extreme(rng, (700, 9), b_dt)
+    za, zb = np.array(_extreme(rng, (), a_dt)), np.array(_extreme(rng, (), b_dt))
+    inputs = [("a", a), ("b", b), ("za", za), ("zb", zb)]
+    model = _model("MatMulInteger", inputs, {"b", "zb"})
+    (got,), (ref,) = run_both(model, {"a": a, "za": za})
+    np.testing.assert_array_equal(got, ref)
+
+
+def _conv_ref(x, zx, w, zw, attrs):
+    xi = x.astype(np.int64) - int(zx)
+    wi = w.astype(np.int64)
+    if zw is not None:
+        zw = np.asarray(zw, np.int64)
+        wi = wi - (zw.reshape(-1, 1, 1, 1) if zw.size > 1 else zw.reshape(()))
+    p = {
+        "strides": attrs.get("strides", [1, 1]),
+        "dilations": attrs.get("dilations", [1, 1]),
+        "pads": attrs.get("pads", [0, 0, 0, 0]),
+        "auto_pad": "NOTSET",
+        "group": attrs.get("group", 1),
+    }
+    return _wrap32(conv_nd(xi, wi, p, np))
+
+
+CONVS = {
+    "3x3": (4, 6, 3, {"pads": [1, 1, 1, 1]}),
+    "3x3-stride2": (4, 6, 3, {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
+    "1x1": (8, 5, 1, {}),
+    "dilated": (3, 4, 3, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    "grouped": (6, 4, 3, {"group": 2, "pads": [1, 1, 1, 1]}),
+    "depthwise": (6, 6, 3, {"group": 6, "pads": [1, 1, 1, 1]}),
+    "wide": (64, 8, 3, {"pads": [1, 1, 1, 1]}),  # 576 taps of extremes: float64
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONVS))
+@pytest.mark.parametrize("x_dt,w_dt", [(U8, U8), (U8, I8), (I8, I8)])
+@pytest.mark.parametrize("zps", ["none", "scalar", "per_channel"])
+@pytest.mark.parametrize("const_w", [True, False])
+def test_conv_integer_is_the_integer_convolution(case, x_dt, w_dt, zps, const_w):
+    c, m, kk, attrs = CONVS[case]
+    rng = np.random.default_rng(c * 10 + m)
+    x = _extreme(rng, (2, c, 9, 8), x_dt)
+    w = _extreme(rng, (m, c // attrs.get("group", 1), kk, kk), w_dt)
+    zx, zw = np.array(0, x_dt), None
+    inputs = [("x", x), ("w", w)]
+    if zps != "none":
+        zx = np.array(_extreme(rng, (), x_dt))
+        zw = np.array(_extreme(rng, (), w_dt)) if zps == "scalar" else _extreme(rng, (m,), w_dt)
+        inputs += [("zx", zx), ("zw", zw)]
+    consts = {"w", "zw"} if const_w else set()
+    got = _ours("ConvInteger", inputs, consts, attrs)
+    np.testing.assert_array_equal(got, _conv_ref(x, zx, w, zw, attrs))
+
+
+def test_conv_integer_takes_float64_past_float32s_limit():
+    """64 channels of 3x3 taps at the ends of uint8: 576 * 255 * 255 = 37454400 > 2^24."""
+    w = np.full((1, 64, 3, 3), 255, np.uint8)
+    assert int_gemm.row_l1(w.astype(np.int64)) * 255 > int_gemm.F32_EXACT
+    x = np.full((1, 64, 3, 3), 255, np.uint8)
+    x[0, ::3, 1, 2] = 0
+    got = _ours("ConvInteger", [("x", x), ("w", w)], {"w"})
+    np.testing.assert_array_equal(got, _conv_ref(x, 0, w, None, {}))
+
+
+def test_conv_integer_bad_zero_point():
+    x = np.zeros((1, 2, 4, 4), np.uint8)
+    w = np.zeros((3, 2, 1, 1), np.uint8)
+    inputs = [("x", x), ("w", w), ("zx", np.zeros(1, np.uint8)), ("zw", np.zeros(2, np.uint8))]
+    with pytest.raises(OnnxepError, match="w_zero_point must have 1 element or one per"):
+        _ours("ConvInteger", inputs, {"w", "zw"})
+
+
+@pytest.mark.parametrize("case", ["3x3", "3x3-stride2", "1x1", "grouped", "wide"])
+def test_conv_integer_against_onnxruntime(case):
+    c, m, kk, attrs = CONVS[case]
+    rng = np.random.default_rng(7)
+    x = _extreme(rng, (1, c, 10, 9), U8)
+    w = _extreme(rng, (m, c // attrs.get("group", 1), kk, kk), U8)
+    zx, zw = np.array(131, np.uint8), np.array(7, np.uint8)
+    inputs = [("x", x), ("w", w), ("zx", zx), ("zw", zw)]
+    model = _model("ConvInteger", inputs, {"w", "zw"}, attrs)
+    (got,), (ref,) = run_both(model, {"x": x, "zx": zx})
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_lstm_hidden_round_trip_per_direction_is_the_one_direction_one():
+    rng = np.random.default_rng(9)
+    h = (rng.standard_normal((4, 3, 16)) * [[[0.1]], [[3.0]], [[1.0]], [[1.0]]]).astype(np.float32)
+    h[2] = 0  # an all-zero state: scale 1
+    h[3] = -np.abs(h[3])  # all negative: zero point 255
+    h[1, 0, :3] = 1e30  # one outlier takes the whole range
+    want = np.stack([_fake_quant(h[d]) for d in range(h.shape[0])])
+    # the compiled loop (with numba) and the NumPy calls
+    for got in (_fake_quant_per_direction(h), _fake_quant_numpy(h)):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _qlinear_model(op, inputs, consts, out_dt, attrs=None):
+    model = _model(op, inputs, consts, attrs)
+    model.graph.output[0].type.tensor_type.elem_type = elem(out_dt)
+    return model
+
+
+@pytest.mark.parametrize("dt", [U8, I8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_q_linear_mat_mul_against_onnxruntime(dt, per_column):
+    rng = np.random.default_rng(11)
+    k, n = 600, 7
+    a = _extreme(rng, (3, k), dt)
+    b = _extreme(rng, (k, n), dt)
+    zb = _extreme(rng, (n,), dt) if per_column else np.array(_extreme(rng, (), dt))
+    sb = rng.uniform(1e-3, 2e-3, n if per_column else ()).astype(np.float32)
+    inputs = [
+        ("a", a), ("sa", np.array(0.02, np.float32)), ("za", np.array(_extreme(rng, (), dt))),
+        ("b", b), ("sb", sb), ("zb", zb),
+        ("sy", np.array(40.0, np.float32)), ("zy", np.array(3, dt)),
+    ]  # fmt: skip
+    consts = {"b", "sb", "zb", "sy", "zy"}
+    model = _qlinear_model("QLinearMatMul", inputs, consts, dt)
+    feeds = {n_: v for n_, v in inputs if n_ not in consts}
+    (got,), (ref,) = run_both(model, feeds)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("w_dt", [U8, I8])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_q_linear_conv_against_onnxruntime(w_dt, per_channel):
+    rng = np.random.default_rng(12)
+    c, m = 32, 6
+    x = _extreme(rng, (1, c, 7, 8), U8)
+    w = _extreme(rng, (m, c, 3, 3), w_dt)
+    if w_dt == I8:  # onnxruntime takes int8 weights with zero point 0 only
+        zw = np.zeros(m if per_channel else (), np.int8)
+    else:
+        zw = _extreme(rng, (m,), w_dt) if per_channel else np.array(9, w_dt)
+    sw = rng.uniform(1e-3, 2e-3, m if per_channel else ()).astype(np.float32)
+    inputs = [
+        ("x", x), ("sx", np.array(0.05, np.float32)), ("zx", np.array(120, np.uint8)),
+        ("w", w), ("sw", sw), ("zw", zw),
+        ("sy", np.array(30.0, np.float32)), ("zy", np.array(128, np.uint8)),
+        ("bias", rng.integers(-5000, 5000, m).astype(np.int32)),
+    ]  # fmt: skip
+    consts = {"w", "sw", "zw", "sy", "zy", "bias"}
+    model = _qlinear_model("QLinearConv", inputs, consts, U8, {"pads": [1, 1, 1, 1]})
+    feeds = {n_: v for n_, v in inputs if n_ not in consts}
+    (got,), (ref,) = run_both(model, feeds)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_dynamic_quantize_linear_is_the_generic_kernel():
+    from onnxep.providers.ops.op_dynamic_quantize_linear import dynamic_quantize_linear as generic
+    from onnxep.providers_cpu.ops.op_dynamic_quantize_linear import dynamic_quantize_linear
+
+    rng = np.random.default_rng(13)
+    cases = [
+        rng.standard_normal((1, 24, 32, 48)).astype(np.float32),
+        np.zeros((3, 4), np.float32),  # zero range: scale 0, everything 0
+        -np.abs(rng.standard_normal(100)).astype(np.float32),  # zero point 255
+        np.abs(rng.standard_normal(100)).astype(np.float32) * 1e-30,
+        np.zeros(0, np.float32),
+        (rng.standard_normal(1000) * 1e4).astype(np.float32),
+        np.array([0.5, 1.5, 2.5, -0.5, 255.0], np.float32),  # halves round to even
+    ]
+    ours, theirs = dynamic_quantize_linear(None, np), generic(None, np)
+    for x in cases:
+        for g, w in zip(ours(x), theirs(x)):
+            assert type(g) is type(w) and g.dtype == w.dtype and g.shape == w.shape
+            assert g.tobytes() == w.tobytes(), (x[:5], g, w)
+
+
+@pytest.mark.parametrize("spatial", [(11,), (5, 6, 4)])
+def test_conv_integer_1d_and_3d(spatial):
+    rng = np.random.default_rng(len(spatial))
+    nsp = len(spatial)
+    x = _extreme(rng, (2, 4, *spatial), U8)
+    w = _extreme(rng, (3, 4, *([3] * nsp)), I8)
+    zx, zw = np.array(17, np.uint8), np.array(-2, np.int8)
+    attrs = {"pads": [1] * (2 * nsp), "strides": [2] + [1] * (nsp - 1)}
+    got = _ours("ConvInteger", [("x", x), ("w", w), ("zx", zx), ("zw", zw)], {"w", "zw"}, attrs)
+    xi = x.astype(np.int64) - 17
+    wi = w.astype(np.int64) + 2
+    p = {"strides": attrs["strides"], "dilations": [1] * nsp, "pads": attrs["pads"]}
+    want = _wrap32(conv_nd(xi, wi, p | {"auto_pad": "NOTSET", "group": 1}, np))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_conv_integer_auto_pad(auto_pad):
+    rng = np.random.default_rng(5)
+    x = _extreme(rng, (1, 3, 7, 6), U8)
+    w = _extreme(rng, (2, 3, 3, 2), U8)
+    attrs = {"auto_pad": auto_pad, "strides": [2, 1]}
+    got = _ours("ConvInteger", [("x", x), ("w", w)], {"w"}, attrs)
+    p = {"strides": [2, 1], "dilations": [1, 1], "pads": None, "auto_pad": auto_pad, "group": 1}
+    np.testing.assert_array_equal(
+        got, _wrap32(conv_nd(x.astype(np.int64), w.astype(np.int64), p, np))
+    )
