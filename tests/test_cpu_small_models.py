@@ -214,3 +214,34 @@ def test_tree_classifier_few_rows_and_nan():
     few = ours.run(None, {"input": x[:4]})
     assert few[0].tolist() == big[0][:4].tolist()
     assert few[1].tobytes() == big[1][:4].tobytes()
+
+
+def test_tree_compiled_walk_matches_numpy_levels(monkeypatch):
+    """Few rows walk compiled (numba), many level by level in NumPy: the same leaves."""
+    from onnxep.providers_cpu import jit
+
+    if not jit.ENABLED:
+        pytest.skip("numba not available: only the NumPy traversal runs")
+    skl = pytest.importorskip("sklearn.ensemble")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from skl2onnx.common.data_types import FloatTensorType
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((400, 6)).astype(np.float32)
+    y = x[:, 0] * 2 - x[:, 4] + np.sin(x[:, 2])
+    reg = skl.GradientBoostingRegressor(n_estimators=20, max_depth=4, random_state=0).fit(x, y)
+    model = skl2onnx.convert_sklearn(
+        reg, initial_types=[("input", FloatTensorType([None, 6]))],
+        target_opset={"": 17, "ai.onnx.ml": 3},
+    )  # fmt: skip
+    ours = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    peer = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    few = x[:8].copy()
+    few[0, :] = np.nan
+    few[1, 2] = np.nan
+    few[2, :] = -np.inf
+    compiled = ours.run(None, {"input": few})[0]
+    monkeypatch.setattr(jit, "ENABLED", False)
+    levels = ours.run(None, {"input": few})[0]
+    assert compiled.tobytes() == levels.tobytes()
+    np.testing.assert_allclose(compiled, peer.run(None, {"input": few})[0], rtol=1e-5, atol=1e-6)

@@ -29,6 +29,8 @@ import numpy as np
 
 from onnxep.errors import NotSupported
 
+from .. import jit
+
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
 MODES = {
     "BRANCH_LEQ": LEQ,
@@ -46,6 +48,10 @@ AGGREGATES = {"AVERAGE": AVERAGE, "SUM": SUM, "MIN": MIN, "MAX": MAX}
 _DENSE_LIMIT = 1 << 22  # leaves x targets held as a dense table up to this many entries
 _DENSE_TARGETS = 16  # beyond this many targets, weights add up through one bincount
 _BLOCK = 1 << 15  # rows x trees per block of the traversal
+# Up to this many walks (rows x trees) the compiled traversal runs (jit.py, numba): it was
+# 2.3x faster on 4 rows of 100 depth-10 trees, even at 20 rows, and 10-20% slower from
+# 40 rows on, where NumPy's level-wide gathers are the better loop.
+_COMPILED_WALKS = 2048
 
 
 @dataclass
@@ -207,6 +213,16 @@ class Forest:
                 f"{n_cols} features per row"
             )
         xf = np.ascontiguousarray(x, dtype=self.dtype)
+        if not self.general and n_rows * self.n_trees <= _COMPILED_WALKS and jit.ENABLED:
+            # The same steps compiled: on a few rows each NumPy call below costs
+            # microseconds for a hundred elements.
+            out = np.empty(n_rows * self.n_trees, np.intp)
+            jit.loop("tree_leaves")(
+                xf.reshape(-1), n_cols, self.roots, self.feat, self.thr, self.kids,
+                self.depth, self.nan_slot, self.nan_fix, out,
+            )  # fmt: skip
+            out -= self.n_inner
+            return out.reshape(n_rows, self.n_trees)
         nd = np.empty((n_rows, self.n_trees), np.intp)
         nd[:] = self.roots  # np.tile's own cost is several of these
         nd = nd.reshape(-1)
