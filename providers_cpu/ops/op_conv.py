@@ -12,6 +12,7 @@ enough channels as Winograd F(2x2, 3x3) tiles (``winograd``, with numba).
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -135,7 +136,7 @@ def build_conv(node, post=None, integer_weights=None):
                 bvec = np.asarray(b).astype(cdt).reshape(-1)
             return finish(wino.winograd(scratch, xc, u, bvec, pb, pe, out), dt, z)
         else:
-            ck = c * int(np.prod(k))
+            ck = c * math.prod(k)
             big = ck * lsz * xc.itemsize > _TILE_OVER
             if aug is not None and big and out[0] > 1 and run_threads() == 1:
                 return finish(im2col_tiled(scratch, xc, aug.w, k, strides, dil, pb, pe, out), dt, z)
@@ -157,6 +158,11 @@ def build_conv(node, post=None, integer_weights=None):
                 return finish(
                     im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
                 )
+            if aug is not None:
+                # Before the padding below: im2col_standard pads into its own buffer.
+                return finish(
+                    im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
+                )
             xpad = scratch.padded(xc, pb, pe)
             if group > 1 and group == c and m % c == 0:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
@@ -166,10 +172,6 @@ def build_conv(node, post=None, integer_weights=None):
                     y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
                 return finish(y, dt, z)
             view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
-            if aug is not None:
-                return finish(
-                    im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
-                )
             cols = view.reshape(n, group, -1, lsz)  # the one im2col copy
         if group == 1:
             # One GEMM per image (a plain 2-D GEMM when N == 1).
@@ -223,17 +225,37 @@ def im2col_tiled(scratch, xc, w_aug, k, strides, dil, pb, pe, out):
 
 
 def im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
-    """im2col into a buffer whose last row is ones, then one tuned GEMM with the bias column."""
-    n = xc.shape[0]
-    xpad = scratch.padded(xc, pb, pe)
-    view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
-    lsz = 1
-    for o in out:
-        lsz *= o
-    ck = view.size // (n * lsz)
-    buf = scratch.cols_with_ones(n, ck, lsz, xc.dtype)
-    np.copyto(buf[:, :ck].reshape(view.shape), view)  # the one im2col copy
-    return aug(buf[0] if n == 1 else buf).reshape(n, m, *out)
+    """im2col into a buffer whose last row is ones, then one tuned GEMM with the bias column.
+
+    The padded buffer's interior, the window view over it and the im2col buffer's
+    destination view are made once per input shape (this thread's ``scratch``): on a
+    short 1-D signal their construction cost more than the copy and the GEMM.
+    """
+    key = ("std", xc.shape, xc.dtype)
+    plan = scratch.bufs.get(key)
+    if plan is None:
+        n = xc.shape[0]
+        xpad = scratch.padded(xc, pb, pe)
+        view = window_view(xpad, k, strides, dil, out)  # (N, C, *k, *out)
+        lsz = 1
+        for o in out:
+            lsz *= o
+        ck = view.size // (n * lsz)
+        buf = scratch.cols_with_ones(n, ck, lsz, xc.dtype)
+        sp = xc.shape[2:]
+        interior = None
+        if xpad is not xc:
+            # the buffer ``padded`` keeps for this shape: only its interior changes
+            interior = xpad[(Ellipsis, *(slice(b, b + s) for b, s in zip(pb, sp)))]
+        plan = (interior, view, buf[:, :ck].reshape(view.shape), buf[0] if n == 1 else buf)
+        scratch.bufs[key] = plan
+    interior, view, dst, cols = plan
+    if interior is None:
+        view = window_view(xc, k, strides, dil, out)
+    else:
+        interior[...] = xc
+    np.copyto(dst, view)  # the one im2col copy
+    return aug(cols).reshape(xc.shape[0], m, *out)
 
 
 def im2col_wide(scratch, xc, aug, k, dil, pb, pe, out, m):

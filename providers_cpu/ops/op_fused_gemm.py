@@ -12,7 +12,8 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.inplace_activation import inplace_activation
 from onnxep.providers.ops.nn import str_attr
-from onnxep.providers.ops.op_gemm import gemm
+
+from .op_gemm import gemm
 
 
 @kernel("FusedGemm", since=1, domain="com.microsoft", dtypes=("float",))

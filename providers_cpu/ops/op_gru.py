@@ -35,10 +35,9 @@ def gru(node, xp):
     clip_zr = clip_fn(None if clip_at is None else 0.5 * float(clip_at)) if folded else clip
     act_zr = half_sigmoid if folded else f_act
 
-    def run(X, W, R, B=None, lens=None, h0=None):
-        cdt = compute_dtype(X.dtype)
+    def prepare(cdt, W, R, B=None):
         H = check_weights("GRU", W, R, 3, num_dir)
-        bias = rb_h = None
+        bias = rb_h = Rt_h = None
         if B is not None:
             if B.shape != (num_dir, 6 * H):
                 raise InvalidArgument(f"GRU: B has shape {list(B.shape)}, expected "
@@ -56,11 +55,32 @@ def gru(node, xp):
             Rt = transposed(R, slice(0, 2 * H), cdt)
             Rt_h = transposed(R, slice(2 * H, 3 * H), cdt)
         if folded:
+            if np.shares_memory(Rt, R):
+                Rt = Rt.copy()  # R itself (a contiguous transpose when H is 1): not halved
             zr = slice(0, 2 * H)
             W = halve_rows(W, zr, cdt)
             Rt[..., zr] *= 0.5
             if bias is not None:
                 bias[:, zr] *= 0.5
+        return H, W, Rt, Rt_h, bias, rb_h
+
+    # Constant weights (initializers) are transposed, halved and summed once per compute
+    # dtype: on a small recurrence that preparation cost more than the steps.
+    consts = [node.const_input(i) if node.has_input(i) else None for i in (1, 2, 3)]
+    known = consts[0] is not None and consts[1] is not None
+    known = known and (consts[2] is not None or not node.has_input(3))
+    prepared: dict = {}
+
+    def run(X, W, R, B=None, lens=None, h0=None):
+        cdt = compute_dtype(X.dtype)
+        if not known:
+            H, W, Rt, Rt_h, bias, rb_h = prepare(cdt, W, R, B)
+        else:
+            got = prepared.get(cdt)
+            if got is None:
+                # A race makes the same arrays twice; either copy is right.
+                got = prepared[cdt] = prepare(cdt, *consts)
+            H, W, Rt, Rt_h, bias, rb_h = got
 
         def make_step(D, batch, dt):
             g = np.empty((D, batch, (3 if linear_before_reset else 2) * H), dtype=dt)

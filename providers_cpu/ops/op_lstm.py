@@ -48,6 +48,17 @@ def lstm_runner(node, weights=None, hidden_hook=None):
     # the exporters' case: sigmoid gates computed by the same tanh call as the cell gate
     folded = default_activations(node, ("Sigmoid", "Tanh", "Tanh"), num_dir)
     prepared: dict = {}
+    affine: dict = {}
+
+    def affine_columns(H, dt):
+        """The folded step's per-column affine after its one tanh: (t + 1) / 2 on i, o, f,
+        c as it is; made once per size (np.r_ cost more than a small step)."""
+        got = affine.get((H, dt))
+        if got is None:
+            scale = np.concatenate([np.full(3 * H, 0.5, dt), np.ones(H, dt)])
+            shift = np.concatenate([np.full(3 * H, 0.5, dt), np.zeros(H, dt)])
+            got = affine[(H, dt)] = (scale, shift)
+        return got
 
     def prepare(W, R, B, cdt, fold):
         H = check_weights(op, W, R, 4, num_dir)
@@ -94,9 +105,7 @@ def lstm_runner(node, weights=None, hidden_hook=None):
             if peep is not None:
                 pi, po, pf = (peep[..., k * H : (k + 1) * H] for k in range(3))
 
-            # per-column affine after the one tanh: (t + 1) / 2 on i, o, f; c as it is
-            scale = np.r_[np.full(3 * H, 0.5, dt), np.ones(H, dt)]
-            shift = np.r_[np.full(3 * H, 0.5, dt), np.zeros(H, dt)]
+            scale, shift = affine_columns(H, dt)
             if clip_at is not None:
                 hi = float(clip_at) * scale
                 lo = -hi
