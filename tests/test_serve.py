@@ -12,6 +12,7 @@ Run with ``python -m pytest -m serve tests/test_serve.py``.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -302,11 +303,17 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
     # .npz bodies of 4 images: the model replicas, not JSON parsing, are the busy part, so
     # the kill finds requests in flight
     jobs = [(1000 + i, 4) for i in range(160)]
+    # the kill comes once a few answers are back, not after a fixed time: with a fast model
+    # a fixed second could see every request answered before the kill (nothing to retry)
+    answered, started = [], threading.Event()
 
     def client(job):
         feeds = _images(*job)
         t0 = time.monotonic()
         status, out = infer_npz(f"{url}/batched/infer", feeds)
+        answered.append(1)
+        if len(answered) >= 8:
+            started.set()
         return feeds, status, out, time.monotonic() - t0
 
     replicas = [
@@ -317,7 +324,7 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
     assert len(replicas) == 2
     with ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(client, j) for j in jobs]
-        time.sleep(1.0)
+        assert started.wait(60), "no answers within 60 s"
         victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
         ray.kill(victim, no_restart=True)
         answers = [f.result(timeout=120) for f in futures]
