@@ -251,7 +251,8 @@ def real_model(name: str, folder: Path) -> tuple[bytes, dict[str, np.ndarray]]:
     there, and the corpus's feeds for it (its dims and values, seeded)."""
     import onnx
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
     import real_models as R
 
     (model,) = [m for m in R.CORPUS if m.name == name]

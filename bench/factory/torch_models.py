@@ -107,6 +107,14 @@ class Decoder(nn.Module):
         return (logits, *presents)
 
 
+def _shortcut(cin: int, cout: int, stride: int) -> nn.Module:
+    """A residual block's skip path: a 1x1 projection with a batch norm where the shape
+    changes, else the identity."""
+    if stride != 1 or cin != cout:
+        return nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+    return nn.Identity()
+
+
 class Block(nn.Module):
     def __init__(self, cin, cout, stride):
         super().__init__()
@@ -114,11 +122,7 @@ class Block(nn.Module):
         self.b1 = nn.BatchNorm2d(cout)
         self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.b2 = nn.BatchNorm2d(cout)
-        self.skip = (
-            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-            if stride != 1 or cin != cout
-            else nn.Identity()
-        )
+        self.skip = _shortcut(cin, cout, stride)
 
     def forward(self, x):
         y = F.relu(self.b1(self.c1(x)))
@@ -151,11 +155,7 @@ class Bottleneck(nn.Module):
         self.b2 = nn.BatchNorm2d(width)
         self.c3 = nn.Conv2d(width, cout, 1, bias=False)
         self.b3 = nn.BatchNorm2d(cout)
-        self.skip = (
-            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-            if stride != 1 or cin != cout
-            else nn.Identity()
-        )
+        self.skip = _shortcut(cin, cout, stride)
 
     def forward(self, x):
         y = F.relu(self.b1(self.c1(x)))
