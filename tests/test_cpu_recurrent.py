@@ -48,7 +48,9 @@ def _assert_close(got: list, want: list, names: list[str]) -> None:
 # -- torch exports ------------------------------------------------------------------
 
 
-class _Net(torch.nn.Module):
+class TorchRecurrent(torch.nn.Module):
+    """One torch.nn LSTM / GRU / RNN, its outputs flattened (y, then each state)."""
+
     def __init__(self, kind: str, **kw) -> None:
         super().__init__()
         self.rnn = getattr(torch.nn, kind)(**kw)
@@ -100,7 +102,7 @@ def _export(net, args: tuple, exporter: str, names: list[str]) -> onnx.ModelProt
 @pytest.mark.parametrize(("kind", "kw", "exporter"), EXPORTS)
 def test_torch_export_matches_onnxruntime(kind, kw, exporter):
     torch.manual_seed(0)
-    net = _Net(kind, input_size=5, hidden_size=7, **kw).eval()
+    net = TorchRecurrent(kind, input_size=5, hidden_size=7, **kw).eval()
     shape = (3, 6, 5) if kw.get("batch_first") else (6, 3, 5)
     x = torch.randn(*shape)
     model = _export(net, (x,), exporter, ["x"])

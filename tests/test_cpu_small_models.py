@@ -24,6 +24,8 @@ from onnxep.testing import compare_output
 ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
+from test_cpu_recurrent import TorchRecurrent  # noqa: E402  (needs torch, skipped above)
+
 
 def _export(net, args: tuple, names: list[str], dynamic: dict | None = None) -> onnx.ModelProto:
     with warnings.catch_warnings():
@@ -122,16 +124,6 @@ def test_gemm_alpha_beta_and_broadcast_bias():
 # -- LSTM / GRU weights prepared once ---------------------------------------------------
 
 
-class _Rnn(torch.nn.Module):
-    def __init__(self, kind: str, **kw) -> None:
-        super().__init__()
-        self.rnn = getattr(torch.nn, kind)(**kw)
-
-    def forward(self, x):
-        y, state = self.rnn(x)
-        return (y, *state) if isinstance(state, tuple) else (y, state)
-
-
 @pytest.mark.parametrize(
     ("kind", "kw"),
     [
@@ -147,7 +139,7 @@ class _Rnn(torch.nn.Module):
 def test_recurrent_constant_weights(kind, kw):
     torch.manual_seed(2)
     x = torch.randn(3, 2, 24)
-    model = _export(_Rnn(kind, **kw).eval(), (x,), ["x"], {"x": {0: "T", 1: "batch"}})
+    model = _export(TorchRecurrent(kind, **kw).eval(), (x,), ["x"], {"x": {0: "T", 1: "batch"}})
     assert kind in _ops(model)
     rng = np.random.default_rng(2)
     shapes = [(3, 2), (1, 1), (5, 3), (3, 2)]
