@@ -23,7 +23,10 @@ same process.
   bandwidth (bytes read plus written) measured in the same run;
 * ``route`` and ``splits``: the kernel the builder chose, and the splits it uses at this
   context (decided on the device);
-* ``eager_us``: events around one uncaptured call, the host's launch gaps included.
+* ``eager_us``: events around one uncaptured call, the host's launch gaps included;
+* ``kernels`` (with ``--trace``, where torch has CUPTI): each kernel of the replayed step,
+  launches and device microseconds per layer, so the decode kernel's own time is told
+  apart from the rotary/append and merge launches around it.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def measure(
     repeats: int = 50,
     warmup: int = 10,
     copy_tbs: float | None = None,
+    trace: bool = False,
 ) -> dict:
     import cupy
 
@@ -158,6 +162,7 @@ def measure(
             graph.launch(stream)
         scrub = cupy.empty(256 << 20, dtype=np.uint8)  # larger than L2
         graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats, lambda: scrub.fill(1))
+        kernels = _trace(cupy, graph, stream, scrub, layers) if trace else None
 
     (chosen,) = run.routes.values()
     if chosen.kernel == "tensor-core":
@@ -196,7 +201,33 @@ def measure(
     if copy_tbs is not None:
         row["copy_tbs"] = round(copy_tbs, 3)
         row["of_copy"] = round(tbs / copy_tbs, 4)
+    if kernels is not None:
+        row["kernels"] = kernels
     return row
+
+
+def _trace(cupy, graph, stream, scrub, layers: int, replays: int = 8) -> list[dict] | None:
+    """The replayed step's kernels by device time (CUPTI through torch's profiler)."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            scrub.fill(1)
+            graph.launch(stream)
+        stream.synchronize()
+    per: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "fill" not in e.name:
+            per.setdefault(e.name, []).append(float(e.time_range.elapsed_us()))
+    n = replays * layers
+    rows = sorted(per.items(), key=lambda kv: -sum(kv[1]))
+    return [
+        {"kernel": k[:80], "per_layer": round(len(v) / n, 2), "us_per_layer": round(sum(v) / n, 2)}
+        for k, v in rows[:8]
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of {ROUTES}")
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--trace", action="store_true", help="each kernel's device time (CUPTI)")
     p.add_argument(
         "--blocks-per-sm",
         type=int,
@@ -237,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         for route in routes:
             for ctx in contexts:
                 row = measure(shape, ctx, a.capacity, a.layers, a.batch, a.dtype, route,
-                              a.repeats, a.warmup, copy_tbs)  # fmt: skip
+                              a.repeats, a.warmup, copy_tbs, a.trace)  # fmt: skip
                 print(json.dumps(row), flush=True)
 
 

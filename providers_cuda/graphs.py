@@ -79,7 +79,18 @@ class CudaGraphBackend:
         pinned[...] = host
         memory.pinned.append(pinned)
         dev = cp.empty(host.shape, host.dtype)
-        dev.set(pinned, stream=self.provider.stream)
+        if host.nbytes:
+            # The runtime's own copy, not ``ndarray.set``: CuPy refuses every host-to-device
+            # transfer while the stream captures, but a copy from pinned memory is a graph
+            # node CUDA records (a YOLOv8 head's anchor grid is such a value).
+            rt = cp.cuda.runtime
+            rt.memcpyAsync(
+                dev.data.ptr,
+                pinned.ctypes.data,
+                host.nbytes,
+                rt.memcpyHostToDevice,
+                self.provider.stream.ptr,
+            )
         return dev
 
     def launch(self, graph: Any) -> None:
