@@ -54,6 +54,18 @@ def neg(node, xp):
     return lambda x: (_dev(np.negative(x)),)
 
 
+@kernel(
+    "HostHalf",
+    domain="test.fake",
+    host_outputs=(0,),
+    capture_safe=False,
+    capture_note="hands its result over on the host",
+)
+def host_half(node, xp):
+    # a device step whose output lives on the host, as control flow's can
+    return lambda x: (np.asarray(x) / 2,)
+
+
 @kernel("Reshape", since=14, host_inputs=(1,))
 def reshape(node, xp):
     return lambda x, shape: (_dev(np.reshape(x, tuple(int(d) for d in shape))),)
@@ -138,6 +150,7 @@ class FakePlugin:
             *mul.__onnxep_kernels__,
             *neg.__onnxep_kernels__,
             *reshape.__onnxep_kernels__,
+            *host_half.__onnxep_kernels__,
         ]
 
     @hookimpl
@@ -359,6 +372,28 @@ def test_an_upload_of_shape_math_is_baked_in(fake):
     (z,) = sess.run(None, {"x": x, "y": np.zeros((5, 1), np.float32)})  # another shape key
     np.testing.assert_array_equal(z, x + np.array([5, 1], np.float32))
     assert sess.capture_stats()["captures"] == 2
+
+
+def test_an_upload_of_a_device_steps_host_output_is_a_seam(fake):
+    model = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("HostHalf", ["r"], ["h"], name="half", domain="test.fake"),
+            helper.make_node("Add", ["h", "x"], ["z"], name="add"),
+        ],
+        [tensor("x", [2, 3])],
+        [tensor("z", [2, 3])],
+        extra_opsets=[("test.fake", 1)],
+    )
+    sess = _session(model)
+    roles = {r.name: (r.role, r.reason) for r in sess.capture_plan().roles}
+    assert roles["copy h cpu->fakegpu"] == ("seam", "uploads a value the host computes on each run")
+    for seed in range(5):
+        x = np.random.default_rng(seed).standard_normal((2, 3)).astype(np.float32)
+        (z,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(z, np.maximum(x, 0) / 2 + x, rtol=1e-6)
+    s = sess.capture_stats()
+    assert s["fallbacks"] == 0 and s["replays"] == 2, s
 
 
 def test_explain_shows_the_segmentation(fake, tmp_path, capsys):

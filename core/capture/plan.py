@@ -123,10 +123,13 @@ def step_roles(
     inputs = set(plan.input_slots)
     dynamic_host = set(inputs)  # host values that may change between runs with one shape key
     device_slots: set[int] = set()
+    static = {s for s, v in enumerate(plan.template) if v is not None}
     out_start = len(plan.steps) - plan.output_copies
     roles: list[StepRole] = []
     for i, step in enumerate(plan.steps):
-        role, reason = _role(step, i, capturing, dynamic_host, device_slots, inputs, out_start)
+        role, reason = _role(
+            step, i, capturing, dynamic_host, device_slots, static, inputs, out_start
+        )
         if i in forced and role in ("capture", "frozen"):
             role, reason = "seam", forced[i]
         on_device = step.provider in capturing and step.provider != HOST
@@ -139,7 +142,9 @@ def step_roles(
     return roles
 
 
-def _role(step, i, capturing, dynamic_host, device_slots, inputs, out_start) -> tuple[str, str]:
+def _role(
+    step, i, capturing, dynamic_host, device_slots, static, inputs, out_start
+) -> tuple[str, str]:
     on_device = step.provider in capturing and step.provider != HOST
     if step.kind == "copy":
         src = step.inputs[0]
@@ -155,7 +160,9 @@ def _role(step, i, capturing, dynamic_host, device_slots, inputs, out_start) -> 
             return "frozen", ""
         if src in inputs:
             return "stage", ""
-        if src in dynamic_host:
+        # A host value that is neither a feed, nor shape math, nor a constant is computed on
+        # each run, also where a device step (control flow) handed it over on the host.
+        if src in dynamic_host or (step.source == HOST and src not in static):
             return "seam", "uploads a value the host computes on each run"
         return "capture", ""
     if not on_device:

@@ -53,6 +53,9 @@ class Step:
     #: the output's, so the ufunc may write its result there (``out=``) when that input is
     #: a dead intermediate (the code generator decides; see codegen)
     same_as_output: tuple[int, ...] = ()
+    #: a copy's source device ("" for kernels): an upload from the host is no graph node
+    #: unless the value is the same on every run (capture.plan)
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,7 @@ class PlanBuilder:
                 "copy",
                 shape_only=src_slot in self.shape_slots,
                 views_of=(0,),
+                source=src,
             )
         )
         if src_slot in self.shape_slots:

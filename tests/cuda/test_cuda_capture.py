@@ -148,29 +148,31 @@ def test_a_failing_capture_falls_back_with_its_reason(test_kernels):
 
 
 def _grid_model() -> onnx.ModelProto:
-    """y = tanh(x + grid), grid = float(range(W)) * 0.5 from x's shape: a float value the
-    host computes from shapes alone and uploads, as a YOLOv8 head builds its anchors."""
-    i64 = TensorProto.INT64
+    """y = tanh(r + grid), r = relu(x), grid = range(0.0, float(W), 1.0) + 0.5 from r's
+    shape: a float value the host computes from shapes alone and uploads, as a YOLOv8 head
+    builds its anchor grid."""
+    f32 = TensorProto.FLOAT
     consts = [
-        helper.make_tensor("axis", i64, [], [3]),
-        helper.make_tensor("zero", i64, [], [0]),
-        helper.make_tensor("one", i64, [], [1]),
-        helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+        helper.make_tensor("axis", TensorProto.INT64, [], [3]),
+        helper.make_tensor("zero", f32, [], [0.0]),
+        helper.make_tensor("one", f32, [], [1.0]),
+        helper.make_tensor("half", f32, [], [0.5]),
     ]
     nodes = [
-        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["shape"], name="shape"),
         helper.make_node("Gather", ["shape", "axis"], ["w"], name="width"),
-        helper.make_node("Range", ["zero", "w", "one"], ["r"], name="range"),
-        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT, name="cast"),
-        helper.make_node("Mul", ["rf", "half"], ["grid"], name="grid"),
-        helper.make_node("Add", ["x", "grid"], ["a"], name="add"),
+        helper.make_node("Cast", ["w"], ["wf"], to=f32, name="cast"),
+        helper.make_node("Range", ["zero", "wf", "one"], ["rg"], name="range"),
+        helper.make_node("Add", ["rg", "half"], ["grid"], name="grid"),
+        helper.make_node("Add", ["r", "grid"], ["a"], name="add"),
         helper.make_node("Tanh", ["a"], ["y"], name="tanh"),
     ]
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, "W"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, "W"])],
+        [helper.make_tensor_value_info("x", f32, [1, 3, 5, "W"])],
+        [helper.make_tensor_value_info("y", f32, [1, 3, 5, "W"])],
         consts,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -184,7 +186,8 @@ def test_a_shape_derived_upload_is_captured_with_the_graph():
     for width in (7,) * 4 + (9,) * 4 + (7,):  # two warm-up runs a shape, then a capture
         x = rng.standard_normal((1, 3, 5, width)).astype(np.float32)
         (y,) = sess.run(None, {"x": x})
-        np.testing.assert_allclose(y, np.tanh(x + 0.5 * np.arange(width)), rtol=1e-5, atol=1e-6)
+        want = np.tanh(np.maximum(x, 0) + np.arange(width) + 0.5)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
     s = sess.capture_stats()
     # one capture per width, every later run a replay, nothing fell back
     assert (s["captures"], s["replays"], s["fallbacks"]) == (2, 3, 0), s
