@@ -251,7 +251,18 @@ def main(argv: list[str] | None = None) -> None:
         help="an experiment: the tensor-core decode's blocks per SM (gqa_geometry's "
         "TC_BLOCKS_PER_SM, 2) for this run, to measure the split rule",
     )
+    p.add_argument(
+        "--tc-double",
+        type=int,
+        default=None,
+        help="an experiment: the largest head size x rows the tensor-core decode "
+        "double-buffers (decode_tc_cuda's TC_DOUBLE_MAX, 512) for this run",
+    )
     a = p.parse_args(argv)
+    if a.tc_double is not None:
+        from onnxep.providers_cuda.ops import decode_tc_cuda
+
+        decode_tc_cuda.TC_DOUBLE_MAX = a.tc_double
     if a.blocks_per_sm is not None:
         from onnxep.providers_cuda.ops import gqa_geometry
 

@@ -248,6 +248,8 @@ inline void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigne
 }
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 """
 
 #: Host versions of the tensor-core primitives (``decode_tc_cuda.TC_PRIMITIVES``): the

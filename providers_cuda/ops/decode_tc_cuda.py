@@ -258,7 +258,7 @@ __device__ __forceinline__ void tc_stream(TcState<D, ROWS>& st, const unsigned* 
                                           unsigned (*k0)[D / 8], unsigned (*v0)[D / 16],
                                           const Score& score) {
   constexpr int NW = 4, AR = ROWS / 4;
-  constexpr bool QREG = D <= 128, DOUBLE = D * ROWS <= 512;
+  constexpr bool QREG = D <= 128, DOUBLE = D * ROWS <= ONNXEP_TC_DOUBLE_MAX;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int ntiles = (je - js + 15) / 16;
   unsigned qa[D / 16][2], qb[D / 16][2], pa[4];
@@ -321,7 +321,7 @@ __device__ __forceinline__ void tc_first_loads(unsigned (*k0)[D / 8], unsigned (
                                                const T* kb, const T* vb, long long kss,
                                                long long vss, int js, int je) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (D * ROWS <= 512 && js + warp * 16 < je) {
+  if (D * ROWS <= ONNXEP_TC_DOUBLE_MAX && js + warp * 16 < je) {
     tc_load_k<T, D>(k0, kb, kss, js + warp * 16, je, lane >> 2, lane & 3);
     tc_load_v<T, D>(v0, vb, vss, js + warp * 16, je, lane >> 2, lane & 3);
   }
@@ -384,8 +384,9 @@ __device__ __forceinline__ void tc_block_merge(TcState<D, ROWS>& st, float* ms, 
 }
 
 // Warp 0's result for its rows r < nrow: the finished output (a row held by one split,
-// nsb == 1) at y + y0 + r * yrs + channel, or the split's partial: part holds m, then l, each
-// [nout][nsplit], then acc [nout][nsplit][D], row o0 + r. sink(r): the row's sink logit (or
+// nsb == 1) at y + y0 + r * yrs + channel, or the split's partial: part holds acc
+// [nout][nsplit][D] (first, so the merge's 16-byte loads are aligned), then m, then l, each
+// [nout][nsplit], row o0 + r. sink(r): the row's sink logit (or
 // 0 without one).
 template <typename T, int D, int ROWS, typename Sink>
 __device__ __forceinline__ void tc_write(const TcState<D, ROWS>& st, const float* M,
@@ -406,12 +407,13 @@ __device__ __forceinline__ void tc_write(const TcState<D, ROWS>& st, const float
       if (nsb == 1) {
         y[y0 + r * yrs + ch] = from_f<T>(attn_finish(st.acc[n][i], M[u], L[u], has_sink, sk));
       } else {
-        part[2 * nout * nsplit + (orow * nsplit + c) * D + ch] = st.acc[n][i];
+        part[(orow * nsplit + c) * D + ch] = st.acc[n][i];
       }
     }
     if (nsb > 1 && t == 0 && (i & 1) == 0) {
-      part[orow * nsplit + c] = M[u];
-      part[nout * nsplit + orow * nsplit + c] = L[u];
+      const long long acc_n = nout * nsplit * D;
+      part[acc_n + orow * nsplit + c] = M[u];
+      part[acc_n + nout * nsplit + orow * nsplit + c] = L[u];
     }
   }
 }
@@ -499,28 +501,33 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int chunk = split_chunk(kv_end, nsplit, prm->ktile);
   const int nsb = imax(1, (kv_end + chunk - 1) / chunk);  // splits this row uses
-  if (Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1)) {
+  const bool writer = Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1);
+  if (c >= nsb && !writer) return;  // a split this row does not use
+  // Q is staged before the new K/V row is written, so the loads of both are in flight at
+  // once: a fixed trip count (the block is always 128 threads), unrolled, no load waiting on
+  // the last one's store. At 16 keys these round trips were most of the step.
+  T* qh = reinterpret_cast<T*>(qs);
+#pragma unroll
+  for (int u = 0; u < ROWS * D / 128; ++u) {
+    const int idx = threadIdx.x + 128 * u, r = idx / D, d = idx - r * D;
+    const T* src = qsrc + (long long)b * q_row + (long long)(h0 + (r < nrow ? r : 0)) * D;
+    qh[idx] = r < nrow ? rotated<T>(src, d, rot, interleaved, cosc, sinc, p) : from_f<T>(0.f);
+  }
+  if (writer) {
     const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
     const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int d = threadIdx.x; d < D; d += 128) {
       kc[kv0 + row * D + d] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p);
       vc[kv0 + row * D + d] = vh[d];
     }
   }
-  if (c >= nsb) return;  // a split this row does not use
+  if (c >= nsb) return;  // the writer of a row past the keys attended (a bad length)
   const int js = c * chunk, je = imin(kv_end, js + chunk);
   const T* kb = kc + kv0;
   const T* vb = vc + kv0;
   unsigned k0[2][D / 8], v0[4][D / 16];
-  __syncthreads();  // the new row is written: the first tile's loads may start
-  tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je);  // in flight while Q is staged
-  T* qh = reinterpret_cast<T*>(qs);
-  for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx - r * D;
-    const T* src = qsrc + (long long)b * q_row + (long long)(h0 + (r < nrow ? r : 0)) * D;
-    qh[idx] = r < nrow ? rotated<T>(src, d, rot, interleaved, cosc, sinc, p) : from_f<T>(0.f);
-  }
-  __syncthreads();  // Q staged
+  __syncthreads();  // the new row is written and Q staged: the first tile's loads may start
+  tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je);
   TcState<D, ROWS> st;
   const GqaTcScore<T, ROWS> score{prm, bias, row, je, nrow, h0, b};
   tc_stream<T, D, ROWS>(st, qs, kb, vb, D, D, js, je, k0, v0, score);
@@ -635,23 +642,30 @@ __global__ void __launch_bounds__(128) att_decode_tc(
                        part, y, b * prm->ysb + h0 * prm->ysh, prm->ysh, false, NoSink{});
 }
 
-// The nsb splits of one output row (partials at bh of nout rows) merged into out[0, D):
-// weights exp(m_k - max) in shared memory (ws, nsplit floats; red, 32 + 128), then each
-// channel's weighted sum. The sum over splits is the merge's latency at long contexts (a
-// split's partial is one dependent load each, 130 of them at 32k keys), so the block's
-// threads split it: ng groups of D threads take every ng-th split, each with four
-// independent accumulators, and the groups' sums meet in shared memory, always in the same
-// order (bit-stable).
+// The nsb splits of one output row (partials at bh of nout rows) merged into out[0, D).
+// A merge is latency, not bandwidth: each split's partial is a dependent load, 125 of them a
+// row at 32k keys. So every load is issued at once where it can be: the splits' maxes and
+// sums in one pass (into ms, 2 * nsplit floats), then the weighted sum of the partial
+// outputs by groups of D/4 threads, each thread four channels a 16-byte load, each group
+// every ng-th split eight loads at a time; the groups' sums (red + 32, ng * D <= 4 * nt
+// floats) meet in a fixed order (bit-stable).
 template <typename T>
 __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, long long nout,
                                              int nsplit, int nsb, int D, bool has_sink,
-                                             float sk, T* out, float* ws, float* red) {
-  const float* pm = part + bh * nsplit;
-  const float* pl = part + nout * nsplit + bh * nsplit;
-  const float* pa = part + 2 * nout * nsplit + bh * nsplit * D;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+                                             float sk, T* out, float* ms, float* red) {
+  const long long acc_n = nout * nsplit * D;  // tc_write's layout: outputs, maxes, sums
+  const float* pm = part + acc_n + bh * nsplit;
+  const float* pl = part + acc_n + nout * nsplit + bh * nsplit;
+  const float4* pa = reinterpret_cast<const float4*>(part + bh * nsplit * D);
+  const int nt = blockDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = nt >> 5;
+  float* ls_k = ms + nsplit;
   float mx = ONNXEP_NEG_INF;
-  for (int k = threadIdx.x; k < nsb; k += blockDim.x) mx = fmaxf(mx, pm[k]);
+  for (int k = threadIdx.x; k < nsb; k += nt) {
+    const float m = pm[k], l = pl[k];
+    ms[k] = m;
+    ls_k[k] = l;
+    mx = fmaxf(mx, m);
+  }
   mx = warp_max(mx);
   if (lane == 0) red[warp] = mx;
   __syncthreads();
@@ -659,49 +673,55 @@ __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, lo
   for (int w = 0; w < nw; ++w) mx = fmaxf(mx, red[w]);
   const float mf = has_sink ? fmaxf(mx, sk) : mx;
   float ls = 0.f;
-  for (int k = threadIdx.x; k < nsb; k += blockDim.x) {
-    const float w = pm[k] == ONNXEP_NEG_INF ? 0.f : expf(pm[k] - mf);
-    ws[k] = w;
-    ls = fmaf(w, pl[k], ls);
+  for (int k = threadIdx.x; k < nsb; k += nt) {
+    const float w = ms[k] == ONNXEP_NEG_INF ? 0.f : expf(ms[k] - mf);
+    ms[k] = w;
+    ls = fmaf(w, ls_k[k], ls);
   }
   ls = warp_sum(ls);
-  __syncthreads();  // every warp read red[] above
+  __syncthreads();  // every warp read red[] above, and ms[] holds the weights
   if (lane == 0) red[warp] = ls;
   __syncthreads();
   float lt = 0.f;
   for (int w = 0; w < nw; ++w) lt += red[w];
   if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
   const bool live = mf != ONNXEP_NEG_INF && lt > 0.f;
-  const int nt = blockDim.x;
-  const int ng = D < nt ? imin(nt / D, 128 / D) : 1;  // split groups (gs holds ng * D <= 128)
+  const int lg = D >> 2, ng = imax(1, nt / lg);
+  const int g = threadIdx.x / lg, c4 = threadIdx.x - g * lg;
   float* gs = red + 32;
-  const int g = ng > 1 ? threadIdx.x / D : 0;
   if (g < ng) {
-    for (int d = ng > 1 ? threadIdx.x - g * D : threadIdx.x; d < D; d += ng > 1 ? D : nt) {
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-      int k = g;
-      for (; k + 3 * ng < nsb; k += 4 * ng) {
-        a0 = fmaf(ws[k], pa[(long long)k * D + d], a0);
-        a1 = fmaf(ws[k + ng], pa[(long long)(k + ng) * D + d], a1);
-        a2 = fmaf(ws[k + 2 * ng], pa[(long long)(k + 2 * ng) * D + d], a2);
-        a3 = fmaf(ws[k + 3 * ng], pa[(long long)(k + 3 * ng) * D + d], a3);
+    float4 acc[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int k = g; k < nsb; k += 8 * ng) {
+      float4 v[8];
+      float w[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int kj = k + j * ng;
+        w[j] = kj < nsb ? ms[kj] : 0.f;
+        v[j] = kj < nsb ? pa[(long long)kj * lg + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      for (; k < nsb; k += ng) a0 = fmaf(ws[k], pa[(long long)k * D + d], a0);
-      const float a = (a0 + a1) + (a2 + a3);
-      if (ng > 1) {
-        gs[g * D + d] = a;
-      } else {
-        out[d] = from_f<T>(live ? a / lt : 0.f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float4& a = acc[j & 3];
+        a.x = fmaf(w[j], v[j].x, a.x);
+        a.y = fmaf(w[j], v[j].y, a.y);
+        a.z = fmaf(w[j], v[j].z, a.z);
+        a.w = fmaf(w[j], v[j].w, a.w);
       }
     }
+    float* o = gs + g * D + 4 * c4;
+    o[0] = (acc[0].x + acc[1].x) + (acc[2].x + acc[3].x);
+    o[1] = (acc[0].y + acc[1].y) + (acc[2].y + acc[3].y);
+    o[2] = (acc[0].z + acc[1].z) + (acc[2].z + acc[3].z);
+    o[3] = (acc[0].w + acc[1].w) + (acc[2].w + acc[3].w);
   }
-  if (ng > 1) {
-    __syncthreads();
-    for (int d = threadIdx.x; d < D; d += nt) {
-      float a = 0.f;
-      for (int j = 0; j < ng; ++j) a += gs[j * D + d];
-      out[d] = from_f<T>(live ? a / lt : 0.f);
-    }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += nt) {
+    float a = 0.f;
+    for (int j = 0; j < ng; ++j) a += gs[j * D + d];
+    out[d] = from_f<T>(live ? a / lt : 0.f);
   }
 }
 
@@ -710,7 +730,7 @@ template <typename T>
 __global__ void __launch_bounds__(128) gqa_decode_merge(
     const int* __restrict__ seqlens_k, const T* __restrict__ sink,
     const float* __restrict__ part, T* __restrict__ y, const GqaDecode* __restrict__ prm) {
-  extern __shared__ float smem[];  // nsplit weights, then 32 + 128 floats of reduction scratch
+  extern __shared__ float smem[];  // 2 * nsplit weights and sums, then 32 + 512 floats of scratch
   const int nh = prm->nh, D = prm->D, nsplit = prm->nsplit;
   const long long bh = blockIdx.x;
   const int b = (int)(bh / nh), h = (int)(bh - (long long)b * nh);
@@ -721,7 +741,7 @@ __global__ void __launch_bounds__(128) gqa_decode_merge(
   const bool has_sink = sink != nullptr || prm->smooth != 0;
   const float sk = sink != nullptr ? to_f(sink[h]) : 0.f;
   tc_merge_row<T>(part, bh, (long long)prm->B * nh, nsplit, nsb, D, has_sink, sk, y + bh * D,
-                  smem, smem + nsplit);
+                  smem, smem + 2 * nsplit);
 }
 
 // Attention's rows held by several splits, one block per row b * nh + h.
@@ -740,7 +760,7 @@ __global__ void __launch_bounds__(128) att_decode_merge(
   const int nsb = imax(1, (hi - lo + chunk - 1) / chunk);
   if (nsb <= 1) return;  // att_decode_tc wrote the row
   tc_merge_row<T>(part, bh, (long long)prm->B * nh, nsplit, nsb, D, false, 0.f,
-                  y + b * prm->ysb + h * prm->ysh, smem, smem + nsplit);
+                  y + b * prm->ysb + h * prm->ysh, smem, smem + 2 * nsplit);
 }
 """
 )
@@ -757,9 +777,15 @@ def att_names(d: int, rows: int) -> tuple[str, str]:
     return f"att_decode_tc<__half, {d}, {rows}>", f"att_decode_merge<__half, {d}>"
 
 
+#: The largest D x ROWS whose tiles are double-buffered in registers (two tiles' K and V
+#: words a lane): beyond it a tile's loads wait for the one before.
+TC_DOUBLE_MAX = 512
+
+
 def tc_kernels(names: tuple[str, str]) -> tuple:
     """(decode, merge) of ``names`` compiled: a module of those two instantiations only (each
     pair costs about a second of NVRTC, so only what a node uses)."""
     from onnxep.providers_cuda import nvrtc
 
-    return tuple(nvrtc.function(DECODE_TC_SOURCE, n, names) for n in names)
+    source = f"#define ONNXEP_TC_DOUBLE_MAX {int(TC_DOUBLE_MAX)}\n" + DECODE_TC_SOURCE
+    return tuple(nvrtc.function(source, n, names) for n in names)

@@ -167,9 +167,10 @@ def plan_decode_tc(b: int, nh: int, nkv: int, d: int, capacity: int, sms: int) -
     nsplit = max(1, min(want, math.ceil(capacity / TC_SPLIT_KEYS)))
     # staged Q (fp16), the warps' maxes and sums, two warps' output fragments
     floats = tile_rows * d // 2 + 2 * TC_WARPS * tile_rows + 2 * (d // 8) * (tile_rows // 4) * 32
-    # the merge: the splits' weights, then a warp reduction's 32 floats and the split groups'
-    # 128 partial sums (decode_tc_cuda.tc_merge_row)
-    return TcDecodeGeometry(rows, nrg, tile_rows, nsplit, 4 * floats, 4 * (nsplit + 32 + 128))
+    # the merge: the splits' weights and sums, then a warp reduction's 32 floats and the
+    # split groups' partial sums, 4 per thread (decode_tc_cuda.tc_merge_row)
+    merge = 2 * nsplit + 32 + 4 * TcDecodeGeometry.merge_threads
+    return TcDecodeGeometry(rows, nrg, tile_rows, nsplit, 4 * floats, 4 * merge)
 
 
 def tc_splits(geo: TcDecodeGeometry, kv_end: int) -> tuple[int, int]:
