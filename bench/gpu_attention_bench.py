@@ -102,6 +102,8 @@ def measure(
     warmup: int = 10,
     copy_tbs: float | None = None,
     trace: bool = False,
+    rotary: bool = True,
+    scrub_l2: bool = True,
 ) -> dict:
     import cupy
 
@@ -135,7 +137,8 @@ def measure(
         args.append(cupy.full((b,), context - 1, dtype=np.int32))
         args.append(np.array(capacity, np.int32))  # a host input, as generate feeds it
         per_layer.append([*args, cos, sin])
-    node = _node(names, shapes, dt, {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": 1})
+    attrs = {"num_heads": nh, "kv_num_heads": nkv, "do_rotary": int(rotary)}
+    node = _node(names, shapes, dt, attrs)
     real = gqa.compute_capability
     if route == "cuda-core":  # a device without fp16 mma, as far as the builder can tell
         gqa.compute_capability = lambda: 75
@@ -160,7 +163,7 @@ def measure(
         graph = stream.end_capture()
         for _ in range(warmup):
             graph.launch(stream)
-        scrub = cupy.empty(256 << 20, dtype=np.uint8)  # larger than L2
+        scrub = cupy.empty((256 << 20) if scrub_l2 else 1, dtype=np.uint8)  # larger than L2
         graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats, lambda: scrub.fill(1))
         kernels = _trace(cupy, graph, stream, scrub, layers) if trace else None
 
@@ -197,6 +200,8 @@ def measure(
         "bandwidth_tbs": round(tbs, 4),
         "layers": layers,
         "repeats": repeats,
+        "rotary": rotary,
+        "scrub_l2": scrub_l2,
     }
     if copy_tbs is not None:
         row["copy_tbs"] = round(copy_tbs, 3)
@@ -204,6 +209,34 @@ def measure(
     if kernels is not None:
         row["kernels"] = kernels
     return row
+
+
+def latency_floor(layers: int = 24, grid: int = 264, repeats: int = 50) -> dict:
+    """What a kernel costs in a graph when it does next to nothing: ``layers`` launches of
+    ``grid`` blocks, block 0 reading one int of its own (L2 scrubbed) and writing one: the
+    floor under each of the decode step's kernels."""
+    import cupy
+
+    touch = cupy.RawKernel(
+        r"""extern "C" __global__ void touch(const int* a, int* b) {
+          if (blockIdx.x == 0 && threadIdx.x == 0) b[0] = a[0] + 1;
+        }""",
+        "touch",
+    )
+    bufs = [(cupy.ones(64, np.int32), cupy.zeros(64, np.int32)) for _ in range(layers)]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        for a, b in bufs:
+            touch((grid,), (128,), (a, b))
+        stream.begin_capture()
+        for a, b in bufs:
+            touch((grid,), (128,), (a, b))
+        graph = stream.end_capture()
+        scrub = cupy.empty(256 << 20, dtype=np.uint8)
+        ms = _median_ms(cupy, lambda: graph.launch(stream), repeats, lambda: scrub.fill(1))
+        kernels = _trace(cupy, graph, stream, scrub, layers)
+    return {"bench": "kernel_floor", "grid": grid, "us_per_kernel": round(ms * 1e3 / layers, 2),
+            "kernels": kernels}  # fmt: skip
 
 
 def _trace(cupy, graph, stream, scrub, layers: int, replays: int = 8) -> list[dict] | None:
@@ -244,6 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--trace", action="store_true", help="each kernel's device time (CUPTI)")
+    p.add_argument("--no-rotary", action="store_true", help="an experiment: do_rotary=0")
+    p.add_argument("--no-scrub", action="store_true", help="an experiment: L2 kept warm")
+    p.add_argument("--floor", action="store_true", help="also a do-nothing kernel's cost")
     p.add_argument(
         "--blocks-per-sm",
         type=int,
@@ -276,11 +312,14 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--contexts must lie within 1..--capacity ({a.capacity})")
     copy_tbs = copy_bandwidth()
     print(json.dumps({"bench": "d2d_copy", "copy_tbs": round(copy_tbs, 3)}), flush=True)
+    if a.floor:
+        print(json.dumps(latency_floor(a.layers)), flush=True)
     for shape in shapes:
         for route in routes:
             for ctx in contexts:
                 row = measure(shape, ctx, a.capacity, a.layers, a.batch, a.dtype, route,
-                              a.repeats, a.warmup, copy_tbs, a.trace)  # fmt: skip
+                              a.repeats, a.warmup, copy_tbs, a.trace, not a.no_rotary,
+                              not a.no_scrub)  # fmt: skip
                 print(json.dumps(row), flush=True)
 
 

@@ -149,8 +149,8 @@ def test_a_failing_capture_falls_back_with_its_reason(test_kernels):
 
 def _grid_model() -> onnx.ModelProto:
     """y = tanh(r + grid), r = relu(x), grid = range(0.0, float(W), 1.0) + 0.5 from r's
-    shape: a float value the host computes from shapes alone and uploads, as a YOLOv8 head
-    builds its anchor grid."""
+    shape, the grid's shape feeding an Expand: a float value the host computes from shapes
+    alone and uploads, as a YOLOv8 head builds its anchor grid."""
     f32 = TensorProto.FLOAT
     consts = [
         helper.make_tensor("axis", TensorProto.INT64, [], [3]),
@@ -165,7 +165,10 @@ def _grid_model() -> onnx.ModelProto:
         helper.make_node("Cast", ["w"], ["wf"], to=f32, name="cast"),
         helper.make_node("Range", ["zero", "wf", "one"], ["rg"], name="range"),
         helper.make_node("Add", ["rg", "half"], ["grid"], name="grid"),
-        helper.make_node("Add", ["r", "grid"], ["a"], name="add"),
+        # the grid's own shape sizes a tensor, so the grid is computed on the host
+        helper.make_node("Shape", ["grid"], ["gshape"], name="grid_shape"),
+        helper.make_node("Expand", ["grid", "gshape"], ["e"], name="expand"),
+        helper.make_node("Add", ["r", "e"], ["a"], name="add"),
         helper.make_node("Tanh", ["a"], ["y"], name="tanh"),
     ]
     graph = helper.make_graph(
