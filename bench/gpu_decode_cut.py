@@ -3,8 +3,8 @@
     python bench/gpu_decode_cut.py [--shape 0.5b] [--contexts 16,32000]
 
 An experiment, not a product path: ``gqa_decode_tc``'s source is patched to return after
-each of its phases (the lengths read, Q and the new K/V row read, both stored, the first tile's
-loads issued, the keys streamed, the warps merged), each cut writing a value that depends
+each of its phases (the lengths read, the new K/V row written, the first tile's loads
+issued, Q staged, the keys streamed, the warps merged), each cut writing a value that depends
 on the work before it so nothing is compiled away, and each variant is timed as
 ``gpu_attention_bench`` times the step (captured, L2 scrubbed, CUPTI per kernel). The
 differences between consecutive cuts are each phase's share of the kernel's time.
@@ -24,10 +24,9 @@ from bench.gpu_attention_bench import copy_bandwidth, measure  # noqa: E402
 #: (phase, anchor in gqa_decode_tc, the value the cut writes): the cut goes after the anchor
 CUTS = (
     ("lengths", "chunk - 1) / chunk);  // splits this row uses\n", "(float)nsb"),
-    ("q and row read", "  T* qh = reinterpret_cast<T*>(qs);\n", "(float)nsb + to_f(qv[0])"),
-    ("row written", "keys attended (a bad length)\n", "(float)nsb + to_f(qh[threadIdx.x])"),
-    ("first loads", "  tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je);\n",
-     "(float)(k0[0][0] ^ v0[0][0])"),
+    ("row written", "a split this row does not use\n", "(float)nsb"),
+    ("first loads", "in flight while Q is staged\n", "(float)(k0[0][0] ^ v0[0][0])"),
+    ("q staged", "  __syncthreads();  // Q staged\n", "to_f(qh[threadIdx.x])"),
     ("streamed", "  tc_stream<T, D, ROWS>(st, qs, kb, vb, D, D, js, je, k0, v0, score);\n",
      "st.acc[0][0]"),
     ("warps merged", "  tc_block_merge<D, ROWS>(st, ms, xs, M, L);\n", "st.acc[0][0] + M[0]"),
@@ -43,8 +42,6 @@ def _cut_source(source: str, k: int) -> str:
         "    return; }\n"
     )
     at = source.index(anchor, source.index("gqa_decode_tc("))  # in that kernel
-    if phase == "q and row read":  # before the anchor: the stores are the next phase
-        return source[:at] + cut + source[at:]
     at += len(anchor)
     return source[:at] + cut + source[at:]
 

@@ -383,46 +383,36 @@ __device__ __forceinline__ void tc_block_merge(TcState<D, ROWS>& st, float* ms, 
   }
 }
 
-// The block's result for rows r < nrow (warp 0 holds it after tc_block_merge): the finished
-// output (a row held by one split, nsb == 1) at y + y0 + r * yrs + channel, or the split's
-// partial: part holds acc [nout][nsplit][D] (first, so the merge's 16-byte loads are
-// aligned), then m, then l, each [nout][nsplit], row o0 + r. sink(r): the row's sink logit
-// (or 0 without one). Warp 0 puts the rows in shared memory (xs, ROWS * D floats) and the
-// block's 128 threads store them a row's consecutive channels at a time: straight from the
-// fragments every store would touch 32 rows' sectors (1-3 us of the step at 16 keys).
+// Warp 0's result for its rows r < nrow: the finished output (a row held by one split,
+// nsb == 1) at y + y0 + r * yrs + channel, or the split's partial: part holds acc
+// [nout][nsplit][D] (first, so the merge's 16-byte loads are aligned), then m, then l, each
+// [nout][nsplit], row o0 + r. sink(r): the row's sink logit (or 0 without one).
 template <typename T, int D, int ROWS, typename Sink>
 __device__ __forceinline__ void tc_write(const TcState<D, ROWS>& st, const float* M,
                                          const float* L, int nrow, int nsb, int c, int nsplit,
                                          long long nout, long long o0, float* part, T* y,
                                          long long y0, long long yrs, bool has_sink,
-                                         const Sink& sink, float* xs) {
+                                         const Sink& sink) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  if ((threadIdx.x >> 5) == 0) {
 #pragma unroll
-    for (int i = 0; i < ROWS / 4; ++i) {
-      const int u = i >> 1, r = g + 8 * u;
-      if (r >= nrow) continue;
-      const float sk = sink(r);
+  for (int i = 0; i < ROWS / 4; ++i) {
+    const int u = i >> 1, r = g + 8 * u;
+    if (r >= nrow) continue;
+    const long long orow = o0 + r;
+    const float sk = sink(r);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const int ch = (2 * t + (i & 1)) * (D / 8) + n;
-        xs[r * D + ch] =
-            nsb == 1 ? attn_finish(st.acc[n][i], M[u], L[u], has_sink, sk) : st.acc[n][i];
-      }
-      if (nsb > 1 && t == 0 && (i & 1) == 0) {
-        const long long acc_n = nout * nsplit * D;
-        part[acc_n + (o0 + r) * nsplit + c] = M[u];
-        part[acc_n + nout * nsplit + (o0 + r) * nsplit + c] = L[u];
+    for (int n = 0; n < D / 8; ++n) {
+      const int ch = (2 * t + (i & 1)) * (D / 8) + n;
+      if (nsb == 1) {
+        y[y0 + r * yrs + ch] = from_f<T>(attn_finish(st.acc[n][i], M[u], L[u], has_sink, sk));
+      } else {
+        part[(orow * nsplit + c) * D + ch] = st.acc[n][i];
       }
     }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < nrow * D; e += 128) {
-    const int r = e / D, ch = e - r * D;
-    if (nsb == 1) {
-      y[y0 + r * yrs + ch] = from_f<T>(xs[e]);
-    } else {
-      part[((o0 + r) * nsplit + c) * D + ch] = xs[e];
+    if (nsb > 1 && t == 0 && (i & 1) == 0) {
+      const long long acc_n = nout * nsplit * D;
+      part[acc_n + orow * nsplit + c] = M[u];
+      part[acc_n + nout * nsplit + orow * nsplit + c] = L[u];
     }
   }
 }
@@ -510,59 +500,37 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int chunk = split_chunk(kv_end, nsplit, prm->ktile);
   const int nsb = imax(1, (kv_end + chunk - 1) / chunk);  // splits this row uses
-  const bool writer = Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1);
-  if (c >= nsb && !writer) return;  // a split this row does not use
-  // Q and the new K/V row are read into registers first and stored after, so every load of
-  // both is in flight at once (a fixed trip count, the block being 128 threads): stores in
-  // between kept them one round trip an iteration, most of the step at 16 keys.
-  constexpr int QN = ROWS * D / 128, KN = (D + 127) / 128;
-  T qv[QN], kn[KN], vn[KN];
-#pragma unroll
-  for (int u = 0; u < QN; ++u) {
-    const int idx = threadIdx.x + 128 * u, r = idx / D, d = idx - r * D;
-    const T* src = qsrc + (long long)b * q_row + (long long)(h0 + (r < nrow ? r : 0)) * D;
-    qv[u] = r < nrow ? rotated<T>(src, d, rot, interleaved, cosc, sinc, p) : from_f<T>(0.f);
-  }
-  if (writer) {
+  if (Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1)) {
     const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
     const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
-#pragma unroll
-    for (int j = 0; j < KN; ++j) {
-      const int d = threadIdx.x + 128 * j;
-      if (d < D) {
-        kn[j] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p);
-        vn[j] = vh[d];
-      }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      kc[kv0 + row * D + d] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p);
+      vc[kv0 + row * D + d] = vh[d];
     }
   }
-  T* qh = reinterpret_cast<T*>(qs);
-#pragma unroll
-  for (int u = 0; u < QN; ++u) qh[threadIdx.x + 128 * u] = qv[u];
-  if (writer) {
-#pragma unroll
-    for (int j = 0; j < KN; ++j) {
-      const int d = threadIdx.x + 128 * j;
-      if (d < D) {
-        kc[kv0 + row * D + d] = kn[j];
-        vc[kv0 + row * D + d] = vn[j];
-      }
-    }
-  }
-  if (c >= nsb) return;  // the writer of a row past the keys attended (a bad length)
+  if (c >= nsb) return;  // a split this row does not use
   const int js = c * chunk, je = imin(kv_end, js + chunk);
   const T* kb = kc + kv0;
   const T* vb = vc + kv0;
   unsigned k0[2][D / 8], v0[4][D / 16];
-  __syncthreads();  // the new row is written and Q staged: the first tile's loads may start
-  tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je);
+  __syncthreads();  // the new row is written: the first tile's loads may start
+  tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je);  // in flight while Q is staged
+  T* qh = reinterpret_cast<T*>(qs);
+  for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx - r * D;
+    const T* src = qsrc + (long long)b * q_row + (long long)(h0 + (r < nrow ? r : 0)) * D;
+    qh[idx] = r < nrow ? rotated<T>(src, d, rot, interleaved, cosc, sinc, p) : from_f<T>(0.f);
+  }
+  __syncthreads();  // Q staged
   TcState<D, ROWS> st;
   const GqaTcScore<T, ROWS> score{prm, bias, row, je, nrow, h0, b};
   tc_stream<T, D, ROWS>(st, qs, kb, vb, D, D, js, je, k0, v0, score);
   float M[2], L[2];
   tc_block_merge<D, ROWS>(st, ms, xs, M, L);
+  if ((threadIdx.x >> 5) != 0) return;
   const long long o0 = (long long)b * nh + h0;
   tc_write<T, D, ROWS>(st, M, L, nrow, nsb, c, nsplit, (long long)B * nh, o0, part, y, o0 * D,
-                       D, sink != nullptr || smooth != 0, GqaSink<T>{sink, h0}, xs);
+                       D, sink != nullptr || smooth != 0, GqaSink<T>{sink, h0});
 }
 
 // Attention's (ONNX 23-25, onnxep) keys a single query row attends: [lo, hi), from the keys
@@ -663,17 +631,18 @@ __global__ void __launch_bounds__(128) att_decode_tc(
   tc_stream<T, D, ROWS>(st, qs, kb, vb, prm->kss, prm->vss, js, je, k0, v0, score);
   float M[2], L[2];
   tc_block_merge<D, ROWS>(st, ms, xs, M, L);
+  if ((threadIdx.x >> 5) != 0) return;
   tc_write<T, D, ROWS>(st, M, L, nrow, nsb, c, nsplit, (long long)B * nh, (long long)b * nh + h0,
-                       part, y, b * prm->ysb + h0 * prm->ysh, prm->ysh, false, NoSink{}, xs);
+                       part, y, b * prm->ysb + h0 * prm->ysh, prm->ysh, false, NoSink{});
 }
 
 // The nsb splits of one output row (partials at bh of nout rows) merged into out[0, D).
 // A merge is latency, not bandwidth: each split's partial is a dependent load, 125 of them a
 // row at 32k keys. So every load is issued at once where it can be: the splits' maxes and
-// sums in one pass (into ms, 2 * nsplit floats) while the first partial outputs load, then
-// the weighted sum of the partial outputs by groups of D/4 threads, each thread four
-// channels a 16-byte load, each group every ng-th split eight loads at a time; the groups'
-// sums (red + 32, ng * D <= 4 * nt floats) meet in a fixed order (bit-stable).
+// sums in one pass (into ms, 2 * nsplit floats), then the weighted sum of the partial
+// outputs by groups of D/4 threads, each thread four channels a 16-byte load, each group
+// every ng-th split eight loads at a time; the groups' sums (red + 32, ng * D <= 4 * nt
+// floats) meet in a fixed order (bit-stable).
 template <typename T>
 __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, long long nout,
                                              int nsplit, int nsb, int D, bool has_sink,
@@ -684,15 +653,6 @@ __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, lo
   const float4* pa = reinterpret_cast<const float4*>(part + bh * nsplit * D);
   const int nt = blockDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = nt >> 5;
   float* ls_k = ms + nsplit;
-  const int lg = D >> 2, ng = imax(1, nt / lg);
-  const int g = threadIdx.x / lg, c4 = threadIdx.x - g * lg;
-  // the first eight splits' partial outputs are in flight while the weights are worked out
-  float4 v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int kj = g + j * ng;
-    v[j] = g < ng && kj < nsb ? pa[(long long)kj * lg + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
   float mx = ONNXEP_NEG_INF;
   for (int k = threadIdx.x; k < nsb; k += nt) {
     const float m = pm[k], l = pl[k];
@@ -720,19 +680,21 @@ __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, lo
   for (int w = 0; w < nw; ++w) lt += red[w];
   if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
   const bool live = mf != ONNXEP_NEG_INF && lt > 0.f;
+  const int lg = D >> 2, ng = imax(1, nt / lg);
+  const int g = threadIdx.x / lg, c4 = threadIdx.x - g * lg;
   float* gs = red + 32;
   if (g < ng) {
     float4 acc[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int k = g; k < nsb; k += 8 * ng) {
+      float4 v[8];
       float w[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int kj = k + j * ng;
         w[j] = kj < nsb ? ms[kj] : 0.f;
-        if (k != g)
-          v[j] = kj < nsb ? pa[(long long)kj * lg + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j] = kj < nsb ? pa[(long long)kj * lg + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
