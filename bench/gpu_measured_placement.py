@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def main(argv: list[str] | None = None) -> int:
     import onnx
+    import real_models as R
 
     import onnxep
-    import real_models as R
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="+")
