@@ -163,7 +163,8 @@ def measure(
         graph = stream.end_capture()
         for _ in range(warmup):
             graph.launch(stream)
-        scrub = cupy.empty((256 << 20) if scrub_l2 else 1, dtype=np.uint8)  # larger than L2
+        # larger than L2, or one byte when the experiment keeps L2 warm
+        scrub = cupy.empty((256 << 20) if scrub_l2 else 1, dtype=np.uint8)
         graph_ms = _median_ms(cupy, lambda: graph.launch(stream), repeats, lambda: scrub.fill(1))
         kernels = _trace(cupy, graph, stream, scrub, layers) if trace else None
 
