@@ -124,7 +124,8 @@ def summary(results: dict) -> dict:
 def to_markdown(doc: dict) -> str:
     lines = [
         f"commit {doc['commit']}, {doc['date']}; {doc['machine']['cpu']}, "
-        f"{doc['machine']['cores']} cores; numpy {doc['machine']['numpy']}, "
+        f"{doc['machine']['cores']} cores; numpy {doc['machine']['numpy']} "
+        f"({doc['machine'].get('blas', 'BLAS not recorded')}), "
         f"onnxruntime {doc['machine']['onnxruntime']}; intra_op_num_threads "
         f"{doc.get('threads') or 'each side default'}",
         "",
@@ -152,8 +153,12 @@ def to_markdown(doc: dict) -> str:
 
 def _machine() -> dict:
     import onnxruntime
+    from threadpoolctl import threadpool_info
 
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     return {
+        # numpy's BLAS kernels (OpenBLAS's core type; OPENBLAS_CORETYPE forces one)
+        "blas": ", ".join(f"{i['internal_api']} {i.get('architecture', '')}" for i in blas),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "numpy": np.__version__,

@@ -9,6 +9,7 @@ import numpy as np
 from onnxep.providers import KernelLibrary, ProviderInfo, hookimpl
 
 from .jit import jit_status
+from .openblas_core import openblas_notes
 from .provider import CPUProvider
 from .threads import threadpoolctl_status
 
@@ -21,7 +22,14 @@ class CPUPlugin:
             aliases=("CPUExecutionProvider",),
             device="cpu",
             version=np.__version__,
-            description=f"NumPy reference provider; {jit_status()}; {threadpoolctl_status()}",
+            description="; ".join(
+                [
+                    "NumPy reference provider",
+                    jit_status(),
+                    threadpoolctl_status(),
+                    *openblas_notes(),
+                ]
+            ),
         )
 
     @hookimpl

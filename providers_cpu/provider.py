@@ -19,6 +19,7 @@ import numpy as np
 from onnxep.errors import InvalidArgument
 from onnxep.providers import Claim, Decline, NodeInfo, Provider
 
+from .openblas_core import openblas_notes
 from .thread_policy import MIN_SPLIT_MACS, choose, product_macs
 from .threads import blas_threads, cpu_count, process_blas_threads
 
@@ -70,6 +71,9 @@ class CPUProvider(Provider):
         return blas_threads(self.blas_thread_count)
 
     def session_notes(self) -> list[str]:
+        return [*self._thread_notes(), *openblas_notes()]
+
+    def _thread_notes(self) -> list[str]:
         n = self.blas_thread_count
         if self.threads:
             return [f"BLAS threads: {n} (intra_op_num_threads={n})"]
