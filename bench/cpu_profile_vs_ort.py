@@ -92,11 +92,15 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
 
     ours_sum = sum(t for _, t in mine.values())
     ort_sum = sum(t for _, t in theirs_by.values())
-    print(f"\n== {name}: wall per run onnxep {ours_wall:.0f} us, onnxruntime {ort_wall:.0f} us "
-          f"({ours_wall / ort_wall:.2f}x); kernels onnxep {ours_sum:.0f} us, "
-          f"onnxruntime {ort_sum:.0f} us")
-    ops = sorted(set(mine) | set(theirs_by), key=lambda o: -max(mine.get(o, (0, 0))[1],
-                                                               theirs_by.get(o, (0, 0))[1]))
+    print(
+        f"\n== {name}: wall per run onnxep {ours_wall:.0f} us, onnxruntime {ort_wall:.0f} us "
+        f"({ours_wall / ort_wall:.2f}x); kernels onnxep {ours_sum:.0f} us, "
+        f"onnxruntime {ort_sum:.0f} us"
+    )
+    ops = sorted(
+        set(mine) | set(theirs_by),
+        key=lambda o: -max(mine.get(o, (0, 0))[1], theirs_by.get(o, (0, 0))[1]),
+    )
     print(f"{'op type':34s} {'n':>4s} {'onnxep us':>10s} {'n':>4s} {'ort us':>9s}")
     for op in ops[:top]:
         n1, t1 = mine.get(op, (0, 0.0))
