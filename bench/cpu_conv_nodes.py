@@ -1,0 +1,97 @@
+"""One Conv node at a time: onnxep's CPU provider against onnxruntime's, same process.
+
+    python bench/cpu_conv_nodes.py [--threads 1] [--runs 50] [--shapes C,COUT,K,HW,STRIDE,G ...]
+
+Each shape is a one-node model (random float32 weights and bias, pads k//2) run by both
+sides on the same input, alternately after warm-up; the table gives each side's median
+and onnxep / onnxruntime. The default shapes are the dense, pointwise and depthwise
+convolutions of the corpus's CNNs (YOLOv8n, the OCR detectors, MobileNetV3-style
+classifiers). Printed with the BLAS kernels numpy runs (OPENBLAS_CORETYPE matters here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+DEFAULT_SHAPES = [
+    (64, 64, 3, 40, 1, 1),
+    (64, 64, 3, 80, 1, 1),
+    (128, 128, 3, 20, 1, 1),
+    (32, 64, 1, 80, 1, 1),
+    (96, 24, 1, 40, 1, 1),
+    (3, 16, 3, 320, 2, 1),
+    (64, 64, 3, 56, 2, 64),
+    (512, 512, 5, 7, 1, 512),
+    (16, 16, 3, 112, 1, 16),
+]
+
+
+def conv_model(cin: int, cout: int, k: int, hw: int, stride: int, group: int) -> bytes:
+    import onnx
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, cin // group, k, k)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    node = h.make_node(
+        "Conv", ["x", "W", "B"], ["y"], kernel_shape=[k, k], strides=[stride] * 2,
+        pads=[k // 2] * 4, group=group,
+    )  # fmt: skip
+    g = h.make_graph(
+        [node],
+        "conv",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, cin, hw, hw])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import onnxruntime as ort
+    from threadpoolctl import threadpool_info
+
+    import onnxep
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--shapes", nargs="*", default=None, help="CIN,COUT,K,HW,STRIDE,GROUP")
+    a = ap.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else DEFAULT_SHAPES
+    blas = ", ".join(f"{i['internal_api']} {i.get('architecture', '')}" for i in threadpool_info())
+    print(f"threads {a.threads}; numpy BLAS: {blas}")
+    print(f"{'cin cout k hw stride group':28s} {'onnxep ms':>10s} {'ort ms':>8s} {'ratio':>6s}")
+    for shape in shapes:
+        model = conv_model(*shape)
+        x = np.random.default_rng(1).standard_normal((1, shape[0], shape[3], shape[3]))
+        feed = {"x": x.astype(np.float32)}
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = a.threads
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        theirs = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        ours = onnxep.InferenceSession(
+            model, onnxep.SessionOptions(intra_op_num_threads=a.threads), providers=["cpu"]
+        )
+        np.testing.assert_allclose(
+            ours.run(None, feed)[0], theirs.run(None, feed)[0], rtol=1e-3, atol=1e-3
+        )
+        t = {"onnxep": [], "ort": []}
+        for i in range(a.runs + 5):
+            for side, s in (("onnxep", ours), ("ort", theirs)):
+                t0 = time.perf_counter()
+                s.run(None, feed)
+                if i >= 5:
+                    t[side].append(time.perf_counter() - t0)
+        m = {k: statistics.median(v) * 1e3 for k, v in t.items()}
+        name = " ".join(str(v) for v in shape)
+        print(f"{name:28s} {m['onnxep']:10.3f} {m['ort']:8.3f} {m['onnxep'] / m['ort']:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
