@@ -105,20 +105,22 @@ def test_linear_gemm_constant_transposed_weight():
     _check(model, [{"x": rng.standard_normal((n, 256)).astype(np.float32)} for n in (2, 1, 7, 2)])
 
 
-def test_gemm_alpha_beta_and_broadcast_bias():
+@pytest.mark.parametrize(("n", "k"), [(48, 32), (300, 200)])  # the second: one GEMV a row
+def test_gemm_alpha_beta_and_broadcast_bias(n, k):
     """alpha, beta, a [1, N] C and transA, beside the exporter's plain form."""
     rng = np.random.default_rng(1)
-    b = rng.standard_normal((48, 32)).astype(np.float32)
-    c = rng.standard_normal((1, 48)).astype(np.float32)
+    b = rng.standard_normal((n, k)).astype(np.float32)
+    c = rng.standard_normal((1, n)).astype(np.float32)
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0, transA=1, transB=1)
     graph = helper.make_graph(
         [node], "g",
-        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [32, None])],
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [k, None])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
         [onnx.numpy_helper.from_array(b, "b"), onnx.numpy_helper.from_array(c, "c")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    _check(model, [{"a": rng.standard_normal((32, n)).astype(np.float32)} for n in (3, 5)])
+    feeds = [{"a": rng.standard_normal((k, m)).astype(np.float32)} for m in (1, 2, 3, 5)]
+    _check(model, feeds)
 
 
 # -- LSTM / GRU weights prepared once ---------------------------------------------------
