@@ -54,8 +54,8 @@ def jit_status() -> str:
         return f"compiled loops: {_why_not}"
     return (
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
-        "tiles, pooling windows, MatMulNBits on packed weights, tree-ensemble walks; compiled on "
-        "first use)"
+        "tiles, pooling windows, MatMulNBits on packed weights, tree-ensemble walks and sums; "
+        "compiled on first use)"
     )
 
 
@@ -394,8 +394,20 @@ def _tree_leaves(x, n_cols, roots, feat, thr, kids, depth, nan_slot, nan_fix, ou
                 out[i] = kids[2 * nd + (1 if c else 0)]
 
 
+def _tree_leaf_sums(leaves, n_trees, w_target, w_value, s, has):
+    """s[r, w_target[l]] += w_value[l] for the leaf l each tree reached on row r (one weight
+    a leaf), and ``has`` where a weight was added; trees in order, as bincount adds them."""
+    for i in range(leaves.shape[0]):
+        leaf = leaves[i]
+        r = i // n_trees
+        t = w_target[leaf]
+        s[r, t] += w_value[leaf]
+        has[r, t] = True
+
+
 _SOURCES.update(
     tree_leaves=_tree_leaves,
+    tree_leaf_sums=_tree_leaf_sums,
     uint8_round_trip=_uint8_round_trip,
     window_axis=_window_axis,
     int8_round=_int8_round,

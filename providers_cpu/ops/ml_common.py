@@ -90,8 +90,12 @@ def probit(x: np.ndarray) -> np.ndarray:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    # The reductions as ufunc calls and the rest in one buffer: np.max/np.sum's wrappers
+    # and two temporaries were half of a few-row classifier's post transform.
+    e = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True))
+    np.exp(e, out=e)
+    e /= np.add.reduce(e, axis=-1, keepdims=True)
+    return e
 
 
 def softmax_zero(x: np.ndarray) -> np.ndarray:

@@ -90,7 +90,7 @@ def tree_ensemble_classifier(node: NodeInfo, xp: Any):
             nb = min(len(base), n_classes)
             s[:, :nb] += base[:nb]
             has[:, :nb] = True
-            top = np.argmax(np.where(has, s, -np.inf), axis=1)
+            top = np.argmax(s if has.all() else np.where(has, s, -np.inf), axis=1)
             return labels[top], apply_post(s, post).astype(np.float32)
         z, top = _binary(s, has, base, post, binary_case, all_positive)
         if binary_case:

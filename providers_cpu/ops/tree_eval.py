@@ -290,6 +290,11 @@ class Forest:
             if self.single and n_t == 1:
                 s = self.w_value.take(li).reshape(n_rows, -1).sum(axis=1, keepdims=True)
                 has = np.ones((n_rows, 1), bool) if self.n_trees else np.zeros((n_rows, 1), bool)
+            elif self.single and li.size <= _COMPILED_WALKS and jit.ENABLED:
+                # The bincount below, compiled: on a few rows its six NumPy calls cost more.
+                s = np.zeros((n_rows, n_t))
+                has = np.zeros((n_rows, n_t), bool)
+                jit.loop("tree_leaf_sums")(li, self.n_trees, self.w_target, self.w_value, s, has)
             elif self.single:
                 # One weight per leaf: its index is the leaf's own number.
                 idx = self._row_base(n_rows, n_t) + self.w_target.take(li)
