@@ -11,20 +11,31 @@ run ends, so NumPy code outside onnxep keeps the process's own BLAS threads.
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import os
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+
+class _Blas(NamedTuple):
+    """One loaded BLAS library's thread count: how to read it and how to set it."""
+
+    get: Callable[[], int]
+    set: Callable[[int], Any]
+
 
 _cond = threading.Condition()
 _active = 0  # runs in flight under the applied limit
 _applied: int | None = None  # the count those runs use
-_saved: list[tuple[Any, int]] = []  # each BLAS library and its count before the first run
-_libs: list[Any] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
+_saved: list[tuple[_Blas, int]] = []  # each BLAS library and its count before the first run
+_libs: list[_Blas] | None = None  # the loaded BLAS libraries
 _modules = 0  # len(sys.modules) when the libraries were scanned
 
 
-def _blas_libs() -> list[Any]:
+def _blas_libs() -> list[_Blas]:
     global _libs, _modules
     # Scanned again only after an import, which may have loaded another BLAS (a kernel's
     # lazy scipy import brings scipy's own OpenBLAS); threadpoolctl's limiter would scan
@@ -33,12 +44,30 @@ def _blas_libs() -> list[Any]:
         from threadpoolctl import ThreadpoolController
 
         _modules = len(sys.modules)
-        _libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+        _libs = [_blas(c) for c in ThreadpoolController().select(user_api="blas").lib_controllers]
     return _libs
 
 
-def _set_counts(counts: list[tuple[Any, int]]) -> None:
-    """Set each library's count from the calling thread (under ``_cond``).
+def _blas(lib: Any) -> _Blas:
+    """OpenBLAS with its own thread pool: its exported get/set functions, called directly
+    (a run sets and restores the count: through threadpoolctl's controller that was 8 us a
+    run, as much as a small model's few ops; directly, under a microsecond). Any other
+    library (OpenMP OpenBLAS, MKL, BLIS): threadpoolctl's controller."""
+    if lib.internal_api == "openblas" and getattr(lib, "threading_layer", "") != "openmp":
+        try:
+            dll = ctypes.CDLL(lib.filepath)
+        except OSError:
+            dll = None
+        for pre, suf in itertools.product(("", "scipy_"), ("", "64_", "_64")):
+            get = getattr(dll, f"{pre}openblas_get_num_threads{suf}", None)
+            put = getattr(dll, f"{pre}openblas_set_num_threads{suf}", None)
+            if get is not None and put is not None:
+                return _Blas(get, put)
+    return _Blas(lib.get_num_threads, lambda n: _set_through_threadpoolctl(lib, n))
+
+
+def _set_through_threadpoolctl(lib: Any, n: int) -> None:
+    """Set the count from the calling thread (under ``_cond``).
 
     threadpoolctl (3.8) lets one thread at a time set OpenBLAS's count, the first that
     does while it lives, and ignores the others: after a run on the main thread, a run
@@ -47,13 +76,18 @@ def _set_counts(counts: list[tuple[Any, int]]) -> None:
     takes control for its set and gives it up after, so the application's own
     threadpoolctl calls between runs still take effect.
     """
+    release = getattr(lib, "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
+    lib.set_num_threads(n)
+    if release is not None:
+        release()
+
+
+def _set_counts(counts: list[tuple[_Blas, int]]) -> None:
+    """Set each library's count (under ``_cond``, so the runs' own sets never race)."""
     for lib, n in counts:
-        release = getattr(lib, "clear_controlling_thread", None)
-        if release is not None:
-            release(force=True)
-        lib.set_num_threads(n)
-        if release is not None:
-            release()
+        lib.set(n)
 
 
 class blas_threads:  # noqa: N801 (a context manager used like a function)
@@ -74,7 +108,7 @@ class blas_threads:  # noqa: N801 (a context manager used like a function)
             while _active and _applied != n:
                 _cond.wait()
             if not _active:
-                _saved = [(lib, lib.get_num_threads()) for lib in _blas_libs()]
+                _saved = [(lib, lib.get()) for lib in _blas_libs()]
                 change = [(lib, n) for lib, had in _saved if had != n]
                 if change:
                     _set_counts(change)
@@ -98,7 +132,7 @@ def process_blas_threads() -> int:
     with _cond:
         if _active:
             return max(had for _, had in _saved) if _saved else cpu_count()
-        counts = [lib.get_num_threads() for lib in _blas_libs()]
+        counts = [lib.get() for lib in _blas_libs()]
     return max((c for c in counts if c), default=cpu_count())
 
 
