@@ -123,6 +123,25 @@ def test_gemm_alpha_beta_and_broadcast_bias(n, k):
     _check(model, feeds)
 
 
+@pytest.mark.parametrize("k", [32, 256])  # W of 32x48 runs one SGEMM, 256x300 a GEMV a row
+def test_matmul_few_rows(k):
+    """One to three rows in all (over the leading dims too) run one GEMV a row, constant
+    or fed weight alike; four and more one SGEMM."""
+    rng = np.random.default_rng(3)
+    n = 48 if k == 32 else 300
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [None, None, k])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(b, "b")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    shapes = [(1, 1), (1, 2), (3, 1), (1, 3), (2, 2), (1, 5)]
+    _check(model, [{"a": rng.standard_normal((*s, k)).astype(np.float32)} for s in shapes])
+
+
 # -- LSTM / GRU weights prepared once ---------------------------------------------------
 
 

@@ -10,13 +10,10 @@ bits on probe data (checked once per shape and thread count, as ``TunedMatmul``
 checks its splits), so the result is the generic kernel's; elsewhere, and for every
 other Gemm, the generic kernel runs.
 
-With at most ``GEMV_ROWS`` rows in A (a batch of one or two through an unrolled RNN
-cell, a decoder's step) each row is one GEMV on W as it is stored, constant or fed:
-OpenBLAS's SGEMM packs all of B on every call, which for [2, 4096] x [400, 4096]^T
-took 290-330 us against two GEMVs of 40-75 us (the OCR CRNN's forty LSTM input
-products, three quarters of its run). The rule is by shape alone, for a constant W and
-a fed one alike, so a model gives the same bits with its weights as initializers or as
-inputs; they differ from the SGEMM's in the last place (another order of additions).
+With one to three rows in A (a batch of one or two through an unrolled RNN cell, a
+decoder's step) each row is one GEMV on W as it is stored, constant or fed
+(few_rows.py): [2, 4096] x [400, 4096]^T took 290-330 us as one SGEMM against two GEMVs
+of 40-75 us (the OCR CRNN's forty LSTM input products, three quarters of its run).
 """
 
 from __future__ import annotations
@@ -30,13 +27,10 @@ from onnxep.providers.ops.op_gemm import gemm as generic
 from onnxep.providers.ops.reduce import widen
 
 from ..threads import run_threads
+from . import few_rows
 from .nn_cpu import probe_like, same_bits
 
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
-#: A with at most this many rows runs one GEMV a row, when W has at least GEMV_MIN_SIZE
-#: elements (below, one SGEMM call costs less than the calls); docs/cpu_kernels.md
-GEMV_ROWS = 3
-GEMV_MIN_SIZE = 32768
 
 
 @kernel("Gemm", since=(1, 6, 7, 9, 11, 13))
@@ -52,9 +46,10 @@ def gemm(node, xp):
 
         def run_fed(a, b, c=None):
             am = a.T if trans_a else a
-            if not _gemv_fits(am, b):
+            if not few_rows.fits(am, b, 1):
                 return general(a, b, c)
-            return _epilogue(_gemv_rows(am, np.ascontiguousarray(b)), a, c, alpha, beta, xp)
+            y = few_rows.rows_times_transposed(am, np.ascontiguousarray(b))
+            return _epilogue(y, a, c, alpha, beta, xp)
 
         return run_fed
     w = np.ascontiguousarray(const)
@@ -73,33 +68,13 @@ def gemm(node, xp):
 
     def run(a, b, c=None):
         am = a.T if trans_a else a
-        if _gemv_fits(am, w):
-            return _epilogue(_gemv_rows(am, w), a, c, alpha, beta, xp)
+        if few_rows.fits(am, w, 1):
+            return _epilogue(few_rows.rows_times_transposed(am, w), a, c, alpha, beta, xp)
         if a.dtype != bt.dtype or am.ndim != 2 or am.shape[1] != bt.shape[0] or not agrees(am):
             return general(a, b, c)
         return _epilogue(np.matmul(am, bt), a, c, alpha, beta, xp)
 
     return run
-
-
-def _gemv_fits(am: np.ndarray, w: np.ndarray) -> bool:
-    """A of at most GEMV_ROWS rows against W [N, K] of A's BLAS dtype, W not tiny."""
-    return (
-        am.ndim == 2
-        and w.ndim == 2
-        and 0 < am.shape[0] <= GEMV_ROWS
-        and w.size >= GEMV_MIN_SIZE
-        and am.shape[1] == w.shape[1]
-        and am.dtype == w.dtype
-        and w.dtype in _BLAS
-    )
-
-
-def _gemv_rows(am: np.ndarray, w: np.ndarray) -> np.ndarray:
-    y = np.empty((am.shape[0], w.shape[0]), w.dtype)
-    for i in range(am.shape[0]):
-        np.matmul(w, am[i], out=y[i])
-    return y
 
 
 def _epilogue(y: np.ndarray, a: np.ndarray, c, alpha: float, beta: float, xp) -> tuple:

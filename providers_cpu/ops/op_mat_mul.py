@@ -6,7 +6,9 @@ stacked matmul as a loop over the leading dimensions, which measured slower than
 ``[prod(...) * M, K] @ [K, N]`` on the same data even with one leading entry
 (``[1, 32, 256] @ [256, 512]``: 157 against 87 us on one thread, 2157 against 179 us
 on two threads of a loaded machine), so such products are reshaped to 2-D and back
-(a view when the activation is contiguous).
+(a view when the activation is contiguous). One to three rows in all (a decoder's step
+with a batch of two, an RNN cell) run one GEMV a row instead (few_rows.py: SGEMM is
+at its slowest there, 2x the GEMVs).
 
 NumPy has no BLAS for float16 or bfloat16, so the generic kernel widens both
 operands to float32 on every call. For a constant B (a weight) that widening
@@ -24,6 +26,8 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_mat_mul import mat_mul as generic
+
+from . import few_rows
 
 _HALF = ("float16", "bfloat16")
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -56,12 +60,16 @@ def mat_mul(node, xp):
     def run(a, b):
         if (
             b.ndim == 2
-            and a.ndim > 2
+            and a.ndim >= 2
             and a.dtype == b.dtype
             and a.dtype in _BLAS
             and a.shape[-1] == b.shape[0]
         ):
-            return (matmul_2d(a, b),)
+            a2 = a.reshape(-1, a.shape[-1])
+            if few_rows.fits(a2, b, 0):
+                return (few_rows.rows_times(a2, b).reshape(*a.shape[:-1], b.shape[-1]),)
+            if a.ndim > 2:
+                return (matmul_2d(a, b),)
         return general(a, b)
 
     return run
