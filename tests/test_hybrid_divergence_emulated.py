@@ -78,11 +78,14 @@ def test_emulated_cuda_states_track_the_cpu_over_teacher_forced_steps(
     rms = []
     for t in range(STEPS):
         d_dev, d_fp16 = dev.logits[t] - cpu.logits[t], cpu.logits[t] - ref.logits[t]
-        # the same arithmetic up to the order of sums: a fp16 ulp or two in the logits
+        # the same arithmetic up to the order of sums: a fp16 ulp or two in the logits, three
+        # at most over 4096 logits: the CPU's BLAS kernels set the order of its sums, and with
+        # OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=Haswell) step 1 reached 2.08 ulps
+        # where its SkylakeX kernels stay within 2
         ulp = float(np.spacing(np.float16(np.max(np.abs(cpu.logits[t])))))
-        assert np.max(np.abs(d_dev)) <= 2 * ulp, (
+        assert np.max(np.abs(d_dev)) <= 3 * ulp, (
             f"step {t}: the emulated CUDA kernels' logits are {np.max(np.abs(d_dev)):.3g} "
-            f"from the CPU's fp16 run, more than 2 fp16 ulps ({ulp:.3g} each)"
+            f"from the CPU's fp16 run, more than 3 fp16 ulps ({ulp:.3g} each)"
         )
         rms.append(float(np.sqrt(np.mean(d_dev**2))))
         assert rms[-1] <= 0.75 * float(np.sqrt(np.mean(d_fp16**2))), f"step {t}: {rms[-1]:.3g}"
