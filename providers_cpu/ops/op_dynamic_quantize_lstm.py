@@ -149,6 +149,21 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
     return run
 
 
+#: Up to this many rows (steps x batch) the input projection runs in the compiled loop on
+#: the 8-bit weights (a quarter of the bytes of the float32 copy BLAS reads); past it, BLAS.
+LOOP_PROJECTION_ROWS = 64
+
+
+def _shifted_int8(w, zp, num_dir):
+    """8-bit weights [dirs, k, n] less their zero point, transposed to [dirs, n, k]: int8
+    where every value fits, else int16."""
+    shifted = np.asarray(w).astype(np.int16)
+    if zp is not None:
+        shifted -= np.asarray(zp).astype(np.int16).reshape(num_dir, 1, -1)
+    small = shifted.size == 0 or (shifted.min() >= -128 and shifted.max() <= 127)
+    return np.ascontiguousarray(np.swapaxes(shifted, 1, 2), np.int8 if small else np.int16)
+
+
 def _compiled_runner(node, weights):
     """DynamicQuantizeLSTM through recurrent_loops.lstm_direction on the 8-bit weights
     (full-length sequences, float32)."""
@@ -159,30 +174,31 @@ def _compiled_runner(node, weights):
     clip = np.float32(np.inf if clip_at is None else clip_at)
     loops = recurrent_jit.loops()
 
+    def scales(s, n):
+        return np.ascontiguousarray(
+            np.broadcast_to(np.asarray(s, np.float32).reshape(num_dir, -1), (num_dir, n))
+        )
+
     def prepare(W, R, ws, wz, rs, rz, B):
         Wf, _ = _float_weights(W, R, ws, wz, rs, rz, op)  # checks every shape
         H = R.shape[1]
-        Wt = np.ascontiguousarray(np.swapaxes(Wf, 1, 2))  # the dequantized [dirs, input, 4H]
-        shifted = np.asarray(R).astype(np.int16)
-        if rz is not None:
-            shifted -= np.asarray(rz).astype(np.int16).reshape(num_dir, 1, -1)
-        small = shifted.size == 0 or (shifted.min() >= -128 and shifted.max() <= 127)
-        Rq = np.ascontiguousarray(np.swapaxes(shifted, 1, 2), np.int8 if small else np.int16)
-        rsc = np.ascontiguousarray(
-            np.broadcast_to(np.asarray(rs, np.float32).reshape(num_dir, -1), (num_dir, 4 * H))
-        )
         bias = None
         if B is not None:
             if B.shape != (num_dir, 8 * H):
                 raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
                                       f"{[num_dir, 8 * H]}")  # fmt: skip
             bias = (B[:, : 4 * H] + B[:, 4 * H :]).astype(np.float32)
-        return H, Wt, Rq, rsc, bias
+        Wt = np.ascontiguousarray(np.swapaxes(Wf, 1, 2))  # the dequantized [dirs, input, 4H]
+        Wq = _shifted_int8(W, wz, num_dir)
+        Rq = _shifted_int8(R, rz, num_dir)
+        return H, Wt, Wq, scales(ws, 4 * H), Rq, scales(rs, 4 * H), bias
 
     fixed = None if weights is None else prepare(*weights)
 
     def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
-        H, Wt, Rq, rsc, bias = fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
+        H, Wt, Wq, wsc, Rq, rsc, bias = (
+            fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
+        )
         if P is None:
             peep = np.empty((num_dir, 0), np.float32)
         elif P.shape != (num_dir, 3 * H):
@@ -190,6 +206,25 @@ def _compiled_runner(node, weights):
                                   f"{[num_dir, 3 * H]}")  # fmt: skip
         else:
             peep = np.ascontiguousarray(P, dtype=np.float32)
+        if X.ndim != 3 or X.shape[2] != Wt.shape[1]:
+            raise InvalidArgument(
+                f"{op}: X has shape {list(X.shape)}, expected [seq, batch, {Wt.shape[1]}]"
+            )
+        # X through uint8 once for the whole sequence, as onnxruntime does
+        q, xs, xz = dynamic_uint8(X)
+        rows = q.reshape(-1, X.shape[2]).astype(np.float32)
+        if rows.shape[0] <= LOOP_PROJECTION_ROWS:
+            rows -= np.float32(xz)  # the integers X's 8-bit values stand for
+            scale = wsc * xs
+            none = np.empty(0, np.float32)
+            blas = None
+
+            def project(d, rows, out):
+                loops.project(Wq[d], rows, scale[d], none if bias is None else bias[d], out)
+
+        else:
+            rows = (rows - np.float32(xz)) * xs  # _fake_quant(X), the same operations
+            blas, project = (Wt, bias), None
 
         def direction(d, xw, h, c, ys, lens):
             return loops.lstm_direction(
@@ -198,8 +233,8 @@ def _compiled_runner(node, weights):
             )  # fmt: skip
 
         return recurrent_jit.run(
-            op, _fake_quant(X), Wt, bias, hidden=H, num_dir=num_dir, layout=0, lens=None,
-            inits=[h0, c0], direction=direction,
+            op, X, Wt.shape[1], 4 * H, blas=blas, project=project, rows=rows, hidden=H,
+            num_dir=num_dir, layout=0, lens=None, inits=[h0, c0], direction=direction,
         )  # fmt: skip
 
     return run

@@ -63,12 +63,13 @@ def _compiled_runner(node, weights):
                                       f"{[num_dir, 8 * H]}")  # fmt: skip
             bias = (B[:, : 4 * H].astype(np.float32) + B[:, 4 * H :]).astype(np.float32)
         Rc = np.ascontiguousarray(R, dtype=np.float32)
-        return H, recurrent_jit.transposed_w(W), Rc, bias
+        Wc = np.ascontiguousarray(W, dtype=np.float32)
+        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias
 
     fixed = None if weights is None else prepare(*weights)
 
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
-        H, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
+        H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
         if P is None:
             peep = np.empty((num_dir, 0), np.float32)
         elif P.shape != (num_dir, 3 * H):
@@ -83,9 +84,10 @@ def _compiled_runner(node, weights):
                 lens, reverse[d], h, c, ys,
             )  # fmt: skip
 
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
         return recurrent_jit.run(
-            op, X, Wt, bias, hidden=H, num_dir=num_dir, layout=layout, lens=lens,
-            inits=[h0, c0], direction=direction,
+            op, X, Wc.shape[2], 4 * H, blas=blas, project=project, hidden=H, num_dir=num_dir,
+            layout=layout, lens=lens, inits=[h0, c0], direction=direction,
         )  # fmt: skip
 
     return run

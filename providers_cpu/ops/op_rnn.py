@@ -51,9 +51,12 @@ def rnn(node, xp):
             def direction(d, xw, h, c, ys, lens):
                 return loops.rnn_direction(xw, Rc[d], clip32, lens, reverse[d], h, ys)
 
+            Wc = np.ascontiguousarray(W, dtype=np.float32)
+            Wt = recurrent_jit.transposed_w(W)
+            blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
             return recurrent_jit.run(
-                "RNN", X, recurrent_jit.transposed_w(W), bias, hidden=H, num_dir=num_dir,
-                layout=layout, lens=lens, inits=[h0], direction=direction,
+                "RNN", X, Wc.shape[2], H, blas=blas, project=project, hidden=H,
+                num_dir=num_dir, layout=layout, lens=lens, inits=[h0], direction=direction,
             )  # fmt: skip
         Rt = transposed(R, slice(None), cdt)
 

@@ -57,12 +57,21 @@ def transposed_w(W: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(W, 1, 2), dtype=F32)
 
 
+#: Up to this many rows (steps x batch) the float32 input projection runs in the compiled
+#: loop (recurrent_loops.project) instead of one BLAS call per direction: below it the
+#: call's own cost dominates.
+LOOP_PROJECTION_ROWS = 8
+
+
 def run(
     op: str,
     X: np.ndarray,
-    Wt: np.ndarray,
-    bias: np.ndarray | None,
+    n_in: int,
+    G: int,
     *,
+    blas: tuple[np.ndarray, np.ndarray | None] | None,
+    project: Callable[[int, np.ndarray, np.ndarray], None] | None,
+    rows: np.ndarray | None = None,
     hidden: int,
     num_dir: int,
     layout: int,
@@ -71,14 +80,22 @@ def run(
     direction: Direction,
 ) -> tuple | None:
     """Y, Y_h[, Y_c] of the node, or None if a direction's loop gave up (the caller then
-    runs the NumPy path). ``Wt`` [dirs, input, G] float32, ``bias`` [dirs, G] float32 or
-    None, ``inits`` the initial states as given (h, then c for LSTM)."""
+    runs the NumPy path).
+
+    The input projection ``[steps*batch, G]`` per direction is either ``blas`` = (Wt
+    [dirs, input, G] float32, bias [dirs, G] or None), one matmul per direction before the
+    loops, or ``project(d, rows, out)``, called on the direction's thread (the compiled
+    projection). ``rows`` are X's rows as the projection reads them ([steps*batch, input]
+    in X's order; X as float32 if not given). ``inits`` the initial states as given (h,
+    then c for LSTM).
+    """
     if X.ndim != 3:
         raise InvalidArgument(f"{op}: X must be 3-D, got shape {list(X.shape)}")
     T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
-    n_in, G = Wt.shape[1], Wt.shape[2]
     if X.shape[2] != n_in:
         check_shape(op, "X", X, (batch, T, n_in) if layout else (T, batch, n_in))
+    if rows is None:
+        rows = np.ascontiguousarray(X, dtype=F32).reshape(-1, X.shape[2])
     states = []
     for k, s in enumerate(inits):
         if s is None:
@@ -95,12 +112,13 @@ def run(
         bounds.check_sequence_lengths(np, lens, T)
 
     # the input projection of every step, in time order: [dirs, T, batch, G] (as views)
-    rows = np.ascontiguousarray(X, dtype=F32).reshape(-1, n_in)
     proj = np.empty((num_dir, rows.shape[0], G), F32)
-    for d in range(num_dir):
-        np.matmul(rows, Wt[d], out=proj[d])
-        if bias is not None:
-            proj[d] += bias[d]
+    if blas is not None:
+        Wt, bias = blas
+        for d in range(num_dir):
+            np.matmul(rows, Wt[d], out=proj[d])
+            if bias is not None:
+                proj[d] += bias[d]
     if layout:
         xw = proj.reshape(num_dir, batch, T, G).transpose(0, 2, 1, 3)
         Y = np.empty((batch, T, num_dir, hidden), F32)
@@ -114,10 +132,12 @@ def run(
 
     def part(d0: int, d1: int) -> None:
         for d in range(d0, d1):
+            if project is not None:
+                project(d, rows, proj[d])
             cd = None if c is None else c[d]
             ok[d] = direction(d, xw[d], h[d], cd, ys[:, d], lens)
 
-    parallel_rows(num_dir, T * batch * G * hidden, part)
+    parallel_rows(num_dir, T * batch * G * (hidden + rows.shape[1]), part)
     if not all(ok):
         return None
     last = [h] if c is None else [h, c]
@@ -129,3 +149,16 @@ def run(
         last = [np.ascontiguousarray(s.transpose(1, 0, 2)) for s in last]
     out_dt = X.dtype
     return (Y.astype(out_dt, copy=False), *(s.astype(out_dt, copy=False) for s in last))
+
+
+def projection(loops, W: np.ndarray, Wt: np.ndarray, bias: np.ndarray | None, X: np.ndarray):
+    """``(blas, project)`` for :func:`run` with float32 weights W [dirs, G, input] (and
+    their transpose Wt): the compiled projection for a few rows, BLAS otherwise."""
+    if X.shape[0] * X.shape[1] > LOOP_PROJECTION_ROWS:
+        return (Wt, bias), None
+    none = np.empty(0, F32)
+
+    def project(d: int, rows: np.ndarray, out: np.ndarray) -> None:
+        loops.project(W[d], rows, none, none if bias is None else bias[d], out)
+
+    return None, project

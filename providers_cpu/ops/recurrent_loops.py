@@ -74,6 +74,19 @@ def sigmoid32(x):
     return _HALF * tanh32(_HALF * x) + _HALF
 
 
+@nb.njit(cache=True, nogil=True, fastmath=_CELL, error_model="numpy")
+def tanh_array(x, out):
+    """:func:`tanh32` over an array (the tests' and the docs' error sweep)."""
+    for j in range(x.shape[0]):
+        out[j] = tanh32(x[j])
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_CELL, error_model="numpy")
+def sigmoid_array(x, out):
+    for j in range(x.shape[0]):
+        out[j] = sigmoid32(x[j])
+
+
 # The cell's elementwise passes: each a loop from 0 over one to four contiguous rows (a
 # gate's slice of the buffer, a state), so that LLVM vectorises it: numba checks an index
 # that might be negative, and an offset index (``a[2 * H + k]``) or a range from a
@@ -181,6 +194,24 @@ def matvec(R, j0, j1, hb, n, out):
                 out[i + 1, j - j0] = t0
             j += 1
         i += 2
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, fastmath=_CELL, error_model="numpy")
+def project(W, rows, scale, bias, out):
+    """out[r, j] = (rows[r] . W[j]) * scale[j] + bias[j] (``scale`` or ``bias`` may be empty).
+
+    The input projection of every step, for a few rows, where a BLAS call costs more
+    than the products (and, with 8-bit W, reads a quarter of the bytes).
+    """
+    n, G = out.shape
+    matvec(W, 0, G, rows, n, out)
+    if scale.shape[0] or bias.shape[0]:
+        sc = scale if scale.shape[0] else np.ones(G, np.float32)
+        bs = bias if bias.shape[0] else np.zeros(G, np.float32)
+        for r in range(n):
+            o = out[r]
+            for j in range(G):
+                o[j] = o[j] * sc[j] + bs[j]
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
