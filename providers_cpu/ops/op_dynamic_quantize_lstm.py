@@ -212,7 +212,7 @@ def _compiled_runner(node, weights):
             )
         # X through uint8 once for the whole sequence, as onnxruntime does
         q, xs, xz = dynamic_uint8(X)
-        rows = q.reshape(-1, X.shape[2]).astype(np.float32)
+        rows = np.ascontiguousarray(q.reshape(-1, X.shape[2]), dtype=np.float32)
         if rows.shape[0] <= LOOP_PROJECTION_ROWS:
             rows -= np.float32(xz)  # the integers X's 8-bit values stand for
             scale = wsc * xs

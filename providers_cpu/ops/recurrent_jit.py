@@ -96,6 +96,9 @@ def run(
         check_shape(op, "X", X, (batch, T, n_in) if layout else (T, batch, n_in))
     if rows is None:
         rows = np.ascontiguousarray(X, dtype=F32).reshape(-1, X.shape[2])
+    # row-major whatever X's strides: the compiled projection's inner loop runs along a row
+    # (an F-ordered copy of a strided X ran it 13x slower)
+    rows = np.ascontiguousarray(rows, dtype=F32)
     states = []
     for k, s in enumerate(inits):
         if s is None:

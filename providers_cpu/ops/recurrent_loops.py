@@ -30,6 +30,8 @@ import numpy as np
 
 from .. import jit
 
+if not jit.ENABLED:  # reading it imports numba, or says why not
+    raise ImportError("providers_cpu.ops.recurrent_loops needs numba (see providers_cpu/jit.py)")
 nb = jit.nb
 
 #: Products may be reassociated and contracted to FMA; no other fast-math license.
@@ -139,14 +141,15 @@ def matvec(R, j0, j1, hb, n, out):
 
     ``R`` float32, int8 or int16 ([outputs, K], rows contiguous), ``hb`` float32 [>= n, K].
     Two rows of ``hb`` and four outputs at a time: eight sums, each row of R read once
-    for both rows of hb.
+    for both rows of hb; an odd last row eight outputs at a time.
     """
     K = hb.shape[1]
     i = 0
-    while i < n:
-        two = i + 1 < n
+    while i + 2 <= n:
         ha = hb[i]
-        hc = hb[i + 1] if two else hb[i]
+        hc = hb[i + 1]
+        oa = out[i]
+        oc = out[i + 1]
         j = j0
         while j + 4 <= j1:
             r0 = R[j]
@@ -170,17 +173,15 @@ def matvec(R, j0, j1, hb, n, out):
                 t1 += y * a1
                 t2 += y * a2
                 t3 += y * a3
-            o = out[i]
-            o[j - j0] = s0
-            o[j - j0 + 1] = s1
-            o[j - j0 + 2] = s2
-            o[j - j0 + 3] = s3
-            if two:
-                o = out[i + 1]
-                o[j - j0] = t0
-                o[j - j0 + 1] = t1
-                o[j - j0 + 2] = t2
-                o[j - j0 + 3] = t3
+            o = j - j0
+            oa[o] = s0
+            oa[o + 1] = s1
+            oa[o + 2] = s2
+            oa[o + 3] = s3
+            oc[o] = t0
+            oc[o + 1] = t1
+            oc[o + 2] = t2
+            oc[o + 3] = t3
             j += 4
         while j < j1:
             r0 = R[j]
@@ -189,11 +190,51 @@ def matvec(R, j0, j1, hb, n, out):
                 a0 = np.float32(r0[k])
                 s0 += ha[k] * a0
                 t0 += hc[k] * a0
-            out[i, j - j0] = s0
-            if two:
-                out[i + 1, j - j0] = t0
+            oa[j - j0] = s0
+            oc[j - j0] = t0
             j += 1
         i += 2
+    if i < n:  # the last, odd row: eight outputs at a time
+        ha = hb[i]
+        oa = out[i]
+        j = j0
+        while j + 8 <= j1:
+            r0 = R[j]
+            r1 = R[j + 1]
+            r2 = R[j + 2]
+            r3 = R[j + 3]
+            r4 = R[j + 4]
+            r5 = R[j + 5]
+            r6 = R[j + 6]
+            r7 = R[j + 7]
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+            for k in range(K):
+                x = ha[k]
+                s0 += x * np.float32(r0[k])
+                s1 += x * np.float32(r1[k])
+                s2 += x * np.float32(r2[k])
+                s3 += x * np.float32(r3[k])
+                s4 += x * np.float32(r4[k])
+                s5 += x * np.float32(r5[k])
+                s6 += x * np.float32(r6[k])
+                s7 += x * np.float32(r7[k])
+            o = j - j0
+            oa[o] = s0
+            oa[o + 1] = s1
+            oa[o + 2] = s2
+            oa[o + 3] = s3
+            oa[o + 4] = s4
+            oa[o + 5] = s5
+            oa[o + 6] = s6
+            oa[o + 7] = s7
+            j += 8
+        while j < j1:
+            r0 = R[j]
+            s0 = np.float32(0.0)
+            for k in range(K):
+                s0 += ha[k] * np.float32(r0[k])
+            oa[j - j0] = s0
+            j += 1
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False, fastmath=_CELL, error_model="numpy")
