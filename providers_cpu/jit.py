@@ -54,8 +54,8 @@ def jit_status() -> str:
         return f"compiled loops: {_why_not}"
     return (
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
-        "tiles, pooling windows, MatMulNBits on packed weights, tree-ensemble walks and sums; "
-        "compiled on first use)"
+        "tiles, pooling windows, MatMulNBits on packed weights, tree-ensemble walks and sums, "
+        "LSTM/GRU/RNN/DynamicQuantizeLSTM sequences; compiled on first use)"
     )
 
 

@@ -333,3 +333,113 @@ def test_conv_integer_auto_pad(auto_pad):
     np.testing.assert_array_equal(
         got, _wrap32(conv_nd(x.astype(np.int64), w.astype(np.int64), p, np))
     )
+
+
+# -- DynamicQuantizeLSTM's compiled loop (providers_cpu/ops/recurrent_loops.py) ----------
+
+
+def test_compiled_hidden_quantisation_is_the_numpy_round_trip():
+    """recurrent_loops.quantize_rows: the same integers and scale as the NumPy round trip
+    (its integers times its scale are _fake_quant's output, bit for bit)."""
+    from onnxep.providers_cpu import jit
+
+    if not jit.ENABLED:
+        pytest.skip("numba not installed: no compiled recurrence")
+    from onnxep.providers_cpu.ops import recurrent_jit
+
+    loops = recurrent_jit.loops()
+    rng = np.random.default_rng(11)
+    cases = [rng.standard_normal((3, 17)).astype(np.float32) * s for s in (1e-3, 0.5, 40.0)]
+    cases += [np.zeros((2, 5), np.float32), -np.abs(cases[1]), np.abs(cases[1])]
+    cases += [np.full((1, 3), 0.25, np.float32), np.array([[1e-38, 3e-39, 0.0]], np.float32)]
+    for h in cases:
+        rows = np.arange(h.shape[0], dtype=np.int64)
+        hq = np.empty_like(h)
+        scale = loops.quantize_rows(h, rows, h.shape[0], hq)
+        want = _fake_quant(h)
+        got = hq * np.float32(scale)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert np.array_equal(hq, np.rint(hq)) and np.abs(hq).max() <= 255
+    h = np.array([[0.5, np.nan]], np.float32)  # not finite: the loop gives up
+    assert loops.quantize_rows(h, np.arange(1), 1, np.empty_like(h)) < 0
+
+
+def _dq_lstm(rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant):
+    D = 2 if direction == "bidirectional" else 1
+    lo, hi = (-128, 128) if w_dt == I8 else (0, 256)
+    W = rng.integers(lo, hi, (D, n_in, 4 * H)).astype(w_dt)
+    R = rng.integers(lo, hi, (D, H, 4 * H)).astype(w_dt)
+    shape = (D, 4 * H) if per_channel else (D,)
+    ws = rng.uniform(0.002, 0.02, shape).astype(np.float32)
+    rs = rng.uniform(0.002, 0.02, shape).astype(np.float32)
+    if w_dt == I8:
+        wz, rz = np.zeros(shape, I8), np.zeros(shape, I8)
+    else:  # uint8 weights less their zero point need int16
+        wz, rz = rng.integers(100, 156, shape).astype(U8), rng.integers(0, 256, shape).astype(U8)
+    feeds = {
+        "X": rng.standard_normal((T, batch, n_in)).astype(np.float32),
+        "W": W, "R": R,
+        "B": (rng.standard_normal((D, 8 * H)) * 0.3).astype(np.float32),
+        "h0": (rng.standard_normal((D, batch, H)) * 0.5).astype(np.float32),
+        "c0": (rng.standard_normal((D, batch, H)) * 0.5).astype(np.float32),
+    }  # fmt: skip
+    if peep:
+        feeds["P"] = (rng.standard_normal((D, 3 * H)) * 0.3).astype(np.float32)
+    feeds |= {"ws": ws, "wz": wz, "rs": rs, "rz": rz}
+    slots = ["X", "W", "R", "B", "", "h0", "c0", "P" if peep else "", "ws", "wz", "rs", "rz"]
+    attrs = dict(hidden_size=H, direction=direction)
+    if clip:
+        attrs["clip"] = clip
+    node = helper.make_node(
+        "DynamicQuantizeLSTM", slots, ["Y", "Y_h", "Y_c"], domain="com.microsoft", **attrs
+    )
+    fixed = {"W", "R", "B", "ws", "wz", "rs", "rz", "P"} if constant else set()
+    g_in = [
+        helper.make_tensor_value_info(n, elem(feeds[n].dtype), feeds[n].shape)
+        for n in slots
+        if n and n not in fixed
+    ]
+    inits = [numpy_helper.from_array(feeds[n], n) for n in slots if n and n in fixed]
+    outs = [helper.make_tensor_value_info(n, elem(np.float32), None) for n in ("Y", "Y_h", "Y_c")]
+    model = helper.make_model(
+        helper.make_graph([node], "g", g_in, outs, inits),
+        opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)],
+    )
+    return model, {k: v for k, v in feeds.items() if k not in fixed}
+
+
+@pytest.mark.parametrize(
+    ("direction", "T", "batch", "n_in", "H", "w_dt", "per_channel", "peep", "clip"),
+    [
+        ("bidirectional", 9, 2, 16, 17, I8, False, False, None),
+        ("bidirectional", 5, 1, 3, 1, I8, True, True, 0.8),
+        ("forward", 6, 3, 5, 3, U8, False, False, None),
+        ("reverse", 4, 4, 7, 17, U8, False, True, 1.5),
+        ("bidirectional", 40, 3, 9, 5, I8, True, False, None),  # 120 rows: BLAS projection
+    ],
+)
+@pytest.mark.parametrize("constant", [True, False])
+def test_dynamic_quantize_lstm_compiled_and_numpy(
+    direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant, monkeypatch
+):
+    """The compiled loop (8-bit weights in the loop, int16 for uint8 weights less their zero
+    point, the BLAS projection past 64 rows) against onnxruntime on one thread (constant
+    weights: it refuses fed ones, and per-column zero points of uint8 weights) and against
+    the NumPy path. The hidden state's quantisation is exact on both sides, so a last-bit
+    difference in h can move one value by one step of its scale (a step is about 1/255 of
+    the state's range, times a weight): hence 1e-4 rather than float rounding."""
+    from onnxep.providers_cpu import jit
+
+    if not jit.ENABLED:
+        pytest.skip("numba not installed: no compiled recurrence")
+    rng = np.random.default_rng(H * 7 + T)
+    model, feeds = _dq_lstm(rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip,
+                            constant)  # fmt: skip
+    got, ref = run_both(model, feeds, ort_threads=1) if constant else (None, None)
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    monkeypatch.setattr(jit, "ENABLED", False)
+    numpy_path = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    for k, (g, n) in enumerate(zip(got, numpy_path)):
+        np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)
+        if ref is not None:  # onnxruntime takes constant weights only
+            np.testing.assert_allclose(g, ref[k], atol=1e-4, rtol=1e-4)

@@ -6,12 +6,21 @@ and zero points (W_scale, W_zero_point, R_scale, R_zero_point, inputs 8-11). As 
 does, X is quantized to uint8 once for the whole sequence and each step's hidden state
 (per direction) before its product with R, both with DynamicQuantizeLinear's range rule;
 products are those 8-bit values times the 8-bit weights, scaled back to float. The cell
-is the CPU LSTM's (both directions per step, preallocated gates), with the weights
-dequantized once per session when they are constants (quantize_dynamic's always are).
+runs one of two ways:
 
-With sequence_lens shorter than the sequence, the generic recurrence runs instead: there
+- compiled (numba, default activations; recurrent_jit.py): one loop per direction over
+  the whole sequence. The hidden state's 8-bit integers multiply the 8-bit weights (less
+  their zero point, as int8, or int16 where that does not fit) converted in the loop, and
+  the float32 sum is scaled once by both scales: a quarter of the bytes of the float32
+  weights a step reads. The hidden state's quantisation is the NumPy round trip's, bit
+  for bit (recurrent_loops.quantize_rows).
+- NumPy: the CPU LSTM's steps (both directions per step, preallocated gates) on weights
+  dequantized to float32, with the hidden state's round trip before each product.
+
+Constant weights (quantize_dynamic's always are) are prepared once per session. With
+sequence_lens shorter than the sequence, the generic recurrence runs instead: there
 every step quantizes the whole batch's hidden state, finished entries included, where
-the CPU LSTM's steps compute only the entries still running.
+the CPU kernels compute only the entries still running.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.flow import clipper, project, recurrent
 
 from .. import jit
+from . import recurrent_jit
 from .op_lstm import lstm_runner
 from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
+from .recurrent_cpu import parse_direction
 
 
 def _fake_quant(x: np.ndarray) -> np.ndarray:
@@ -116,15 +127,115 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
         fixed = _float_weights(*consts, op)
         if bias is not None or not node.has_input(3):
             fast = lstm_runner(node, weights=(*fixed, bias), hidden_hook=_fake_quant_per_direction)
+    num_dir, _ = parse_direction(node)
+    compiled = None
+    if recurrent_jit.usable(node, ("Sigmoid", "Tanh", "Tanh"), num_dir):
+        known = consts is not None and (bias is not None or not node.has_input(3))
+        compiled = _compiled_runner(node, (*consts, bias) if known else None)
 
     def run(
         X, W, R, B=None, lens=None, h0=None, c0=None, P=None, ws=None, wz=None, rs=None, rz=None
     ):
         full = lens is None or (lens.size and int(np.min(lens)) == X.shape[0])
+        if compiled is not None and full and X.dtype == np.float32:
+            out = compiled(X, W, R, B, h0, c0, P, ws, wz, rs, rz)
+            if out is not None:
+                return out
         if fast is not None and full and X.dtype == np.float32:
             return fast(_fake_quant(X), None, None, None, lens, h0, c0, P)
         Wf, Rf = fixed if fixed is not None else _float_weights(W, R, ws, wz, rs, rz, op)
         return cell_run(X, Wf, Rf, B, lens, h0, c0, P)
+
+    return run
+
+
+#: Up to this many rows (steps x batch) the input projection runs in the compiled loop on
+#: the 8-bit weights (a quarter of the bytes of the float32 copy BLAS reads); past it, BLAS.
+LOOP_PROJECTION_ROWS = 64
+
+
+def _shifted_int8(w, zp, num_dir):
+    """8-bit weights [dirs, k, n] less their zero point, transposed to [dirs, n, k]: int8
+    where every value fits, else int16."""
+    shifted = np.asarray(w).astype(np.int16)
+    if zp is not None:
+        shifted -= np.asarray(zp).astype(np.int16).reshape(num_dir, 1, -1)
+    small = shifted.size == 0 or (shifted.min() >= -128 and shifted.max() <= 127)
+    return np.ascontiguousarray(np.swapaxes(shifted, 1, 2), np.int8 if small else np.int16)
+
+
+def _compiled_runner(node, weights):
+    """DynamicQuantizeLSTM through recurrent_loops.lstm_direction on the 8-bit weights
+    (full-length sequences, float32)."""
+    op = node.op_type
+    num_dir, reverse = parse_direction(node)
+    input_forget = bool(node.attr("input_forget", 0))
+    clip_at = node.attr("clip", None)
+    clip = np.float32(np.inf if clip_at is None else clip_at)
+    loops = recurrent_jit.loops()
+
+    def scales(s, n):
+        return np.ascontiguousarray(
+            np.broadcast_to(np.asarray(s, np.float32).reshape(num_dir, -1), (num_dir, n))
+        )
+
+    def prepare(W, R, ws, wz, rs, rz, B):
+        Wf, _ = _float_weights(W, R, ws, wz, rs, rz, op)  # checks every shape
+        H = R.shape[1]
+        bias = None
+        if B is not None:
+            if B.shape != (num_dir, 8 * H):
+                raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
+                                      f"{[num_dir, 8 * H]}")  # fmt: skip
+            bias = (B[:, : 4 * H] + B[:, 4 * H :]).astype(np.float32)
+        Wt = np.ascontiguousarray(np.swapaxes(Wf, 1, 2))  # the dequantized [dirs, input, 4H]
+        Wq = _shifted_int8(W, wz, num_dir)
+        Rq = _shifted_int8(R, rz, num_dir)
+        return H, Wt, Wq, scales(ws, 4 * H), Rq, scales(rs, 4 * H), bias
+
+    fixed = None if weights is None else prepare(*weights)
+
+    def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
+        H, Wt, Wq, wsc, Rq, rsc, bias = (
+            fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
+        )
+        if P is None:
+            peep = np.empty((num_dir, 0), np.float32)
+        elif P.shape != (num_dir, 3 * H):
+            raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
+                                  f"{[num_dir, 3 * H]}")  # fmt: skip
+        else:
+            peep = np.ascontiguousarray(P, dtype=np.float32)
+        if X.ndim != 3 or X.shape[2] != Wt.shape[1]:
+            raise InvalidArgument(
+                f"{op}: X has shape {list(X.shape)}, expected [seq, batch, {Wt.shape[1]}]"
+            )
+        # X through uint8 once for the whole sequence, as onnxruntime does
+        q, xs, xz = dynamic_uint8(X)
+        rows = np.ascontiguousarray(q.reshape(-1, X.shape[2]), dtype=np.float32)
+        if rows.shape[0] <= LOOP_PROJECTION_ROWS:
+            rows -= np.float32(xz)  # the integers X's 8-bit values stand for
+            scale = wsc * xs
+            none = np.empty(0, np.float32)
+            blas = None
+
+            def project(d, rows, out):
+                loops.project(Wq[d], rows, scale[d], none if bias is None else bias[d], out)
+
+        else:
+            rows = (rows - np.float32(xz)) * xs  # _fake_quant(X), the same operations
+            blas, project = (Wt, bias), None
+
+        def direction(d, xw, h, c, ys, lens):
+            return loops.lstm_direction(
+                xw, Rq[d], rsc[d], True, peep[d], clip, input_forget,
+                lens, reverse[d], h, c, ys,
+            )  # fmt: skip
+
+        return recurrent_jit.run(
+            op, X, Wt.shape[1], 4 * H, blas=blas, project=project, rows=rows, hidden=H,
+            num_dir=num_dir, layout=0, lens=None, inits=[h0, c0], direction=direction,
+        )  # fmt: skip
 
     return run
 

@@ -1,4 +1,5 @@
-"""GRU on NumPy: gates z, r, h in preallocated buffers, both directions per step."""
+"""GRU: a compiled loop per direction (recurrent_jit.py), or NumPy steps (both directions
+per step, gates z, r, h in preallocated buffers) where that does not apply."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
+from . import recurrent_jit
 from .recurrent_cpu import (
     check_weights,
     clip_fn,
@@ -113,6 +115,60 @@ def gru(node, xp):
         return run_recurrent(
             "GRU", X, W, R, gates=3, num_dir=num_dir, reverse=reverse, layout=layout,
             bias=bias, lens=lens, inits=[h0], make_step=make_step,
+        )  # fmt: skip
+
+    if not recurrent_jit.usable(node, ("Sigmoid", "Tanh"), num_dir):
+        return run
+    compiled = _compiled_runner(node, tuple(consts) if known else None)
+
+    def either(X, W, R, B=None, lens=None, h0=None):
+        if X.dtype == np.float64:
+            return run(X, W, R, B, lens, h0)
+        return compiled(X, W, R, B, lens, h0)
+
+    return either
+
+
+def _compiled_runner(node, weights):
+    """GRU through recurrent_loops.gru_direction (float32 computation)."""
+    num_dir, reverse = parse_direction(node)
+    layout = int(node.attr("layout", 0))
+    lbr = bool(node.attr("linear_before_reset", 0))
+    clip_at = node.attr("clip", None)
+    clip = np.float32(np.inf if clip_at is None else clip_at)
+    loops = recurrent_jit.loops()
+
+    def prepare(W, R, B):
+        H = check_weights("GRU", W, R, 3, num_dir)
+        bias = None
+        rb_h = np.zeros((num_dir, H), np.float32)
+        if B is not None:
+            if B.shape != (num_dir, 6 * H):
+                raise InvalidArgument(f"GRU: B has shape {list(B.shape)}, expected "
+                                      f"{[num_dir, 6 * H]}")  # fmt: skip
+            bias = B[:, : 3 * H].astype(np.float32)
+            if lbr:
+                # Rb_h is multiplied by r: it stays in the step
+                bias[:, : 2 * H] += B[:, 3 * H : 5 * H]
+                rb_h[...] = B[:, 5 * H :]
+            else:
+                bias += B[:, 3 * H :]
+        Rc = np.ascontiguousarray(R, dtype=np.float32)
+        Wc = np.ascontiguousarray(W, dtype=np.float32)
+        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias, rb_h
+
+    fixed = None if weights is None else prepare(*weights)
+
+    def run(X, W, R, B=None, lens=None, h0=None):
+        H, Wc, Wt, Rc, bias, rb_h = fixed if fixed is not None else prepare(W, R, B)
+
+        def direction(d, xw, h, c, ys, lens):
+            return loops.gru_direction(xw, Rc[d], rb_h[d], lbr, clip, lens, reverse[d], h, ys)
+
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
+        return recurrent_jit.run(
+            "GRU", X, Wc.shape[2], 3 * H, blas=blas, project=project, hidden=H,
+            num_dir=num_dir, layout=layout, lens=lens, inits=[h0], direction=direction,
         )  # fmt: skip
 
     return run

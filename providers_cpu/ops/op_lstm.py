@@ -1,4 +1,5 @@
-"""LSTM on NumPy: gates i, o, f, c in preallocated buffers, both directions per step."""
+"""LSTM: a compiled loop per direction (recurrent_jit.py), or NumPy steps (both directions
+per step, gates i, o, f, c in preallocated buffers) where that does not apply."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
+from . import recurrent_jit
 from .recurrent_cpu import (
     check_weights,
     clip_fn,
@@ -26,7 +28,69 @@ def lstm(node, xp):
     consts = [node.const_input(i) if node.has_input(i) else None for i in (1, 2, 3)]
     known = consts[0] is not None and consts[1] is not None
     known = known and (consts[2] is not None or not node.has_input(3))
-    return lstm_runner(node, weights=tuple(consts) if known else None)
+    weights = tuple(consts) if known else None
+    numpy_run = lstm_runner(node, weights=weights)
+    num_dir, _ = parse_direction(node)
+    if not recurrent_jit.usable(node, ("Sigmoid", "Tanh", "Tanh"), num_dir):
+        return numpy_run
+    compiled = _compiled_runner(node, weights)
+
+    def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
+        if X.dtype == np.float64:
+            return numpy_run(X, W, R, B, lens, h0, c0, P)
+        return compiled(X, W, R, B, lens, h0, c0, P)
+
+    return run
+
+
+def _compiled_runner(node, weights):
+    """LSTM through recurrent_loops.lstm_direction (float32 computation)."""
+    op = node.op_type
+    num_dir, reverse = parse_direction(node)
+    layout = int(node.attr("layout", 0))
+    input_forget = bool(node.attr("input_forget", 0))
+    clip_at = node.attr("clip", None)
+    clip = np.float32(np.inf if clip_at is None else clip_at)
+    loops = recurrent_jit.loops()
+    no_scale = np.empty(0, np.float32)
+
+    def prepare(W, R, B):
+        H = check_weights(op, W, R, 4, num_dir)
+        bias = None
+        if B is not None:
+            if B.shape != (num_dir, 8 * H):
+                raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
+                                      f"{[num_dir, 8 * H]}")  # fmt: skip
+            bias = (B[:, : 4 * H].astype(np.float32) + B[:, 4 * H :]).astype(np.float32)
+        Rc = np.ascontiguousarray(R, dtype=np.float32)
+        Wc = np.ascontiguousarray(W, dtype=np.float32)
+        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias
+
+    fixed = None if weights is None else prepare(*weights)
+
+    def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
+        H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
+        if P is None:
+            peep = np.empty((num_dir, 0), np.float32)
+        elif P.shape != (num_dir, 3 * H):
+            raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
+                                  f"{[num_dir, 3 * H]}")  # fmt: skip
+        else:
+            peep = np.ascontiguousarray(P, dtype=np.float32)
+
+        def direction(d, xw, h, c, ys, lens):
+            return loops.lstm_direction(
+                xw, Rc[d], no_scale, False, peep[d], clip, input_forget,
+                lens, reverse[d], h, c, ys,
+            )  # fmt: skip
+
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
+        return recurrent_jit.run(
+            op, X, Wc.shape[2], 4 * H, blas=blas, project=project, hidden=H, num_dir=num_dir,
+            layout=layout, lens=lens, inits=[h0, c0], direction=direction,
+        )  # fmt: skip
+
+    return run
 
 
 def lstm_runner(node, weights=None, hidden_hook=None):

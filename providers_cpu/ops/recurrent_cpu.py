@@ -136,7 +136,7 @@ def parse_direction(node: Any) -> tuple[int, list[bool]]:
     return 1, [direction == "reverse"]
 
 
-def _check(op: str, name: str, a: np.ndarray, shape: tuple) -> None:
+def check_shape(op: str, name: str, a: np.ndarray, shape: tuple) -> None:
     if tuple(a.shape) != shape:
         raise InvalidArgument(
             f"{op}: input {name} has shape {list(a.shape)}, expected {list(shape)} "
@@ -147,10 +147,10 @@ def _check(op: str, name: str, a: np.ndarray, shape: tuple) -> None:
 def check_weights(op: str, W: np.ndarray, R: np.ndarray, gates: int, num_dir: int) -> int:
     """The hidden size, once W and R have the shapes the direction attribute asks for."""
     H = R.shape[-1] if R.ndim == 3 else -1
-    _check(op, "R", R, (num_dir, gates * H, H) if H >= 0 else (num_dir, "gates*H", "H"))
+    check_shape(op, "R", R, (num_dir, gates * H, H) if H >= 0 else (num_dir, "gates*H", "H"))
     if W.ndim != 3:
-        _check(op, "W", W, (num_dir, gates * H, "input"))
-    _check(op, "W", W, (num_dir, gates * H, W.shape[2]))
+        check_shape(op, "W", W, (num_dir, gates * H, "input"))
+    check_shape(op, "W", W, (num_dir, gates * H, W.shape[2]))
     return H
 
 
@@ -183,14 +183,14 @@ def run_recurrent(
     n_in = X.shape[2]
     hidden = check_weights(op, W, R, gates, num_dir)
     G = gates * hidden
-    _check(op, "W", W, (num_dir, G, n_in))
+    check_shape(op, "W", W, (num_dir, G, n_in))
     states = []
     for k, s in enumerate(inits):
         name = ("initial_h", "initial_c")[k]
         if s is None:
             states.append(np.zeros((num_dir, batch, hidden), dtype=cdt))
             continue
-        _check(op, name, s, (batch, num_dir, hidden) if layout else (num_dir, batch, hidden))
+        check_shape(op, name, s, (batch, num_dir, hidden) if layout else (num_dir, batch, hidden))
         s = s.transpose(1, 0, 2) if layout else s
         states.append(np.array(s, dtype=cdt, order="C"))  # a copy: updated in place
     h = states[0]
@@ -198,7 +198,7 @@ def run_recurrent(
 
     order = rev_idx = None
     if lens is not None:
-        _check(op, "sequence_lens", lens, (batch,))
+        check_shape(op, "sequence_lens", lens, (batch,))
         lens = lens.astype(np.int64)
         bounds.check_sequence_lengths(np, lens, T)  # the CUDA kernel's sentence too
         if not batch or lens.min() == T:
