@@ -171,22 +171,25 @@ def test_torch_export_matches_onnxruntime(case, compiled, monkeypatch):
     assert ops & {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"}
 
 
-def test_depthwise_kernel_sees_every_form(monkeypatch):
-    """The depthwise path, not the grouped GEMM, runs the exported depthwise convs."""
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_depthwise_kernel_sees_every_form(compiled, monkeypatch):
+    """The depthwise path, not the grouped GEMM, runs the exported depthwise convs: with
+    numba the 2-D compiled loop (``depthwise_2d``), else the flat-plane sums."""
     from onnxep.providers_cpu.ops import depthwise as dw
-
-    calls = []
-    real = dw.depthwise
-
-    def spy(xpad, w, k, strides, dil, out):
-        calls.append((w.shape, tuple(strides)))
-        return real(xpad, w, k, strides, dil, out)
-
     from onnxep.providers_cpu.ops import op_conv
 
-    monkeypatch.setattr(op_conv, "depthwise", spy)
+    calls = []
+    name = "depthwise_2d" if compiled else "depthwise"
+    real = getattr(dw, name)
+
+    def spy(*args):
+        w, strides = args[1], args[4 if compiled else 3]
+        calls.append((w.shape, tuple(strides)))
+        return real(*args)
+
+    monkeypatch.setattr(op_conv, name, spy)
     module, shape = CASES["conv2d depthwise strides"]
-    _check(_export(module, *shape), shape, monkeypatch, jit.ENABLED)
+    _check(_export(module, *shape), shape, monkeypatch, compiled)
     assert len(calls) == 5  # every conv but the first (group 1)
     assert ((12, 2, 9), (1, 1)) in calls  # the channel multiplier
     assert ((24, 1, 15), (3, 3)) in calls
