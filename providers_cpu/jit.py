@@ -118,7 +118,9 @@ def _conv_act(row, code, prm):
     The float operations of the unfused CPU nodes, in their order, on the output's own
     type (``prm`` holds every constant in it, so nothing widens): 1 Relu (np.maximum's
     ties and NaN), 2 Clip, 3 HardSigmoid, 4 HardSwish, 5 LeakyRelu, 6 ``v * clip(v + a,
-    lo, hi) / d`` (an exporter's HardSwish); ``prm`` = (p0, p1, p2, p3, 0, 1, 1/6, 0.5).
+    lo, hi) / d`` (an exporter's HardSwish), 7 ``x * (erf(x / d) + a) * h`` (GELU, the CPU
+    Erf's float32 approximation); ``prm`` = (p0, p1, p2, p3, 0, 1, 1/6, 0.5, erf's seven
+    P and five Q coefficients, -4, 4).
     One loop per code, over a whole channel: a call per value cost 10 ns each, one
     per output row of a 7x7 map 50 ns a row.
     """
@@ -169,6 +171,35 @@ def _conv_act(row, code, prm):
             v = row[i]
             if v < zero:
                 row[i] = v * al
+    elif code == 7:
+        # x * (erf(x / d) + a) * h, erf the CPU's float32 rational approximation
+        # (op_erf.erf32: clamp to +-4, P(x^2) * x / Q(x^2) by Horner, a rounding per step)
+        d = prm[0]
+        ad = prm[1]
+        hf = prm[2]
+        lo = prm[20]
+        hi = prm[21]
+        for i in range(n):
+            v = row[i]
+            t = v / d
+            if t < lo:
+                t = lo
+            if t > hi:
+                t = hi
+            x2 = t * t
+            p = prm[8]
+            for j in range(9, 15):
+                p = p * x2
+                p = p + prm[j]
+            p = p * t
+            q = prm[15]
+            for j in range(16, 20):
+                q = q * x2
+                q = q + prm[j]
+            e = p / q
+            e = e + ad
+            e = v * e
+            row[i] = e * hf
     elif code == 6:
         sh = prm[0]
         lo = prm[1]

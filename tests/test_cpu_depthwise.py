@@ -78,6 +78,7 @@ def test_compiled_loop_equals_the_flat_plane_sums(shape, dtype, monkeypatch):
         ("HardSwish", None),
         ("LeakyRelu", [0.1]),
         ("ClipSwish", [3.0, 0.0, 6.0, 6.0]),
+        ("Gelu", [1.4142135, 1.0, 0.5]),
     ],
 )
 def test_inline_activation_equals_the_numpy_ufuncs(name, params):

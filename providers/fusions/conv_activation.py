@@ -9,7 +9,9 @@ asks for them by name (``FuseConvActivation(extra=...)``):
 - ``HardSigmoid``, ``LeakyRelu``: com.microsoft FusedConv's own activations;
 - ``HardSwish`` (Conv -> HardSwish), ``SiLU`` (Conv -> Sigmoid and Mul(conv, sigmoid))
   and ``ClipSwish`` (Conv -> Add(conv, a) -> Clip(lo, hi) -> Mul(conv, clip) -> Div(d),
-  PaddlePaddle's HardSwish): onnxruntime's FusedConv has no such activation, so these
+  PaddlePaddle's HardSwish) and ``Gelu`` (Conv -> Div(conv, d) -> Erf -> Add(a) ->
+  Mul(conv, .) -> Mul(h), float32 only: the fused kernel runs the CPU Erf's float32
+  approximation): onnxruntime's FusedConv has no such activation, so these
   become ``onnxep::FusedConv`` (the same inputs and attributes), which only a provider
   with a kernel for it is given (the pass emits only ops its provider has kernels for,
   and runs on that provider's nodes only).
@@ -37,8 +39,8 @@ MS = "com.microsoft"
 
 
 #: The activations beyond Relu and Clip a provider may ask for, and the op each becomes.
-EXTRA = ("HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "ClipSwish")
-_ONNXEP_ONLY = ("HardSwish", "SiLU", "ClipSwish")
+EXTRA = ("HardSigmoid", "LeakyRelu", "HardSwish", "SiLU", "ClipSwish", "Gelu")
+_ONNXEP_ONLY = ("HardSwish", "SiLU", "ClipSwish", "Gelu")
 _ATTR_DEFAULTS = {"HardSigmoid": (("alpha", 0.2), ("beta", 0.5)), "LeakyRelu": (("alpha", 0.01),)}
 
 
@@ -201,6 +203,34 @@ def _clip_bounds(clip: ir.Node) -> tuple[float, float] | None:
     return out[0], out[1]
 
 
+class _ConvGelu(pattern.RewriteRuleClassBase):
+    """Conv -> Div(conv, d) -> Erf -> Add(a) -> Mul(conv, .) -> Mul(h): Gelu (d, a, h)."""
+
+    def pattern(self, op, x, w, d, a, h):
+        conv = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv"])
+        e1 = op.Add(op.Erf(op.Div(conv, d)), a)
+        return op.Mul(op.Mul(conv, e1), h)
+
+    def check(self, context, x, w, conv, d, a, h, **_) -> pattern.MatchResult:
+        params = [C.scalar(v) for v in (d, a, h)]
+        if any(p is None for p in params):
+            return C.verdict("the Div, Add or Mul constant is not a scalar constant")
+        ranks = [C.rank(v) for v in (d, a, h)]
+        out_rank = C.rank(conv)
+        wide = out_rank is None or any(r is None or r > out_rank for r in ranks)
+        f32 = x.dtype == ir.DataType.FLOAT
+        return C.verdict(
+            None if f32 else f"dtype {C.dtype_name(x)}: the fused Erf is the float32 one",
+            C.floats(x, d, a, h),
+            "a constant's rank may exceed the Conv output's" if wide else None,
+            _float_attr_refusal(params),
+        )
+
+    def rewrite(self, op, x, w, conv, d, a, h, **_):
+        params = [C.scalar(v) for v in (d, a, h)]
+        return _fused(op, conv.producer(), "Gelu", params)
+
+
 class FuseConvActivation(PatternFusionPass):
     """Conv -> Relu / Clip (and, when asked, the ``EXTRA`` activations) into FusedConv.
 
@@ -225,6 +255,11 @@ class FuseConvActivation(PatternFusionPass):
             *(
                 pattern.RewriteRuleSet([_ConvClipSwish.rule("conv_clip_swish")], commute=True).rules
                 if "ClipSwish" in self._extra
+                else []
+            ),
+            *(
+                pattern.RewriteRuleSet([_ConvGelu.rule("conv_gelu")], commute=True).rules
+                if "Gelu" in self._extra
                 else []
             ),
             *(

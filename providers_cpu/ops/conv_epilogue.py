@@ -15,9 +15,11 @@ Names (``FusedConv``'s ``activation`` and ``activation_params``):
 - ``HardSwish``: ONNX HardSwish as the CPU kernel computes it (``x * clip(x * (1/6) +
   0.5, 0, 1)``), ``SiLU``: ``x * sigmoid(x)`` as the CPU's onnxep::SiLU;
 - ``ClipSwish`` (a, lo, hi, d): ``x * clip(x + a, lo, hi) / d``, the HardSwish that
-  PaddlePaddle's exporter writes as Add, Clip, Mul and Div nodes.
+  PaddlePaddle's exporter writes as Add, Clip, Mul and Div nodes;
+- ``Gelu`` (d, a, h): ``x * (erf(x / d) + a) * h`` on float32, the erf the CPU Erf
+  kernel's (``op_erf.erf32``), as an exporter writes GELU in Div, Erf, Add, Mul, Mul.
 
-The last three are not onnxruntime's: only ``onnxep::FusedConv`` carries them.
+The last four are not onnxruntime's: only ``onnxep::FusedConv`` carries them.
 """
 
 from __future__ import annotations
@@ -30,9 +32,18 @@ from onnxep.errors import NotSupported
 
 from .. import jit
 from .nn_cpu import parallel_rows
+from .op_erf import ERF_P32, ERF_Q32, erf32
 
 #: Compiled codes of ``jit._conv_act``; 0: the NumPy ufuncs only.
-_CODES = {"Relu": 1, "Clip": 2, "HardSigmoid": 3, "HardSwish": 4, "LeakyRelu": 5, "ClipSwish": 6}
+_CODES = {
+    "Relu": 1,
+    "Clip": 2,
+    "HardSigmoid": 3,
+    "HardSwish": 4,
+    "LeakyRelu": 5,
+    "ClipSwish": 6,
+    "Gelu": 7,
+}
 _NUMPY_ONLY = ("Sigmoid", "Tanh", "SiLU")
 #: Parameters when ``activation_params`` is absent or short (onnxruntime's defaults).
 _DEFAULTS = {
@@ -40,6 +51,7 @@ _DEFAULTS = {
     "HardSigmoid": (0.2, 0.5),
     "LeakyRelu": (0.01,),
     "ClipSwish": (3.0, 0.0, 6.0, 6.0),
+    "Gelu": (2**0.5, 1.0, 0.5),
 }
 NAMES = (*_CODES, *_NUMPY_ONLY)
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
@@ -69,11 +81,14 @@ class Epilogue:
             p = list(self.params) + [0.0] * (4 - len(self.params))
             t = np.dtype(dtype).type
             # 1/6 rounded once to the dtype, as the CPU HardSwish multiplies by it
-            got = self._prm[dtype] = np.array([*p, 0.0, 1.0, t(1 / 6), 0.5], dtype)
+            erf = [*ERF_P32, *ERF_Q32, -4.0, 4.0]
+            got = self._prm[dtype] = np.array([*p, 0.0, 1.0, t(1 / 6), 0.5, *erf], dtype)
         return got
 
     def compiled(self, dtype) -> bool:
         """Whether the compiled loops run it on ``dtype`` (numba on, a compiled code)."""
+        if self.name == "Gelu" and np.dtype(dtype) != np.float32:
+            return False  # erf32 is the float32 Erf only
         return self.code != 0 and np.dtype(dtype) in _FAST and jit.ENABLED
 
     def apply(self, y: np.ndarray) -> None:
@@ -130,6 +145,14 @@ class Epilogue:
             s += 0.5
             np.clip(s, 0, 1, out=s)
             y *= s
+        elif name == "Gelu":
+            if y.dtype != np.float32:
+                raise NotSupported("FusedConv: Gelu runs on float32 only (the CPU Erf's)")
+            s = np.divide(y, t(p[0]))
+            s = erf32(s)
+            s += t(p[1])
+            y *= s
+            y *= t(p[2])
         else:  # ClipSwish
             s = np.add(y, t(p[0]))
             np.clip(s, t(p[1]), t(p[2]), out=s)
