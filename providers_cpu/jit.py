@@ -340,8 +340,67 @@ def _conv_epilogue(y, bias, has_bias, code, prm, r0, r1):
             _conv_act(row, code, prm)
 
 
+def _max_pool_2d(x, geo, low, r0, r1, out):
+    """2-D MaxPool of planes r0..r1: ``x`` (planes, H, W), ``out`` (planes, OH, OW).
+
+    ``geo`` = (KH, KW, SH, SW, DH, DW, pad top, pad left). Per output row the window's
+    input rows (those inside the plane) reduce into one padded row buffer, whose
+    padding holds ``low`` (what a padded input would), then each output takes the
+    maximum of its KW columns there; a NaN wins, as with np.maximum, and a window
+    wholly in the padding gives ``low``. Nothing is padded or copied per call.
+    """
+    kh, kw, sh, sw, dh, dw, pt, pl = geo
+    h, wd = x.shape[1], x.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    span = (ow - 1) * sw + (kw - 1) * dw + 1
+    tmp = np.empty(max(span, pl + wd), x.dtype)
+    for i in range(tmp.shape[0]):
+        tmp[i] = low
+    inner = tmp[pl : pl + wd]
+    for r in range(r0, r1):
+        plane = x[r]
+        for oy in range(oh):
+            first = True
+            for i in range(kh):
+                iy = oy * sh - pt + i * dh
+                if iy < 0 or iy >= h:
+                    continue
+                src = plane[iy]
+                if first:
+                    for q in range(wd):
+                        inner[q] = src[q]
+                    first = False
+                else:
+                    # ``|``, not ``or``: no branch per value, so LLVM vectorises the select
+                    for q in range(wd):
+                        v = src[q]
+                        m = inner[q]
+                        inner[q] = v if (v > m) | (v != v) else m
+            if first:  # no input row in this window
+                for q in range(wd):
+                    inner[q] = low
+            dst = out[r, oy]
+            if sw == 1:
+                # one column term at a time over the whole row (vectorised)
+                for ox in range(ow):
+                    dst[ox] = tmp[ox]
+                for j in range(1, kw):
+                    sj = tmp[j * dw : j * dw + ow]
+                    for ox in range(ow):
+                        v = sj[ox]
+                        m = dst[ox]
+                        dst[ox] = v if (v > m) | (v != v) else m
+            else:
+                for ox in range(ow):
+                    m = tmp[ox * sw]
+                    for j in range(1, kw):
+                        v = tmp[ox * sw + j * dw]
+                        m = v if (v > m) | (v != v) else m
+                    dst[ox] = m
+
+
 _HELPERS = {"_conv_act": _conv_act}
-_SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue)
+_SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_pool_2d=_max_pool_2d)
 
 
 def _quantize_a(blocks, aq, asc, asum):
