@@ -54,8 +54,8 @@ def jit_status() -> str:
         return f"compiled loops: {_why_not}"
     return (
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
-        "tiles, pooling windows, MatMulNBits on packed weights, tree-ensemble walks; compiled on "
-        "first use)"
+        "tiles, fused Conv activations, pooling windows, MatMulNBits on packed weights, "
+        "tree-ensemble walks; compiled on first use)"
     )
 
 
