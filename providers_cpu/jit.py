@@ -54,8 +54,9 @@ def jit_status() -> str:
         return f"compiled loops: {_why_not}"
     return (
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
-        "tiles, pooling windows, MatMulNBits on packed weights, tree-ensemble walks and sums, "
-        "LSTM/GRU/RNN/DynamicQuantizeLSTM sequences; compiled on first use)"
+        "tiles, fused Conv activations, pooling windows, MatMulNBits on packed weights, "
+        "tree-ensemble walks and sums, LSTM/GRU/RNN/DynamicQuantizeLSTM sequences; compiled "
+        "on first use)"
     )
 
 
@@ -66,6 +67,14 @@ def loop(name: str) -> Any:
     """The compiled function ``name`` (defined below), compiling it on first use."""
     f = _compiled.get(name)
     if f is None:
+        for helper, src in _HELPERS.items():
+            # A loop calls a helper through this module's globals: compiled, before the loop.
+            if globals()[helper] is src:
+                # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
+                # every divisor, which keeps LLVM from vectorising the loop
+                globals()[helper] = nb.njit(
+                    cache=True, nogil=True, boundscheck=False, error_model="numpy"
+                )(src)
         f = _compiled[name] = nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
     return f
 
@@ -105,6 +114,314 @@ def _depthwise_rows(planes, term_plane, term_off, w, mult, r0, r1, out):
 
 
 _SOURCES = {"depthwise_rows": _depthwise_rows}
+
+
+def _conv_act(row, code, prm):
+    """A convolution's output values (one channel's, flat), in place through the fused
+    activation (``conv_epilogue``'s codes).
+
+    The float operations of the unfused CPU nodes, in their order, on the output's own
+    type (``prm`` holds every constant in it, so nothing widens): 1 Relu (np.maximum's
+    ties and NaN), 2 Clip, 3 HardSigmoid, 4 HardSwish, 5 LeakyRelu, 6 ``v * clip(v + a,
+    lo, hi) / d`` (an exporter's HardSwish), 7 ``x * (erf(x / d) + a) * h`` (GELU, the CPU
+    Erf's float32 approximation); ``prm`` = (p0, p1, p2, p3, 0, 1, 1/6, 0.5, erf's seven
+    P and five Q coefficients, -4, 4).
+    One loop per code, over a whole channel: a call per value cost 10 ns each, one
+    per output row of a 7x7 map 50 ns a row.
+    """
+    n = row.shape[0]
+    zero = prm[4]
+    one = prm[5]
+    if code == 1:
+        for i in range(n):
+            v = row[i]
+            if not (v > zero or v != v):
+                row[i] = zero
+    elif code == 2:
+        lo = prm[0]
+        hi = prm[1]
+        for i in range(n):
+            v = row[i]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            row[i] = v
+    elif code == 3:
+        al = prm[0]
+        be = prm[1]
+        for i in range(n):
+            v = row[i] * al
+            v = v + be
+            if v < zero:
+                v = zero
+            if v > one:
+                v = one
+            row[i] = v
+    elif code == 4:
+        sixth = prm[6]
+        half = prm[7]
+        for i in range(n):
+            v = row[i]
+            t = v * sixth
+            t = t + half
+            if t < zero:
+                t = zero
+            if t > one:
+                t = one
+            row[i] = t * v
+    elif code == 5:
+        al = prm[0]
+        for i in range(n):
+            v = row[i]
+            if v < zero:
+                row[i] = v * al
+    elif code == 7:
+        # x * (erf(x / d) + a) * h, erf the CPU's float32 rational approximation
+        # (op_erf.erf32: clamp to +-4, P(x^2) * x / Q(x^2) by Horner, a rounding per
+        # step). The constants are locals: read from ``prm`` inside the loop, which may
+        # alias ``row``, they kept LLVM from vectorising it (3x slower).
+        d = prm[0]
+        ad = prm[1]
+        hf = prm[2]
+        c0, c1, c2, c3, c4, c5, c6 = prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14]
+        e0, e1, e2, e3, e4 = prm[15], prm[16], prm[17], prm[18], prm[19]
+        lo = prm[20]
+        hi = prm[21]
+        for i in range(n):
+            v = row[i]
+            t = v / d
+            if t < lo:
+                t = lo
+            if t > hi:
+                t = hi
+            x2 = t * t
+            p = c0 * x2
+            p = p + c1
+            p = p * x2
+            p = p + c2
+            p = p * x2
+            p = p + c3
+            p = p * x2
+            p = p + c4
+            p = p * x2
+            p = p + c5
+            p = p * x2
+            p = p + c6
+            p = p * t
+            q = e0 * x2
+            q = q + e1
+            q = q * x2
+            q = q + e2
+            q = q * x2
+            q = q + e3
+            q = q * x2
+            q = q + e4
+            e = p / q
+            e = e + ad
+            e = v * e
+            row[i] = e * hf
+    elif code == 6:
+        sh = prm[0]
+        lo = prm[1]
+        hi = prm[2]
+        d = prm[3]
+        for i in range(n):
+            v = row[i]
+            t = v + sh
+            if t < lo:
+                t = lo
+            if t > hi:
+                t = hi
+            t = v * t
+            row[i] = t / d
+
+
+def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, out):
+    """2-D depthwise convolution of output rows r0..r1 (image * channels), bias and activation.
+
+    ``x`` (N*C, H, W), ``out`` (N*C*mult, OH * OW), ``w`` (C*mult, KH*KW), ``bias``
+    (C*mult,); ``geo`` = (KH, KW, SH, SW, DH, DW, pad top, pad left). Per input plane
+    the zero-padded plane is split into its stride phases in a small buffer (kernel
+    offset ``t`` reads padded index ``o * s + t * d``: phase ``(t * d) % s`` at ``o + (t *
+    d) // s``), so every term is a unit-stride run of one flat phase plane; the sums
+    run over blocks of output rows that stay in L1 (wrapped columns computed and
+    dropped, as ``depthwise_rows`` does), then bias and activation go on as each row is
+    written. The terms add in kernel order, first product first, then the bias:
+    the flat-plane loop's order, so the same bits.
+    """
+    kh, kw, sh, sw, dh, dw, pt, pl = geo
+    h, wd = x.shape[1], x.shape[2]
+    chans = w.shape[0]
+    nt = kh * kw
+    pr = ((oh - 1) * sh + (kh - 1) * dh) // sh + 1
+    pc = ((ow - 1) * sw + (kw - 1) * dw) // sw + 1
+    plane = pr * pc
+    buf = np.zeros((sh * sw, plane + 16), x.dtype)
+    bf = buf.reshape(-1)
+    xf = x.reshape(-1)
+    tph = np.empty(nt, np.int64)
+    toff = np.empty(nt, np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            t = i * kw + j
+            tph[t] = ((i * dh) % sh) * sw + (j * dw) % sw
+            toff[t] = ((i * dh) // sh) * pc + (j * dw) // sw
+    # Rows of output per block: about 2048 values of the flat accumulator.
+    per = max(1, 2048 // pc)
+    acc = np.empty(per * pc + 16, x.dtype)
+    loaded = -1
+    for r in range(r0, r1):
+        ri = r // mult
+        if ri != loaded:
+            # Interior of every phase plane; the zero border never changes. Flat
+            # unsigned indices: a view per row cost more than its copy on small maps.
+            xo = ri * h * wd
+            for a in range(sh):
+                for b in range(sw):
+                    # the columns v with 0 <= v * sw + b - pl < W
+                    v0 = (pl - b + sw - 1) // sw if pl > b else 0
+                    nv = min(pc, (wd - 1 + pl - b) // sw + 1) - v0
+                    if nv <= 0:
+                        continue
+                    pbase = (a * sw + b) * (plane + 16) + v0
+                    for u in range(pr):
+                        iy = u * sh + a - pt
+                        if iy < 0 or iy >= h:
+                            continue
+                        so = xo + iy * wd + v0 * sw + b - pl
+                        do = pbase + u * pc
+                        if sw == 1:
+                            for j in range(nv):
+                                bf[np.uint64(do + j)] = xf[np.uint64(so + j)]
+                        else:
+                            for j in range(nv):
+                                bf[np.uint64(do + j)] = xf[np.uint64(so + j * sw)]
+            loaded = ri
+        ch = r % chans
+        wr = w[ch]
+        bv = bias[ch]
+        orow = out[r]
+        for y0 in range(0, oh, per):
+            y1 = min(oh, y0 + per)
+            ln = (y1 - 1 - y0) * pc + ow
+            start = y0 * pc
+            # Whole vectors of 16: the sums run past ``ln`` into the buffers' slack (values
+            # computed and dropped), so no scalar remainder loop runs per term (a 7x7 map's
+            # 73 values were 64 vectorised and 9 scalar). Slices first: an index the loop
+            # counter alone makes is known non-negative, no wraparound test per value.
+            lnv = (ln + 15) // 16 * 16
+            a = acc[:lnv]
+            p0 = buf[tph[0], start + toff[0] : start + toff[0] + lnv]
+            w0 = wr[0]
+            for q in range(lnv):
+                a[q] = w0 * p0[q]
+            t = 1
+            while t + 3 <= nt:
+                pa = buf[tph[t], start + toff[t] : start + toff[t] + lnv]
+                pb = buf[tph[t + 1], start + toff[t + 1] : start + toff[t + 1] + lnv]
+                pcc = buf[tph[t + 2], start + toff[t + 2] : start + toff[t + 2] + lnv]
+                wa = wr[t]
+                wb = wr[t + 1]
+                wc = wr[t + 2]
+                for q in range(lnv):
+                    a[q] = a[q] + wa * pa[q] + wb * pb[q] + wc * pcc[q]
+                t += 3
+            while t < nt:
+                pa = buf[tph[t], start + toff[t] : start + toff[t] + lnv]
+                wa = wr[t]
+                for q in range(lnv):
+                    a[q] = a[q] + wa * pa[q]
+                t += 1
+            for yy in range(y0, y1):
+                src_row = acc[(yy - y0) * pc : (yy - y0) * pc + ow]
+                dst = orow[yy * ow : (yy + 1) * ow]
+                if has_bias:
+                    for q in range(ow):
+                        dst[q] = src_row[q] + bv
+                else:
+                    for q in range(ow):
+                        dst[q] = src_row[q]
+        if code != 0:
+            _conv_act(orow, code, prm)
+
+
+def _conv_epilogue(y, bias, has_bias, code, prm, r0, r1):
+    """Bias and activation in place on rows r0..r1 of ``y`` (rows, positions); row r's
+    bias is ``bias[r % len(bias)]``. The same per-value operations as ``_depthwise_2d``."""
+    nb_ = bias.shape[0]
+    n = y.shape[1]
+    for r in range(r0, r1):
+        row = y[r]
+        if has_bias:
+            bv = bias[r % nb_]
+            for q in range(n):
+                row[q] = row[q] + bv
+        if code != 0:
+            _conv_act(row, code, prm)
+
+
+def _max_pool_2d(x, geo, low, r0, r1, out):
+    """2-D MaxPool of planes r0..r1: ``x`` (planes, H, W), ``out`` (planes, OH, OW).
+
+    ``geo`` = (KH, KW, SH, SW, DH, DW, pad top, pad left). Per output row the window's
+    input rows (those inside the plane) reduce into one padded row buffer, whose
+    padding holds ``low`` (what a padded input would), then each output takes the
+    maximum of its KW columns there; a NaN wins, as with np.maximum, and a window
+    wholly in the padding gives ``low``. Nothing is padded or copied per call.
+    """
+    kh, kw, sh, sw, dh, dw, pt, pl = geo
+    h, wd = x.shape[1], x.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    span = (ow - 1) * sw + (kw - 1) * dw + 1
+    tmp = np.empty(max(span, pl + wd), x.dtype)
+    for i in range(tmp.shape[0]):
+        tmp[i] = low
+    inner = tmp[pl : pl + wd]
+    for r in range(r0, r1):
+        plane = x[r]
+        for oy in range(oh):
+            first = True
+            for i in range(kh):
+                iy = oy * sh - pt + i * dh
+                if iy < 0 or iy >= h:
+                    continue
+                src = plane[iy]
+                if first:
+                    for q in range(wd):
+                        inner[q] = src[q]
+                    first = False
+                else:
+                    # ``|``, not ``or``: no branch per value, so LLVM vectorises the select
+                    for q in range(wd):
+                        v = src[q]
+                        m = inner[q]
+                        inner[q] = v if (v > m) | (v != v) else m
+            if first:  # no input row in this window
+                for q in range(wd):
+                    inner[q] = low
+            dst = out[r, oy]
+            if sw == 1:
+                # one column term at a time over the whole row (vectorised)
+                for ox in range(ow):
+                    dst[ox] = tmp[ox]
+                for j in range(1, kw):
+                    sj = tmp[j * dw : j * dw + ow]
+                    for ox in range(ow):
+                        v = sj[ox]
+                        m = dst[ox]
+                        dst[ox] = v if (v > m) | (v != v) else m
+            else:
+                for ox in range(ow):
+                    m = tmp[ox * sw]
+                    for j in range(1, kw):
+                        v = tmp[ox * sw + j * dw]
+                        m = v if (v > m) | (v != v) else m
+                    dst[ox] = m
+
+
+_HELPERS = {"_conv_act": _conv_act}
+_SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_pool_2d=_max_pool_2d)
 
 
 def _quantize_a(blocks, aq, asc, asum):

@@ -49,13 +49,15 @@ class CPUPlugin:
     def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
         if level != "extended" or provider is None or provider.name != "cpu":
             return None
-        # The RMS norm, Conv + Relu/Clip (the activation in place on the Conv's output
-        # saves a pass over memory and an allocation) and x * Sigmoid(x) (one buffer, not
-        # two). The other fusions' gain is one kernel launch instead of several, which
-        # NumPy does not have.
+        # The RMS norm, Conv + activation (every activation the CPU FusedConv runs,
+        # conv_epilogue: it runs on the Conv's output in cache, which saves a pass or
+        # several over memory and an allocation) and x * Sigmoid(x) (one buffer, not two).
+        # The other fusions' gain is one kernel launch instead of several, which NumPy
+        # does not have.
         from onnxep.providers.fusions import FuseConvActivation, FuseRMSNorm, FuseSiLU
+        from onnxep.providers.fusions.conv_activation import EXTRA
 
-        return [FuseRMSNorm(), FuseConvActivation(), FuseSiLU()]
+        return [FuseRMSNorm(), FuseConvActivation(extra=EXTRA), FuseSiLU()]
 
 
 plugin = CPUPlugin()

@@ -171,22 +171,25 @@ def test_torch_export_matches_onnxruntime(case, compiled, monkeypatch):
     assert ops & {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"}
 
 
-def test_depthwise_kernel_sees_every_form(monkeypatch):
-    """The depthwise path, not the grouped GEMM, runs the exported depthwise convs."""
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_depthwise_kernel_sees_every_form(compiled, monkeypatch):
+    """The depthwise path, not the grouped GEMM, runs the exported depthwise convs: with
+    numba the 2-D compiled loop (``depthwise_2d``), else the flat-plane sums."""
     from onnxep.providers_cpu.ops import depthwise as dw
-
-    calls = []
-    real = dw.depthwise
-
-    def spy(xpad, w, k, strides, dil, out):
-        calls.append((w.shape, tuple(strides)))
-        return real(xpad, w, k, strides, dil, out)
-
     from onnxep.providers_cpu.ops import op_conv
 
-    monkeypatch.setattr(op_conv, "depthwise", spy)
+    calls = []
+    name = "depthwise_2d" if compiled else "depthwise"
+    real = getattr(dw, name)
+
+    def spy(*args):
+        w, strides = args[1], args[4 if compiled else 3]
+        calls.append((w.shape, tuple(strides)))
+        return real(*args)
+
+    monkeypatch.setattr(op_conv, name, spy)
     module, shape = CASES["conv2d depthwise strides"]
-    _check(_export(module, *shape), shape, monkeypatch, jit.ENABLED)
+    _check(_export(module, *shape), shape, monkeypatch, compiled)
     assert len(calls) == 5  # every conv but the first (group 1)
     assert ((12, 2, 9), (1, 1)) in calls  # the channel multiplier
     assert ((24, 1, 15), (3, 3)) in calls
@@ -318,3 +321,47 @@ def test_large_im2col_runs_in_row_blocks_on_one_thread(monkeypatch):
     np.testing.assert_allclose(tiled, whole, rtol=1e-6, atol=1e-6)
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(tiled, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled 2-D MaxPool")
+@pytest.mark.parametrize(
+    "shape,k,s,d,pads,ceil",
+    [
+        ((1, 8, 20, 20), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 0),  # YOLO's SPPF pool
+        ((2, 3, 17, 13), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        ((1, 4, 9, 11), (2, 3), (1, 2), (2, 1), (0, 1, 1, 0), 0),
+        ((1, 2, 7, 7), (3, 2), (3, 2), (1, 1), (1, 0, 1, 1), 1),
+        ((1, 1, 1, 1), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 0),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_max_pool_2d_equals_the_numpy_path(shape, k, s, d, pads, ceil, dtype, monkeypatch):
+    """The compiled 2-D MaxPool (no padded copy) gives the NumPy path's values, NaN included."""
+    from onnx import TensorProto, helper
+
+    from onnxep.providers_cpu.ops import op_max_pool
+
+    elem = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}[dtype]
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=list(k), strides=list(s), dilations=list(d),
+        pads=list(pads), ceil_mode=ceil,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    x.flat[:: max(1, x.size // 3)] = np.nan
+    calls = []
+    real = op_max_pool.max_pool_2d
+    monkeypatch.setattr(op_max_pool, "max_pool_2d", lambda *a: calls.append(1) or real(*a))
+    got = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    assert calls
+    monkeypatch.setattr(jit, "ENABLED", False)
+    want = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    if dtype == np.float32:
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        finite = ~np.isnan(want[0])  # onnxruntime's MaxPool does not propagate NaN
+        np.testing.assert_array_equal(got[0][finite], ref.run(None, {"x": x})[0][finite])

@@ -40,7 +40,14 @@ def _model(dtype: int, shape: tuple[int, ...], commuted: bool) -> bytes:
 
 
 def _plain(model: bytes):
-    so = onnxep.SessionOptions(disabled_rewrites=["fuse_silu"])
+    so = onnxep.SessionOptions(disabled_rewrites=["fuse_silu", "fuse_conv_activation"])
+    return onnxep.InferenceSession(model, so, providers=["cpu"])
+
+
+def _fused(model: bytes):
+    # Conv -> SiLU is the Conv's own activation on the CPU (fuse_conv_activation, tested in
+    # test_cpu_conv_activation.py); off here, so fuse_silu sees the pair
+    so = onnxep.SessionOptions(disabled_rewrites=["fuse_conv_activation"])
     return onnxep.InferenceSession(model, so, providers=["cpu"])
 
 
@@ -58,7 +65,7 @@ def test_silu_fuses_and_gives_the_unfused_bytes(dtype, np_dtype, commuted):
     model = _model(dtype, shape, commuted)
     x = (np.random.default_rng(1).standard_normal(shape) * 6).astype(np_dtype)
     x.flat[:3] = [-100, 100, 0]  # exp(-x) overflows for the first: the product is -0
-    fused = onnxep.InferenceSession(model, providers=["cpu"])
+    fused = _fused(model)
     report = {f.name: f for f in fused.placement().fusions}["fuse_silu"]
     assert report.fired == 1, report
     assert "SiLU" in [n.op_type for n in fused.placement().nodes]

@@ -136,12 +136,13 @@ def _thread_rules(p: PatternFusionPass) -> list[tuple[pattern.RewriteRule, _Sign
     Compiling a rule set (every commuted variant) costs more than matching it
     on a small model, so sessions reuse it; per thread, because onnxscript's
     matchers and some rules (``RmsNormFusion``) keep state from match to rewrite,
-    and sessions may be created on several threads at once.
+    and sessions may be created on several threads at once. A pass whose rules depend
+    on its arguments says so in ``rules_key``.
     """
     cache = getattr(_local, "rules", None)
     if cache is None:
         cache = _local.rules = {}
-    key = type(p)
+    key = (type(p), p.rules_key)
     if key not in cache:
         cache[key] = [(r, _Signature(r)) for r in p.make_rules()]
     return cache[key]
@@ -151,8 +152,12 @@ class PatternFusionPass(ReportingFusionPass):
     """Apply onnxscript rewrite rules, restricted to the bound provider's nodes and kernels.
 
     Subclasses set ``name`` (the switch) and return their rules from
-    :meth:`make_rules`; a rule set may also be passed in directly.
+    :meth:`make_rules`; a rule set may also be passed in directly. A subclass whose
+    rules depend on its constructor's arguments sets ``rules_key`` from them before
+    calling ``__init__`` (compiled rules are shared per class and key).
     """
+
+    rules_key: tuple = ()
 
     def __init__(self, rules: Sequence[pattern.RewriteRule] | None = None) -> None:
         super().__init__()

@@ -54,6 +54,36 @@ def depthwise(xpad: np.ndarray, w: np.ndarray, k, strides, dil, out) -> np.ndarr
     return np.ascontiguousarray(view)
 
 
+def depthwise_2d(x, w, bias, k, strides, dil, pb, out, code=0, prm=None) -> np.ndarray:
+    """2-D depthwise conv of the unpadded ``x`` (N, C, H, W) in one compiled loop (numba only).
+
+    ``w`` holds C * mult * prod(k) weights, ``bias`` (C * mult,) or None, ``pb`` the
+    top and left pads (the bottom and right ones follow from ``out``); ``code`` and
+    ``prm`` a fused activation (``conv_epilogue``), applied as each row is written.
+    The padding, the stride phases, the sums, the bias and the activation happen per
+    input plane in cache (``jit._depthwise_2d``), with the flat-plane loop's order of
+    terms: the same bits as ``depthwise`` plus the bias.
+    """
+    n, c, h, wd = x.shape
+    m = w.size // (k[0] * k[1])
+    xc = np.ascontiguousarray(x).reshape(n * c, h, wd)
+    wk = np.ascontiguousarray(w.reshape(m, k[0] * k[1]))
+    y = np.empty((n, m, *out), dtype=x.dtype)
+    has_bias = bias is not None
+    bv = np.ascontiguousarray(bias, dtype=x.dtype).reshape(m) if has_bias else np.zeros(1, x.dtype)
+    if prm is None:
+        prm = np.zeros(8, x.dtype)
+    geo = (k[0], k[1], strides[0], strides[1], dil[0], dil[1], pb[0], pb[1])
+    rows = n * m
+    y2 = y.reshape(rows, out[0] * out[1])
+    f = jit.loop("depthwise_2d")
+    work = rows * out[0] * out[1] * k[0] * k[1]
+    parallel_rows(
+        rows, work, lambda r0, r1: f(xc, wk, bv, has_bias, m // c, geo, *out, code, prm, r0, r1, y2)
+    )
+    return y
+
+
 def _phases(xpad, k, strides, dil, out):
     """(planes (P, N*C, plane), plane of each term, flat offset of each term, element strides).
 

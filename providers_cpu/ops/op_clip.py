@@ -15,6 +15,8 @@ from onnxep.providers.ops.op_clip import clip_attrs as generic_attrs
 
 from .ufuncs import BLAS_FLOATS, clip_ufunc
 
+_FAST = BLAS_FLOATS  # the dtypes this kernel computes itself (the rest: the generic one)
+
 
 def _bound(v, dt: np.dtype, missing: float):
     return dt.type(missing) if v is None else np.asarray(v).astype(dt, copy=False)
@@ -37,7 +39,7 @@ def clip_attrs(node, xp):
     hi = node.attr("max", missing)
 
     def run(x):
-        if x.dtype not in BLAS_FLOATS:
+        if x.dtype not in _FAST:
             return general(x)
         return (_clip(x, lo, hi),)
 
@@ -49,7 +51,7 @@ def clip(node, xp):
     general = generic(node, xp)
 
     def run(x, lo=None, hi=None):
-        if x.dtype not in BLAS_FLOATS:
+        if x.dtype not in _FAST:
             return general(x, lo, hi)
         return (_clip(x, lo, hi),)
 

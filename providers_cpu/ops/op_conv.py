@@ -21,9 +21,10 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.nn import compute_dtype, conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 
+from .. import jit
 from ..threads import run_threads
 from . import winograd as wino
-from .depthwise import depthwise
+from .depthwise import depthwise, depthwise_2d
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
@@ -32,12 +33,14 @@ def conv(node, xp):
     return build_conv(node)
 
 
-def build_conv(node, post=None, integer_weights=None):
+def build_conv(node, post=None, integer_weights=None, epilogue=None):
     """The CPU Conv runner; ``post(y, z)`` (FusedConv) edits the fresh float output in place.
 
-    ``integer_weights`` (ConvInteger, QLinearConv) is ``(w_index, constant)``: the weight's
-    input and, when it is a constant, its values minus their zero point (integers). The
-    runner then takes ``(x, w)`` only (no bias).
+    ``epilogue`` (FusedConv: a ``conv_epilogue.Epilogue``) is the activation, applied
+    after ``post``; the depthwise loop applies it itself as it writes each row when
+    there is no ``z``. ``integer_weights`` (ConvInteger, QLinearConv) is ``(w_index,
+    constant)``: the weight's input and, when it is a constant, its values minus their
+    zero point (integers). The runner then takes ``(x, w)`` only (no bias).
     """
     w_index, weight = integer_weights or (1, None)
     group, ksh, strides, dil, pb0, pe0, auto_pad = conv_setup(node, w_index)
@@ -107,9 +110,11 @@ def build_conv(node, post=None, integer_weights=None):
             g = geo_cache[key] = (pb, pe, out, pointwise)
         return g
 
-    def finish(y, dt, z):
+    def finish(y, dt, z, applied=False):
         if post is not None:
             post(y, z)
+        if epilogue is not None and not applied:
+            epilogue.apply(y)
         return (y if y.dtype == dt else y.astype(dt),)
 
     def run(x, w, b=None, z=None):
@@ -163,8 +168,16 @@ def build_conv(node, post=None, integer_weights=None):
                 return finish(
                     im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
                 )
+            depthwise_conv = group > 1 and group == c and m % c == 0
+            if depthwise_conv and len(out) == 2 and jit.ENABLED:
+                # One compiled loop: padding, sums, bias and (without z) the activation.
+                bb = None if b is None else (bconst if bconst is not None else b)
+                inline = z is None and epilogue is not None and epilogue.compiled(cdt)
+                code, prm = (epilogue.code, epilogue.prm(cdt)) if inline else (0, None)
+                y = depthwise_2d(xc, wg, bb, k, strides, dil, pb, out, code, prm)
+                return finish(y, dt, z, applied=inline)
             xpad = scratch.padded(xc, pb, pe)
-            if group > 1 and group == c and m % c == 0:
+            if depthwise_conv:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
                 y = depthwise(xpad, wg, k, strides, dil, out)
                 if b is not None:

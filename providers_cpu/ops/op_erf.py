@@ -30,20 +30,21 @@ _Q = [
     -7.37332916720468e-03,
     -1.42647390514189e-02,
 ]
-_P32 = [np.float32(c) for c in _P]
-_Q32 = [np.float32(c) for c in _Q]
+#: The coefficients in float32, highest power first (the fused Conv + GELU reads them too).
+ERF_P32 = [np.float32(c) for c in _P]
+ERF_Q32 = [np.float32(c) for c in _Q]
 
 
 def erf32(x: np.ndarray) -> np.ndarray:
     x = np.clip(x, np.float32(-4.0), np.float32(4.0))
     x2 = x * x
-    p = np.full_like(x2, _P32[0])
-    for c in _P32[1:]:
+    p = np.full_like(x2, ERF_P32[0])
+    for c in ERF_P32[1:]:
         p *= x2
         p += c
     p *= x
-    q = np.full_like(x2, _Q32[0])
-    for c in _Q32[1:]:
+    q = np.full_like(x2, ERF_Q32[0])
+    for c in ERF_Q32[1:]:
         q *= x2
         q += c
     p /= q

@@ -1,0 +1,160 @@
+"""The activations a fused convolution applies to its own output, while that output is in cache.
+
+Each is the float operations the unfused CPU nodes run, in their order, on the
+output's type, so a fused node gives the unfused graph's bits: with numba, one
+compiled pass (``jit._conv_act``, inside the depthwise loop or over a GEMM's output
+rows); without it, the NumPy ufuncs of those nodes, over blocks of the output that
+fit in L2 (the multi-pass activations then stay in cache). Sigmoid, Tanh and SiLU
+always take the NumPy ufuncs: a compiled ``exp`` is not NumPy's vectorised one (other
+bits, and a scalar libm call per value).
+
+Names (``FusedConv``'s ``activation`` and ``activation_params``):
+
+- ``Relu``, ``Clip`` (lo, hi), ``HardSigmoid`` (alpha, beta), ``LeakyRelu`` (alpha),
+  ``Sigmoid``, ``Tanh``: com.microsoft FusedConv's own, as onnxruntime defines them;
+- ``HardSwish``: ONNX HardSwish as the CPU kernel computes it (``x * clip(x * (1/6) +
+  0.5, 0, 1)``), ``SiLU``: ``x * sigmoid(x)`` as the CPU's onnxep::SiLU;
+- ``ClipSwish`` (a, lo, hi, d): ``x * clip(x + a, lo, hi) / d``, the HardSwish that
+  PaddlePaddle's exporter writes as Add, Clip, Mul and Div nodes;
+- ``Gelu`` (d, a, h): ``x * (erf(x / d) + a) * h`` on float32, the erf the CPU Erf
+  kernel's (``op_erf.erf32``), as an exporter writes GELU in Div, Erf, Add, Mul, Mul.
+
+The last four are not onnxruntime's: only ``onnxep::FusedConv`` carries them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from onnxep.errors import NotSupported
+
+from .. import jit
+from .nn_cpu import parallel_rows
+from .op_erf import ERF_P32, ERF_Q32, erf32
+
+#: Compiled codes of ``jit._conv_act``; 0: the NumPy ufuncs only.
+_CODES = {
+    "Relu": 1,
+    "Clip": 2,
+    "HardSigmoid": 3,
+    "HardSwish": 4,
+    "LeakyRelu": 5,
+    "ClipSwish": 6,
+    "Gelu": 7,
+}
+_NUMPY_ONLY = ("Sigmoid", "Tanh", "SiLU")
+#: Parameters when ``activation_params`` is absent or short (onnxruntime's defaults).
+_DEFAULTS = {
+    "Clip": (-np.inf, np.inf),
+    "HardSigmoid": (0.2, 0.5),
+    "LeakyRelu": (0.01,),
+    "ClipSwish": (3.0, 0.0, 6.0, 6.0),
+    "Gelu": (2**0.5, 1.0, 0.5),
+}
+NAMES = (*_CODES, *_NUMPY_ONLY)
+_FAST = (np.dtype(np.float32), np.dtype(np.float64))
+# Elements per NumPy block: 256 KB of float32, a temporary beside it still in L2.
+_BLOCK = 1 << 16
+
+
+class Epilogue:
+    """A fused activation, built once per node: ``apply`` runs it in place."""
+
+    def __init__(self, name: str, params: Sequence[float] | None) -> None:
+        if name not in NAMES:
+            raise NotSupported(
+                f"FusedConv: activation {name!r} is not supported (CPU: {', '.join(NAMES)})"
+            )
+        self.name = name
+        given = [float(v) for v in (params or [])]
+        default = _DEFAULTS.get(name, ())
+        self.params = tuple(given[: len(default)]) + tuple(default[len(given) :])
+        self.code = _CODES.get(name, 0)
+        self._prm: dict = {}
+
+    def prm(self, dtype) -> np.ndarray:
+        """The compiled loop's constants in ``dtype`` (``jit._conv_act``'s ``prm``)."""
+        got = self._prm.get(dtype)
+        if got is None:
+            p = list(self.params) + [0.0] * (4 - len(self.params))
+            t = np.dtype(dtype).type
+            # 1/6 rounded once to the dtype, as the CPU HardSwish multiplies by it
+            erf = [*ERF_P32, *ERF_Q32, -4.0, 4.0]
+            got = self._prm[dtype] = np.array([*p, 0.0, 1.0, t(1 / 6), 0.5, *erf], dtype)
+        return got
+
+    def compiled(self, dtype) -> bool:
+        """Whether the compiled loops run it on ``dtype`` (numba on, a compiled code)."""
+        if self.name == "Gelu" and np.dtype(dtype) != np.float32:
+            return False  # erf32 is the float32 Erf only
+        return self.code != 0 and np.dtype(dtype) in _FAST and jit.ENABLED
+
+    def apply(self, y: np.ndarray) -> None:
+        """The activation over ``y`` (N, M, ...), in place."""
+        if y.size == 0:
+            return
+        if self.compiled(y.dtype) and y.flags.c_contiguous:
+            rows = y.shape[0] * y.shape[1]
+            y2 = y.reshape(rows, -1)
+            f = jit.loop("conv_epilogue")
+            zero = np.zeros(1, y.dtype)
+            prm = self.prm(y.dtype)
+            parallel_rows(rows, y.size, lambda r0, r1: f(y2, zero, False, self.code, prm, r0, r1))
+            return
+        flat = y.reshape(-1)
+        if not flat.flags.c_contiguous:
+            self.numpy(y)
+            return
+        for i in range(0, flat.size, _BLOCK):
+            self.numpy(flat[i : i + _BLOCK])
+
+    def numpy(self, y: np.ndarray) -> None:
+        """The unfused CPU nodes' own ufuncs, in place on ``y``."""
+        with np.errstate(invalid="ignore"):  # -inf * 0 is NaN there too
+            self._numpy(y)
+
+    def _numpy(self, y: np.ndarray) -> None:
+        name, p = self.name, self.params
+        t = y.dtype.type
+        if name == "Relu":
+            np.maximum(y, 0, out=y)
+        elif name == "Clip":
+            np.clip(y, t(p[0]), t(p[1]), out=y)
+        elif name == "HardSigmoid":
+            y *= p[0]
+            y += p[1]
+            np.clip(y, 0, 1, out=y)
+        elif name == "LeakyRelu":
+            np.multiply(y, p[0], out=y, where=y < 0)
+        elif name == "Tanh":
+            np.tanh(y, out=y)
+        elif name in ("Sigmoid", "SiLU"):
+            s = np.negative(y)
+            with np.errstate(over="ignore"):  # exp(-x) = inf gives the right 0
+                np.exp(s, out=s)
+            s += 1
+            np.reciprocal(s, out=s)
+            if name == "SiLU":
+                y *= s
+            else:
+                y[...] = s
+        elif name == "HardSwish":
+            s = np.multiply(y, t(1 / 6))
+            s += 0.5
+            np.clip(s, 0, 1, out=s)
+            y *= s
+        elif name == "Gelu":
+            if y.dtype != np.float32:
+                raise NotSupported("FusedConv: Gelu runs on float32 only (the CPU Erf's)")
+            s = np.divide(y, t(p[0]))
+            s = erf32(s)
+            s += t(p[1])
+            y *= s
+            y *= t(p[2])
+        else:  # ClipSwish
+            s = np.add(y, t(p[0]))
+            np.clip(s, t(p[1]), t(p[2]), out=s)
+            y *= s
+            y /= t(p[3])
