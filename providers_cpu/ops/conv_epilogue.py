@@ -57,6 +57,9 @@ NAMES = (*_CODES, *_NUMPY_ONLY)
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
 # Elements per NumPy block: 256 KB of float32, a temporary beside it still in L2.
 _BLOCK = 1 << 16
+# At most this many values, Relu, Clip and HardSigmoid take their ufuncs even with numba
+_SMALL = 8192
+_ONE_UFUNC = (_CODES["Relu"], _CODES["Clip"], _CODES["HardSigmoid"])
 
 
 class Epilogue:
@@ -94,6 +97,12 @@ class Epilogue:
     def apply(self, y: np.ndarray) -> None:
         """The activation over ``y`` (N, M, ...), in place."""
         if y.size == 0:
+            return
+        if y.size <= _SMALL and self.code in _ONE_UFUNC:
+            # A few thousand values (a short signal's conv): the compiled loop's dispatch
+            # (seven arguments typed per call) and the row split cost more than the one
+            # or three ufunc calls, which give the same bits.
+            self.numpy(y)
             return
         if self.compiled(y.dtype) and y.flags.c_contiguous:
             rows = y.shape[0] * y.shape[1]
