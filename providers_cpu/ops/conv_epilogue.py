@@ -33,6 +33,7 @@ from onnxep.errors import NotSupported
 from .. import jit
 from .nn_cpu import parallel_rows
 from .op_erf import ERF_P32, ERF_Q32, erf32
+from .ufuncs import clip_ufunc
 
 #: Compiled codes of ``jit._conv_act``; 0: the NumPy ufuncs only.
 _CODES = {
@@ -128,7 +129,10 @@ class Epilogue:
         name, p = self.name, self.params
         t = y.dtype.type
         if name == "Relu":
-            np.maximum(y, 0, out=y)
+            # np.maximum against a scalar is NumPy 2.4's slow loop; clip then + 0 gives its
+            # bits (op_relu.py)
+            clip_ufunc(y, 0, np.inf, out=y)
+            y += 0.0
         elif name == "Clip":
             np.clip(y, t(p[0]), t(p[1]), out=y)
         elif name == "HardSigmoid":
