@@ -32,8 +32,6 @@ from . import jit
 _compiled: dict[str, Any] = {}
 _vnni: bool | None = None
 
-BLOCK = 64  # bytes of K per vpdpbusd: buffers are padded to a multiple of it
-
 
 def vnni() -> bool:
     """True when the u8 x s8 tiles can run: numba on, targeting this CPU, with AVX-512 VNNI."""
@@ -71,147 +69,195 @@ def loop(name: str) -> Any:
     return f
 
 
-def _tile_intrinsic(rows: int, cols: int) -> Any:
-    """``tile(a, m0, b, n0, nblk, t)``: t[r * cols + c] = sum over nblk * 64 bytes of
-    a[m0 + r] (uint8) times b[n0 + c] (int8), rows x cols dot products sharing loads.
+def _tile_intrinsic(rows: int, vecs: int, x_unsigned: bool, float_out: bool) -> Any:
+    """A rows x (16 * vecs) tile of a product on ``vpdpbusd``, as a numba intrinsic:
 
-    ``a`` and ``b`` are 2-D arrays whose rows are contiguous; the loop keeps the
-    rows * cols accumulators (16 lanes of int32 each) in registers and reduces
-    each at the end.
+    ``tile(x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)`` sets, for
+    r < rows and the 16 * vecs columns j from j0 (those below ``jvalid``),
+
+        acc = sum over k4 < nk4 of sum_q x[i0 + r, 4 k4 + q] * y[k4, 4 j + q]
+        v = acc - rs[i] * zc[j] + zr[i] * cc[j] + rc[i]          (int32, wrapping)
+        out[i, j] = v, or float32(v) * mult[j] + bias[j] when ``float_out``
+
+    ``x`` (rows, >= 4 nk4) is read four bytes at a time and broadcast to all 16 lanes;
+    ``y`` (nk4, 4 * padded columns) holds, for each group of four k, each column's four
+    bytes together, so one 64-byte load is 16 columns' next four k. ``x`` is the uint8
+    operand when ``x_unsigned``, else the int8 one. The per-column arrays are padded to
+    the 16-column vectors; ``out`` is written with masked stores, so it is not.
     """
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
 
+    names = ("x", "i0", "y", "j0", "nk4", "rs", "zr", "rc", "zc", "cc", "mult", "bias", "out")
+    names += ("jvalid",)
+    arrays = ("x", "y", "rs", "zr", "rc", "zc", "cc", "mult", "bias", "out")
+
     def codegen(context, builder, signature, args):
-        a, m0, b, n0, nblk, t = args
-        aty, m0ty, bty, n0ty, nty, tty = signature.args
-        arr_a = context.make_array(aty)(context, builder, a)
-        arr_b = context.make_array(bty)(context, builder, b)
-        arr_t = context.make_array(tty)(context, builder, t)
-        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-        v16 = ir.VectorType(i32, 16)
-        m0 = context.cast(builder, m0, m0ty, types.intp)
-        n0 = context.cast(builder, n0, n0ty, types.intp)
-        nblk = context.cast(builder, nblk, nty, types.intp)
-        lda = builder.extract_value(arr_a.strides, 0)
-        ldb = builder.extract_value(arr_b.strides, 0)
-        abase = builder.bitcast(arr_a.data, i8.as_pointer())
-        bbase = builder.bitcast(arr_b.data, i8.as_pointer())
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        v16, f16 = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
+        m16 = ir.VectorType(ir.IntType(1), 16)
+        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
 
-        def row(base, first, i, ld):
-            return builder.gep(base, [builder.mul(builder.add(first, ir.Constant(i64, i)), ld)])
+        def index(k):
+            return context.cast(builder, val[k], ty[k], types.intp)
 
-        arows = [row(abase, m0, r, lda) for r in range(rows)]
-        brows = [row(bbase, n0, c, ldb) for c in range(cols)]
+        def const(v):
+            return ir.Constant(i64, v)
+
+        def byte_ptr(k):
+            return builder.bitcast(arr[k].data, i8.as_pointer())
+
+        def at(k, idx, elem):
+            return builder.gep(builder.bitcast(arr[k].data, elem.as_pointer()), [idx])
+
+        def vector_at(k, idx, vty, elem):
+            return builder.load(builder.bitcast(at(k, idx, elem), vty.as_pointer()), align=4)
+
+        lanes0 = ir.Constant(v16, [0] * 16)
+
+        def splat(v):
+            und = ir.Constant(ir.VectorType(v.type, 16), ir.Undefined)
+            one = builder.insert_element(und, v, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, und, lanes0)
+
+        i0, j0, nk4, jvalid = index("i0"), index("j0"), index("nk4"), index("jvalid")
+        ldx = builder.extract_value(arr["x"].strides, 0)
+        ldy = builder.extract_value(arr["y"].strides, 0)
+        ldo = builder.extract_value(arr["out"].strides, 0)
+        xrows = [
+            builder.gep(byte_ptr("x"), [builder.mul(builder.add(i0, const(r)), ldx)])
+            for r in range(rows)
+        ]
+        ycols = builder.gep(byte_ptr("y"), [builder.mul(j0, const(4))])
         dp = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(v16, [v16, v16, v16]), "llvm.x86.avx512.vpdpbusd.512"
         )
-        red = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(i32, [v16]), "llvm.vector.reduce.add.v16i32"
-        )
         zero = ir.Constant(v16, None)
-        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(cols)] for _ in range(rows)]
-        with cgutils.for_range(builder, nblk) as lp:
-            off = builder.mul(lp.index, ir.Constant(i64, BLOCK))
-
-            def load(p):
-                return builder.load(
-                    builder.bitcast(builder.gep(p, [off]), v16.as_pointer()), align=1
+        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(vecs)] for _ in range(rows)]
+        with cgutils.for_range(builder, nk4) as lp:
+            k = lp.index
+            ybase = builder.gep(ycols, [builder.mul(k, ldy)])
+            yv = [
+                builder.load(
+                    builder.bitcast(builder.gep(ybase, [const(64 * c)]), v16.as_pointer()), align=1
                 )
-
-            av = [load(p) for p in arows]
-            bv = [load(p) for p in brows]
+                for c in range(vecs)
+            ]
             for r in range(rows):
-                for c in range(cols):
+                xp = builder.gep(xrows[r], [builder.mul(k, const(4))])
+                xv = splat(builder.load(builder.bitcast(xp, i32.as_pointer()), align=1))
+                for c in range(vecs):
+                    ops = [xv, yv[c]] if x_unsigned else [yv[c], xv]
                     cur = builder.load(acc[r][c])
-                    builder.store(builder.call(dp, [cur, av[r], bv[c]]), acc[r][c])
-        out = builder.bitcast(arr_t.data, i32.as_pointer())
-        for r in range(rows):
-            for c in range(cols):
-                s = builder.call(red, [builder.load(acc[r][c])])
-                builder.store(s, builder.gep(out, [ir.Constant(i64, r * cols + c)]))
+                    builder.store(builder.call(dp, [cur, *ops]), acc[r][c])
+        ety = f16 if float_out else v16
+        store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [ety, ety.as_pointer(), i32, m16]),
+            "llvm.masked.store.v16f32.p0" if float_out else "llvm.masked.store.v16i32.p0",
+        )
+        lanes = ir.Constant(v16, list(range(16)))
+        out_bytes = byte_ptr("out")
+        for c in range(vecs):
+            col = builder.add(j0, const(16 * c))
+            zc = vector_at("zc", col, v16, i32)
+            cc = vector_at("cc", col, v16, i32)
+            if float_out:
+                mult = vector_at("mult", col, f16, f32)
+                bias = vector_at("bias", col, f16, f32)
+            # lanes past jvalid are not stored (a vector wholly past it stores nothing)
+            left = builder.trunc(builder.sub(jvalid, col), i32)
+            mask = builder.icmp_signed("<", lanes, splat(left))
+            for r in range(rows):
+                row = builder.add(i0, const(r))
+                v = builder.load(acc[r][c])
+                v = builder.sub(v, builder.mul(splat(builder.load(at("rs", row, i32))), zc))
+                v = builder.add(v, builder.mul(splat(builder.load(at("zr", row, i32))), cc))
+                v = builder.add(v, splat(builder.load(at("rc", row, i32))))
+                if float_out:
+                    v = builder.fadd(builder.fmul(builder.sitofp(v, f16), mult), bias)
+                off = builder.add(builder.mul(row, ldo), builder.mul(col, const(4)))
+                dst = builder.bitcast(builder.gep(out_bytes, [off]), ety.as_pointer())
+                builder.call(store, [v, dst, ir.Constant(i32, 4), mask])
         return context.get_dummy_value()
 
-    def typer(typingctx, a, m0, b, n0, nblk, t):
-        return types.void(a, m0, b, n0, nblk, t), codegen
+    def typer(typingctx, x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid):
+        sig = types.void(x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)
+        return sig, codegen
 
-    typer.__name__ = f"vnni_tile_{rows}x{cols}"
     return intrinsic(typer)
 
 
 def _make_tiles() -> None:
-    # Module globals, where the compiled drivers look their callees up.
+    # Module globals, where the compiled drivers look their callees up: _u (uint8 x,
+    # int32 out), _s (int8 x, int32 out), _f (uint8 x, float32 out); 4x4, 4x1, 1x4, 1x1.
     g = globals()
-    if "_tile44" not in g:
-        g["_tile14"] = _tile_intrinsic(1, 4)
-        g["_tile41"] = _tile_intrinsic(4, 1)
-        g["_tile11"] = _tile_intrinsic(1, 1)
-        g["_tile44"] = _tile_intrinsic(4, 4)
+    if "_u44" in g:
+        return
+    for tag, x_unsigned, float_out in (("u", True, False), ("s", False, False), ("f", True, True)):
+        for rows, vecs in ((4, 4), (4, 1), (1, 4), (1, 1)):
+            g[f"_{tag}{rows}{vecs}"] = _tile_intrinsic(rows, vecs, x_unsigned, float_out)
 
 
-def _u8s8_gemm(a, b, k, za, zb, sa, sb, mult, bias, out_i, out_f, m0, m1, n0, n1):
-    """sum_k (a[m, k] - za[m]) * (b[n, k] - zb[n]) for rows m0..m1, columns n0..n1.
-
-    ``a`` (M, Kp) uint8 and ``b`` (N, Kp) int8 with Kp a multiple of 64 and ``b`` zero
-    past ``k`` (so whatever ``a`` holds there adds nothing); ``sa[m]`` and ``sb[n]`` the
-    sums of a's and b's first ``k`` values. The int32 result (wrapping) goes to
-    ``out_i[m, n]``; when ``out_f`` is not empty, ``float32(it) * mult[n]`` (``+ bias[n]``
-    when ``bias`` is not empty) goes to ``out_f[m, n]`` instead, the float32 operations
-    of Cast, Mul and Add. Tiles of 4 x 4 share loads; edges take 1-wide tiles.
-    """
-    nblk = a.shape[1] // 64
-    t = np.empty(16, np.int32)
-    to_float = out_f.shape[0] > 0
-    add_bias = bias.shape[0] > 0
-    n = n0
-    while n < n1:
-        cw = 4 if n + 4 <= n1 else 1
-        m = m0
-        while m < m1:
-            rh = 4 if m + 4 <= m1 else 1
-            if rh == 4 and cw == 4:
-                _tile44(a, m, b, n, nblk, t)  # noqa: F821 (made by _make_tiles)
-            elif rh == 4:
-                _tile41(a, m, b, n, nblk, t)  # noqa: F821
-            elif cw == 4:
-                _tile14(a, m, b, n, nblk, t)  # noqa: F821
+def _gemm_int(x_signed, x, y, nk4, rs, zr, rc, zc, cc, out, jvalid, i0, i1, j0, j1):
+    """Rows i0..i1 and columns j0..j1 (j0 a multiple of 16) of the int32 tile product
+    (see _tile_intrinsic), x uint8 (``x_signed`` 0) or int8 (1): 4 x 64 tiles, then
+    narrower ones at the edges."""
+    f = np.empty(0, np.float32)
+    j = j0
+    while j < j1:
+        wide = j + 48 < j1
+        i = i0
+        while i < i1:
+            four = i + 4 <= i1
+            if x_signed:
+                if four and wide:
+                    _s44(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+                elif four:
+                    _s41(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+                elif wide:
+                    _s14(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+                else:
+                    _s11(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+            elif four and wide:
+                _u44(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+            elif four:
+                _u41(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+            elif wide:
+                _u14(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
             else:
-                _tile11(a, m, b, n, nblk, t)  # noqa: F821
-            for r in range(rh):
-                mm = m + r
-                zam = np.int64(za[mm])
-                sam = np.int64(sa[mm])
-                for c in range(cw):
-                    nn = n + c
-                    zbn = np.int64(zb[nn])
-                    v = np.int64(t[r * cw + c]) - zbn * sam - zam * np.int64(sb[nn]) + k * zam * zbn
-                    acc = np.int32(v)
-                    if to_float:
-                        y = np.float32(acc) * mult[nn]
-                        if add_bias:
-                            y = y + bias[nn]
-                        out_f[mm, nn] = y
-                    else:
-                        out_i[mm, nn] = acc
-            m += rh
-        n += cw
+                _u11(x, i, y, j, nk4, rs, zr, rc, zc, cc, f, f, out, jvalid)  # noqa: F821
+            i += 4 if four else 1
+        j += 64 if wide else 16
 
 
-def _row_sums(a, k, out, m0, m1):
-    """out[m] = the sum of a[m, :k] (uint8) for rows m0..m1."""
-    for m in range(m0, m1):
-        s = np.int32(0)
-        r = a[m]
-        for j in range(k):
-            s += np.int32(r[j])
-        out[m] = s
+def _gemm_float(x, y, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid, i0, i1, j0, j1):
+    """_gemm_int for uint8 x with the float32 output ``float32(v) * mult + bias``."""
+    j = j0
+    while j < j1:
+        wide = j + 48 < j1
+        i = i0
+        while i < i1:
+            four = i + 4 <= i1
+            if four and wide:
+                _f44(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)  # noqa: F821
+            elif four:
+                _f41(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)  # noqa: F821
+            elif wide:
+                _f14(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)  # noqa: F821
+            else:
+                _f11(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)  # noqa: F821
+            i += 4 if four else 1
+        j += 64 if wide else 16
 
 
 def _pack_rows(a, flip, out, sums):
-    """Rows of ``a`` (M, K) into ``out`` (M, Kp) as uint8 (int8 ``a`` with its sign bit flipped,
-    ``flip`` = 128: a + 128), and their sums into ``sums``."""
+    """Rows of ``a`` (M, K) into ``out`` (M, >= K) as uint8 (int8 ``a`` with its sign bit
+    flipped, ``flip`` = 128: a + 128), zeros after K, and their sums into ``sums``."""
     m_rows, k = a.shape
     for m in range(m_rows):
         s = np.int32(0)
@@ -221,49 +267,117 @@ def _pack_rows(a, flip, out, sums):
             v = np.uint8(np.int32(src[j]) + flip)
             dst[j] = v
             s += np.int32(v)
+        for j in range(k, dst.shape[0]):
+            dst[j] = 0
         sums[m] = s
 
 
-def _im2col(x, pad, kh, kw, sh, sw, dh, dw, ph, pw, ow, p0, p1, cols, sums):
-    """Patches of ``x`` (H, W, C) uint8 for output positions p0..p1 (row-major over the
-    output's OH x OW) into ``cols`` (P, Kp): row p holds the window's pixels tap by tap
-    (kh, kw), each tap's C channels contiguous; taps outside the image hold ``pad`` (the
-    zero point, which the product takes off again). ``sums[p]`` gets each row's sum."""
-    h, w, c = x.shape
-    padsum = np.int32(pad) * np.int32(c)
-    for p in range(p0, p1):
-        oy = p // ow
-        ox = p - oy * ow
-        dst = cols[p]
-        s = np.int32(0)
-        q = 0
-        for i in range(kh):
-            iy = oy * sh - ph + i * dh
-            for j in range(kw):
-                ix = ox * sw - pw + j * dw
-                if 0 <= iy < h and 0 <= ix < w:
-                    src = x[iy, ix]
-                    for ch in range(c):
-                        v = src[ch]
-                        dst[q + ch] = v
-                        s += np.int32(v)
-                else:
-                    for ch in range(c):
-                        dst[q + ch] = pad
-                    s += padsum
-                q += c
-        sums[p] = s
+def _im2col4(x, flip, pad, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow, cols, zplane):
+    """Windows of ``x`` (C, H, W) as the tiles' ``y``: ``cols`` (taps * C4 / 4, P') uint32.
+
+    Word ``[(tap * C4 + c) // 4, p]`` holds, for output position p (row-major over OH x
+    OW), the bytes of channels c..c+3 (low byte first) at tap (kh, kw) of its window:
+    the pixel xor ``flip`` (128 for int8 x), ``pad`` (the zero point) outside the image,
+    and 0 for the channels past C up to C4 (a multiple of 4); ``zplane`` is H * W zeros.
+    Each word is made from four channels and stored whole, so the loops vectorize. When
+    a window's rows follow each other as the output's do (stride 1, output as wide as
+    the input: "same" convolutions), one loop runs over all of a tap's rows, and the
+    columns it took from the neighbouring row are set to ``pad`` after; otherwise each
+    output row is a loop of its own.
+    """
+    c_n, h, w = x.shape
+    c4n = cols.shape[0] // (kh * kw)
+    p = oh * ow
+    flat = sw == 1 and sh * w == ow
+    for ky in range(kh):
+        dy = ky * dh - ph
+        # output rows whose tap row is inside the image: 0 <= oy * sh + dy < h
+        oy_lo = 0 if dy >= 0 else min(oh, (-dy + sh - 1) // sh)
+        oy_hi = max(oy_lo, min(oh, (h - dy + sh - 1) // sh))
+        for kx in range(kw):
+            dx = kx * dw - pw
+            # and columns: 0 <= ox * sw + dx < w
+            lo = 0 if dx >= 0 else min(ow, (-dx + sw - 1) // sw)
+            hi = max(lo, min(ow, (w - dx + sw - 1) // sw))
+            n = hi - lo
+            for c4 in range(c4n):
+                dst = cols[(ky * kw + kx) * c4n + c4]
+                c = 4 * c4
+                fw = np.uint32(0)
+                pw_ = np.uint32(0)
+                for q in range(4):
+                    if c + q < c_n:
+                        fw |= np.uint32(flip) << np.uint32(8 * q)
+                        pw_ |= np.uint32(pad) << np.uint32(8 * q)
+                p0 = x[c].reshape(-1) if c < c_n else zplane
+                p1 = x[c + 1].reshape(-1) if c + 1 < c_n else zplane
+                p2 = x[c + 2].reshape(-1) if c + 2 < c_n else zplane
+                p3 = x[c + 3].reshape(-1) if c + 3 < c_n else zplane
+                dst[: oy_lo * ow] = pw_
+                dst[oy_hi * ow : p] = pw_
+                if oy_hi == oy_lo:
+                    continue
+                if n <= 0:
+                    dst[oy_lo * ow : oy_hi * ow] = pw_
+                    continue
+                if flat:
+                    t0 = oy_lo * ow + lo
+                    m = (oy_hi - 1) * ow + hi - t0
+                    s0 = (oy_lo * sh + dy) * w + lo + dx
+                    # slices, so the loop's indices start at 0 (no negative-index checks)
+                    d = dst[t0 : t0 + m]
+                    a0 = p0[s0 : s0 + m]
+                    a1 = p1[s0 : s0 + m]
+                    a2 = p2[s0 : s0 + m]
+                    a3 = p3[s0 : s0 + m]
+                    for t in range(m):
+                        v = (
+                            np.uint32(a0[t])
+                            | (np.uint32(a1[t]) << np.uint32(8))
+                            | (np.uint32(a2[t]) << np.uint32(16))
+                            | (np.uint32(a3[t]) << np.uint32(24))
+                        )
+                        d[t] = v ^ fw
+                    if lo > 0 or hi < ow:
+                        for oy in range(oy_lo, oy_hi):
+                            dst[oy * ow : oy * ow + lo] = pw_
+                            dst[oy * ow + hi : (oy + 1) * ow] = pw_
+                    continue
+                for oy in range(oy_lo, oy_hi):
+                    base = oy * ow
+                    dst[base : base + lo] = pw_
+                    dst[base + hi : base + ow] = pw_
+                    s0 = (oy * sh + dy) * w + lo * sw + dx
+                    e = s0 + (n - 1) * sw + 1
+                    d = dst[base + lo : base + hi]
+                    a0 = p0[s0:e:sw]
+                    a1 = p1[s0:e:sw]
+                    a2 = p2[s0:e:sw]
+                    a3 = p3[s0:e:sw]
+                    for t in range(n):
+                        v = (
+                            np.uint32(a0[t])
+                            | (np.uint32(a1[t]) << np.uint32(8))
+                            | (np.uint32(a2[t]) << np.uint32(16))
+                            | (np.uint32(a3[t]) << np.uint32(24))
+                        )
+                        d[t] = v ^ fw
 
 
-def _to_nhwc(x, flip, out):
-    """``x`` (C, H, W) 8-bit into ``out`` (H, W, C) uint8, plus ``flip`` (128 for int8)."""
-    c, h, w = x.shape
-    for y in range(h):
-        for ch in range(c):
-            src = x[ch, y]
-            dst = out[y]
-            for i in range(w):
-                dst[i, ch] = np.uint8(np.int32(src[i]) + flip)
+def _col_sums(cols, p, out):
+    """out[j] = the sum of column j's bytes over every row of the tiles' ``y`` layout."""
+    for j in range(p):
+        out[j] = 0
+    for r in range(cols.shape[0]):
+        row = cols[r]
+        for j in range(p):
+            q = 4 * j
+            out[j] += (
+                np.int32(row[q])
+                + np.int32(row[q + 1])
+                + np.int32(row[q + 2])
+                + np.int32(row[q + 3])
+            )
 
 
 def _dq_uint8(x, xi, out):
@@ -309,11 +423,11 @@ def _dq_uint8(x, xi, out):
 
 
 _SOURCES = {
-    "u8s8_gemm": _u8s8_gemm,
-    "row_sums": _row_sums,
+    "gemm_int": _gemm_int,
+    "gemm_float": _gemm_float,
     "pack_rows": _pack_rows,
-    "im2col": _im2col,
-    "to_nhwc": _to_nhwc,
+    "im2col4": _im2col4,
+    "col_sums": _col_sums,
     "dq_uint8": _dq_uint8,
 }
-_NEED_TILES = frozenset({"u8s8_gemm"})
+_NEED_TILES = frozenset({"gemm_int", "gemm_float"})

@@ -126,7 +126,7 @@ class ShiftedWeights:
             if b is None or b.ndim != 2 or not vnni_gemm.available(b.dtype):
                 self._packed = False
             else:
-                self._packed = vnni_gemm.PackedB(np.ascontiguousarray(b.T), zp)
+                self._packed = vnni_gemm.PackedB(b, zp)
         return self._packed or None
 
     def as_(self, dt: np.dtype) -> np.ndarray:

@@ -22,10 +22,8 @@ from onnxep.providers.ops.nn import conv_out_dims, resolve_pads
 from onnxep.providers.ops.op_conv import conv_setup
 from onnxep.providers.ops.quant import conv_nd, conv_params
 
-from .. import jit_int8
 from . import vnni_gemm
 from .int_gemm import F32_EXACT, compute_dtype, data_max, narrow, row_l1, shifted_max, to_int32
-from .nn_cpu import parallel_rows
 from .op_conv import build_conv
 
 
@@ -103,59 +101,25 @@ def integer_conv(node: Any, w_index: int, zw_index: int):
 
 
 def _vnni_conv(node: Any, w_index: int, w: np.ndarray, zw: Any):
-    """``fn(x, x_zp)``: a 2-D group-1 convolution on the VNNI tiles, or None for another.
-
-    The weights are packed once, one row per output channel in (kh, kw, c) order; each
-    image goes to (H, W, C) bytes once, and each output position's window becomes one
-    row of bytes (each tap's channels contiguous), so the tiles multiply rows by rows.
-    The output positions are split over the run's threads, each part making its own rows.
-    """
+    """``fn(x, x_zp)``: a 2-D group-1 convolution on the VNNI tiles (vnni_gemm.PackedConv),
+    or None for another."""
     op = node.op_type
     group, ks, strides, dil, pb0, pe0, auto_pad = conv_setup(node, w_index)
     if group != 1 or len(strides) != 2:
         return None
     ks = list(ks or w.shape[2:])
-    o = w.shape[0]
-    zw_rows = None if zw is None else np.asarray(zw).reshape(-1)
-    packed = vnni_gemm.PackedB(
-        np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(o, -1), zw_rows
-    )
-    k = packed.k
-    kp = packed.b.shape[1]
-    im2col, to_nhwc = jit_int8.loop("im2col"), jit_int8.loop("to_nhwc")
+    if list(w.shape[2:]) != ks:
+        return None  # the generic path says what is wrong
+    packed = vnni_gemm.PackedConv(w, zw)
 
     def run(x, zx):
         n, c, h, wd = x.shape
-        if c * ks[0] * ks[1] != k:
-            raise InvalidArgument(
-                f"{op}: X has {c} channels, W expects {k // (ks[0] * ks[1])} (group 1)"
-            )
+        if c != w.shape[1]:
+            raise InvalidArgument(f"{op}: X has {c} channels, W expects {w.shape[1]} (group 1)")
         pb, pe = resolve_pads(auto_pad, (h, wd), ks, strides, dil, pb0, pe0)
         oh, ow = conv_out_dims(op, (h, wd), pb, pe, ks, dil, strides)
-        p = oh * ow
-        flip = 128 if x.dtype == np.int8 else 0
-        pad = np.uint8(zx + flip)
-        y = np.empty((n, o, oh, ow), np.int32)
-        cols = np.empty((p, kp), np.uint8)
-        sums = np.empty(p, np.int32)
-        za = np.full(p, zx + flip, np.int64)
-        xh = np.empty((h, wd, c), np.uint8)
-        geo = (ks[0], ks[1], strides[0], strides[1], dil[0], dil[1], pb[0], pb[1], ow)
-        for i in range(n):
-            to_nhwc(x[i], flip, xh)
-            out = y[i].reshape(o, p).T
-
-            def part(g0, g1, out=out):
-                p0, p1 = 4 * g0, min(p, 4 * g1)
-                im2col(xh, pad, *geo, p0, p1, cols, sums)
-                vnni_gemm.gemm(cols, sums, za, packed, out, m_range=(p0, p1))
-
-            groups = -(-p // 4)
-            if p * o * kp < vnni_gemm.PARALLEL_WORK:
-                part(0, groups)
-            else:
-                parallel_rows(groups, p * o * kp, part)
-        return y
+        geo = (ks[0], ks[1], strides[0], strides[1], dil[0], dil[1], pb[0], pb[1])
+        return packed.run(x, zx, geo, (oh, ow))
 
     return run
 

@@ -1,12 +1,21 @@
 """8-bit products on the compiled AVX-512 VNNI tiles (``providers_cpu/jit_int8.py``).
 
-The tiles multiply uint8 rows by int8 rows, 64 bytes at a time, into int32. Other
-signs are moved there exactly: an int8 operand plus 128 is a uint8 one, a uint8
-operand minus 128 an int8 one, and its zero point moves by the same 128, so
-``(a - za) * (b - zb)`` is unchanged. Constant weights are packed once per session
-(:class:`PackedB`): one int8 row per output column, zero-padded to a multiple of 64
-bytes, with each row's sum for the zero-point correction. The result is the int32
-accumulator's bit for bit, wrapping included (jit_int8 says why no bound is needed).
+A tile broadcasts four bytes of one operand's row (``x``) against 16 columns' next four
+bytes of the other (``y``, laid out four k at a time), so each int32 lane of the result
+is one output element and nothing is reduced across lanes. ``vpdpbusd`` takes uint8
+times int8; other signs are moved there exactly: an int8 operand plus 128 is a uint8
+one, a uint8 operand minus 128 an int8 one, and its zero point moves by the same 128,
+so ``(a - za) * (b - zb)`` is unchanged. The zero points come off after the product:
+``sum (a - za)(b - zb) = sum ab - zb sum a - za sum b + K za zb``, all in int32 that
+wraps, which is the int32 accumulator's result bit for bit (jit_int8 says why no
+bound is needed). Constant weights are packed once per session.
+
+- :class:`PackedB`, :func:`matmul`: MatMulInteger and kin. A's rows are broadcast (uint8),
+  B (K, N) is the 16-column side (int8); the float32 form applies a per-column scale and
+  bias as each result is made (Cast, Mul and Add's float32 operations).
+- :class:`PackedConv`: ConvInteger. W's rows (one per output channel, int8) are
+  broadcast, and each image's windows are laid out as the 16-column side (uint8), one
+  column per output position, so the result is already (channels, positions): NCHW.
 """
 
 from __future__ import annotations
@@ -18,16 +27,10 @@ import numpy as np
 from .. import jit_int8
 from .nn_cpu import parallel_rows
 
-# Below this many multiply-adds (about 20 us on one core) a second thread costs more
-# than it saves.
+#: Below this many multiply-adds (about 20 us on one core) a second thread costs more
+#: than it saves.
 PARALLEL_WORK = 1 << 23
-_EMPTY_I = np.empty((0, 0), np.int32)
-_EMPTY_F = np.empty((0, 0), np.float32)
-_NO_BIAS = np.empty(0, np.float32)
-
-
-def padded(k: int) -> int:
-    return -(-max(k, 1) // jit_int8.BLOCK) * jit_int8.BLOCK
+_NO_FLOATS = np.empty(0, np.float32)
 
 
 def available(*dtypes: Any) -> bool:
@@ -36,74 +39,66 @@ def available(*dtypes: Any) -> bool:
     return ok and jit_int8.vnni()
 
 
-class PackedB:
-    """Weights ``rows`` (N, K), one row per output column, as the tiles read them.
-
-    ``zp`` is the weights' zero point: None, one value, or one per row (length N).
-    """
-
-    def __init__(self, rows: np.ndarray, zp: Any) -> None:
-        n, k = rows.shape
-        flip = rows.dtype == np.uint8
-        b8 = (rows.astype(np.int16) - 128 if flip else rows).astype(np.int8)
-        self.k = k
-        self.b = np.zeros((n, padded(k)), np.int8)
-        self.b[:, :k] = b8
-        self.sb = b8.sum(axis=1, dtype=np.int64)
-        z = np.zeros(n, np.int64) if zp is None else np.asarray(zp).astype(np.int64).reshape(-1)
-        self.zb = np.ascontiguousarray(np.broadcast_to(z, (n,))) - (128 if flip else 0)
-
-    @property
-    def n(self) -> int:
-        return self.b.shape[0]
+def _up(n: int, step: int) -> int:
+    return -(-max(n, 1) // step) * step
 
 
-def pack_a(a2: np.ndarray, k_padded: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(M, K) uint8 or int8 rows as (M, Kp) uint8 with their sums, and the shift (0 or 128)
-    their zero point takes. A uint8 matrix already padded is used as it is."""
-    m, k = a2.shape
-    flip = 128 if a2.dtype == np.int8 else 0
-    sums = np.empty(m, np.int32)
-    if not flip and k == k_padded and a2.flags.c_contiguous:
-        jit_int8.loop("row_sums")(a2, k, sums, 0, m)
-        return a2, sums, 0
-    buf = np.empty((m, k_padded), np.uint8)
-    jit_int8.loop("pack_rows")(a2, flip, buf, sums)
-    return buf, sums, flip
+def _wrap32(v: Any) -> np.ndarray:
+    """int64 values cut to int32 as int32 arithmetic wraps."""
+    return np.asarray(v, np.int64).astype(np.int32)
 
 
-def gemm(
-    a: np.ndarray,
-    sa: np.ndarray,
-    za: np.ndarray,
-    packed: PackedB,
-    out: np.ndarray,
-    mult: np.ndarray | None = None,
-    bias: np.ndarray | None = None,
-    m_range: tuple[int, int] | None = None,
-) -> None:
-    """``out[m, n] = sum_k (a[m, k] - za[m]) * (b[n, k] - zb[n])`` over ``packed``'s K.
+def _padded(v: np.ndarray, n: int, dtype: Any, fill: float = 0) -> np.ndarray:
+    out = np.full(n, fill, dtype)
+    out[: v.shape[0]] = v
+    return out
 
-    ``a`` is pack_a's buffer with its sums ``sa`` and zero points ``za`` (int64, one per
-    row, shift included); ``out`` (M, N) int32, or float32 with ``mult`` (N float32) and
-    optionally ``bias`` (N float32): ``float32(acc) * mult + bias``. Split over columns
-    on the run's threads when large; ``m_range`` limits the rows (the caller splits).
-    """
-    f = jit_int8.loop("u8s8_gemm")
-    m0, m1 = m_range or (0, a.shape[0])
-    n = packed.n
-    if mult is None:
-        out_i, out_f, mv, bv = out, _EMPTY_F, _NO_BIAS, _NO_BIAS
-    else:
-        out_i, out_f, mv = _EMPTY_I, out, mult
-        bv = _NO_BIAS if bias is None else bias
-    args = (a, packed.b, packed.k, za, packed.zb, sa, packed.sb, mv, bv, out_i, out_f, m0, m1)
-    work = (m1 - m0) * n * a.shape[1]
-    if m_range is not None or work < PARALLEL_WORK:
-        f(*args, 0, n)
+
+def _columns_layout(cols: np.ndarray) -> np.ndarray:
+    """(K, N) 8-bit columns as the tiles' 16-column side: (K4, 4 N') with each column's four
+    k together, K padded to a multiple of 4 and N to one of 16 (zeros)."""
+    k, n = cols.shape
+    k4, np_ = _up(k, 4) // 4, _up(n, 16)
+    buf = np.zeros((k4 * 4, np_), cols.dtype)
+    buf[:k, :n] = cols
+    return np.ascontiguousarray(buf.reshape(k4, 4, np_).transpose(0, 2, 1)).reshape(k4, 4 * np_)
+
+
+def _signed(w: np.ndarray) -> tuple[np.ndarray, int]:
+    """8-bit weights as int8 and the amount their zero point moves (uint8: minus 128)."""
+    if w.dtype == np.uint8:
+        return (w.astype(np.int16) - 128).astype(np.int8), 128
+    return w, 0
+
+
+def _run(f: Any, args: tuple, rows: int, cols: int, k: int) -> None:
+    """``f(*args, i0, i1, j0, j1)`` over all rows and columns, columns split over the run's
+    threads in blocks of 64 (the wide tiles) when the product is large."""
+    work = rows * cols * k
+    if work < PARALLEL_WORK:
+        f(*args, 0, rows, 0, cols)
         return
-    # in groups of four columns, the tiles' width
-    parallel_rows(-(-n // 4), work, lambda g0, g1: f(*args, 4 * g0, min(n, 4 * g1)))
+    parallel_rows(
+        -(-cols // 64), work, lambda g0, g1: f(*args, 0, rows, 64 * g0, min(cols, 64 * g1))
+    )
+
+
+class PackedB:
+    """A constant (K, N) B and its zero point (None, one value, or one per column)."""
+
+    def __init__(self, b: np.ndarray, zp: Any) -> None:
+        k, n = b.shape
+        b8, moved = _signed(b)
+        self.k, self.n = k, n
+        self.nk4 = _up(k, 4) // 4
+        self.y = _columns_layout(b8)
+        np_ = self.y.shape[1] // 4
+        z = np.zeros(1, np.int64) if zp is None else np.asarray(zp).astype(np.int64).reshape(-1)
+        zb = np.broadcast_to(z, (n,)) - moved
+        sb = b8.sum(axis=0, dtype=np.int64)
+        # v = acc - sa[m] * zb[n] + za[m] * (K zb[n] - sb[n])
+        self.zc = _padded(_wrap32(zb), np_, np.int32)
+        self.cc = _padded(_wrap32(k * zb - sb), np_, np.int32)
 
 
 def matmul(
@@ -113,19 +108,83 @@ def matmul(
     mult: np.ndarray | None = None,
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(..., M, K) 8-bit ``a`` minus ``a_zp`` (None, one value, or one per row of M) times
-    the packed (K, N) weights: int32, or float32 scaled as :func:`gemm` says."""
-    k = a.shape[-1]
+    """(..., M, K) 8-bit ``a`` minus ``a_zp`` (None, one value, or one per row of M) times the
+    packed (K, N) B: int32, or with ``mult`` (N float32) and optionally ``bias`` (N float32)
+    ``float32(acc) * mult + bias`` in float32."""
+    k, n = packed.k, packed.n
     lead = a.shape[:-1]
     rows = int(np.prod(lead, dtype=np.int64))
     a2 = a.reshape(rows, k)
-    buf, sa, shift = pack_a(a2, packed.b.shape[1])
+    flip = 128 if a2.dtype == np.int8 else 0
+    sa = np.empty(rows, np.int32)
+    buf = np.empty((rows, 4 * packed.nk4), np.uint8)
+    jit_int8.loop("pack_rows")(a2, flip, buf, sa)
     za = np.zeros(1, np.int64) if a_zp is None else np.asarray(a_zp).astype(np.int64).reshape(-1)
-    if za.size == 1:
-        za = np.full(rows, za[0] + shift, np.int64)
+    # one per row of each (M, K) matrix, repeated over the leading axes
+    zr = _wrap32(np.broadcast_to(za, (rows // za.size, za.size)).reshape(-1) + flip)
+    rc = np.zeros(rows, np.int32)
+    if mult is None:
+        out = np.empty((rows, n), np.int32)
+        args = (0, buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
+        _run(jit_int8.loop("gemm_int"), args, rows, n, k)
     else:
-        # one per row of each (M, K) matrix, repeated over the leading axes
-        za = np.tile(za, rows // za.size) + shift
-    out = np.empty((rows, packed.n), np.int32 if mult is None else np.float32)
-    gemm(buf, sa, za, packed, out, mult, bias)
-    return out.reshape(*lead, packed.n)
+        np_ = packed.zc.shape[0]
+        mv = _padded(np.asarray(mult, np.float32).reshape(-1), np_, np.float32)
+        # adding -0.0 leaves every float32 as it is, -0.0 included: no bias
+        bv = _padded(
+            np.asarray(bias if bias is not None else _NO_FLOATS, np.float32).reshape(-1),
+            np_,
+            np.float32,
+            -0.0,
+        )
+        out = np.empty((rows, n), np.float32)
+        args = (buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, mv, bv, out, n)
+        _run(jit_int8.loop("gemm_float"), args, rows, n, k)
+    return out.reshape(*lead, n)
+
+
+class PackedConv:
+    """Constant (O, C, KH, KW) 8-bit weights of a 2-D group-1 convolution and their zero
+    point (None, one value, or one per output channel), as the tiles' broadcast rows:
+    (O, taps * C4) int8, each tap's channels together and padded to C4 (a multiple of 4)
+    with zeros, so a window's layout (jit_int8's im2col4) matches."""
+
+    def __init__(self, w: np.ndarray, zp: Any) -> None:
+        o, c, kh, kw = w.shape
+        w8, moved = _signed(w)
+        self.c4 = _up(c, 4)
+        rows = np.zeros((o, kh, kw, self.c4), np.int8)
+        rows[..., :c] = w8.transpose(0, 2, 3, 1)
+        self.x = rows.reshape(o, -1)
+        self.nk4 = self.x.shape[1] // 4
+        self.k = c * kh * kw
+        z = np.zeros(1, np.int64) if zp is None else np.asarray(zp).astype(np.int64).reshape(-1)
+        zw = np.broadcast_to(z, (o,)) - moved
+        # v = acc - zw[o] * sx[p] + (zx (K zw[o] - sw[o]))
+        self.rs = _wrap32(zw)
+        self.kzs = self.k * zw - w8.reshape(o, -1).sum(axis=1, dtype=np.int64)
+        self.zr = np.zeros(o, np.int32)
+
+    def run(self, x: np.ndarray, zx: int, geo: tuple, out_hw: tuple[int, int]) -> np.ndarray:
+        """The int32 (N, O, OH, OW) convolution of 8-bit ``x`` (N, C, H, W) minus ``zx``;
+        ``geo`` is (kh, kw, sh, sw, dh, dw, ph, pw) with the begin pads."""
+        n, c, h, w = x.shape
+        o = self.x.shape[0]
+        oh, ow = out_hw
+        p = oh * ow
+        flip = 128 if x.dtype == np.int8 else 0
+        zx8 = zx + flip
+        xb = x.view(np.uint8)
+        cols = np.empty((self.nk4, 4 * _up(p, 16)), np.uint8)
+        sums = np.zeros(cols.shape[1] // 4, np.int32)
+        cc = np.zeros_like(sums)
+        zplane = np.zeros(h * w, np.uint8)
+        rc = _wrap32(zx8 * self.kzs)
+        y = np.empty((n, o, p), np.int32)
+        im2col, col_sums, gemm = (jit_int8.loop(f) for f in ("im2col4", "col_sums", "gemm_int"))
+        for i in range(n):
+            im2col(xb[i], flip, zx8, *geo, oh, ow, cols.view(np.uint32), zplane)
+            col_sums(cols, p, sums)
+            args = (1, self.x, cols, self.nk4, self.rs, self.zr, rc, sums, cc, y[i], p)
+            _run(gemm, args, o, p, 4 * self.nk4)
+        return y.reshape(n, o, oh, ow)
