@@ -65,6 +65,9 @@ def loop(name: str) -> Any:
             raise RuntimeError(f"jit_int8.loop({name!r}): compiled loops are off here")
         if name in _NEED_TILES:
             _make_tiles()
+        for dep in _CALLS.get(name, ()):
+            # a compiled callee, where the caller's compiled code looks it up
+            globals()[f"_c_{dep}"] = loop(dep)
         f = _compiled[name] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
     return f
 
@@ -255,21 +258,37 @@ def _gemm_float(x, y, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid, i0, i1, 
         j += 64 if wide else 16
 
 
-def _pack_rows(a, flip, out, sums):
-    """Rows of ``a`` (M, K) into ``out`` (M, >= K) as uint8 (int8 ``a`` with its sign bit
-    flipped, ``flip`` = 128: a + 128), zeros after K, and their sums into ``sums``."""
+def _mm_prep(a, flip, za, buf, sa, zr, ncols, mult, bias, mv, bv):
+    """A's side of a product on the tiles, and the scale and bias padded to the vectors.
+
+    Rows of ``a`` (M, K) into ``buf`` (M, 4 nk4) as uint8 (int8 ``a`` plus 128: ``flip``),
+    zeros after K; their sums into ``sa``; ``zr[m] = za[m % len(za)] + flip`` (a zero point
+    per tensor or per row of each matrix). ``mv`` gets ``mult`` (one value or one per
+    column) and ``bv`` ``bias`` (none: -0.0, which adding leaves every float32 as it is,
+    -0.0 included), both zero past ``ncols``; both empty for an int32 product."""
     m_rows, k = a.shape
     for m in range(m_rows):
         s = np.int32(0)
         src = a[m]
-        dst = out[m]
+        dst = buf[m]
         for j in range(k):
             v = np.uint8(np.int32(src[j]) + flip)
             dst[j] = v
             s += np.int32(v)
         for j in range(k, dst.shape[0]):
             dst[j] = 0
-        sums[m] = s
+        sa[m] = s
+        zr[m] = np.int32(za[m % za.shape[0]] + flip)
+    if mv.shape[0] == 0:
+        return
+    n = mult.shape[0]
+    nb = bias.shape[0]
+    for j in range(mv.shape[0]):
+        mv[j] = 0
+        bv[j] = 0
+    for j in range(ncols):
+        mv[j] = mult[j if n > 1 else 0]
+        bv[j] = bias[j if nb > 1 else 0] if nb else np.float32(-0.0)
 
 
 def _im2col4(x, flip, pad, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow, cols, zplane):
@@ -364,6 +383,46 @@ def _im2col4(x, flip, pad, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow, cols, zplane)
                         d[t] = v ^ fw
 
 
+def _conv_image(
+    x,
+    flip,
+    pad,
+    kh,
+    kw,
+    sh,
+    sw,
+    dh,
+    dw,
+    ph,
+    pw,
+    oh,
+    ow,
+    cols,
+    cols8,
+    zplane,
+    wx,
+    nk4,
+    rs,
+    zr,
+    kzs,
+    y,
+):
+    """One image of a convolution on the tiles: ``y`` (O, OH * OW) int32 from ``x`` (C, H, W)
+    uint8 (int8 read as uint8, ``flip`` 128) minus ``pad`` - flip, and the packed
+    weights ``wx`` (vnni_gemm.PackedConv): the windows (im2col4) into ``cols`` (uint32;
+    ``cols8`` the same memory as bytes), their sums, and the product, whose per-row
+    constant is ``pad * kzs``."""
+    p = oh * ow
+    _c_im2col4(x, flip, pad, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow, cols, zplane)  # noqa: F821
+    sums = np.empty(cols.shape[1], np.int32)
+    _c_col_sums(cols8, p, sums)  # noqa: F821
+    cc = np.zeros(cols.shape[1], np.int32)
+    rc = np.empty(kzs.shape[0], np.int32)
+    for o in range(kzs.shape[0]):
+        rc[o] = np.int32(np.int64(pad) * kzs[o])
+    _c_gemm_int(1, wx, cols8, nk4, rs, zr, rc, sums, cc, y, p, 0, wx.shape[0], 0, p)  # noqa: F821
+
+
 def _col_sums(cols, p, out):
     """out[j] = the sum of column j's bytes over every row of the tiles' ``y`` layout."""
     for j in range(p):
@@ -425,9 +484,11 @@ def _dq_uint8(x, xi, out):
 _SOURCES = {
     "gemm_int": _gemm_int,
     "gemm_float": _gemm_float,
-    "pack_rows": _pack_rows,
+    "mm_prep": _mm_prep,
     "im2col4": _im2col4,
     "col_sums": _col_sums,
+    "conv_image": _conv_image,
     "dq_uint8": _dq_uint8,
 }
 _NEED_TILES = frozenset({"gemm_int", "gemm_float"})
+_CALLS = {"conv_image": ("im2col4", "col_sums", "gemm_int")}

@@ -42,12 +42,18 @@ class CPUPlugin:
         if level != "extended" or provider is None or provider.name != "cpu":
             return None
         # The RMS norm, Conv + Relu/Clip (the activation in place on the Conv's output
-        # saves a pass over memory and an allocation) and x * Sigmoid(x) (one buffer, not
-        # two). The other fusions' gain is one kernel launch instead of several, which
-        # NumPy does not have.
-        from onnxep.providers.fusions import FuseConvActivation, FuseRMSNorm, FuseSiLU
+        # saves a pass over memory and an allocation), x * Sigmoid(x) (one buffer, not
+        # two) and an 8-bit product's rescale (float32 written by the integer product's
+        # epilogue, not an int32 tensor, a float copy and two more passes). The other
+        # fusions' gain is one kernel launch instead of several, which NumPy does not have.
+        from onnxep.providers.fusions import (
+            FuseConvActivation,
+            FuseDynamicQuantizeMatMul,
+            FuseRMSNorm,
+            FuseSiLU,
+        )
 
-        return [FuseRMSNorm(), FuseConvActivation(), FuseSiLU()]
+        return [FuseRMSNorm(), FuseConvActivation(), FuseSiLU(), FuseDynamicQuantizeMatMul()]
 
 
 plugin = CPUPlugin()

@@ -27,10 +27,12 @@ import numpy as np
 from .. import jit_int8
 from .nn_cpu import parallel_rows
 
-#: Below this many multiply-adds (about 20 us on one core) a second thread costs more
-#: than it saves.
-PARALLEL_WORK = 1 << 23
+#: Below this many multiply-adds (about 80 us on one core) a second thread costs more
+#: than it saves (measured on ddddocr's convolutions: 32M multiply-adds took 106 us on
+#: one thread, 131 us split over two).
+PARALLEL_WORK = 1 << 25
 _NO_FLOATS = np.empty(0, np.float32)
+_ZERO = np.zeros(1, np.int64)
 
 
 def available(*dtypes: Any) -> bool:
@@ -109,34 +111,29 @@ def matmul(
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
     """(..., M, K) 8-bit ``a`` minus ``a_zp`` (None, one value, or one per row of M) times the
-    packed (K, N) B: int32, or with ``mult`` (N float32) and optionally ``bias`` (N float32)
-    ``float32(acc) * mult + bias`` in float32."""
+    packed (K, N) B: int32, or with ``mult`` (one or N float32) and optionally ``bias`` (N
+    float32) ``float32(acc) * mult + bias`` in float32."""
     k, n = packed.k, packed.n
     lead = a.shape[:-1]
-    rows = int(np.prod(lead, dtype=np.int64))
+    rows = a.size // k if k else int(np.prod(lead, dtype=np.int64))
     a2 = a.reshape(rows, k)
-    flip = 128 if a2.dtype == np.int8 else 0
-    sa = np.empty(rows, np.int32)
+    za = _ZERO if a_zp is None else np.asarray(a_zp, np.int64).reshape(-1)
     buf = np.empty((rows, 4 * packed.nk4), np.uint8)
-    jit_int8.loop("pack_rows")(a2, flip, buf, sa)
-    za = np.zeros(1, np.int64) if a_zp is None else np.asarray(a_zp).astype(np.int64).reshape(-1)
-    # one per row of each (M, K) matrix, repeated over the leading axes
-    zr = _wrap32(np.broadcast_to(za, (rows // za.size, za.size)).reshape(-1) + flip)
-    rc = np.zeros(rows, np.int32)
+    sa, zr, rc = np.empty(rows, np.int32), np.empty(rows, np.int32), np.zeros(rows, np.int32)
+    flip = 128 if a2.dtype == np.int8 else 0
     if mult is None:
+        jit_int8.loop("mm_prep")(
+            a2, flip, za, buf, sa, zr, n, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS
+        )
         out = np.empty((rows, n), np.int32)
         args = (0, buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
         _run(jit_int8.loop("gemm_int"), args, rows, n, k)
     else:
         np_ = packed.zc.shape[0]
-        mv = _padded(np.asarray(mult, np.float32).reshape(-1), np_, np.float32)
-        # adding -0.0 leaves every float32 as it is, -0.0 included: no bias
-        bv = _padded(
-            np.asarray(bias if bias is not None else _NO_FLOATS, np.float32).reshape(-1),
-            np_,
-            np.float32,
-            -0.0,
-        )
+        mv, bv = np.empty(np_, np.float32), np.empty(np_, np.float32)
+        b = _NO_FLOATS if bias is None else np.asarray(bias, np.float32).reshape(-1)
+        m = np.asarray(mult, np.float32).reshape(-1)
+        jit_int8.loop("mm_prep")(a2, flip, za, buf, sa, zr, n, m, b, mv, bv)
         out = np.empty((rows, n), np.float32)
         args = (buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, mv, bv, out, n)
         _run(jit_int8.loop("gemm_float"), args, rows, n, k)
@@ -175,16 +172,39 @@ class PackedConv:
         flip = 128 if x.dtype == np.int8 else 0
         zx8 = zx + flip
         xb = x.view(np.uint8)
-        cols = np.empty((self.nk4, 4 * _up(p, 16)), np.uint8)
-        sums = np.zeros(cols.shape[1] // 4, np.int32)
-        cc = np.zeros_like(sums)
+        cols = np.empty((self.nk4, _up(p, 16)), np.uint32)
+        cols8 = cols.view(np.uint8)
         zplane = np.zeros(h * w, np.uint8)
-        rc = _wrap32(zx8 * self.kzs)
         y = np.empty((n, o, p), np.int32)
+        if o * p * 4 * self.nk4 < PARALLEL_WORK:
+            f = jit_int8.loop("conv_image")
+            for i in range(n):
+                f(
+                    xb[i],
+                    flip,
+                    zx8,
+                    *geo,
+                    oh,
+                    ow,
+                    cols,
+                    cols8,
+                    zplane,
+                    self.x,
+                    self.nk4,
+                    self.rs,
+                    self.zr,
+                    self.kzs,
+                    y[i],
+                )
+            return y.reshape(n, o, oh, ow)
+        # large: the windows here, the product split over the run's threads
+        sums = np.empty(cols.shape[1], np.int32)
+        cc = np.zeros_like(sums)
+        rc = _wrap32(zx8 * self.kzs)
         im2col, col_sums, gemm = (jit_int8.loop(f) for f in ("im2col4", "col_sums", "gemm_int"))
         for i in range(n):
-            im2col(xb[i], flip, zx8, *geo, oh, ow, cols.view(np.uint32), zplane)
-            col_sums(cols, p, sums)
-            args = (1, self.x, cols, self.nk4, self.rs, self.zr, rc, sums, cc, y[i], p)
+            im2col(xb[i], flip, zx8, *geo, oh, ow, cols, zplane)
+            col_sums(cols8, p, sums)
+            args = (1, self.x, cols8, self.nk4, self.rs, self.zr, rc, sums, cc, y[i], p)
             _run(gemm, args, o, p, 4 * self.nk4)
         return y.reshape(n, o, oh, ow)
