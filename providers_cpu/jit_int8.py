@@ -72,7 +72,9 @@ def loop(name: str) -> Any:
     return f
 
 
-def _tile_intrinsic(rows: int, vecs: int, x_unsigned: bool, float_out: bool) -> Any:
+def _tile_intrinsic(
+    rows: int, vecs: int, x_unsigned: bool, float_out: bool, row_scale: bool
+) -> Any:
     """A rows x (16 * vecs) tile of a product on ``vpdpbusd``, as a numba intrinsic:
 
     ``tile(x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)`` sets, for
@@ -82,7 +84,8 @@ def _tile_intrinsic(rows: int, vecs: int, x_unsigned: bool, float_out: bool) -> 
         v = acc - rs[i] * zc[j] + zr[i] * cc[j] + rc[i]          (int32, wrapping)
         out[i, j] = v, or float32(v) * mult[j] + bias[j] when ``float_out``
 
-    ``x`` (rows, >= 4 nk4) is read four bytes at a time and broadcast to all 16 lanes;
+    With ``row_scale`` the float32 output is ``float32(v) * mult[i]`` (a scale per row, no
+    bias). ``x`` (rows, >= 4 nk4) is read four bytes at a time and broadcast to all 16 lanes;
     ``y`` (nk4, 4 * padded columns) holds, for each group of four k, each column's four
     bytes together, so one 64-byte load is 16 columns' next four k. ``x`` is the uint8
     operand when ``x_unsigned``, else the int8 one. The per-column arrays are padded to
@@ -169,7 +172,7 @@ def _tile_intrinsic(rows: int, vecs: int, x_unsigned: bool, float_out: bool) -> 
             col = builder.add(j0, const(16 * c))
             zc = vector_at("zc", col, v16, i32)
             cc = vector_at("cc", col, v16, i32)
-            if float_out:
+            if float_out and not row_scale:
                 mult = vector_at("mult", col, f16, f32)
                 bias = vector_at("bias", col, f16, f32)
             # lanes past jvalid are not stored (a vector wholly past it stores nothing)
@@ -181,7 +184,10 @@ def _tile_intrinsic(rows: int, vecs: int, x_unsigned: bool, float_out: bool) -> 
                 v = builder.sub(v, builder.mul(splat(builder.load(at("rs", row, i32))), zc))
                 v = builder.add(v, builder.mul(splat(builder.load(at("zr", row, i32))), cc))
                 v = builder.add(v, splat(builder.load(at("rc", row, i32))))
-                if float_out:
+                if row_scale:
+                    scale = splat(builder.load(at("mult", row, f32)))
+                    v = builder.fmul(builder.sitofp(v, f16), scale)
+                elif float_out:
                     v = builder.fadd(builder.fmul(builder.sitofp(v, f16), mult), bias)
                 off = builder.add(builder.mul(row, ldo), builder.mul(col, const(4)))
                 dst = builder.bitcast(builder.gep(out_bytes, [off]), ety.as_pointer())
@@ -197,13 +203,20 @@ def _tile_intrinsic(rows: int, vecs: int, x_unsigned: bool, float_out: bool) -> 
 
 def _make_tiles() -> None:
     # Module globals, where the compiled drivers look their callees up: _u (uint8 x,
-    # int32 out), _s (int8 x, int32 out), _f (uint8 x, float32 out); 4x4, 4x1, 1x4, 1x1.
+    # int32 out), _s (int8 x, int32 out), _f (uint8 x, float32 out, a scale and bias per
+    # column), _r (int8 x, float32 out, a scale per row); 4x4, 4x1, 1x4, 1x1.
     g = globals()
     if "_u44" in g:
         return
-    for tag, x_unsigned, float_out in (("u", True, False), ("s", False, False), ("f", True, True)):
+    kinds = (
+        ("u", True, False, False),
+        ("s", False, False, False),
+        ("f", True, True, False),
+        ("r", False, True, True),
+    )
+    for tag, x_unsigned, float_out, row_scale in kinds:
         for rows, vecs in ((4, 4), (4, 1), (1, 4), (1, 1)):
-            g[f"_{tag}{rows}{vecs}"] = _tile_intrinsic(rows, vecs, x_unsigned, float_out)
+            g[f"_{tag}{rows}{vecs}"] = _tile_intrinsic(rows, vecs, x_unsigned, float_out, row_scale)
 
 
 def _gemm_int(x_signed, x, y, nk4, rs, zr, rc, zc, cc, out, jvalid, i0, i1, j0, j1):
@@ -254,6 +267,26 @@ def _gemm_float(x, y, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid, i0, i1, 
                 _f14(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)  # noqa: F821
             else:
                 _f11(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)  # noqa: F821
+            i += 4 if four else 1
+        j += 64 if wide else 16
+
+
+def _gemm_row_scaled(x, y, nk4, rs, zr, rc, zc, cc, mult, out, jvalid, i0, i1, j0, j1):
+    """_gemm_int for int8 x with the float32 output ``float32(v) * mult[row]``."""
+    j = j0
+    while j < j1:
+        wide = j + 48 < j1
+        i = i0
+        while i < i1:
+            four = i + 4 <= i1
+            if four and wide:
+                _r44(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, mult, out, jvalid)  # noqa: F821
+            elif four:
+                _r41(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, mult, out, jvalid)  # noqa: F821
+            elif wide:
+                _r14(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, mult, out, jvalid)  # noqa: F821
+            else:
+                _r11(x, i, y, j, nk4, rs, zr, rc, zc, cc, mult, mult, out, jvalid)  # noqa: F821
             i += 4 if four else 1
         j += 64 if wide else 16
 
@@ -405,22 +438,34 @@ def _conv_image(
     rs,
     zr,
     kzs,
+    add,
+    mult,
     y,
+    yf,
 ):
-    """One image of a convolution on the tiles: ``y`` (O, OH * OW) int32 from ``x`` (C, H, W)
-    uint8 (int8 read as uint8, ``flip`` 128) minus ``pad`` - flip, and the packed
-    weights ``wx`` (vnni_gemm.PackedConv): the windows (im2col4) into ``cols`` (uint32;
-    ``cols8`` the same memory as bytes), their sums, and the product, whose per-row
-    constant is ``pad * kzs``."""
+    """One image of a convolution on the tiles from ``x`` (C, H, W) uint8 (int8 read as
+    uint8, ``flip`` 128) minus ``pad`` - flip, and the packed weights ``wx``
+    (vnni_gemm.PackedConv): the windows (im2col4) into ``cols`` (uint32; ``cols8`` the
+    same memory as bytes), their sums, and the product, whose per-row constant is
+    ``pad * kzs + add`` (``add`` one int32 per output channel, or empty). The int32
+    result goes to ``y`` (O, OH * OW); when ``yf`` is not empty, ``float32(it) *
+    mult[channel]`` goes to ``yf`` instead."""
     p = oh * ow
     _c_im2col4(x, flip, pad, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow, cols, zplane)  # noqa: F821
     sums = np.empty(cols.shape[1], np.int32)
     _c_col_sums(cols8, p, sums)  # noqa: F821
     cc = np.zeros(cols.shape[1], np.int32)
-    rc = np.empty(kzs.shape[0], np.int32)
-    for o in range(kzs.shape[0]):
-        rc[o] = np.int32(np.int64(pad) * kzs[o])
-    _c_gemm_int(1, wx, cols8, nk4, rs, zr, rc, sums, cc, y, p, 0, wx.shape[0], 0, p)  # noqa: F821
+    o_n = kzs.shape[0]
+    rc = np.empty(o_n, np.int32)
+    for o in range(o_n):
+        v = np.int64(pad) * kzs[o]
+        if add.shape[0]:
+            v += np.int64(add[o])
+        rc[o] = np.int32(v)
+    if yf.shape[0]:
+        _c_gemm_row_scaled(wx, cols8, nk4, rs, zr, rc, sums, cc, mult, yf, p, 0, o_n, 0, p)  # noqa: F821
+    else:
+        _c_gemm_int(1, wx, cols8, nk4, rs, zr, rc, sums, cc, y, p, 0, o_n, 0, p)  # noqa: F821
 
 
 def _col_sums(cols, p, out):
@@ -484,11 +529,12 @@ def _dq_uint8(x, xi, out):
 _SOURCES = {
     "gemm_int": _gemm_int,
     "gemm_float": _gemm_float,
+    "gemm_row_scaled": _gemm_row_scaled,
     "mm_prep": _mm_prep,
     "im2col4": _im2col4,
     "col_sums": _col_sums,
     "conv_image": _conv_image,
     "dq_uint8": _dq_uint8,
 }
-_NEED_TILES = frozenset({"gemm_int", "gemm_float"})
-_CALLS = {"conv_image": ("im2col4", "col_sums", "gemm_int")}
+_NEED_TILES = frozenset({"gemm_int", "gemm_float", "gemm_row_scaled"})
+_CALLS = {"conv_image": ("im2col4", "col_sums", "gemm_int", "gemm_row_scaled")}

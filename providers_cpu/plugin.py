@@ -43,17 +43,25 @@ class CPUPlugin:
             return None
         # The RMS norm, Conv + Relu/Clip (the activation in place on the Conv's output
         # saves a pass over memory and an allocation), x * Sigmoid(x) (one buffer, not
-        # two) and an 8-bit product's rescale (float32 written by the integer product's
-        # epilogue, not an int32 tensor, a float copy and two more passes). The other
+        # two) and an 8-bit product's or convolution's rescale (float32 written by the
+        # integer product's epilogue, not an int32 tensor, a float copy and two more
+        # passes). The other
         # fusions' gain is one kernel launch instead of several, which NumPy does not have.
         from onnxep.providers.fusions import (
             FuseConvActivation,
+            FuseConvIntegerToFloat,
             FuseDynamicQuantizeMatMul,
             FuseRMSNorm,
             FuseSiLU,
         )
 
-        return [FuseRMSNorm(), FuseConvActivation(), FuseSiLU(), FuseDynamicQuantizeMatMul()]
+        return [
+            FuseRMSNorm(),
+            FuseConvActivation(),
+            FuseSiLU(),
+            FuseDynamicQuantizeMatMul(),
+            FuseConvIntegerToFloat(),
+        ]
 
 
 plugin = CPUPlugin()

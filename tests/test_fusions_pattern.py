@@ -328,6 +328,7 @@ def test_the_cpu_provider_contributes_its_fusions():
         "fuse_conv_activation",
         "fuse_silu",
         "fuse_dynamic_quantize_matmul",
+        "fuse_conv_integer_to_float",
     ]
     assert isinstance(passes[0], PatternFusionPass)
 

@@ -154,7 +154,7 @@ class FuseDynamicQuantizeMatMul(ReportingFusionPass):
             inputs.pop()
         new = ir.node(op, inputs, {}, domain=MS, name=mmi.name)
         take_over(nodes[-1].outputs[0], new.outputs[0])
-        graph.insert_before(mmi, [new])
+        graph.insert_after(nodes[-1], [new])  # after the match: a scale may be made late
         drop = nodes[::-1]
         m = scales.outputs[0]
         if not m.is_graph_output() and all(u.node is mul for u in m.uses()):

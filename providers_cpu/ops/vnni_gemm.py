@@ -32,6 +32,9 @@ from .nn_cpu import parallel_rows
 #: one thread, 131 us split over two).
 PARALLEL_WORK = 1 << 25
 _NO_FLOATS = np.empty(0, np.float32)
+_NO_INTS = np.empty(0, np.int32)
+_NO_OUTPUT = np.empty((1, 0, 0), np.float32)
+_NO_INT_OUTPUT = np.empty((1, 0, 0), np.int32)
 _ZERO = np.zeros(1, np.int64)
 
 
@@ -162,9 +165,19 @@ class PackedConv:
         self.kzs = self.k * zw - w8.reshape(o, -1).sum(axis=1, dtype=np.int64)
         self.zr = np.zeros(o, np.int32)
 
-    def run(self, x: np.ndarray, zx: int, geo: tuple, out_hw: tuple[int, int]) -> np.ndarray:
+    def run(
+        self,
+        x: np.ndarray,
+        zx: int,
+        geo: tuple,
+        out_hw: tuple[int, int],
+        add: np.ndarray | None = None,
+        scale: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The int32 (N, O, OH, OW) convolution of 8-bit ``x`` (N, C, H, W) minus ``zx``;
-        ``geo`` is (kh, kw, sh, sw, dh, dw, ph, pw) with the begin pads."""
+        ``geo`` is (kh, kw, sh, sw, dh, dw, ph, pw) with the begin pads. ``add`` (O int32)
+        is added to each channel (wrapping, as int32 Add does); with ``scale`` (O float32)
+        the result is ``float32(conv + add) * scale`` per channel, in float32."""
         n, c, h, w = x.shape
         o = self.x.shape[0]
         oh, ow = out_hw
@@ -175,36 +188,35 @@ class PackedConv:
         cols = np.empty((self.nk4, _up(p, 16)), np.uint32)
         cols8 = cols.view(np.uint8)
         zplane = np.zeros(h * w, np.uint8)
-        y = np.empty((n, o, p), np.int32)
+        av = _NO_INTS if add is None else np.ascontiguousarray(add, np.int32)
+        if scale is None:
+            y, yf, mv = np.empty((n, o, p), np.int32), _NO_OUTPUT, _NO_FLOATS
+        else:
+            y, yf = _NO_INT_OUTPUT, np.empty((n, o, p), np.float32)
+            mv = np.ascontiguousarray(scale, np.float32)
+        out = y if scale is None else yf
         if o * p * 4 * self.nk4 < PARALLEL_WORK:
             f = jit_int8.loop("conv_image")
             for i in range(n):
+                yi = y[i] if scale is None else y[0]
+                yfi = yf[i] if scale is not None else yf[0]
                 f(
-                    xb[i],
-                    flip,
-                    zx8,
-                    *geo,
-                    oh,
-                    ow,
-                    cols,
-                    cols8,
-                    zplane,
-                    self.x,
-                    self.nk4,
-                    self.rs,
-                    self.zr,
-                    self.kzs,
-                    y[i],
-                )
-            return y.reshape(n, o, oh, ow)
+                    xb[i], flip, zx8, *geo, oh, ow, cols, cols8, zplane,
+                    self.x, self.nk4, self.rs, self.zr, self.kzs, av, mv, yi, yfi,
+                )  # fmt: skip
+            return out.reshape(n, o, oh, ow)
         # large: the windows here, the product split over the run's threads
         sums = np.empty(cols.shape[1], np.int32)
         cc = np.zeros_like(sums)
-        rc = _wrap32(zx8 * self.kzs)
-        im2col, col_sums, gemm = (jit_int8.loop(f) for f in ("im2col4", "col_sums", "gemm_int"))
+        rc = _wrap32(zx8 * self.kzs + (0 if add is None else av.astype(np.int64)))
+        im2col, col_sums = jit_int8.loop("im2col4"), jit_int8.loop("col_sums")
+        gemm = jit_int8.loop("gemm_int" if scale is None else "gemm_row_scaled")
         for i in range(n):
             im2col(xb[i], flip, zx8, *geo, oh, ow, cols, zplane)
             col_sums(cols8, p, sums)
-            args = (1, self.x, cols8, self.nk4, self.rs, self.zr, rc, sums, cc, y[i], p)
+            if scale is None:
+                args = (1, self.x, cols8, self.nk4, self.rs, self.zr, rc, sums, cc, y[i], p)
+            else:
+                args = (self.x, cols8, self.nk4, self.rs, self.zr, rc, sums, cc, mv, yf[i], p)
             _run(gemm, args, o, p, 4 * self.nk4)
-        return y.reshape(n, o, oh, ow)
+        return out.reshape(n, o, oh, ow)
