@@ -23,11 +23,17 @@ from onnxep.providers_cpu.ops import vnni_gemm
 NAME = "fuse_dynamic_quantize_matmul"
 
 
-@pytest.fixture(params=["tiles", "blas"])
+@pytest.fixture(params=["tiles", "numba-no-vnni", "blas"])
 def int_path(request, monkeypatch):
+    """The VNNI tiles (skipped without them); numba's loops on a CPU without VNNI (float
+    BLAS products, compiled quantization); numba off."""
     if request.param == "tiles":
         if not jit_int8.vnni():
             pytest.skip("no numba or no AVX-512 VNNI here: the tiles do not run")
+    elif request.param == "numba-no-vnni":
+        if not jit.ENABLED:
+            pytest.skip("numba not installed")
+        monkeypatch.setattr(jit_int8, "_vnni", False)
     else:
         monkeypatch.setattr(jit, "ENABLED", False)
     return request.param
