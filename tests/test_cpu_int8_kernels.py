@@ -489,6 +489,24 @@ def test_tiles_convolutions(case, x_dt, w_dt):
 
 
 @needs_tiles
+def test_tiles_take_inputs_laid_out_otherwise():
+    """A channels-last view (what QLinearConv's channels_last input and a Transpose give)
+    and a transposed A: the same results as contiguous copies."""
+    rng = np.random.default_rng(16)
+    x = _extreme(rng, (2, 7, 6, 5), U8).transpose(0, 3, 1, 2)  # (2, 5, 7, 6), not contiguous
+    w = _extreme(rng, (4, 5, 3, 3), I8)
+    packed = vnni_gemm.PackedConv(w, np.int8(-3))
+    geo = (3, 3, 1, 1, 1, 1, 1, 1)
+    got = packed.run(x, 9, geo, (7, 6))
+    np.testing.assert_array_equal(got, packed.run(np.ascontiguousarray(x), 9, geo, (7, 6)))
+    np.testing.assert_array_equal(got, _conv_ref(x, 9, w, np.int8(-3), {"pads": [1, 1, 1, 1]}))
+    a = _extreme(rng, (40, 3), U8).T
+    b = _extreme(rng, (40, 6), U8)
+    got = vnni_gemm.matmul(a, None, vnni_gemm.PackedB(b, None))
+    np.testing.assert_array_equal(got, _packed_matmul_ref(a, None, b, None))
+
+
+@needs_tiles
 def test_the_tiles_run_the_products_when_here():
     calls = []
     real = vnni_gemm.matmul
@@ -560,3 +578,48 @@ def test_dynamic_uint8_compiled_is_its_numpy_path(case, monkeypatch):
     assert fast[0].tobytes() == slow[0].tobytes()
     assert np.float32(fast[1]).tobytes() == np.float32(slow[1]).tobytes()
     assert fast[2] == slow[2] and type(fast[2]) is int
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+def test_dynamic_quantize_matmul_in_one_call_and_its_fallback(bad, monkeypatch):
+    """DynamicQuantizeMatMul quantizes, multiplies and scales in one compiled call on the
+    tiles; a NaN or infinity in A goes to the NumPy path, as numba off does (whose zero
+    point from a NaN range is an error, as it was before the tiles)."""
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((3, 4, 37)).astype(np.float32)
+    if bad is not None:
+        a[1, 2, 5] = bad
+    b = _extreme(rng, (37, 19), U8)
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"], domain="com.microsoft"
+    )
+    consts = {
+        "b": b,
+        "bs": rng.uniform(0.001, 0.01, 19).astype(np.float32),
+        "bz": _extreme(rng, (19,), U8),
+        "bias": rng.standard_normal(19).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("a", elem(np.float32), a.shape)],
+        [helper.make_tensor_value_info("y", elem(np.float32), None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=10,
+    )
+
+    def run():
+        with np.errstate(all="ignore"):
+            sess = onnxep.InferenceSession(model, providers=["cpu"])
+            try:
+                return sess.run(None, {"a": a})[0].tobytes()
+            except OnnxepError as exc:
+                return str(exc.__cause__ or exc)
+
+    got = run()
+    monkeypatch.setattr(jit, "ENABLED", False)
+    assert got == run()

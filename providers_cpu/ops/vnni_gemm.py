@@ -143,6 +143,32 @@ def matmul(
     return out.reshape(*lead, n)
 
 
+def dynamic_matmul(
+    a: np.ndarray, packed: PackedB, b_scale: np.ndarray, bias: np.ndarray | None
+) -> np.ndarray | None:
+    """DynamicQuantizeMatMul of float32 ``a`` (..., K) by the packed B in one compiled call:
+    ``b_scale`` padded to the vectors (jit_int8's dq_matmul says the rest). None when the
+    product is large enough to split over threads, or ``a`` holds a NaN or infinity (the
+    caller's path then runs)."""
+    k, n = packed.k, packed.n
+    rows = a.size // k if k else 0
+    if rows == 0 or rows * n * k >= PARALLEL_WORK:
+        return None
+    x = np.ascontiguousarray(a, np.float32).reshape(-1)
+    np_ = packed.zc.shape[0]
+    if bias is None:
+        bv = np.full(np_, -0.0, np.float32)
+    else:
+        bv = _padded(np.asarray(bias, np.float32).reshape(-1), np_, np.float32)
+    out = np.empty((rows, n), np.float32)
+    ok = jit_int8.loop("dq_matmul")(
+        x, x.view(np.int32), np.empty(x.shape[0], np.uint8), k, packed.nk4,
+        np.empty(rows, np.int32), np.empty(rows, np.int32), np.zeros(rows, np.int32),
+        packed.y, packed.zc, packed.cc, b_scale, bv, np.empty(np_, np.float32), out, n,
+    )  # fmt: skip
+    return out.reshape(*a.shape[:-1], n) if ok else None
+
+
 class PackedConv:
     """Constant (O, C, KH, KW) 8-bit weights of a 2-D group-1 convolution and their zero
     point (None, one value, or one per output channel), as the tiles' broadcast rows:
@@ -184,7 +210,7 @@ class PackedConv:
         p = oh * ow
         flip = 128 if x.dtype == np.int8 else 0
         zx8 = zx + flip
-        xb = x.view(np.uint8)
+        xb = np.ascontiguousarray(x).view(np.uint8)  # each channel a contiguous plane
         cols = np.empty((self.nk4, _up(p, 16)), np.uint32)
         cols8 = cols.view(np.uint8)
         zplane = np.zeros(h * w, np.uint8)
