@@ -27,10 +27,12 @@ import numpy as np
 from .. import jit_int8
 from .nn_cpu import parallel_rows
 
-#: Below this many multiply-adds (about 80 us on one core) a second thread costs more
-#: than it saves (measured on ddddocr's convolutions: 32M multiply-adds took 106 us on
-#: one thread, 131 us split over two).
-PARALLEL_WORK = 1 << 25
+#: Below this many multiply-adds (about 300 us on one core) a second thread costs more
+#: than it saves: handing work to the run's thread pool cost about 40 us a call on the
+#: 2-core machine (ddddocr's convolutions: 331 us on one thread, 686 us split), and a
+#: product that reads its weights from memory (ddddocr's 100M multiply-add classifier)
+#: is no faster on two cores than on one.
+PARALLEL_WORK = 1 << 27
 _NO_FLOATS = np.empty(0, np.float32)
 _NO_INTS = np.empty(0, np.int32)
 _NO_OUTPUT = np.empty((1, 0, 0), np.float32)
