@@ -12,13 +12,16 @@ it by name, through a numba intrinsic that writes the loop in LLVM IR.
 Exactness needs no bound here: every product and sum is an integer in two's
 complement, so the int32 lanes hold the true sum modulo 2^32 whatever the order,
 and so do the zero-point corrections (``sum (a - za)(b - zb) = sum ab - zb sum a
-- za sum b + K za zb``, computed in int64 and cut to int32). That is the int32
-accumulator's result, wrapping included.
+- za sum b + K za zb``, in int32 that wraps). That is the int32 accumulator's
+result, wrapping included.
 
 Like ``jit.py``: numba optional (``jit.ENABLED``), loops compiled on first use with
 the same options (cached on disk, GIL released). The products also need the
 instruction: :func:`vnni` says whether numba targets this CPU and it has AVX-512
-VNNI; without it the kernels keep the float BLAS path.
+VNNI; without it the kernels keep the float BLAS path. The intrinsics, the drivers
+that call them and the loops those call stay in this one file: numba's disk cache
+checks only the file that defines a compiled function, so a callee kept elsewhere
+could change under a stale cached caller.
 """
 
 from __future__ import annotations
