@@ -51,13 +51,27 @@ class CPUPlugin:
             return None
         # The RMS norm, Conv + activation (every activation the CPU FusedConv runs,
         # conv_epilogue: it runs on the Conv's output in cache, which saves a pass or
-        # several over memory and an allocation) and x * Sigmoid(x) (one buffer, not two).
-        # The other fusions' gain is one kernel launch instead of several, which NumPy
-        # does not have.
-        from onnxep.providers.fusions import FuseConvActivation, FuseRMSNorm, FuseSiLU
+        # several over memory and an allocation), x * Sigmoid(x) (one buffer, not two) and
+        # an 8-bit product's or convolution's rescale (float32 written by the integer
+        # product's epilogue, not an int32 tensor, a float copy and two more passes). The
+        # other fusions' gain is one kernel launch instead of several, which NumPy does not
+        # have.
+        from onnxep.providers.fusions import (
+            FuseConvActivation,
+            FuseConvIntegerToFloat,
+            FuseDynamicQuantizeMatMul,
+            FuseRMSNorm,
+            FuseSiLU,
+        )
         from onnxep.providers.fusions.conv_activation import EXTRA
 
-        return [FuseRMSNorm(), FuseConvActivation(extra=EXTRA), FuseSiLU()]
+        return [
+            FuseRMSNorm(),
+            FuseConvActivation(extra=EXTRA),
+            FuseSiLU(),
+            FuseDynamicQuantizeMatMul(),
+            FuseConvIntegerToFloat(),
+        ]
 
 
 plugin = CPUPlugin()

@@ -1,9 +1,11 @@
-"""The CPU provider's 8-bit kernels on float BLAS (providers_cpu/ops/int_gemm.py).
+"""The CPU provider's 8-bit kernels: float BLAS (providers_cpu/ops/int_gemm.py) and the
+AVX-512 VNNI tiles (providers_cpu/jit_int8.py, ops/vnni_gemm.py).
 
 MatMulInteger and ConvInteger must give the integer kernels' int32 results bit for bit:
 checked against the integer definition (int64 products, cut to int32 as an int32
 accumulator wraps) on large K and on the extreme values of each type, where the float32
-path would round (the kernels must take float64 there), and against onnxruntime.
+path would round (the kernels must take float64 there), and against onnxruntime, on both
+paths (``int_path``: the tiles where this CPU has VNNI, and BLAS with numba off).
 DynamicQuantizeLSTM's batched hidden-state round trip must equal the one-direction one.
 """
 
@@ -17,7 +19,8 @@ from onnx import helper, numpy_helper
 import onnxep
 from onnxep.errors import OnnxepError
 from onnxep.providers.ops.quant import conv_nd
-from onnxep.providers_cpu.ops import int_gemm
+from onnxep.providers_cpu import jit, jit_int8
+from onnxep.providers_cpu.ops import int_gemm, vnni_gemm
 from onnxep.providers_cpu.ops.op_dynamic_quantize_lstm import (
     _fake_quant,
     _fake_quant_numpy,
@@ -25,6 +28,17 @@ from onnxep.providers_cpu.ops.op_dynamic_quantize_lstm import (
 )
 
 U8, I8 = np.dtype(np.uint8), np.dtype(np.int8)
+
+
+@pytest.fixture(params=["tiles", "blas"])
+def int_path(request, monkeypatch):
+    """Runs a test on the VNNI tiles (skipped without them) and on float BLAS (numba off)."""
+    if request.param == "tiles":
+        if not jit_int8.vnni():
+            pytest.skip("no numba or no AVX-512 VNNI here: the tiles do not run")
+    else:
+        monkeypatch.setattr(jit, "ENABLED", False)
+    return request.param
 
 
 def _model(op, inputs, consts, attrs=None, opset=13):
@@ -71,7 +85,7 @@ def _matmul_ref(a, za, b, zb):
 @pytest.mark.parametrize("k", [1, 37, 1024, 5000])
 @pytest.mark.parametrize("const_b", [True, False])
 @pytest.mark.parametrize("zps", ["none", "scalar", "per_row_col"])
-def test_matmul_integer_is_the_integer_product(a_dt, b_dt, k, const_b, zps):
+def test_matmul_integer_is_the_integer_product(a_dt, b_dt, k, const_b, zps, int_path):
     rng = np.random.default_rng(k)
     m, n = 6, 11
     a = _extreme(rng, (2, m, k), a_dt)
@@ -103,7 +117,7 @@ def test_matmul_integer_at_float32s_limit(k):
     assert got.tolist() == [[k * 255 * 255]]
 
 
-def test_matmul_integer_wraps_as_int32():
+def test_matmul_integer_wraps_as_int32(int_path):
     """Past 2^31 the int32 accumulator wraps; the float64 path wraps the same way."""
     k = 40000
     a = np.full((2, k), 255, np.uint8)
@@ -114,7 +128,7 @@ def test_matmul_integer_wraps_as_int32():
     assert got[0, 0] == np.int64(k * 255 * 255 - (1 << 32))
 
 
-def test_matmul_integer_batched_b():
+def test_matmul_integer_batched_b(int_path):
     rng = np.random.default_rng(2)
     a = _extreme(rng, (3, 4, 300), U8)
     b = _extreme(rng, (3, 300, 5), I8)
@@ -123,7 +137,7 @@ def test_matmul_integer_batched_b():
     np.testing.assert_array_equal(got, _matmul_ref(a, None, b, zb))
 
 
-def test_matmul_integer_bad_zero_point():
+def test_matmul_integer_bad_zero_point(int_path):
     a = np.zeros((4, 3), np.uint8)
     b = np.zeros((3, 5), np.uint8)
     inputs = [("a", a), ("b", b), ("za", np.zeros(2, np.uint8)), ("zb", np.zeros(1, np.uint8))]
@@ -132,7 +146,7 @@ def test_matmul_integer_bad_zero_point():
 
 
 @pytest.mark.parametrize("a_dt,b_dt", [(U8, U8), (U8, I8), (I8, I8)])
-def test_matmul_integer_against_onnxruntime(a_dt, b_dt):
+def test_matmul_integer_against_onnxruntime(a_dt, b_dt, int_path):
     rng = np.random.default_rng(3)
     a = _extreme(rng, (5, 700), a_dt)
     b = _extreme(rng, (700, 9), b_dt)
@@ -174,7 +188,7 @@ CONVS = {
 @pytest.mark.parametrize("x_dt,w_dt", [(U8, U8), (U8, I8), (I8, I8)])
 @pytest.mark.parametrize("zps", ["none", "scalar", "per_channel"])
 @pytest.mark.parametrize("const_w", [True, False])
-def test_conv_integer_is_the_integer_convolution(case, x_dt, w_dt, zps, const_w):
+def test_conv_integer_is_the_integer_convolution(case, x_dt, w_dt, zps, const_w, int_path):
     c, m, kk, attrs = CONVS[case]
     rng = np.random.default_rng(c * 10 + m)
     x = _extreme(rng, (2, c, 9, 8), x_dt)
@@ -200,7 +214,7 @@ def test_conv_integer_takes_float64_past_float32s_limit():
     np.testing.assert_array_equal(got, _conv_ref(x, 0, w, None, {}))
 
 
-def test_conv_integer_bad_zero_point():
+def test_conv_integer_bad_zero_point(int_path):
     x = np.zeros((1, 2, 4, 4), np.uint8)
     w = np.zeros((3, 2, 1, 1), np.uint8)
     inputs = [("x", x), ("w", w), ("zx", np.zeros(1, np.uint8)), ("zw", np.zeros(2, np.uint8))]
@@ -209,7 +223,7 @@ def test_conv_integer_bad_zero_point():
 
 
 @pytest.mark.parametrize("case", ["3x3", "3x3-stride2", "1x1", "grouped", "wide"])
-def test_conv_integer_against_onnxruntime(case):
+def test_conv_integer_against_onnxruntime(case, int_path):
     c, m, kk, attrs = CONVS[case]
     rng = np.random.default_rng(7)
     x = _extreme(rng, (1, c, 10, 9), U8)
@@ -307,7 +321,7 @@ def test_dynamic_quantize_linear_is_the_generic_kernel():
 
 
 @pytest.mark.parametrize("spatial", [(11,), (5, 6, 4)])
-def test_conv_integer_1d_and_3d(spatial):
+def test_conv_integer_1d_and_3d(spatial, int_path):
     rng = np.random.default_rng(len(spatial))
     nsp = len(spatial)
     x = _extreme(rng, (2, 4, *spatial), U8)
@@ -323,7 +337,7 @@ def test_conv_integer_1d_and_3d(spatial):
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
-def test_conv_integer_auto_pad(auto_pad):
+def test_conv_integer_auto_pad(auto_pad, int_path):
     rng = np.random.default_rng(5)
     x = _extreme(rng, (1, 3, 7, 6), U8)
     w = _extreme(rng, (2, 3, 3, 2), U8)
@@ -443,3 +457,279 @@ def test_dynamic_quantize_lstm_compiled_and_numpy(
         np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)
         if ref is not None:  # onnxruntime takes constant weights only
             np.testing.assert_allclose(g, ref[k], atol=1e-4, rtol=1e-4)
+
+
+# -- the VNNI tiles: edges of their blocks, signs, zero points, threads --------------------
+
+needs_tiles = pytest.mark.skipif(
+    not jit_int8.vnni(), reason="no numba or no AVX-512 VNNI here: the tiles do not run"
+)
+
+
+def _packed_matmul_ref(a, za, b, zb):
+    ai = a.astype(np.int64) - (0 if za is None else np.asarray(za, np.int64).reshape(-1, 1))
+    return _wrap32(ai @ (b.astype(np.int64) - (0 if zb is None else np.asarray(zb, np.int64))))
+
+
+@needs_tiles
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 9])
+@pytest.mark.parametrize("k", [1, 3, 4, 5, 63, 64, 65, 257])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 64, 65, 130])
+def test_tiles_cover_every_edge(m, k, n):
+    """Rows past the 4-row tiles, columns past the 16-lane vectors and the 64-column tiles
+    (masked stores), K not a multiple of 4 (zero padding): the integer definition."""
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = _extreme(rng, (m, k), U8)
+    b = _extreme(rng, (k, n), U8)
+    za, zb = _extreme(rng, (m,), U8), _extreme(rng, (n,), U8)
+    packed = vnni_gemm.PackedB(b, zb)
+    np.testing.assert_array_equal(vnni_gemm.matmul(a, za, packed), _packed_matmul_ref(a, za, b, zb))
+
+
+@needs_tiles
+@pytest.mark.parametrize("a_dt,b_dt", [(U8, U8), (U8, I8), (I8, U8), (I8, I8)])
+def test_tiles_move_signs_exactly(a_dt, b_dt):
+    """int8 A (plus 128) and uint8 B (minus 128) reach vpdpbusd's uint8 x int8 with their
+    zero points moved too; per-tensor and per-row/column zero points, batched A."""
+    rng = np.random.default_rng(11)
+    a = _extreme(rng, (2, 3, 70), a_dt)
+    b = _extreme(rng, (70, 21), b_dt)
+    for za, zb in [
+        (None, None),
+        (np.array(_extreme(rng, (), a_dt)), np.array(_extreme(rng, (), b_dt))),
+        (_extreme(rng, (3,), a_dt), _extreme(rng, (21,), b_dt)),
+    ]:
+        got = vnni_gemm.matmul(a, za, vnni_gemm.PackedB(b, zb))
+        want = np.stack([_packed_matmul_ref(a[i], za, b, zb) for i in range(2)])
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_tiles
+def test_tiles_wrap_as_int32():
+    """70000 products of 255 * -128 and the zero-point terms pass 2^31: the int32 lanes wrap
+    as an int32 accumulator does, with no bound to check."""
+    k = 70000
+    a = np.full((2, k), 255, np.uint8)
+    b = np.full((k, 3), -128, np.int8)
+    b[::5, 2] = 127
+    za, zb = np.array(3, np.uint8), np.array(100, np.int8)
+    got = vnni_gemm.matmul(a, za, vnni_gemm.PackedB(b, zb))
+    want = _packed_matmul_ref(a, za, b, zb)
+    assert np.abs((a.astype(np.int64) - 3) @ (b.astype(np.int64) - 100)).max() > 1 << 31
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_tiles
+@pytest.mark.parametrize("bias", [None, "vector"])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_tiles_float_epilogue_is_cast_mul_add(bias, per_column):
+    """float32(acc) * scale (+ bias) in the tiles is the float32 result of Cast, Mul, Add bit
+    for bit, -0.0 included (a missing bias adds -0.0, which changes nothing)."""
+    rng = np.random.default_rng(12)
+    a = _extreme(rng, (7, 50), U8)
+    b = _extreme(rng, (50, 37), I8)
+    za, zb = np.array(a[0, 0]), _extreme(rng, (37,), I8)
+    mult = rng.standard_normal(37 if per_column else 1).astype(np.float32) * 1e-3
+    mult[0] = -mult[0] if per_column else mult[0]
+    bv = None if bias is None else rng.standard_normal(37).astype(np.float32)
+    packed = vnni_gemm.PackedB(b, zb)
+    got = vnni_gemm.matmul(a, za, packed, mult, bv)
+    acc = vnni_gemm.matmul(a, za, packed)
+    want = acc.astype(np.float32) * (mult if per_column else mult.reshape(()))
+    if bv is not None:
+        want = want + bv
+    assert got.dtype == np.float32
+    assert got.tobytes() == want.tobytes()
+    # a zero product times a negative scale is -0.0 in both
+    zero = vnni_gemm.matmul(np.full((1, 50), 9, np.uint8), np.array(9), packed, -mult)
+    assert zero.tobytes() == (np.zeros((1, 37), np.float32) * -mult).tobytes()
+
+
+@needs_tiles
+def test_tiles_split_over_threads_give_the_same_result(monkeypatch):
+    """Large products split their columns (matmul) or positions (conv) over the run's threads:
+    forced here on small ones, the results are the single-call ones."""
+    rng = np.random.default_rng(13)
+    a = _extreme(rng, (6, 300), U8)
+    b = _extreme(rng, (300, 333), I8)
+    x = _extreme(rng, (2, 5, 9, 11), U8)
+    w = _extreme(rng, (70, 5, 3, 3), U8)
+    attrs = {"pads": [1, 1, 1, 1]}
+    zw = _extreme(rng, (70,), U8)
+    want_mm = _packed_matmul_ref(a, None, b, None)
+    want_conv = _conv_ref(x, 17, w, zw, attrs)
+    monkeypatch.setattr(vnni_gemm, "PARALLEL_WORK", 0)
+    np.testing.assert_array_equal(vnni_gemm.matmul(a, None, vnni_gemm.PackedB(b, None)), want_mm)
+    inputs = [("x", x), ("w", w), ("zx", np.array(17, np.uint8)), ("zw", zw)]
+    np.testing.assert_array_equal(_ours("ConvInteger", inputs, {"w", "zw"}, attrs), want_conv)
+
+
+CONV_EDGES = {
+    "one-channel-stride2": (1, 7, 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "three-channels-same": (3, 5, 3, {"pads": [1, 1, 1, 1]}),
+    "five-channels-asymmetric": (5, 17, 3, {"pads": [0, 2, 1, 0]}),
+    "dilated-strided": (8, 4, 3, {"pads": [2, 1, 2, 1], "dilations": [2, 2], "strides": [1, 2]}),
+    "1x1-strided": (12, 33, 1, {"strides": [2, 3]}),
+    "5x5-same": (4, 20, 5, {"pads": [2, 2, 2, 2]}),
+    "kernel-wider-than-image": (2, 3, 5, {"pads": [3, 3, 3, 3]}),
+    "2x2-no-pad": (6, 16, 2, {}),
+}
+
+
+@needs_tiles
+@pytest.mark.parametrize("case", sorted(CONV_EDGES))
+@pytest.mark.parametrize("x_dt,w_dt", [(U8, U8), (I8, I8)])
+def test_tiles_convolutions(case, x_dt, w_dt):
+    """The windows' layout on channels not a multiple of 4, taps outside the image on each
+    side, strides, dilations, "same" convolutions (one loop over all rows of a tap) and
+    others, per-channel zero points: the integer definition, and the tiles ran."""
+    c, m, kk, attrs = CONV_EDGES[case]
+    rng = np.random.default_rng(len(case))
+    x = _extreme(rng, (2, c, 4, 5), x_dt)
+    w = _extreme(rng, (m, c, kk, kk), w_dt)
+    zx, zw = np.array(_extreme(rng, (), x_dt)), _extreme(rng, (m,), w_dt)
+    inputs = [("x", x), ("w", w), ("zx", zx), ("zw", zw)]
+    runs = []
+    real = vnni_gemm.PackedConv.run
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vnni_gemm.PackedConv, "run", lambda *a: runs.append(1) or real(*a))
+        got = _ours("ConvInteger", inputs, {"w", "zw"}, attrs)
+    assert runs
+    np.testing.assert_array_equal(got, _conv_ref(x, zx, w, zw, attrs))
+
+
+@needs_tiles
+def test_tiles_take_inputs_laid_out_otherwise():
+    """A channels-last view (what QLinearConv's channels_last input and a Transpose give)
+    and a transposed A: the same results as contiguous copies."""
+    rng = np.random.default_rng(16)
+    x = _extreme(rng, (2, 7, 6, 5), U8).transpose(0, 3, 1, 2)  # (2, 5, 7, 6), not contiguous
+    w = _extreme(rng, (4, 5, 3, 3), I8)
+    packed = vnni_gemm.PackedConv(w, np.int8(-3))
+    geo = (3, 3, 1, 1, 1, 1, 1, 1)
+    got = packed.run(x, 9, geo, (7, 6))
+    np.testing.assert_array_equal(got, packed.run(np.ascontiguousarray(x), 9, geo, (7, 6)))
+    np.testing.assert_array_equal(got, _conv_ref(x, 9, w, np.int8(-3), {"pads": [1, 1, 1, 1]}))
+    a = _extreme(rng, (40, 3), U8).T
+    b = _extreme(rng, (40, 6), U8)
+    got = vnni_gemm.matmul(a, None, vnni_gemm.PackedB(b, None))
+    np.testing.assert_array_equal(got, _packed_matmul_ref(a, None, b, None))
+
+
+@needs_tiles
+def test_the_tiles_run_the_products_when_here():
+    calls = []
+    real = vnni_gemm.matmul
+    rng = np.random.default_rng(14)
+    a, b = _extreme(rng, (3, 40), U8), _extreme(rng, (40, 5), U8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vnni_gemm, "matmul", lambda *x, **k: calls.append(1) or real(*x, **k))
+        got = _ours("MatMulInteger", [("a", a), ("b", b)], {"b"})
+    assert calls
+    np.testing.assert_array_equal(got, _packed_matmul_ref(a, None, b, None))
+
+
+# -- DynamicQuantizeLinear, compiled and not ----------------------------------------------
+
+
+def _dql_cases():
+    rng = np.random.default_rng(15)
+    big = rng.standard_normal(100003).astype(np.float32)
+    halves = (np.arange(-600, 600, dtype=np.float32) + 0.5) / 2
+    return {
+        "activations": rng.standard_normal((1, 24, 32, 48)).astype(np.float32),
+        "odd-size": big,
+        "halves": halves,  # quotients at .5 round to even
+        "all-negative": -np.abs(big[:77]),  # zero point 255
+        "all-positive": np.abs(big[:77]) * 1e6,
+        "zeros": np.zeros((3, 4), np.float32),
+        "signed-zeros": np.array([-0.0, 0.0, -0.0], np.float32),
+        "subnormals": np.array([1e-45, -3e-45, 0.0, 2e-44], np.float32),
+        "extremes": np.array([3.4e38, -3.4e38, 1.0], np.float32),
+        "empty": np.zeros(0, np.float32),
+        "nan": np.array([0.5, np.nan, -1.0], np.float32),
+        "inf": np.array([0.5, np.inf, -1.0], np.float32),
+        "-inf": np.array([0.5, -np.inf, -1.0], np.float32),
+        "float64": rng.standard_normal(50),
+        "strided": rng.standard_normal((8, 9)).astype(np.float32)[:, ::2],
+    }
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("case", sorted(_dql_cases()))
+def test_dynamic_quantize_linear_paths_are_the_generic_kernel(case, compiled, monkeypatch):
+    """The compiled range and quantize loops and the NumPy path: the generic kernel's bits
+    (outputs, dtypes, shapes), NaN and infinities through NumPy's path in both."""
+    from onnxep.providers.ops.op_dynamic_quantize_linear import dynamic_quantize_linear as generic
+    from onnxep.providers_cpu.ops.op_dynamic_quantize_linear import dynamic_quantize_linear
+
+    if compiled and not jit.ENABLED:
+        pytest.skip("numba not installed")
+    monkeypatch.setattr(jit, "ENABLED", compiled)
+    x = _dql_cases()[case]
+    with np.errstate(all="ignore"):
+        got, want = dynamic_quantize_linear(None, np)(x), generic(None, np)(x)
+    for g, w in zip(got, want):
+        assert type(g) is type(w) and g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes(), (case, g, w)
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed")
+@pytest.mark.parametrize("case", ["activations", "halves", "all-negative", "zeros", "odd-size"])
+def test_dynamic_uint8_compiled_is_its_numpy_path(case, monkeypatch):
+    """DynamicQuantizeMatMul's (and the LSTM's) quantization: the compiled pass and the NumPy
+    one agree (scale 1 for a zero range, an int zero point)."""
+    from onnxep.providers_cpu.ops.qlinear import dynamic_uint8
+
+    x = _dql_cases()[case]
+    fast = dynamic_uint8(x)
+    monkeypatch.setattr(jit, "ENABLED", False)
+    slow = dynamic_uint8(x)
+    assert fast[0].tobytes() == slow[0].tobytes()
+    assert np.float32(fast[1]).tobytes() == np.float32(slow[1]).tobytes()
+    assert fast[2] == slow[2] and type(fast[2]) is int
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+def test_dynamic_quantize_matmul_in_one_call_and_its_fallback(bad, monkeypatch):
+    """DynamicQuantizeMatMul quantizes, multiplies and scales in one compiled call on the
+    tiles; a NaN or infinity in A goes to the NumPy path, as numba off does (whose zero
+    point from a NaN range is an error, as it was before the tiles)."""
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((3, 4, 37)).astype(np.float32)
+    if bad is not None:
+        a[1, 2, 5] = bad
+    b = _extreme(rng, (37, 19), U8)
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"], domain="com.microsoft"
+    )
+    consts = {
+        "b": b,
+        "bs": rng.uniform(0.001, 0.01, 19).astype(np.float32),
+        "bz": _extreme(rng, (19,), U8),
+        "bias": rng.standard_normal(19).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("a", elem(np.float32), a.shape)],
+        [helper.make_tensor_value_info("y", elem(np.float32), None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=10,
+    )
+
+    def run():
+        with np.errstate(all="ignore"):
+            sess = onnxep.InferenceSession(model, providers=["cpu"])
+            try:
+                return sess.run(None, {"a": a})[0].tobytes()
+            except OnnxepError as exc:
+                return str(exc.__cause__ or exc)
+
+    got = run()
+    monkeypatch.setattr(jit, "ENABLED", False)
+    assert got == run()

@@ -316,14 +316,20 @@ def test_the_cuda_plugin_contributes_the_standard_fusions_and_conv_activation():
     assert plugin.onnxep_graph_rewrites(provider=_Named(), level="basic") is None
 
 
-def test_the_cpu_provider_contributes_the_rms_conv_activation_and_silu_fusions():
+def test_the_cpu_provider_contributes_its_fusions():
     from onnxep.providers_cpu.plugin import plugin
 
     class _Named:
         name = "cpu"
 
     passes = plugin.onnxep_graph_rewrites(provider=_Named(), level="extended")
-    assert [p.name for p in passes] == ["fuse_rms_norm", "fuse_conv_activation", "fuse_silu"]
+    assert [p.name for p in passes] == [
+        "fuse_rms_norm",
+        "fuse_conv_activation",
+        "fuse_silu",
+        "fuse_dynamic_quantize_matmul",
+        "fuse_conv_integer_to_float",
+    ]
     assert isinstance(passes[0], PatternFusionPass)
 
 

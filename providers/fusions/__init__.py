@@ -12,6 +12,8 @@ equal within the dtype's tolerance.
 from .attention import FuseAttention
 from .bias_gelu import FuseBiasGelu
 from .conv_activation import FuseConvActivation
+from .conv_integer_to_float import FuseConvIntegerToFloat
+from .dynamic_quantize_matmul import FuseDynamicQuantizeMatMul
 from .gelu import FuseGelu
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
@@ -67,6 +69,8 @@ __all__ = [
     "FuseAttention",
     "FuseBiasGelu",
     "FuseConvActivation",
+    "FuseConvIntegerToFloat",
+    "FuseDynamicQuantizeMatMul",
     "FuseGelu",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",

@@ -29,6 +29,7 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument
 
+from . import vnni_gemm
 from .op_mat_mul import matmul_2d
 
 F32_EXACT = 1 << 24
@@ -110,10 +111,23 @@ class ShiftedWeights:
     operand in ``dt`` the first time a run needs it.
     """
 
-    def __init__(self, shifted: np.ndarray, l1: int) -> None:
+    def __init__(self, shifted: np.ndarray, l1: int, raw: Any = None) -> None:
         self.exact = narrow(shifted)
         self.l1 = l1
         self._by_dtype: dict = {}
+        # (B, zero point) as given, for the VNNI tiles' packing of a 2-D 8-bit B
+        self._raw = raw
+        self._packed: Any = None
+
+    def packed(self) -> vnni_gemm.PackedB | None:
+        """B packed for the VNNI tiles (made on first use), or None where they cannot run."""
+        if self._packed is None:
+            b, zp = self._raw if self._raw is not None else (None, None)
+            if b is None or b.ndim != 2 or not vnni_gemm.available(b.dtype):
+                self._packed = False
+            else:
+                self._packed = vnni_gemm.PackedB(b, zp)
+        return self._packed or None
 
     def as_(self, dt: np.dtype) -> np.ndarray:
         got = self._by_dtype.get(dt)
@@ -161,6 +175,9 @@ def shift_b(b: np.ndarray, zp: Any, op: str) -> np.ndarray:
 def exact_matmul(a: np.ndarray, a_zp: Any, b: ShiftedWeights, op: str) -> np.ndarray:
     """``(a - a_zp) @ b`` as int32, exactly, for 8-bit ``a`` and a shifted ``b``."""
     za = _a_zero_point(a, a_zp, op)
+    packed = b.packed() if a.ndim >= 2 and vnni_gemm.available(a.dtype) else None
+    if packed is not None:
+        return vnni_gemm.matmul(a, za, packed)
     bound = shifted_max(a.dtype, za) * b.l1
     if bound > F32_EXACT:
         # The type's range says float64; the data may still fit float32.
@@ -177,9 +194,32 @@ def exact_matmul(a: np.ndarray, a_zp: Any, b: ShiftedWeights, op: str) -> np.nda
     return to_int32(y, bound)
 
 
-def shifted_b(b: np.ndarray, zp: Any, op: str) -> ShiftedWeights:
+def scaled_matmul(
+    a: np.ndarray, a_zp: Any, b: ShiftedWeights, op: str, mult: Any, bias: Any
+) -> np.ndarray:
+    """``float32(exact_matmul(a, a_zp, b)) * mult (+ bias)`` in float32: the scale (per tensor
+    or per column) and a per-column bias applied as each result is made, on the VNNI
+    tiles; the same float32 operations afterwards elsewhere."""
+    za = _a_zero_point(a, a_zp, op)
+    packed = b.packed() if a.ndim >= 2 and vnni_gemm.available(a.dtype) else None
+    mult = np.asarray(mult, np.float32)
+    n = b.exact.shape[-1]
+    fold_bias = bias is None or np.shape(bias) in ((n,), (1, n))
+    if packed is not None and mult.size in (1, n) and mult.ndim <= 1 and fold_bias:
+        mv = np.ascontiguousarray(np.broadcast_to(mult.reshape(-1), (n,)))
+        bv = None if bias is None else np.ascontiguousarray(np.asarray(bias, np.float32).reshape(n))
+        return vnni_gemm.matmul(a, za, packed, mv, bv)
+    y = exact_matmul(a, a_zp, b, op).astype(np.float32) * mult
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float32)
+    return y
+
+
+def shifted_b(b: np.ndarray, zp: Any, op: str, keep_raw: bool = False) -> ShiftedWeights:
+    """B minus its zero point, measured; ``keep_raw`` (a constant B) keeps B as given too,
+    for the VNNI tiles' packing."""
     s = shift_b(b, zp, op)
-    return ShiftedWeights(s, column_l1(s))
+    return ShiftedWeights(s, column_l1(s), (b, zp) if keep_raw else None)
 
 
 def constant_b(node: Any, b: int, zp: int, zp_of: Any = None) -> ShiftedWeights | None:
@@ -192,4 +232,4 @@ def constant_b(node: Any, b: int, zp: int, zp_of: Any = None) -> ShiftedWeights 
         return None
     if zp_of is not None and zp_const is not None:
         zp_const = zp_of(np.asarray(b_const), zp_const)
-    return shifted_b(np.asarray(b_const), zp_const, node.op_type)
+    return shifted_b(np.asarray(b_const), zp_const, node.op_type, keep_raw=True)

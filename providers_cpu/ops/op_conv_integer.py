@@ -18,13 +18,17 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
+from onnxep.providers.ops.nn import conv_out_dims, resolve_pads
+from onnxep.providers.ops.op_conv import conv_setup
 from onnxep.providers.ops.quant import conv_nd, conv_params
 
+from . import vnni_gemm
 from .int_gemm import F32_EXACT, compute_dtype, data_max, narrow, row_l1, shifted_max, to_int32
 from .op_conv import build_conv
 
 
-def _x_zero_point(zp: Any, op: str) -> int:
+def x_zero_point(zp: Any, op: str) -> int:
+    """X's zero point as an int (0 when omitted); per tensor only."""
     if zp is None:
         return 0
     z = np.asarray(zp)
@@ -64,9 +68,15 @@ def integer_conv(node: Any, w_index: int, zw_index: int):
         shifted = shift_w(np.asarray(w_const), zw_const, op)
         fixed = (narrow(shifted), row_l1(shifted))
     conv = build_conv(node, integer_weights=(w_index, None if fixed is None else fixed[0]))
+    tiles = None
+    if fixed is not None and w_const.ndim == 4 and vnni_gemm.available(w_const.dtype):
+        tiles = _vnni_conv(node, w_index, np.asarray(w_const), zw_const)
 
     def run(x, x_zp, w, w_zp):
-        zx = _x_zero_point(x_zp, op)
+        """conv(x - x_zp, w - w_zp), int32."""
+        zx = x_zero_point(x_zp, op)
+        if tiles is not None and x.ndim == 4 and vnni_gemm.available(x.dtype):
+            return tiles(x, zx)
         if fixed is not None:
             wf, l1 = fixed
         else:
@@ -88,6 +98,32 @@ def integer_conv(node: Any, w_index: int, zw_index: int):
         xf = np.subtract(x, zx, dtype=cdt)
         (y,) = conv(xf, wf)
         return to_int32(y, bound)
+
+    # the tiles' runner, for ConvIntegerToFloat's epilogue (None where they cannot run)
+    run.tiles = tiles
+    return run
+
+
+def _vnni_conv(node: Any, w_index: int, w: np.ndarray, zw: Any):
+    """``fn(x, zx, add=None, scale=None)``: a 2-D group-1 convolution on the VNNI tiles
+    (vnni_gemm.PackedConv.run says what ``add`` and ``scale`` do), or None for another."""
+    op = node.op_type
+    group, ks, strides, dil, pb0, pe0, auto_pad = conv_setup(node, w_index)
+    if group != 1 or len(strides) != 2:
+        return None
+    ks = list(ks or w.shape[2:])
+    if list(w.shape[2:]) != ks:
+        return None  # the generic path says what is wrong
+    packed = vnni_gemm.PackedConv(w, zw)
+
+    def run(x, zx, add=None, scale=None):
+        n, c, h, wd = x.shape
+        if c != w.shape[1]:
+            raise InvalidArgument(f"{op}: X has {c} channels, W expects {w.shape[1]} (group 1)")
+        pb, pe = resolve_pads(auto_pad, (h, wd), ks, strides, dil, pb0, pe0)
+        oh, ow = conv_out_dims(op, (h, wd), pb, pe, ks, dil, strides)
+        geo = (ks[0], ks[1], strides[0], strides[1], dil[0], dil[1], pb[0], pb[1])
+        return packed.run(x, zx, geo, (oh, ow), add, scale)
 
     return run
 

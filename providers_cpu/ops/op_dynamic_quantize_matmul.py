@@ -14,6 +14,7 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 
+from . import vnni_gemm
 from .qlinear import dynamic_uint8, integer_matmul_to_float, packed_b, per_column
 
 
@@ -28,8 +29,26 @@ def dynamic_quantize_matmul(node: Any, xp: Any):
     packed = packed_b(node, 1, 3)
 
     def run(a, b, b_scale, b_zp=None, bias=None):
+        bs = per_column(b_scale, b.shape[-1], op, "b_scale").astype(np.float32)
+        tiles = packed.packed() if packed is not None else None
+        if tiles is not None and a.ndim >= 2 and (bias is None or bias.shape == (tiles.n,)):
+            # quantize, multiply and scale in one compiled call (None: not here)
+            np_ = tiles.zc.shape[0]
+            y = vnni_gemm.dynamic_matmul(a, tiles, _padded_scale(bs, np_), bias)
+            if y is not None:
+                return (y,)
         qa, a_scale, a_zp = dynamic_uint8(a.astype(np.float32, copy=False))
-        mult = a_scale * per_column(b_scale, b.shape[-1], op, "b_scale").astype(np.float32)
+        mult = a_scale * bs
         return (integer_matmul_to_float(qa, a_zp, b, b_zp, mult, bias, op, packed),)
 
     return run
+
+
+def _padded_scale(bs: np.ndarray, n: int) -> np.ndarray:
+    """A per-tensor or per-column B scale as n float32 values (zeros past N)."""
+    out = np.zeros(n, np.float32)
+    if bs.ndim == 0:
+        out[:] = bs
+    else:
+        out[: bs.shape[0]] = bs
+    return out

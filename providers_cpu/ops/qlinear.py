@@ -14,7 +14,8 @@ import numpy as np
 
 from onnxep.errors import InvalidArgument, NotSupported
 
-from .int_gemm import constant_b, exact_matmul, shifted_b
+from .. import jit, jit_int8
+from .int_gemm import constant_b, scaled_matmul, shifted_b
 
 _EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -191,11 +192,7 @@ def integer_matmul_to_float(
     """
     if packed is None:
         packed = shifted_b(b, column_zero_point(b, b_zp, op), op)
-    acc = exact_matmul(a, np.int32(a_zp), packed, op)
-    y = acc.astype(np.float32) * np.asarray(multiplier, np.float32)
-    if bias is not None:
-        y = y + bias.astype(np.float32)
-    return y
+    return scaled_matmul(a, np.int32(a_zp), packed, op, multiplier, bias)
 
 
 def column_zero_point(b: np.ndarray, zp: Any, op: str) -> Any:
@@ -208,8 +205,27 @@ def packed_b(node: Any, b: int, zp: int) -> Any:
     return constant_b(node, b, zp, lambda w, z: column_zero_point(w, z, node.op_type))
 
 
+def dynamic_uint8_compiled(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.float32] | None:
+    """DynamicQuantizeLinear's (uint8 X, scale, zero point) in one compiled pass over float32
+    ``x``, bit for bit its NumPy operations; None without numba, for an empty ``x``, or
+    when a value is NaN or infinite (NumPy's rules then apply)."""
+    if not jit.ENABLED or x.size == 0:
+        return None
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    out = np.empty(x.shape, np.uint8)
+    ok, scale, zp = jit_int8.loop("dq_uint8")(flat, flat.view(np.int32), out.reshape(-1))
+    return (out, np.float32(scale), np.float32(zp)) if ok else None
+
+
 def dynamic_uint8(a: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
     """(quantized A, scale, zero point) over A's range widened to include 0."""
+    fast = dynamic_uint8_compiled(a)
+    if fast is not None:
+        # DynamicQuantizeLinear's zero range has scale 0 (dividing by 1); here it is 1.
+        # Its values and zero point are the same: the zero point's formula agrees (clip
+        # and rint commute on it), and saturation differs from the clip only at NaN.
+        q, scale, zp = fast
+        return q, np.float32(1) if scale == 0 else scale, int(zp)
     lo = np.float32(min(float(a.min()), 0.0)) if a.size else np.float32(0)
     hi = np.float32(max(float(a.max()), 0.0)) if a.size else np.float32(0)
     scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
