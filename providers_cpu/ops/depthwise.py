@@ -54,7 +54,24 @@ def depthwise(xpad: np.ndarray, w: np.ndarray, k, strides, dil, out) -> np.ndarr
     return np.ascontiguousarray(view)
 
 
-def depthwise_2d(x, w, bias, k, strides, dil, pb, out, code=0, prm=None) -> np.ndarray:
+# Channels-last loop (``jit._depthwise_2d_cl``) where it measured faster: at least two
+# vectors of channels and at most this many output positions (a 32x32 map). On larger
+# maps the flat-plane sums' long runs win (16 channels at 112x112: 63 us against 150).
+_CL_MAX_POSITIONS = 1024
+
+
+def channels_last(c: int, mult: int, out, dtype) -> bool:
+    """Whether ``depthwise_2d`` runs the channels-in-vector loop for this shape and dtype."""
+    lanes = 64 // np.dtype(dtype).itemsize
+    return mult == 1 and c >= 2 * lanes and out[0] * out[1] <= _CL_MAX_POSITIONS
+
+
+def transposed_weights(w, k) -> np.ndarray:
+    """The channels-last loop's weights, (KH*KW, C): made once for constant weights."""
+    return np.ascontiguousarray(w.reshape(-1, k[0] * k[1]).T)
+
+
+def depthwise_2d(x, w, bias, k, strides, dil, pb, out, code=0, prm=None, wt=None) -> np.ndarray:
     """2-D depthwise conv of the unpadded ``x`` (N, C, H, W) in one compiled loop (numba only).
 
     ``w`` holds C * mult * prod(k) weights, ``bias`` (C * mult,) or None, ``pb`` the
@@ -62,7 +79,10 @@ def depthwise_2d(x, w, bias, k, strides, dil, pb, out, code=0, prm=None) -> np.n
     ``prm`` a fused activation (``conv_epilogue``), applied as each row is written.
     The padding, the stride phases, the sums, the bias and the activation happen per
     input plane in cache (``jit._depthwise_2d``), with the flat-plane loop's order of
-    terms: the same bits as ``depthwise`` plus the bias.
+    terms: the same bits as ``depthwise`` plus the bias. Small maps with many channels
+    (``channels_last``) run ``jit._depthwise_2d_cl`` instead, the same operations in the
+    same order per output, a vector of channels at a time; ``wt`` is its
+    ``transposed_weights``, made here when not given.
     """
     n, c, h, wd = x.shape
     m = w.size // (k[0] * k[1])
@@ -76,8 +96,21 @@ def depthwise_2d(x, w, bias, k, strides, dil, pb, out, code=0, prm=None) -> np.n
     geo = (k[0], k[1], strides[0], strides[1], dil[0], dil[1], pb[0], pb[1])
     rows = n * m
     y2 = y.reshape(rows, out[0] * out[1])
-    f = jit.loop("depthwise_2d")
     work = rows * out[0] * out[1] * k[0] * k[1]
+    if channels_last(c, m // c, out, x.dtype):
+        lanes = 64 // x.dtype.itemsize
+        wt = transposed_weights(w, k) if wt is None else wt
+        g = jit.loop("depthwise_2d_cl")
+        blocks = -(-rows // lanes)
+
+        def run_blocks(b0, b1):
+            r0, r1 = b0 * lanes, min(rows, b1 * lanes)
+            g(xc, wt, bv, has_bias, geo, *out, lanes, code, prm, r0, r1, y2)
+
+        # whole vectors of channels to each thread
+        parallel_rows(blocks, work, run_blocks)
+        return y
+    f = jit.loop("depthwise_2d")
     parallel_rows(
         rows, work, lambda r0, r1: f(xc, wk, bv, has_bias, m // c, geo, *out, code, prm, r0, r1, y2)
     )

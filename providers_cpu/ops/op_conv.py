@@ -30,7 +30,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 from .. import jit
 from ..threads import run_threads
 from . import winograd as wino
-from .depthwise import depthwise, depthwise_2d
+from .depthwise import channels_last, depthwise, depthwise_2d, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
@@ -202,7 +202,12 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                 bb = None if b is None else (bconst if bconst is not None else b)
                 inline = z is None and epilogue is not None and epilogue.compiled(cdt)
                 code, prm = (epilogue.code, epilogue.prm(cdt)) if inline else (0, None)
-                y = depthwise_2d(xc, wg, bb, k, strides, dil, pb, out, code, prm)
+                wt = None
+                if wconst is not None and channels_last(c, m // c, out, cdt):
+                    wt = packed.get(("dw_t", cdt))
+                    if wt is None:
+                        wt = packed[("dw_t", cdt)] = transposed_weights(wg, k)
+                y = depthwise_2d(xc, wg, bb, k, strides, dil, pb, out, code, prm, wt)
                 return finish(y, dt, z, applied=inline)
             xpad = scratch.padded(xc, pb, pe)
             if depthwise_conv:
