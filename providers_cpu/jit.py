@@ -450,37 +450,53 @@ def _dw_transpose(builder, rows):
 
 def _dw_move(gather: bool) -> Any:
     """A square block moved between channel-major and channels-last layouts, transposed
-    in registers (a numba intrinsic; ``L`` lanes of a 64-byte vector, as ``_dw_tile``):
+    in registers (a numba intrinsic; ``L`` lanes of a 64-byte vector, as ``_dw_tile``),
+    for ``rows`` channels and ``count`` positions (both at most ``L``; masked loads and
+    stores touch nothing past them):
 
-    - ``gather``: ``move(x, s0, stride, p0, xt, doff)`` reads, for channel ``c < L``, the
-      ``L`` values ``x[s0 + c * stride + p0 ..]`` (flat), and writes position ``k``'s
-      channels to ``xt[doff[p0 + k] ..]``;
-    - else: ``move(ot, p0, out, d0, stride)`` reads position ``p0 + k``'s channels from
-      ``ot[(p0 + k) L ..]`` and writes channel ``c``'s ``L`` positions to ``out[d0 + c *
-      stride + p0 ..]`` (flat).
+    - ``gather``: ``move(x, s0, stride, p0, count, rows, xt, doff)`` reads, for channel
+      ``c``, the values ``x[s0 + c * stride + p0 ..]`` (flat), and writes position ``k``'s
+      channels to ``xt[doff[p0 + k] ..]`` (every ``k < L``: ``doff`` sends the positions
+      past ``count`` to a spare vector; lanes past ``rows`` are zeros);
+    - else: ``move(ot, p0, count, rows, out, d0, stride)`` reads position ``p0 + k``'s
+      channels from ``ot[(p0 + k) L ..]`` (every ``k < L``) and writes channel ``c``'s
+      positions to ``out[d0 + c * stride + p0 ..]`` (flat).
 
     Copies only, no arithmetic: a strided scalar copy of a 512-channel 7x7 map took twice
     the convolution's own sums.
     """
     from llvmlite import ir
     from numba import types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 
+    if gather:
+        names = ("src", "s0", "stride", "p0", "count", "rows", "dst", "doff")
+    else:
+        names = ("src", "p0", "count", "rows", "dst", "d0", "stride")
+
     def codegen(context, builder, signature, args):
-        if gather:
-            names = ("src", "s0", "stride", "p0", "dst", "doff")
-        else:
-            names = ("src", "p0", "dst", "d0", "stride")
         val = dict(zip(names, args))
         ty = dict(zip(names, signature.args))
-        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in ("src", "dst")}
-        if gather:
-            arr["doff"] = context.make_array(ty["doff"])(context, builder, val["doff"])
+        arrays = ("src", "dst", "doff") if gather else ("src", "dst")
+        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
         ety = context.get_data_type(ty["src"].dtype)
         lanes = 64 // context.get_abi_sizeof(ety)
         vty = ir.VectorType(ety, lanes)
         align = context.get_abi_sizeof(ety)
-        i64 = ir.IntType(64)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        mty = ir.VectorType(ir.IntType(1), lanes)
+        suffix = f"v{lanes}{'f32' if lanes == 16 else 'f64'}.p0"
+        mload = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]),
+            f"llvm.masked.load.{suffix}",
+        )
+        mstore = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
+            f"llvm.masked.store.{suffix}",
+        )
 
         def idx(k):
             return context.cast(builder, val[k], ty[k], types.intp)
@@ -488,57 +504,64 @@ def _dw_move(gather: bool) -> Any:
         def vptr(k, at):
             return builder.bitcast(builder.gep(arr[k].data, [at]), vty.as_pointer())
 
-        p0, stride = idx("p0"), idx("stride")
+        p0, stride, rows = idx("p0"), idx("stride"), idx("rows")
+        # lanes k < count, the same for every channel's run
+        lane_ids = ir.Constant(ir.VectorType(i64, lanes), list(range(lanes)))
+        und = ir.Constant(ir.VectorType(i64, lanes), ir.Undefined)
+        one = builder.insert_element(und, idx("count"), ir.Constant(i32, 0))
+        cnt = builder.shuffle_vector(one, und, ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
+        in_count = builder.icmp_signed("<", lane_ids, cnt)
+        none = ir.Constant(mty, [0] * lanes)
+
+        def row_mask(c):
+            # every lane of channel c's run, or none past ``rows``
+            live = builder.icmp_signed("<", ir.Constant(i64, c), rows)
+            return builder.select(live, in_count, none)
+
+        zero = ir.Constant(vty, None)
+        align32 = ir.Constant(i32, align)
         if gather:
             s0 = idx("s0")
-            rows = [
-                builder.load(
-                    vptr(
-                        "src",
-                        builder.add(builder.add(s0, builder.mul(ir.Constant(i64, c), stride)), p0),
-                    ),
-                    align=align,
-                )
-                for c in range(lanes)
-            ]
-            for k, v in enumerate(_dw_transpose(builder, rows)):
-                at = builder.load(
-                    builder.gep(arr["doff"].data, [builder.add(p0, ir.Constant(i64, k))])
-                )
+            vals = []
+            for c in range(lanes):
+                at = builder.add(builder.add(s0, builder.mul(ir.Constant(i64, c), stride)), p0)
+                vals.append(builder.call(mload, [vptr("src", at), align32, row_mask(c), zero]))
+            for k, v in enumerate(_dw_transpose(builder, vals)):
+                pk = builder.add(p0, ir.Constant(i64, k))
+                at = builder.load(builder.gep(arr["doff"].data, [pk]))
                 builder.store(v, vptr("dst", at), align=align)
         else:
             d0 = idx("d0")
             width = ir.Constant(i64, lanes)
-            rows = [
+            vals = [
                 builder.load(
                     vptr("src", builder.mul(builder.add(p0, ir.Constant(i64, k)), width)),
                     align=align,
                 )
                 for k in range(lanes)
             ]
-            for c, v in enumerate(_dw_transpose(builder, rows)):
+            for c, v in enumerate(_dw_transpose(builder, vals)):
                 at = builder.add(builder.add(d0, builder.mul(ir.Constant(i64, c), stride)), p0)
-                builder.store(v, vptr("dst", at), align=align)
+                builder.call(mstore, [v, vptr("dst", at), align32, row_mask(c)])
         return context.get_dummy_value()
 
     if gather:
 
-        def typer(typingctx, src, s0, stride, p0, dst, doff):
-            return types.void(src, s0, stride, p0, dst, doff), codegen
+        def typer(typingctx, src, s0, stride, p0, count, rows, dst, doff):
+            return types.void(src, s0, stride, p0, count, rows, dst, doff), codegen
     else:
 
-        def typer(typingctx, src, p0, dst, d0, stride):
-            return types.void(src, p0, dst, d0, stride), codegen
+        def typer(typingctx, src, p0, count, rows, dst, d0, stride):
+            return types.void(src, p0, count, rows, dst, d0, stride), codegen
 
     return intrinsic(typer)
 
 
 def _make_dw_tiles() -> None:
-    # Module globals, where the compiled loop looks its tiles up: 8 positions, then 1.
+    # Module globals, where the compiled loop looks its intrinsics up.
     g = globals()
     if "_dw_tile8" not in g:
         g["_dw_tile8"] = _dw_tile(8)
-        g["_dw_tile1"] = _dw_tile(1)
         g["_dw_gather"] = _dw_move(True)
         g["_dw_scatter"] = _dw_move(False)
 
@@ -547,12 +570,13 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
     """``_depthwise_2d`` (channel multiplier 1) with channels in the vector: rows r0..r1.
 
     On small maps the flat-plane sums run short loops (a 7x7 map's 73 values) per kernel
-    offset and channel. Here a block of ``lanes`` channels (one 64-byte vector) is copied
-    channels-last into a zero-bordered buffer split by column stride phase (column ``v``
-    of phase ``b`` is padded column ``v * sw + b``): every kernel offset of an output
-    position is then one vector at a fixed distance, and ``_dw_tile8`` sums eight
-    positions' terms in registers. ``wt`` is the weights transposed, (KH*KW, C). Each
-    output adds its terms in kernel order, first product first, then the bias, then the
+    offset and channel. Here a block of ``lanes`` channels (one 64-byte vector) is moved
+    channels-last (``_dw_gather``) into a zero-bordered buffer split by column stride
+    phase (column ``v`` of phase ``b`` is padded column ``v * sw + b``): every kernel
+    offset of an output position is then one vector at a fixed distance, and
+    ``_dw_tile8`` sums eight positions' terms in registers; ``_dw_scatter`` moves the
+    sums back channel-major. ``wt`` is the weights transposed, (KH*KW, C). Each output
+    adds its terms in kernel order, first product first, then the bias, then the
     activation: the bits of ``_depthwise_2d``.
     """
     kh, kw, sh, sw, dh, dw, pt, pl = geo
@@ -562,22 +586,25 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
     hp = (oh - 1) * sh + (kh - 1) * dh + 1
     pc = ow + ((kw - 1) * dw) // sw  # columns of a phase plane
     npos = oh * ow
-    xt = np.zeros(sw * hp * pc * lanes + lanes, x.dtype)
+    hw = h * wd
+    # Whole tiles and moves: positions rounded up (the extra ones computed, never stored)
+    ntile = (npos + 7) // 8 * 8
+    nmove = (npos + lanes - 1) // lanes * lanes
+    spare = sw * hp * pc * lanes
+    xt = np.zeros(spare + lanes, x.dtype)
     wb = np.zeros(nt * lanes, x.dtype)
-    ot = np.empty(npos * lanes, x.dtype)
+    ot = np.empty(max(ntile, nmove) * lanes, x.dtype)
     toff = np.empty(nt, np.int64)
     for t in range(nt):
         j = (t % kw) * dw
         toff[t] = (((j % sw) * hp + (t // kw) * dh) * pc + j // sw) * lanes
-    pos = np.empty(npos, np.int64)
+    pos = np.zeros(ntile, np.int64)
     for oy in range(oh):
         for ox in range(ow):
             pos[oy * ow + ox] = (oy * sh * pc + ox) * lanes
-    # Where each input position's channels go in ``xt``; positions no output reads go
-    # to a spare vector past the planes.
-    hw = h * wd
-    spare = sw * hp * pc * lanes
-    doff = np.full(hw, spare, np.int64)
+    # Where each input position's channels go in ``xt``; positions no output reads, and
+    # those past the map in the last move, go to the spare vector past the planes.
+    doff = np.full((hw + lanes - 1) // lanes * lanes, spare, np.int64)
     for iy in range(h):
         py = iy + pt
         if py >= hp:
@@ -592,45 +619,27 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
     while r < r1:
         ch0 = r % chans
         cb = min(lanes, r1 - r, chans - ch0)
-        # The block's channels at every position; the zero border is never written (a
-        # short last block leaves stale lanes, computed and never stored). Whole blocks
-        # move L positions at a time through registers, the rest one value at a time.
-        p = 0
-        if cb == lanes:
-            while p + lanes <= hw:
-                _dw_gather(xf, r * hw, hw, p, xt, doff)  # noqa: F821 (made by _make_dw_tiles)
-                p += lanes
-        for q in range(p, hw):
-            d0 = doff[q]
-            for c in range(cb):
-                xt[d0 + c] = xf[(r + c) * hw + q]
+        # The zero border is never written; lanes past ``cb`` are zeros.
+        for p in range(0, hw, lanes):
+            _dw_gather(xf, r * hw, hw, p, min(lanes, hw - p), cb, xt, doff)  # noqa: F821
         for t in range(nt):
             src = wt[t, ch0 : ch0 + cb]
             dst = wb[t * lanes : t * lanes + cb]
             for c in range(cb):
                 dst[c] = src[c]
-        i = 0
-        while i + 8 <= npos:
+        for i in range(0, npos, 8):
             _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
-            i += 8
-        while i < npos:
-            _dw_tile1(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
-            i += 1
-        p = 0
-        if cb == lanes:
-            while p + lanes <= npos:
-                _dw_scatter(ot, p, of, r * npos, npos)  # noqa: F821 (made by _make_dw_tiles)
-                p += lanes
-        for c in range(cb):
-            orow = out[r + c]
-            for q in range(p, npos):
-                orow[q] = ot[q * lanes + c]
-            if has_bias:
+        for p in range(0, npos, lanes):
+            _dw_scatter(ot, p, min(lanes, npos - p), cb, of, r * npos, npos)  # noqa: F821
+        if has_bias:
+            for c in range(cb):
+                orow = out[r + c]
                 bv = bias[ch0 + c]
                 for q in range(npos):
                     orow[q] = orow[q] + bv
-            if code != 0:
-                _conv_act(orow, code, prm)
+        if code != 0:
+            # one call for the block's rows (contiguous): the activation is per value
+            _conv_act(of[r * npos : (r + cb) * npos], code, prm)
         r += cb
 
 

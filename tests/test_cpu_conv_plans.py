@@ -78,6 +78,9 @@ GEOMETRY = [
     (8, 16, 3, 2, 1, (1, 1), 1, 1),  # 3x3 stride 1: kept off plans (Winograd by threads)
     (6, 4, 1, 2, 1, (0, 0), 1, 1),  # pointwise 2-D
     (6, 4, 2, 2, 2, (0, 0), 1, 1),  # unpadded 2-D
+    (32, 32, 3, 2, 1, (1, 1), 1, 32),  # depthwise: the channels-last loop (numba)
+    (48, 96, 3, 2, 2, (1, 1), 1, 48),  # depthwise, multiplier 2: the flat-plane loop
+    (40, 40, 5, 2, 1, (2, 2), 2, 40),
 ]
 # Input lengths (1-D) or sides (2-D), run in turn: each keeps its own plan.
 LENGTHS = {1: (4, 9, 4), 2: (7, 5, 7)}
@@ -131,19 +134,32 @@ def test_a_planned_run_makes_no_decision_again(monkeypatch):
         assert len(calls) == 2  # once per input shape
 
 
-def _fused_conv_with_z(dtype=np.float32):
+def test_a_depthwise_run_is_planned_once_per_shape(monkeypatch):
+    if not jit.ENABLED:
+        pytest.skip("numba not installed: the depthwise loop is the NumPy path's")
+    made = []
+    real = op_conv.depthwise_2d_runner
+    monkeypatch.setattr(op_conv, "depthwise_2d_runner", lambda *a: made.append(1) or real(*a))
+    sess = onnxep.InferenceSession(_model(32, 32, 3, 2, g=32, pads=(1, 1), act="Relu"))
+    for hw in (7, 7, 7, 9, 7, 9):
+        sess.run(None, {"x": np.ones((1, 32, hw, hw), np.float32)})
+    assert len(made) == 2
+
+
+def _fused_conv_with_z(xs, ws, group, dtype=np.float32):
     rng = np.random.default_rng(4)
-    w = (rng.standard_normal((8, 5, 3)) * 0.3).astype(dtype)
-    b = rng.standard_normal(8).astype(dtype)
+    w = (rng.standard_normal(ws) * 0.3).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    dims = len(xs) - 2
     node = helper.make_node(
         "FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.microsoft", activation="Relu",
-        kernel_shape=[3], pads=[1, 1],
+        kernel_shape=[3] * dims, pads=[1] * (2 * dims), group=group,
     )  # fmt: skip
     elem = _ELEM[dtype]
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
     m = make_model(
         [node],
-        [tensor("x", [1, 5, 6], elem), tensor("z", [1, 8, 6], elem)],
+        [tensor("x", list(xs), elem), tensor("z", [xs[0], ws[0], *xs[2:]], elem)],
         [tensor("y", None, elem)],
         inits,
         extra_opsets=[("com.microsoft", 1)],
@@ -151,15 +167,23 @@ def _fused_conv_with_z(dtype=np.float32):
     return m.SerializeToString()
 
 
-def test_fused_conv_with_z_adds_before_the_activation(monkeypatch):
-    model = _fused_conv_with_z()
+@pytest.mark.parametrize(
+    "xs,ws,group",
+    [((1, 5, 6), (8, 5, 3), 1), ((1, 32, 7, 7), (32, 1, 3, 3), 32)],
+    ids=["conv1d", "depthwise"],
+)
+def test_fused_conv_with_z_adds_before_the_activation(xs, ws, group, monkeypatch):
+    """Z goes on before the activation on every run, planned or not (the depthwise loop
+    applies the activation itself, so its plan is kept for nodes without Z only)."""
+    model = _fused_conv_with_z(xs, ws, group)
     rng = np.random.default_rng(5)
+    zs = (xs[0], ws[0], *xs[2:])
     feeds = [
         {
-            "x": rng.standard_normal((1, 5, 6)).astype(np.float32),
-            "z": rng.standard_normal((1, 8, 6)).astype(np.float32),
+            "x": rng.standard_normal(xs).astype(np.float32),
+            "z": (rng.standard_normal(zs) * (i % 2) * 3).astype(np.float32),
         }
-        for _ in range(3)
+        for i in range(4)
     ]
     outs = {}
     for plans in (False, True):

@@ -84,37 +84,63 @@ def depthwise_2d(x, w, bias, k, strides, dil, pb, out, code=0, prm=None, wt=None
     same order per output, a vector of channels at a time; ``wt`` is its
     ``transposed_weights``, made here when not given.
     """
-    n, c, h, wd = x.shape
+    return depthwise_2d_runner(x.shape, x.dtype, w, bias, k, strides, dil, pb, out, code, prm, wt)(
+        x
+    )
+
+
+def depthwise_2d_runner(shape, dtype, w, bias, k, strides, dil, pb, out, code=0, prm=None, wt=None):
+    """``depthwise_2d`` for inputs of one shape and dtype as ``run(x) -> y``: the weights'
+    layout, the loop and its arguments chosen here, once (a convolution's plan keeps it
+    for constant weights; a small map's whole run is a few microseconds)."""
+    n, c, h, wd = shape
+    dtype = np.dtype(dtype)
     m = w.size // (k[0] * k[1])
-    xc = np.ascontiguousarray(x).reshape(n * c, h, wd)
-    wk = np.ascontiguousarray(w.reshape(m, k[0] * k[1]))
-    y = np.empty((n, m, *out), dtype=x.dtype)
     has_bias = bias is not None
-    bv = np.ascontiguousarray(bias, dtype=x.dtype).reshape(m) if has_bias else np.zeros(1, x.dtype)
+    bv = np.ascontiguousarray(bias, dtype=dtype).reshape(m) if has_bias else np.zeros(1, dtype)
     if prm is None:
-        prm = np.zeros(8, x.dtype)
+        prm = np.zeros(8, dtype)
     geo = (k[0], k[1], strides[0], strides[1], dil[0], dil[1], pb[0], pb[1])
     rows = n * m
-    y2 = y.reshape(rows, out[0] * out[1])
-    work = rows * out[0] * out[1] * k[0] * k[1]
-    if channels_last(c, m // c, out, x.dtype):
-        lanes = 64 // x.dtype.itemsize
+    yshape = (n, m, *out)
+    plane = out[0] * out[1]
+    work = rows * plane * k[0] * k[1]
+    if channels_last(c, m // c, out, dtype):
+        lanes = 64 // dtype.itemsize
         wt = transposed_weights(w, k) if wt is None else wt
         g = jit.loop("depthwise_2d_cl")
         blocks = -(-rows // lanes)
 
-        def run_blocks(b0, b1):
-            r0, r1 = b0 * lanes, min(rows, b1 * lanes)
-            g(xc, wt, bv, has_bias, geo, *out, lanes, code, prm, r0, r1, y2)
+        def run(x):
+            xc = np.ascontiguousarray(x).reshape(n * c, h, wd)
+            y = np.empty(yshape, dtype)
+            y2 = y.reshape(rows, plane)
 
-        # whole vectors of channels to each thread
-        parallel_rows(blocks, work, run_blocks)
-        return y
+            def run_blocks(b0, b1):
+                r0, r1 = b0 * lanes, min(rows, b1 * lanes)
+                g(xc, wt, bv, has_bias, geo, *out, lanes, code, prm, r0, r1, y2)
+
+            # whole vectors of channels to each thread
+            parallel_rows(blocks, work, run_blocks)
+            return y
+
+        return run
+    wk = np.ascontiguousarray(w.reshape(m, k[0] * k[1]))
     f = jit.loop("depthwise_2d")
-    parallel_rows(
-        rows, work, lambda r0, r1: f(xc, wk, bv, has_bias, m // c, geo, *out, code, prm, r0, r1, y2)
-    )
-    return y
+    mult = m // c
+
+    def run(x):
+        xc = np.ascontiguousarray(x).reshape(n * c, h, wd)
+        y = np.empty(yshape, dtype)
+        y2 = y.reshape(rows, plane)
+        parallel_rows(
+            rows,
+            work,
+            lambda r0, r1: f(xc, wk, bv, has_bias, mult, geo, *out, code, prm, r0, r1, y2),
+        )
+        return y
+
+    return run
 
 
 def _phases(xpad, k, strides, dil, out):

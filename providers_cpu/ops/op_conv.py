@@ -30,7 +30,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 from .. import jit
 from ..threads import run_threads
 from . import winograd as wino
-from .depthwise import channels_last, depthwise, depthwise_2d, transposed_weights
+from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
@@ -123,12 +123,18 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             epilogue.apply(y)
         return (y if y.dtype == dt else y.astype(dt),)
 
-    # A plan needs weights and bias fixed: constants, the bias folded into the GEMM.
+    # A plan needs weights and bias fixed: constants, the bias folded into the GEMM, or a
+    # depthwise loop's own.
     plannable = fold_bias and wconst is not None
+    dw_plannable = wconst is not None and (bconst is not None or not has_bias)
+
+    def epi_of(size, dt):
+        return None if epilogue is None else epilogue.inplace(size, dt)
 
     def run(x, w, b=None, z=None):
-        p = scratch.plans.get(x.shape) if plannable else None
-        if p is not None and p[0] == x.dtype:
+        p = scratch.plans.get(x.shape) if plannable or dw_plannable else None
+        # (dtype, core, activation after core or None, core applies the activation itself)
+        if p is not None and p[0] == x.dtype and not (z is not None and p[3]):
             y = p[1](x)
             if z is not None:
                 return finish(y, x.dtype, z)
@@ -207,8 +213,14 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                     wt = packed.get(("dw_t", cdt))
                     if wt is None:
                         wt = packed[("dw_t", cdt)] = transposed_weights(wg, k)
-                y = depthwise_2d(xc, wg, bb, k, strides, dil, pb, out, code, prm, wt)
-                return finish(y, dt, z, applied=inline)
+                dw_run = depthwise_2d_runner(
+                    xc.shape, cdt, wg, bb, k, strides, dil, pb, out, code, prm, wt
+                )
+                if PLANS and dw_plannable and z is None and dt == cdt:
+                    # the activation inline: a plan for runs without z only
+                    epi = None if inline else epi_of(n * m * lsz, dt)
+                    scratch.plans[x.shape] = (dt, dw_run, epi, inline)
+                return finish(dw_run(xc), dt, z, applied=inline)
             xpad = scratch.padded(xc, pb, pe)
             if depthwise_conv:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
@@ -235,7 +247,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         """Store the plan of ``x``'s shape (this thread's) and run it on ``x``."""
         y = core(x)
         epi = None if epilogue is None else epilogue.inplace(y.size, x.dtype)
-        scratch.plans[x.shape] = (x.dtype, core, epi)
+        scratch.plans[x.shape] = (x.dtype, core, epi, False)
         if z is not None:
             return finish(y, x.dtype, z)
         if epi is not None:
