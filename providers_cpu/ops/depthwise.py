@@ -55,15 +55,21 @@ def depthwise(xpad: np.ndarray, w: np.ndarray, k, strides, dil, out) -> np.ndarr
 
 
 # Channels-last loop (``jit._depthwise_2d_cl``) where it measured faster: at least two
-# vectors of channels and at most this many output positions (a 32x32 map). On larger
-# maps the flat-plane sums' long runs win (16 channels at 112x112: 63 us against 150).
+# vectors of channels and at most 1024 output positions (a 32x32 map), or one vector on
+# maps of at most 256. On larger maps the flat-plane sums' long runs win (16 channels at
+# 112x112: 63 us against 150; 32 at 64x64: 47 against 74), and with fewer channels than
+# a vector the lanes idle.
 _CL_MAX_POSITIONS = 1024
+_CL_ONE_VECTOR_POSITIONS = 256
 
 
 def channels_last(c: int, mult: int, out, dtype) -> bool:
     """Whether ``depthwise_2d`` runs the channels-in-vector loop for this shape and dtype."""
     lanes = 64 // np.dtype(dtype).itemsize
-    return mult == 1 and c >= 2 * lanes and out[0] * out[1] <= _CL_MAX_POSITIONS
+    positions = out[0] * out[1]
+    if mult != 1 or c < lanes:
+        return False
+    return positions <= (_CL_MAX_POSITIONS if c >= 2 * lanes else _CL_ONE_VECTOR_POSITIONS)
 
 
 def transposed_weights(w, k) -> np.ndarray:
