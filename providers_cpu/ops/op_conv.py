@@ -318,6 +318,10 @@ def standard_plan(scratch, xc, aug, k, strides, dil, pb, pe, out):
     n, m = xc.shape[0], aug.w.shape[0]
     yshape = (n, m, *out)
     dt = xc.dtype
+    # this input's columns first: ``pick`` may time the GEMM candidates on them
+    if interior is not None:
+        interior[...] = xc
+    np.copyto(dst, view)
     mm = aug.pick(cols)
     if not getattr(mm, "plain", False) or cols.ndim != 2:
 
