@@ -1,12 +1,18 @@
 """One Conv node at a time: onnxep's CPU provider against onnxruntime's, same process.
 
     python bench/cpu_conv_nodes.py [--threads 1] [--runs 50] [--shapes C,COUT,K,HW,STRIDE,G ...]
+    python bench/cpu_conv_nodes.py --conv1d [C,COUT,K,L,STRIDE,PAD[,relu] ...]
 
 Each shape is a one-node model (random float32 weights and bias, pads k//2) run by both
 sides on the same input, alternately after warm-up; the table gives each side's median
 and onnxep / onnxruntime. The default shapes are the dense, pointwise and depthwise
 convolutions of the corpus's CNNs (YOLOv8n, the OCR detectors, MobileNetV3-style
 classifiers). Printed with the BLAS kernels numpy runs (OPENBLAS_CORETYPE matters here).
+
+``--conv1d`` runs 1-D convolutions instead (no bias when ``relu`` is absent and K > 64,
+as the VAD models' STFT conv; a Relu after the Conv when ``relu`` is given, which both
+sides fuse); the defaults are the silero/akiki VAD encoders' convs on short signals, where
+the per-call cost around a tiny GEMM is what is measured, so times are in microseconds.
 """
 
 from __future__ import annotations
@@ -28,6 +34,44 @@ DEFAULT_SHAPES = [
     (512, 512, 5, 7, 1, 512),
     (16, 16, 3, 112, 1, 16),
 ]
+
+# The VAD models' Conv1d nodes: STFT basis (no bias), four encoder convs + Relu, the 1x1 head.
+DEFAULT_1D = [
+    (1, 258, 256, 576, 128, 0, ""),
+    (129, 128, 3, 4, 1, 1, "relu"),
+    (128, 64, 3, 4, 2, 1, "relu"),
+    (64, 64, 3, 2, 2, 1, "relu"),
+    (64, 128, 3, 1, 1, 1, "relu"),
+    (128, 1, 1, 1, 1, 0, ""),
+]
+
+
+def conv1d_model(cin: int, cout: int, k: int, length: int, stride: int, pad: int, act: str):
+    import onnx
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, cin, k)) * 0.1).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W")]
+    ins = ["x", "W"]
+    if act or k <= 64:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "B"))
+        ins.append("B")
+    conv_out = "c" if act else "y"
+    nodes = [
+        h.make_node("Conv", ins, [conv_out], kernel_shape=[k], strides=[stride], pads=[pad, pad])
+    ]
+    if act:
+        nodes.append(h.make_node("Relu", ["c"], ["y"]))
+    g = h.make_graph(
+        nodes,
+        "conv1d",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, cin, length])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        inits,
+    )
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
 
 
 def conv_model(cin: int, cout: int, k: int, hw: int, stride: int, group: int) -> bytes:
@@ -62,14 +106,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--shapes", nargs="*", default=None, help="CIN,COUT,K,HW,STRIDE,GROUP")
+    ap.add_argument("--conv1d", nargs="*", default=None, help="1-D: CIN,COUT,K,L,STRIDE,PAD[,relu]")
     a = ap.parse_args(argv)
-    shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else DEFAULT_SHAPES
+    if a.conv1d is not None:
+        shapes = [_spec1d(s) for s in a.conv1d] if a.conv1d else DEFAULT_1D
+    else:
+        shapes = (
+            [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else DEFAULT_SHAPES
+        )
+    one_d = a.conv1d is not None
+    unit, scale = ("us", 1e6) if one_d else ("ms", 1e3)
     blas = ", ".join(f"{i['internal_api']} {i.get('architecture', '')}" for i in threadpool_info())
     print(f"threads {a.threads}; numpy BLAS: {blas}")
-    print(f"{'cin cout k hw stride group':28s} {'onnxep ms':>10s} {'ort ms':>8s} {'ratio':>6s}")
+    head = "cin cout k len stride pad act" if one_d else "cin cout k hw stride group"
+    print(f"{head:28s} {'onnxep ' + unit:>10s} {'ort ' + unit:>8s} {'ratio':>6s}")
     for shape in shapes:
-        model = conv_model(*shape)
-        x = np.random.default_rng(1).standard_normal((1, shape[0], shape[3], shape[3]))
+        if one_d:
+            model = conv1d_model(*shape)
+            x = np.random.default_rng(1).standard_normal((1, shape[0], shape[3]))
+        else:
+            model = conv_model(*shape)
+            x = np.random.default_rng(1).standard_normal((1, shape[0], shape[3], shape[3]))
         feed = {"x": x.astype(np.float32)}
         so = ort.SessionOptions()
         so.intra_op_num_threads = a.threads
@@ -88,9 +145,14 @@ def main(argv: list[str] | None = None) -> None:
                 s.run(None, feed)
                 if i >= 5:
                     t[side].append(time.perf_counter() - t0)
-        m = {k: statistics.median(v) * 1e3 for k, v in t.items()}
-        name = " ".join(str(v) for v in shape)
+        m = {k: statistics.median(v) * scale for k, v in t.items()}
+        name = " ".join(str(v) for v in shape).strip()
         print(f"{name:28s} {m['onnxep']:10.3f} {m['ort']:8.3f} {m['onnxep'] / m['ort']:6.2f}")
+
+
+def _spec1d(spec: str) -> tuple:
+    parts = spec.split(",")
+    return (*(int(v) for v in parts[:6]), parts[6] if len(parts) > 6 else "")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ def loop(name: str) -> Any:
     """The compiled function ``name`` (defined below), compiling it on first use."""
     f = _compiled.get(name)
     if f is None:
+        if name == "depthwise_2d_cl":
+            _make_dw_tiles()
         for helper, src in _HELPERS.items():
             # A loop calls a helper through this module's globals: compiled, before the loop.
             if globals()[helper] is src:
@@ -361,6 +363,286 @@ def _conv_epilogue(y, bias, has_bias, code, prm, r0, r1):
             _conv_act(row, code, prm)
 
 
+def _dw_tile(npos: int) -> Any:
+    """``tile(xt, pos, i0, toff, wt, ot)``, a numba intrinsic: for the ``npos`` output
+    positions ``p = i0 ..`` of a block of ``L`` channels (one 64-byte vector: 16 float32 or
+    8 float64), ``ot[p L : p L + L] = sum over t of wt[t L : t L + L] * xt[pos[p] + toff[t]
+    : + L]``, the first product first, then one multiply and one add a term, in kernel
+    order. The ``npos`` sums are vectors held in registers across the terms (independent
+    chains, so an add's latency does not serialise them); a plain numba loop keeps its
+    accumulator in memory (numba runs no SLP vectoriser), half the speed here. No fused
+    multiply-add is formed (no fast-math flags): the bits of the scalar loop.
+    """
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    def codegen(context, builder, signature, args):
+        names = ("xt", "pos", "i0", "toff", "wt", "ot")
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in names if k != "i0"}
+        ety = context.get_data_type(ty["xt"].dtype)
+        lanes = 64 // context.get_abi_sizeof(ety)
+        vty = ir.VectorType(ety, lanes)
+        i64 = ir.IntType(64)
+        width = ir.Constant(i64, lanes)
+        align = context.get_abi_sizeof(ety)
+
+        def vptr(k, idx):
+            return builder.bitcast(builder.gep(arr[k].data, [idx]), vty.as_pointer())
+
+        def vload(k, idx):
+            return builder.load(vptr(k, idx), align=align)
+
+        i0 = context.cast(builder, val["i0"], ty["i0"], types.intp)
+        nt = builder.extract_value(arr["toff"].shape, 0)
+        base = [
+            builder.load(builder.gep(arr["pos"].data, [builder.add(i0, ir.Constant(i64, p))]))
+            for p in range(npos)
+        ]
+        off0 = builder.load(arr["toff"].data)
+        w0 = vload("wt", ir.Constant(i64, 0))
+        acc = [
+            cgutils.alloca_once_value(builder, builder.fmul(w0, vload("xt", builder.add(b, off0))))
+            for b in base
+        ]
+        with cgutils.for_range(builder, builder.sub(nt, ir.Constant(i64, 1))) as lp:
+            t = builder.add(lp.index, ir.Constant(i64, 1))
+            off = builder.load(builder.gep(arr["toff"].data, [t]))
+            wv = vload("wt", builder.mul(t, width))
+            for b, a in zip(base, acc):
+                term = builder.fmul(wv, vload("xt", builder.add(b, off)))
+                builder.store(builder.fadd(builder.load(a), term), a)
+        for p, a in enumerate(acc):
+            at = builder.mul(builder.add(i0, ir.Constant(i64, p)), width)
+            builder.store(builder.load(a), vptr("ot", at), align=align)
+        return context.get_dummy_value()
+
+    def typer(typingctx, xt, pos, i0, toff, wt, ot):
+        return types.void(xt, pos, i0, toff, wt, ot), codegen
+
+    return intrinsic(typer)
+
+
+def _dw_transpose(builder, rows):
+    """The square matrix whose rows are the vectors ``rows``, transposed: log2(L) rounds of
+    block swaps (round ``d`` swaps the off-diagonal d x d blocks of every 2d x 2d block),
+    each one two-vector shuffle a row."""
+    from llvmlite import ir
+
+    n = len(rows)
+    mty = ir.VectorType(ir.IntType(32), n)
+    d = n // 2
+    while d >= 1:
+        lo = ir.Constant(mty, [k if k & d == 0 else n + k - d for k in range(n)])
+        hi = ir.Constant(mty, [k + d if k & d == 0 else n + k for k in range(n)])
+        new = list(rows)
+        for i in range(n):
+            if not i & d:
+                new[i] = builder.shuffle_vector(rows[i], rows[i + d], lo)
+                new[i + d] = builder.shuffle_vector(rows[i], rows[i + d], hi)
+        rows = new
+        d //= 2
+    return rows
+
+
+def _dw_move(gather: bool) -> Any:
+    """A square block moved between channel-major and channels-last layouts, transposed
+    in registers (a numba intrinsic; ``L`` lanes of a 64-byte vector, as ``_dw_tile``),
+    for ``rows`` channels and ``count`` positions (both at most ``L``; masked loads and
+    stores touch nothing past them):
+
+    - ``gather``: ``move(x, s0, stride, p0, count, rows, xt, doff)`` reads, for channel
+      ``c``, the values ``x[s0 + c * stride + p0 ..]`` (flat), and writes position ``k``'s
+      channels to ``xt[doff[p0 + k] ..]`` (every ``k < L``: ``doff`` sends the positions
+      past ``count`` to a spare vector; lanes past ``rows`` are zeros);
+    - else: ``move(ot, p0, count, rows, out, d0, stride)`` reads position ``p0 + k``'s
+      channels from ``ot[(p0 + k) L ..]`` (every ``k < L``) and writes channel ``c``'s
+      positions to ``out[d0 + c * stride + p0 ..]`` (flat).
+
+    Copies only, no arithmetic: a strided scalar copy of a 512-channel 7x7 map took twice
+    the convolution's own sums.
+    """
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    if gather:
+        names = ("src", "s0", "stride", "p0", "count", "rows", "dst", "doff")
+    else:
+        names = ("src", "p0", "count", "rows", "dst", "d0", "stride")
+
+    def codegen(context, builder, signature, args):
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        arrays = ("src", "dst", "doff") if gather else ("src", "dst")
+        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
+        ety = context.get_data_type(ty["src"].dtype)
+        lanes = 64 // context.get_abi_sizeof(ety)
+        vty = ir.VectorType(ety, lanes)
+        align = context.get_abi_sizeof(ety)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        mty = ir.VectorType(ir.IntType(1), lanes)
+        suffix = f"v{lanes}{'f32' if lanes == 16 else 'f64'}.p0"
+        mload = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]),
+            f"llvm.masked.load.{suffix}",
+        )
+        mstore = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
+            f"llvm.masked.store.{suffix}",
+        )
+
+        def idx(k):
+            return context.cast(builder, val[k], ty[k], types.intp)
+
+        def vptr(k, at):
+            return builder.bitcast(builder.gep(arr[k].data, [at]), vty.as_pointer())
+
+        p0, stride, rows = idx("p0"), idx("stride"), idx("rows")
+        # lanes k < count, the same for every channel's run
+        lane_ids = ir.Constant(ir.VectorType(i64, lanes), list(range(lanes)))
+        und = ir.Constant(ir.VectorType(i64, lanes), ir.Undefined)
+        one = builder.insert_element(und, idx("count"), ir.Constant(i32, 0))
+        cnt = builder.shuffle_vector(one, und, ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
+        in_count = builder.icmp_signed("<", lane_ids, cnt)
+        none = ir.Constant(mty, [0] * lanes)
+
+        def row_mask(c):
+            # every lane of channel c's run, or none past ``rows``
+            live = builder.icmp_signed("<", ir.Constant(i64, c), rows)
+            return builder.select(live, in_count, none)
+
+        zero = ir.Constant(vty, None)
+        align32 = ir.Constant(i32, align)
+        if gather:
+            s0 = idx("s0")
+            vals = []
+            for c in range(lanes):
+                at = builder.add(builder.add(s0, builder.mul(ir.Constant(i64, c), stride)), p0)
+                vals.append(builder.call(mload, [vptr("src", at), align32, row_mask(c), zero]))
+            for k, v in enumerate(_dw_transpose(builder, vals)):
+                pk = builder.add(p0, ir.Constant(i64, k))
+                at = builder.load(builder.gep(arr["doff"].data, [pk]))
+                builder.store(v, vptr("dst", at), align=align)
+        else:
+            d0 = idx("d0")
+            width = ir.Constant(i64, lanes)
+            vals = [
+                builder.load(
+                    vptr("src", builder.mul(builder.add(p0, ir.Constant(i64, k)), width)),
+                    align=align,
+                )
+                for k in range(lanes)
+            ]
+            for c, v in enumerate(_dw_transpose(builder, vals)):
+                at = builder.add(builder.add(d0, builder.mul(ir.Constant(i64, c), stride)), p0)
+                builder.call(mstore, [v, vptr("dst", at), align32, row_mask(c)])
+        return context.get_dummy_value()
+
+    if gather:
+
+        def typer(typingctx, src, s0, stride, p0, count, rows, dst, doff):
+            return types.void(src, s0, stride, p0, count, rows, dst, doff), codegen
+    else:
+
+        def typer(typingctx, src, p0, count, rows, dst, d0, stride):
+            return types.void(src, p0, count, rows, dst, d0, stride), codegen
+
+    return intrinsic(typer)
+
+
+def _make_dw_tiles() -> None:
+    # Module globals, where the compiled loop looks its intrinsics up.
+    g = globals()
+    if "_dw_tile8" not in g:
+        g["_dw_tile8"] = _dw_tile(8)
+        g["_dw_gather"] = _dw_move(True)
+        g["_dw_scatter"] = _dw_move(False)
+
+
+def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r1, out):
+    """``_depthwise_2d`` (channel multiplier 1) with channels in the vector: rows r0..r1.
+
+    On small maps the flat-plane sums run short loops (a 7x7 map's 73 values) per kernel
+    offset and channel. Here a block of ``lanes`` channels (one 64-byte vector) is moved
+    channels-last (``_dw_gather``) into a zero-bordered buffer split by column stride
+    phase (column ``v`` of phase ``b`` is padded column ``v * sw + b``): every kernel
+    offset of an output position is then one vector at a fixed distance, and
+    ``_dw_tile8`` sums eight positions' terms in registers; ``_dw_scatter`` moves the
+    sums back channel-major. ``wt`` is the weights transposed, (KH*KW, C). Each output
+    adds its terms in kernel order, first product first, then the bias, then the
+    activation: the bits of ``_depthwise_2d``.
+    """
+    kh, kw, sh, sw, dh, dw, pt, pl = geo
+    h, wd = x.shape[1], x.shape[2]
+    chans = wt.shape[1]
+    nt = kh * kw
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    pc = ow + ((kw - 1) * dw) // sw  # columns of a phase plane
+    npos = oh * ow
+    hw = h * wd
+    # Whole tiles and moves: positions rounded up (the extra ones computed, never stored)
+    ntile = (npos + 7) // 8 * 8
+    nmove = (npos + lanes - 1) // lanes * lanes
+    spare = sw * hp * pc * lanes
+    xt = np.zeros(spare + lanes, x.dtype)
+    wb = np.zeros(nt * lanes, x.dtype)
+    ot = np.empty(max(ntile, nmove) * lanes, x.dtype)
+    toff = np.empty(nt, np.int64)
+    for t in range(nt):
+        j = (t % kw) * dw
+        toff[t] = (((j % sw) * hp + (t // kw) * dh) * pc + j // sw) * lanes
+    pos = np.zeros(ntile, np.int64)
+    for oy in range(oh):
+        for ox in range(ow):
+            pos[oy * ow + ox] = (oy * sh * pc + ox) * lanes
+    # Where each input position's channels go in ``xt``; positions no output reads, and
+    # those past the map in the last move, go to the spare vector past the planes.
+    doff = np.full((hw + lanes - 1) // lanes * lanes, spare, np.int64)
+    for iy in range(h):
+        py = iy + pt
+        if py >= hp:
+            break
+        for ix in range(wd):
+            px = ix + pl
+            if px // sw < pc:
+                doff[iy * wd + ix] = (((px % sw) * hp + py) * pc + px // sw) * lanes
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    r = r0
+    while r < r1:
+        ch0 = r % chans
+        cb = min(lanes, r1 - r, chans - ch0)
+        # The zero border is never written; lanes past ``cb`` are zeros.
+        for p in range(0, hw, lanes):
+            _dw_gather(xf, r * hw, hw, p, min(lanes, hw - p), cb, xt, doff)  # noqa: F821
+        for t in range(nt):
+            src = wt[t, ch0 : ch0 + cb]
+            dst = wb[t * lanes : t * lanes + cb]
+            for c in range(cb):
+                dst[c] = src[c]
+        for i in range(0, npos, 8):
+            _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
+        for p in range(0, npos, lanes):
+            _dw_scatter(ot, p, min(lanes, npos - p), cb, of, r * npos, npos)  # noqa: F821
+        if has_bias:
+            for c in range(cb):
+                orow = out[r + c]
+                bv = bias[ch0 + c]
+                for q in range(npos):
+                    orow[q] = orow[q] + bv
+        if code != 0:
+            # one call for the block's rows (contiguous): the activation is per value
+            _conv_act(of[r * npos : (r + cb) * npos], code, prm)
+        r += cb
+
+
 def _max_pool_2d(x, geo, low, r0, r1, out):
     """2-D MaxPool of planes r0..r1: ``x`` (planes, H, W), ``out`` (planes, OH, OW).
 
@@ -422,6 +704,7 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
 
 _HELPERS = {"_conv_act": _conv_act}
 _SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_pool_2d=_max_pool_2d)
+_SOURCES.update(depthwise_2d_cl=_depthwise_2d_cl)
 
 
 def _quantize_a(blocks, aq, asc, asum):

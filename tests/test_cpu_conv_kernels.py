@@ -174,16 +174,16 @@ def test_torch_export_matches_onnxruntime(case, compiled, monkeypatch):
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 def test_depthwise_kernel_sees_every_form(compiled, monkeypatch):
     """The depthwise path, not the grouped GEMM, runs the exported depthwise convs: with
-    numba the 2-D compiled loop (``depthwise_2d``), else the flat-plane sums."""
+    numba the 2-D compiled loop (``depthwise_2d_runner``), else the flat-plane sums."""
     from onnxep.providers_cpu.ops import depthwise as dw
     from onnxep.providers_cpu.ops import op_conv
 
     calls = []
-    name = "depthwise_2d" if compiled else "depthwise"
+    name = "depthwise_2d_runner" if compiled else "depthwise"
     real = getattr(dw, name)
 
     def spy(*args):
-        w, strides = args[1], args[4 if compiled else 3]
+        w, strides = args[2 if compiled else 1], args[5 if compiled else 3]
         calls.append((w.shape, tuple(strides)))
         return real(*args)
 

@@ -132,3 +132,105 @@ def test_one_node_models_match_onnxruntime(c, mult, hw, k, s, pads):
     got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# Shapes the channels-in-vector loop takes (``depthwise.channels_last``): (N, C, H, W, k,
+# strides, dilations, pads); channel counts that leave a short last block, batches whose
+# blocks straddle two images, strides 1-3, dilations, asymmetric and zero pads, 1x1 maps.
+CL_SHAPES = [
+    (1, 512, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    (1, 96, 14, 14, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 37, 9, 11, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (2, 40, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 64, 56, 56, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (1, 33, 20, 17, (3, 5), (3, 2), (2, 1), (0, 2, 1, 0)),
+    (1, 48, 9, 11, (3, 3), (2, 1), (1, 2), (1, 2, 0, 2)),
+    (1, 32, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 32, 6, 6, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0)),
+    (1, 50, 12, 12, (3, 3), (1, 1), (1, 1), (0, 0, 2, 2)),
+    (3, 17, 5, 5, (7, 7), (1, 1), (1, 1), (3, 3, 3, 3)),
+]
+
+
+def _flat_loop(x, w, b, k, s, d, pb, out, code=0, prm=None):
+    """``_depthwise_2d`` (the flat-plane loop) on every row, as depthwise_2d ran it before."""
+    n, c = x.shape[:2]
+    y = np.empty((n, c, *out), x.dtype)
+    bv = b if b is not None else np.zeros(1, x.dtype)
+    prm = np.zeros(8, x.dtype) if prm is None else prm
+    geo = (k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1])
+    f = jit.loop("depthwise_2d")
+    f(x.reshape(n * c, *x.shape[2:]), w.reshape(c, -1), bv, b is not None, 1, geo, *out,
+      code, prm, 0, n * c, y.reshape(n * c, -1))  # fmt: skip
+    return y
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", CL_SHAPES, ids=[str(s[:5]) for s in CL_SHAPES])
+def test_channels_last_loop_equals_the_flat_plane_loop(shape, dtype, threads, monkeypatch):
+    from onnxep.providers_cpu.ops import nn_cpu
+
+    n, c, h, wd, k, s, d, pads = shape
+    # chunks of channel blocks over the provider's pool, as a two-thread run splits them
+    monkeypatch.setattr(nn_cpu, "run_threads", lambda: threads)
+    monkeypatch.setattr(nn_cpu, "_PARALLEL_MIN", 0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, h, wd)).astype(dtype)
+    x.reshape(-1)[::97] = np.nan
+    x.reshape(-1)[5::89] = -0.0
+    x.reshape(-1)[7::101] = np.inf
+    w = rng.standard_normal((c, 1, *k)).astype(dtype)
+    pb, pe = list(pads[:2]), list(pads[2:])
+    out = _out((h, wd), k, s, d, pb, pe)
+    lanes = 64 // np.dtype(dtype).itemsize
+    assert dw.channels_last(c, 1, out, dtype) == (c >= 2 * lanes or (c >= lanes and h < 16))
+    for b in (rng.standard_normal(c).astype(dtype), None):
+        got = dw.depthwise_2d(x, w, b, k, s, d, pb, out)
+        want = _flat_loop(x, w, b, k, s, d, pb, out)
+        assert got.tobytes() == want.tobytes()
+        cl = np.empty_like(want)
+        # the loop itself on every shape here, short of the rule's channel count or not
+        wt = dw.transposed_weights(w, k)
+        bv = b if b is not None else np.zeros(1, dtype)
+        geo = (k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1])
+        jit.loop("depthwise_2d_cl")(
+            x.reshape(n * c, h, wd), wt, bv, b is not None, geo, *out, lanes, 0,
+            np.zeros(8, dtype), 0, n * c, cl.reshape(n * c, -1),
+        )  # fmt: skip
+        assert cl.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("name,params", [("Relu", None), ("Clip", [0.0, 6.0]), ("HardSwish", None)])
+def test_channels_last_loop_applies_the_activation_inline(name, params):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((1, 80, 7, 7)) * 3).astype(np.float32)
+    w = rng.standard_normal((80, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(80).astype(np.float32)
+    ep = Epilogue(name, params)
+    args = ([3, 3], [1, 1], [1, 1], [1, 1], [7, 7])
+    assert dw.channels_last(80, 1, [7, 7], np.float32)
+    fused = dw.depthwise_2d(x, w, b, *args, ep.code, ep.prm(x.dtype))
+    want = _flat_loop(x, w, b, *args, ep.code, ep.prm(x.dtype))
+    assert fused.tobytes() == want.tobytes()
+    ref = dw.depthwise_2d(x, w, b, *args)
+    ep.numpy(ref)
+    assert fused.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize(
+    "c,hw,k,s,pads",
+    [
+        (512, (7, 7), (5, 5), (1, 1), (2, 2, 2, 2)),
+        (72, (14, 14), (3, 3), (2, 2), (1, 1, 1, 1)),
+        (40, (9, 13), (5, 5), (1, 1), (2, 2, 2, 2)),
+    ],
+)
+def test_channels_last_models_match_onnxruntime(c, hw, k, s, pads):
+    model = _conv_model(c, 1, hw, k, s, pads)
+    x = np.random.default_rng(3).standard_normal((1, c, *hw)).astype(np.float32)
+    for threads in (1, 2):
+        so = onnxep.SessionOptions(intra_op_num_threads=threads)
+        got = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, {"x": x})[0]
+        want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_allclose(got, want[0], rtol=1e-5, atol=1e-5)

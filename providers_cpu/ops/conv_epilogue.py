@@ -120,6 +120,25 @@ class Epilogue:
         for i in range(0, flat.size, _BLOCK):
             self.numpy(flat[i : i + _BLOCK])
 
+    def inplace(self, size: int, dtype):
+        """``apply`` for outputs of ``size`` values of ``dtype``, as one callable ``f(y)``.
+
+        A short signal's conv output (a few hundred values) takes the cheapest call with
+        ``apply``'s bits: Relu one ``np.maximum`` against a zero of the output's type (the
+        Relu kernel's bits: its clip + 0 only stands in for NumPy 2.4's slow ``maximum``
+        loop on large maps), Clip one clip ufunc call (what ``np.clip`` runs, without its
+        wrapper and ``errstate``). Anything else, or more values: ``apply``.
+        """
+        if size <= _SMALL and np.dtype(dtype) in _FAST:
+            t = np.dtype(dtype).type
+            if self.name == "Relu":
+                zero = t(0)
+                return lambda y: np.maximum(y, zero, out=y)
+            if self.name == "Clip":
+                lo, hi = t(self.params[0]), t(self.params[1])
+                return lambda y: clip_ufunc(y, lo, hi, out=y)
+        return self.apply
+
     def numpy(self, y: np.ndarray) -> None:
         """The unfused CPU nodes' own ufuncs, in place on ``y``."""
         with np.errstate(invalid="ignore"):  # -inf * 0 is NaN there too

@@ -221,6 +221,7 @@ def _plain(w):
     def f(cols):
         return np.matmul(w, cols)
 
+    f.plain = True  # ``TunedMatmul.pick``'s callers may run ``np.matmul(w, cols)`` themselves
     return f
 
 
@@ -298,13 +299,21 @@ class TunedMatmul:
         self._lock = threading.Lock()
 
     def __call__(self, cols: np.ndarray) -> np.ndarray:
+        return self.pick(cols)(cols)
+
+    def pick(self, cols: np.ndarray):
+        """The product chosen for ``cols``'s shape (tuned on first sight): ``f(cols)``.
+
+        ``f.plain`` is set when it is the plain ``np.matmul(self.w, cols)``, which a
+        caller may then run into its own output buffer (the same BLAS call).
+        """
         f = self._by_shape.get(cols.shape)
         if f is None:
             with self._lock:
                 f = self._by_shape.get(cols.shape)
                 if f is None:
                     f = self._by_shape[cols.shape] = self._tune(cols)
-        return f(cols)
+        return f
 
     def _tune(self, cols):
         import time
@@ -360,6 +369,8 @@ class Scratch(threading.local):
 
     def __init__(self) -> None:
         self.bufs: dict = {}
+        # A kernel's per-input-shape run plans (closures over this thread's buffers)
+        self.plans: dict = {}
 
     def padded(self, x: np.ndarray, pb, pe) -> np.ndarray:
         """``x`` copied into a zero-bordered buffer kept for this shape."""

@@ -8,6 +8,12 @@ once per input shape, among the variants that give the same bits (so a
 result never depends on timing). 1x1 stride-1 unpadded convolutions skip
 im2col; depthwise ones run as multiply-adds (``depthwise``); 3x3 stride-1 ones with
 enough channels as Winograd F(2x2, 3x3) tiles (``winograd``, with numba).
+
+Where the route is im2col with the folded bias or a pointwise GEMM (constant weights),
+the first run of an input shape leaves a *plan* in the thread's scratch: a closure
+holding every view, buffer and decision, so a later run is the padding copy, the im2col
+copy, one BLAS call into its output and the activation (a short signal's conv is a 2 us
+GEMM that paid 5-8 us of Python around it). The same operations as the first run's.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 from .. import jit
 from ..threads import run_threads
 from . import winograd as wino
-from .depthwise import depthwise, depthwise_2d
+from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
 
 
@@ -111,13 +117,30 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         return g
 
     def finish(y, dt, z, applied=False):
-        if post is not None:
+        if post is not None and z is not None:
             post(y, z)
         if epilogue is not None and not applied:
             epilogue.apply(y)
         return (y if y.dtype == dt else y.astype(dt),)
 
+    # A plan needs weights and bias fixed: constants, the bias folded into the GEMM, or a
+    # depthwise loop's own.
+    plannable = fold_bias and wconst is not None
+    dw_plannable = wconst is not None and (bconst is not None or not has_bias)
+
+    def epi_of(size, dt):
+        return None if epilogue is None else epilogue.inplace(size, dt)
+
     def run(x, w, b=None, z=None):
+        p = scratch.plans.get(x.shape) if plannable or dw_plannable else None
+        # (dtype, core, activation after core or None, core applies the activation itself)
+        if p is not None and p[0] == x.dtype and not (z is not None and p[3]):
+            y = p[1](x)
+            if z is not None:
+                return finish(y, x.dtype, z)
+            if p[2] is not None:
+                p[2](y)
+            return (y,)
         k = ksh or list(w.shape[2:])
         pb, pe, out, pointwise = geometry(x.shape, k)
         dt = x.dtype
@@ -133,7 +156,13 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             # Nothing to compute (the im2col sizing divides by these); onnxruntime returns the
             # empty result too.
             return finish(np.zeros((n, m, *out), cdt), dt, z)
+        # The route of a plannable shape depends on shape and dtype alone (not the thread
+        # count, as the tiled and Winograd paths' choices do: those shapes keep this path).
+        plan = PLANS and plannable and dt == cdt and not (len(k) == 2 and _wino_shaped(k, strides))
         if pointwise:
+            if plan and n == 1:
+                core = pointwise_plan(xc, tuned, None if bconst is None else bconst, m, out)
+                return keep(x, core, z)
             cols = xc.reshape(n, group, c // group, lsz)
         elif wino.applies(k, strides, dil, group, c, m, cdt):
             u, bvec = winograd_weights(w, cdt)
@@ -145,6 +174,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             big = ck * lsz * xc.itemsize > _TILE_OVER
             if aug is not None and big and out[0] > 1 and run_threads() == 1:
                 return finish(im2col_tiled(scratch, xc, aug.w, k, strides, dil, pb, pe, out), dt, z)
+            plan = plan and not big
             if aug is not None and n == 1 and len(out) == 2 and strides == [1, 1]:
                 how = strategy.get(x.shape)
                 if how is None:
@@ -160,9 +190,13 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                             )
                 if how == 0:
                     return finish(im2col_wide(scratch, xc, aug, k, dil, pb, pe, out, m), dt, z)
+                if plan:
+                    return keep(x, standard_plan(scratch, xc, aug, k, strides, dil, pb, pe, out), z)
                 return finish(
                     im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m), dt, z
                 )
+            if aug is not None and plan:
+                return keep(x, standard_plan(scratch, xc, aug, k, strides, dil, pb, pe, out), z)
             if aug is not None:
                 # Before the padding below: im2col_standard pads into its own buffer.
                 return finish(
@@ -174,8 +208,19 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                 bb = None if b is None else (bconst if bconst is not None else b)
                 inline = z is None and epilogue is not None and epilogue.compiled(cdt)
                 code, prm = (epilogue.code, epilogue.prm(cdt)) if inline else (0, None)
-                y = depthwise_2d(xc, wg, bb, k, strides, dil, pb, out, code, prm)
-                return finish(y, dt, z, applied=inline)
+                wt = None
+                if wconst is not None and channels_last(c, m // c, out, cdt):
+                    wt = packed.get(("dw_t", cdt))
+                    if wt is None:
+                        wt = packed[("dw_t", cdt)] = transposed_weights(wg, k)
+                dw_run = depthwise_2d_runner(
+                    xc.shape, cdt, wg, bb, k, strides, dil, pb, out, code, prm, wt
+                )
+                if PLANS and dw_plannable and z is None and dt == cdt:
+                    # the activation inline: a plan for runs without z only
+                    epi = None if inline else epi_of(n * m * lsz, dt)
+                    scratch.plans[x.shape] = (dt, dw_run, epi, inline)
+                return finish(dw_run(xc), dt, z, applied=inline)
             xpad = scratch.padded(xc, pb, pe)
             if depthwise_conv:
                 # Depthwise: a multiply-add per kernel offset beats G tiny GEMMs.
@@ -198,7 +243,27 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
         return finish(y, dt, z)
 
+    def keep(x, core, z):
+        """Store the plan of ``x``'s shape (this thread's) and run it on ``x``."""
+        y = core(x)
+        epi = None if epilogue is None else epilogue.inplace(y.size, x.dtype)
+        scratch.plans[x.shape] = (x.dtype, core, epi, False)
+        if z is not None:
+            return finish(y, x.dtype, z)
+        if epi is not None:
+            epi(y)
+        return (y,)
+
     return run
+
+
+#: Whether convolutions keep per-shape plans (the tests switch it off to compare).
+PLANS = True
+
+
+def _wino_shaped(k, strides) -> bool:
+    """A 3x3 stride-1 2-D kernel: the Winograd path may take it, by the thread count."""
+    return tuple(k) == (3, 3) and tuple(strides) == (1, 1)
 
 
 # An im2col buffer past this many bytes is built and multiplied a block of output
@@ -237,13 +302,104 @@ def im2col_tiled(scratch, xc, w_aug, k, strides, dil, pb, pe, out):
     return y.reshape(n, m, *out)
 
 
-def im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
-    """im2col into a buffer whose last row is ones, then one tuned GEMM with the bias column.
+def _gemm_into(w, cols):
+    """``np.dot`` where it gives ``np.matmul``'s bits for this shape (on probe data), else
+    ``np.matmul``: both run BLAS's GEMM (GEMV for one column), dot's dispatch is 0.3 us
+    cheaper, a tenth of a short signal's conv."""
+    probe = probe_like(cols)
+    return np.dot if same_bits(np.dot(w, probe), np.matmul(w, probe)) else np.matmul
 
-    The padded buffer's interior, the window view over it and the im2col buffer's
-    destination view are made once per input shape (this thread's ``scratch``): on a
-    short 1-D signal their construction cost more than the copy and the GEMM.
-    """
+
+def standard_plan(scratch, xc, aug, k, strides, dil, pb, pe, out):
+    """``im2col_standard`` for ``xc``'s shape and dtype as ``core(x) -> y``, every view,
+    buffer and decision made here: a run is the padding copy, the im2col copy and one
+    BLAS call into a fresh output (the GEMM ``aug`` chose for these columns)."""
+    interior, view, dst, cols = _standard_views(scratch, xc, k, strides, dil, pb, pe, out)
+    n, m = xc.shape[0], aug.w.shape[0]
+    yshape = (n, m, *out)
+    dt = xc.dtype
+    # this input's columns first: ``pick`` may time the GEMM candidates on them
+    if interior is not None:
+        interior[...] = xc
+    np.copyto(dst, view)
+    mm = aug.pick(cols)
+    if not getattr(mm, "plain", False) or cols.ndim != 2:
+
+        def product(c):
+            return mm(c).reshape(yshape)
+    else:
+        w = aug.w
+        gemm = _gemm_into(w, cols)
+        ymat = (m, cols.shape[1])
+
+        def product(c):
+            y = np.empty(ymat, dt)
+            gemm(w, c, out=y)
+            return y.reshape(yshape)
+
+    if interior is not None:
+
+        def core(x):
+            interior[...] = x
+            np.copyto(dst, view)
+            return product(cols)
+
+        return core
+    # Unpadded: the windows are a view of the input itself; for a C-contiguous input of
+    # this shape its strides are known here (the ndarray constructor is several times
+    # cheaper than ``window_view``).
+    vshape, vstrides = view.shape, view.strides
+
+    def core(x):
+        if x.flags.c_contiguous:
+            v = np.ndarray(vshape, dtype=dt, buffer=x, offset=0, strides=vstrides)
+        else:
+            v = window_view(x, k, strides, dil, out)
+        np.copyto(dst, v)
+        return product(cols)
+
+    return core
+
+
+def pointwise_plan(xc, tuned, bias, m, out):
+    """A 1x1 stride-1 unpadded convolution of one image (``xc``'s shape) as ``core(x) ->
+    y``: the product of the weights and the input's (C, L) matrix into a fresh output,
+    then ``+ bias`` (the general path's operations)."""
+    c = xc.shape[1]
+    lsz = 1
+    for o in out:
+        lsz *= o
+    dt = xc.dtype
+    mm = tuned.pick(xc.reshape(c, lsz))
+    yshape = (1, m, *out)
+    bcol = None if bias is None else np.asarray(bias).astype(dt).reshape(m, 1)
+    if not getattr(mm, "plain", False):
+
+        def core(x):
+            y = mm(x.reshape(c, lsz))
+            if bcol is not None:
+                y += bcol
+            return y.reshape(yshape)
+
+        return core
+    w = tuned.w
+    gemm = _gemm_into(w, xc.reshape(c, lsz))
+    ymat = (m, lsz)
+
+    def core(x):
+        y = np.empty(ymat, dt)
+        gemm(w, x.reshape(c, lsz), out=y)
+        if bcol is not None:
+            y += bcol
+        return y.reshape(yshape)
+
+    return core
+
+
+def _standard_views(scratch, xc, k, strides, dil, pb, pe, out):
+    """(padded buffer's interior or None, window view, im2col destination, GEMM columns)
+    for ``xc``'s shape, kept in this thread's ``scratch``; the view is over ``xc`` itself
+    when there is no padding."""
     key = ("std", xc.shape, xc.dtype)
     plan = scratch.bufs.get(key)
     if plan is None:
@@ -265,7 +421,18 @@ def im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
     interior, view, dst, cols = plan
     if interior is None:
         view = window_view(xc, k, strides, dil, out)
-    else:
+    return interior, view, dst, cols
+
+
+def im2col_standard(scratch, xc, aug, k, strides, dil, pb, pe, out, m):
+    """im2col into a buffer whose last row is ones, then one tuned GEMM with the bias column.
+
+    The padded buffer's interior, the window view over it and the im2col buffer's
+    destination view are made once per input shape (this thread's ``scratch``): on a
+    short 1-D signal their construction cost more than the copy and the GEMM.
+    """
+    interior, view, dst, cols = _standard_views(scratch, xc, k, strides, dil, pb, pe, out)
+    if interior is not None:
         interior[...] = xc
     np.copyto(dst, view)  # the one im2col copy
     return aug(cols).reshape(xc.shape[0], m, *out)
