@@ -19,7 +19,9 @@ layers in one graph per variant and replays it (CUDA events, median of ``--repea
 
 * ``plain``: ordinary launches (today's captured step);
 * ``pdl-wait-first``: PDL, the kernel waits before any load (only the launch overlaps);
-* ``pdl-prefetch``: PDL, each warp loads its weight row into registers before it waits.
+* ``pdl-prefetch``: PDL, each warp loads its weight row into registers before it waits;
+* ``pdl-l2-prefetch``: PDL, each warp asks for its row's lines in L2 (``prefetch.global.L2``)
+  before it waits, then loads as ``plain`` does.
 
 Each line: microseconds per replay and per kernel, the weight bytes' bandwidth, and whether
 the chain's final vector is bit-equal to the plain variant's (a wait in the wrong place would
@@ -47,7 +49,10 @@ __global__ void __launch_bounds__(128) gemv_probe(const __half* __restrict__ x,
   if (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   uint4 wr[NCH];
   const __half* wrow = w + (long long)(row < N ? row : 0) * K;
-  if (PREFETCH) {
+  if (PREFETCH == 2) {  // the row's 128-byte lines into L2 only: no registers held
+    for (int i = lane * 64; i < K; i += 32 * 64)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + i));
+  } else if (PREFETCH) {
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
       const int i = c * 256 + lane * 8;
@@ -61,7 +66,7 @@ __global__ void __launch_bounds__(128) gemv_probe(const __half* __restrict__ x,
   for (int c = 0; c < NCH; ++c) {
     const int i = c * 256 + lane * 8;
     if (i >= K) break;
-    const uint4 wv = PREFETCH ? wr[c] : __ldg(reinterpret_cast<const uint4*>(wrow + i));
+    const uint4 wv = PREFETCH == 1 ? wr[c] : __ldg(reinterpret_cast<const uint4*>(wrow + i));
     const uint4 xv = *reinterpret_cast<const uint4*>(x + i);
     const __half2* wh = reinterpret_cast<const __half2*>(&wv);
     const __half2* xh = reinterpret_cast<const __half2*>(&xv);
@@ -136,12 +141,17 @@ def main() -> None:
         name_expressions=[
             f"gemv_probe<{(k + 255) // 256}, {p}, {f}>"
             for k in sorted({k for _, k in shapes})
-            for p, f in ((0, 0), (1, 0), (1, 1))
+            for p, f in ((0, 0), (1, 0), (1, 1), (1, 2))
         ],
     )
     launch = _launcher()
     stream = cp.cuda.Stream(non_blocking=True)
-    variants = {"plain": (0, 0), "pdl-wait-first": (1, 0), "pdl-prefetch": (1, 1)}
+    variants = {
+        "plain": (0, 0),
+        "pdl-wait-first": (1, 0),
+        "pdl-prefetch": (1, 1),
+        "pdl-l2-prefetch": (1, 2),
+    }
     weight_bytes = sum(w.nbytes for w in weights)
     results = {}
     for name, (pdl, pre) in variants.items():
