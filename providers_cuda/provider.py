@@ -326,7 +326,14 @@ class CUDAProvider(Provider):
             "pool_used_bytes": self.pool.used_bytes(),
             "pool_total_bytes": self.pool.total_bytes(),
             "ignored_options": list(self.cuda_options.ignored),
+            "programmatic_launch": self._programmatic_launch(),
         }
+
+    def _programmatic_launch(self) -> bool:
+        from .launch import programmatic_launch
+
+        with self.cupy.cuda.Device(self.device_id):
+            return programmatic_launch()
 
 
 def _dlpack_on_cuda(value: Any) -> bool:

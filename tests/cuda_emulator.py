@@ -245,6 +245,10 @@ static inline void __syncthreads() { emu::park(emu::AT_BLOCK); }
 static inline void __threadfence() {}
 static inline int atomicAdd(int* p, int v) { const int old = *p; *p = old + v; return old; }
 template <typename T> static inline T __ldcg(const T* p) { return *p; }
+// One launch at a time: there is no earlier grid to overlap or to wait for.
+static inline void pdl_trigger() {}
+static inline void pdl_wait() {}
+static inline void prefetch_l2(const void*) {}
 """
 
 

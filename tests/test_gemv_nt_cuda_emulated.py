@@ -234,8 +234,9 @@ def test_driver_launch_signatures_match_the_kernels(emulated, monkeypatch, norm)
     made = []
 
     class Recorder:
-        def __init__(self, fn, signature):
+        def __init__(self, fn, signature, dependent=False):
             made.append((fn.name, fn.signature, signature))
+            assert dependent, "gemv_nt waits (pdl_wait) and is launched as a dependent kernel"
 
     monkeypatch.setattr(launch, "Launcher", Recorder)
     monkeypatch.setattr(elementwise, "stream_ptr_fn", lambda: lambda: 0)
@@ -244,3 +245,21 @@ def test_driver_launch_signatures_match_the_kernels(emulated, monkeypatch, norm)
     assert len(made) == len(G.GEMV_NT_NAMES) // 2
     for name, real, packed in made:
         assert packed == real, name
+
+
+def test_gemv_nt_waits_before_it_touches_what_an_earlier_kernel_writes():
+    """Launched with programmatic dependent launch, gemv_nt may start while the kernel that
+    writes A still runs: before ``pdl_wait`` it may only prefetch its (constant) weights.
+    Every read of A, the norm's staging and every store come after the wait."""
+    body = G.GEMV_NT_BODY.split("__global__ void gemv_nt(")[1]
+    wait = body.index("pdl_wait();")
+    assert body.index("pdl_trigger();") < wait
+    for use in (
+        "nt_stage_norm(",
+        "gemv_load<T, V>(ar)",
+        "y[(i64)m * N + j] =",
+        "gemv_load<T, V>(rows",
+    ):
+        assert body.index(use) > wait, use
+    before = body[:wait]
+    assert "a[" not in before and "y[" not in before and "gemv_load" not in before

@@ -125,6 +125,21 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
   typedef typename GemvRaw<T, V>::type Raw;
   const int j = (int)(((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const int lane = (int)threadIdx.x & 31;
+  // The weights are this product's bulk and no earlier kernel writes them: their lines are
+  // asked for in L2 before the wait, so under programmatic dependent launch they stream in
+  // while the kernel before (the one writing A) still runs.
+  pdl_trigger();
+  if (j < N) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const char* lo = reinterpret_cast<const char*>(w + (i64)(j + p * N) * K);
+      const char* hi = lo + (i64)K * sizeof(T);
+      for (const char* q = lo - (reinterpret_cast<unsigned long long>(lo) & 127) + lane * 128;
+           q < hi; q += 32 * 128)
+        prefetch_l2(q);
+    }
+  }
+  pdl_wait();
   if (NORM) {  // every thread of the block takes part (barriers), whatever its j
     __shared__ float sh[32];
     T* sa = reinterpret_cast<T*>(nt_smem);
@@ -259,8 +274,9 @@ class GemvNT:
         from ..launch import Launcher
 
         stream = stream_ptr_fn()
+        # dependent: gemv_nt waits (pdl_wait) before it reads A or writes anything
         launchers = {
-            (dt, name): Launcher(fn, "p" * 8 + "q" * 7 + "d")
+            (dt, name): Launcher(fn, "p" * 8 + "q" * 7 + "d", dependent=True)
             for dt in dtypes
             for name, fn in self.fns[dt].items()
         }

@@ -42,6 +42,29 @@ __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
 }
 
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
+
+// Programmatic dependent launch (sm_90 and up; no-ops below, and in a launch without the
+// attribute). pdl_trigger: the next kernel in the stream may start its blocks once every
+// block of this one has called it (or exited). pdl_wait: nothing is read that an earlier
+// kernel wrote, and nothing written, before the kernels this one depends on have finished
+// and their writes are visible. A kernel launched with the attribute must call pdl_wait
+// before its first dependent access.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// A hint that the 128-byte line at p be brought into L2. L2 is where global memory is
+// coherent, so a line prefetched before pdl_wait is never stale: the earlier kernel's
+// writes land there.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 """
 
 #: Reductions, vector loads and the warp/block/column combining steps.
