@@ -179,7 +179,7 @@ def main() -> None:
                     cfg.attrs = ctypes.pointer(attr)
                     cfg.numAttrs = 1
                 keep.append((vals, params, attr, cfg))
-                rc = launch(ctypes.byref(cfg), fns[k].ptr, params, None)
+                rc = launch(ctypes.byref(cfg), fns[k].kernel.ptr, params, None)
                 if rc:
                     raise RuntimeError(f"cuLaunchKernelEx failed: CUDA error {rc}")
 
