@@ -339,3 +339,32 @@ def test_zero_step_recurrence_ends_with_zero_states_as_onnxruntime(op, path, len
         for g, w in zip(got, sess.run(None, feeds)):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g, w)
+
+
+# -- ufunc steps writing into a dead input's buffer ----------------------------------------------
+
+
+def test_ufunc_chain_reuses_buffers_and_falls_back_when_a_feed_broadcasts_past_it():
+    """Neg -> Add -> Mul over inputs of one named dim: each step writes into the buffer of
+    the step before (out as the ufunc's positional argument); feeds whose sizes broadcast
+    past that buffer (the model's dims say they agree, the feeds do not) allocate instead."""
+    from onnxep.execute.codegen import reusable_inputs
+
+    model = _model(
+        [
+            helper.make_node("Neg", ["x"], ["t"]),
+            helper.make_node("Add", ["t", "y"], ["u"]),
+            helper.make_node("Mul", ["u", "y"], ["z"]),
+        ],
+        [_vi("x", np.float32, ["n"]), _vi("y", np.float32, ["n"])],
+        [_vi("z", np.float32, ["n"])],
+    )
+    sess = _session(model)
+    assert len(reusable_inputs(sess.compiled.plan)) == 2
+    for xs, ys in (((3,), (3,)), ((1,), (3,)), ((3,), (3,)), ((3,), (1,))):
+        x = np.arange(1, xs[0] + 1, dtype=np.float32)
+        y = np.full(ys, 2.0, np.float32)
+        for _ in range(2):
+            got = sess.run(None, {"x": x, "y": y})[0]
+            np.testing.assert_array_equal(got, (-x + y) * y)
+            assert not np.shares_memory(got, x) and not np.shares_memory(got, y)
