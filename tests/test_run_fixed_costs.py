@@ -368,3 +368,41 @@ def test_ufunc_chain_reuses_buffers_and_falls_back_when_a_feed_broadcasts_past_i
             got = sess.run(None, {"x": x, "y": y})[0]
             np.testing.assert_array_equal(got, (-x + y) * y)
             assert not np.shares_memory(got, x) and not np.shares_memory(got, y)
+
+
+# -- Reduce over fixed axes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_reduce_over_fixed_axes_per_shape(op, keepdims, dtype):
+    """The axes worked out once per input shape: several shapes through one session, an
+    empty reduction and NaN included, against NumPy's reductions."""
+    axes = np.array([-1, 0], np.int64)
+    model = _model(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)],
+        [_vi("x", dtype, None)],
+        [_vi("y", dtype, None)],
+        [numpy_helper.from_array(axes, "axes")],
+        opset=18,
+    )
+    sess = _session(model)
+    want_of = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min}
+    rng = np.random.default_rng(2)
+    for shape in ((2, 3, 4), (5, 1, 2), (2, 3, 4), (3, 7)):
+        x = (rng.standard_normal(shape) * 10).astype(dtype)
+        if x.dtype.kind == "f":
+            x.reshape(-1)[1] = np.nan
+        for _ in range(2):
+            got = sess.run(None, {"x": x})[0]
+            with np.errstate(all="ignore"):
+                want = np.asarray(want_of[op](x, axis=(-1, 0), keepdims=bool(keepdims)))
+            assert got.dtype == x.dtype and got.shape == want.shape
+            if op in ("ReduceSum", "ReduceMean") and x.dtype.kind == "i":
+                np.testing.assert_allclose(got, want.astype(x.dtype), atol=1)
+            else:
+                assert got.tobytes() == want.astype(x.dtype).tobytes()
+    empty = np.zeros((0, 3), dtype)
+    got = sess.run(None, {"x": empty})[0]
+    assert got.shape == ((1, 1) if keepdims else ())
