@@ -80,7 +80,7 @@ class CompiledGraph:
     moved_to_host: int = 0
 
     def run(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
-        return self.executor.run([*inputs, *outer])
+        return self.executor.run([*inputs, *outer] if outer else inputs)
 
     def run_on_device(self, inputs: Sequence[Any]) -> list[Any]:
         """Run, leaving each output in the memory of the provider that produced it."""

@@ -50,6 +50,12 @@ class CompiledModel:
         self.output_names = [v.name or "" for v in graph.outputs]
         self._checks = {v.name: FeedCheck(v) for v in graph.inputs}
         self._defaults = {v.name: v.const_value.numpy() for v in self.overridable}
+        #: the feeds' names when exactly the fed inputs are given (the usual call), and
+        #: per graph input its check, or its initializer's value when not fed
+        self._fed_names = frozenset(v.name for v in self.inputs)
+        self._exact = [
+            (name, self._checks[name], name in self._defaults) for name in self.input_names
+        ]
         self._output_index = {n: i for i, n in enumerate(self.output_names)}
         #: graph inputs a kernel may update in place: input name -> (node name, output name)
         self.inplace = self._inplace_pairs()
@@ -92,6 +98,8 @@ class CompiledModel:
             outs = self.capture.run(feeds, graph_id_of(run_options))
         elif self.profiler is None:
             outs = self.main.run(feeds)
+            if not output_names:
+                return outs  # a new list every run, in model order
         else:
             t0 = self.profiler.now_us()
             outs = self.main.run(feeds)
@@ -123,8 +131,25 @@ class CompiledModel:
         return ex.run_on_device(feeds, protect_feeds=protect) if on_device else ex.run(feeds)
 
     # -- feeds and outputs -----------------------------------------------------------------
+    def feed_check(self, name: str) -> FeedCheck:
+        """The check that graph input ``name``'s feeds go through on every run."""
+        check = self._checks.get(name)
+        if check is None:
+            raise InvalidArgument(
+                f"unknown input {name!r}; the model's inputs are "
+                f"{', '.join(repr(n) for n in self.input_names)}"
+            )
+        return check
+
     def feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
         """The plan's feeds from named ones: each checked, overridable initializers filled."""
+        if input_feed.__class__ is dict and input_feed.keys() == self._fed_names:
+            # Every input fed, nothing else: no names to look for or report.
+            defaults = self._defaults
+            return [
+                defaults[name] if default else check(input_feed[name])
+                for name, check, default in self._exact
+            ]
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(
                 f"input_feed must be a dict of input name to array, got {type(input_feed).__name__}"

@@ -36,6 +36,7 @@ class CPUProvider(Provider):
         self.threads = int(n)  # as asked; 0: chosen from the claimed nodes
         self._largest = (0, "")  # the largest product claimed: multiply-adds, node
         self._chosen = 0  # the count, settled on first use (after every claim)
+        self._holder: blas_threads | None = None  # the run context, made once
         if self.threads:
             self.run_context = self._hold
 
@@ -68,7 +69,12 @@ class CPUProvider(Provider):
         return self._chosen
 
     def _hold(self) -> contextlib.AbstractContextManager[Any] | None:
-        return blas_threads(self.blas_thread_count)
+        # One holder for every run: it keeps no state of its own (the count in force is
+        # the module's), and the property and a new object were a microsecond per run.
+        holder = self._holder
+        if holder is None:
+            holder = self._holder = blas_threads(self.blas_thread_count)
+        return holder
 
     def session_notes(self) -> list[str]:
         return [*self._thread_notes(), *openblas_notes()]

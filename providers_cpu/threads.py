@@ -27,12 +27,14 @@ class _Blas(NamedTuple):
     set: Callable[[int], Any]
 
 
-_cond = threading.Condition()
+_lock = threading.Lock()
+_cond = threading.Condition(_lock)
 _active = 0  # runs in flight under the applied limit
 _applied: int | None = None  # the count those runs use
 _saved: list[tuple[_Blas, int]] = []  # each BLAS library and its count before the first run
 _libs: list[_Blas] | None = None  # the loaded BLAS libraries
 _modules = 0  # len(sys.modules) when the libraries were scanned
+_waiting = 0  # runs waiting for the runs in flight to end (they want another count)
 
 
 def _blas_libs() -> list[_Blas]:
@@ -84,12 +86,6 @@ def _set_through_threadpoolctl(lib: Any, n: int) -> None:
         release()
 
 
-def _set_counts(counts: list[tuple[_Blas, int]]) -> None:
-    """Set each library's count (under ``_cond``, so the runs' own sets never race)."""
-    for lib, n in counts:
-        lib.set(n)
-
-
 class blas_threads:  # noqa: N801 (a context manager used like a function)
     """BLAS uses ``n`` threads inside; concurrent holders of another count wait.
 
@@ -102,29 +98,47 @@ class blas_threads:  # noqa: N801 (a context manager used like a function)
         self.n = n
 
     def __enter__(self) -> None:
-        global _active, _applied, _saved
+        global _active, _applied, _saved, _waiting
         n = self.n
-        with _cond:
+        # The lock is taken directly, not through the Condition's ``with``: this runs
+        # twice per run, and a small model's run is a few microseconds.
+        _lock.acquire()
+        try:
+            if _active and _applied == n:  # another run with this count is in flight
+                _active += 1
+                return
             while _active and _applied != n:
-                _cond.wait()
+                _waiting += 1
+                try:
+                    _cond.wait()
+                finally:
+                    _waiting -= 1
             if not _active:
-                _saved = [(lib, lib.get()) for lib in _blas_libs()]
-                change = [(lib, n) for lib, had in _saved if had != n]
-                if change:
-                    _set_counts(change)
+                saved = [(lib, lib.get()) for lib in _blas_libs()]
+                for lib, had in saved:
+                    if had != n:
+                        lib.set(n)
+                _saved = saved
                 _applied = n
             _active += 1
+        finally:
+            _lock.release()
 
     def __exit__(self, *exc: object) -> None:
         global _active, _applied
-        with _cond:
+        _lock.acquire()
+        try:
             _active -= 1
             if not _active:
-                back = [(lib, had) for lib, had in _saved if had != self.n]
-                if back:
-                    _set_counts(back)
+                n = self.n
+                for lib, had in _saved:
+                    if had != n:
+                        lib.set(had)
                 _applied = None
-                _cond.notify_all()
+                if _waiting:
+                    _cond.notify_all()
+        finally:
+            _lock.release()
 
 
 def process_blas_threads() -> int:

@@ -37,11 +37,12 @@ def gather(node, xp):
         d = x.shape[a]
         if lo < -d or hi >= d:
             return run(x, indices)  # raises, naming the index
+        # the method: np.take's dispatch wrapper cost 0.6 us a call more (9 a decoder step)
         if lo >= 0:
-            return (np.take(x, const, axis=a),)
+            return (x.take(const, axis=a),)
         idx = normalized.get(d)
         if idx is None:
             idx = normalized[d] = np.where(const < 0, const + d, const)
-        return (np.take(x, idx, axis=a),)
+        return (x.take(idx, axis=a),)
 
     return run_const

@@ -1,6 +1,11 @@
+from typing import Any
+
 from onnxep.providers.kernel import kernel
 
 from .shape import ints, norm_axes, onnx_slice
+
+#: index tuples a Slice node with fed bounds remembers (emptied when full)
+MEMO_KEYS = 64
 
 
 def _slice(x, starts, ends, axes, steps):
@@ -54,15 +59,45 @@ def slice_(node, xp):
 
         return run_const
 
+    # Bounds computed in the graph (a decoder's Shape -> Gather -> Slice, a step counter)
+    # repeat from run to run: the index tuple is remembered per input shape and the
+    # bounds' bytes, which cost a fraction of recomputing it (3 us a node, ints() and
+    # the clamping in Python).
+    memo_fed: dict[tuple, tuple] = {}
+
     def run(x, starts, ends, axes=None, steps=None):
-        return (
-            _slice(
+        key = _key(x, starts, ends, axes, steps)
+        index = None if key is None else memo_fed.get(key)
+        if index is None:
+            index = _index(
                 x,
                 ints(starts),
                 ints(ends),
                 None if axes is None else ints(axes),
                 None if steps is None else ints(steps),
-            ),
-        )
+            )
+            if key is not None:
+                if len(memo_fed) >= MEMO_KEYS:
+                    memo_fed.clear()
+                memo_fed[key] = index
+        return (x[index],)
 
     return run
+
+
+def _key(x: Any, starts: Any, ends: Any, axes: Any, steps: Any) -> tuple | None:
+    """The memo key of one Slice: the input's shape and each bound's type and bytes
+    (int32 [1, 0] and int64 [1] have the same bytes), or None for bounds that are not
+    NumPy arrays or scalars."""
+    try:
+        return (
+            x.shape,
+            starts.dtype.char,
+            starts.tobytes(),
+            ends.dtype.char,
+            ends.tobytes(),
+            None if axes is None else (axes.dtype.char, axes.tobytes()),
+            None if steps is None else (steps.dtype.char, steps.tobytes()),
+        )
+    except AttributeError:
+        return None

@@ -6,7 +6,7 @@ input's shape alone, so it is worked out (and checked) once per input shape.
 
 from onnxep.providers.kernel import kernel
 
-from .shape import ints, norm_axes
+from .shape import ints, norm_axes, reshaper
 
 
 def _squeezed(shape, axes):
@@ -25,6 +25,7 @@ def _squeeze(xp, x, axes):
 
 def _fixed(xp, axes):
     memo: dict[tuple, tuple] = {}
+    reshape = reshaper(xp)
 
     def run(x, *_axes):
         shape = memo.get(x.shape)
@@ -32,7 +33,7 @@ def _fixed(xp, axes):
             shape = _squeezed(x.shape, axes)
             if len(memo) < 64:
                 memo[x.shape] = shape
-        return (xp.reshape(x, shape),)
+        return (reshape(x, shape),)
 
     return run
 

@@ -1,6 +1,6 @@
 from onnxep.providers.kernel import kernel
 
-from .shape import ints, norm_axes
+from .shape import ints, norm_axes, reshaper
 
 
 def _unsqueeze(xp, x, axes):
@@ -27,6 +27,7 @@ def unsqueeze(node, xp):
     if const is not None:
         fixed = ints(const)
         memo: dict[tuple, tuple] = {}
+        reshape = reshaper(xp)
 
         def run_const(x, _axes):
             shape = memo.get(x.shape)
@@ -34,7 +35,7 @@ def unsqueeze(node, xp):
                 shape = _unsqueeze(xp, x, fixed).shape
                 if len(memo) < 64:
                     memo[x.shape] = shape
-            return (xp.reshape(x, shape),)
+            return (reshape(x, shape),)
 
         return run_const
 

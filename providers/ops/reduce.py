@@ -269,7 +269,43 @@ def build_reduce(node: Any, xp: Any, kind: str, axes_input_since: int) -> Callab
             y = _reduce(kind, xc, axes, keep, xp)
         return (xp.asarray(y).astype(dt, copy=False),)
 
-    return run
+    ufunc = _UFUNC_OF.get(kind)
+    as_input = node.opset >= axes_input_since
+    fixed = not as_input or not node.has_input(1) or node.const_input(1) is not None
+    if xp is not np or ufunc is None or not fixed:
+        return run
+    # NumPy, a float32/float64 sum, mean, max or min over fixed axes (an attribute or a
+    # constant input): the axes (and mean's count) are worked out once per input shape and
+    # the reduction is the ufunc's own call, the same one _reduce makes (2-3 us a node less).
+    memo: dict[tuple, tuple[tuple[int, ...], int] | None] = {}
+
+    def run_fixed(x: Any, axes_in: Any = None) -> tuple:
+        if x.__class__ is not np.ndarray or x.dtype not in _PLAIN_FLOATS:
+            return run(x, axes_in)
+        shape = x.shape
+        hit = memo.get(shape, False)
+        if hit is False:
+            axes = get_axes(x, axes_in)
+            hit = None
+            if axes is not None and axes and not is_empty_reduction(shape, axes):
+                n = 1
+                for a in axes:
+                    n *= shape[a]
+                hit = (axes, n)
+            if len(memo) < 64:
+                memo[shape] = hit
+        if hit is None:
+            return run(x, axes_in)  # no axes, or an empty reduction: the general rules
+        y = ufunc.reduce(x, axis=hit[0], keepdims=keep)
+        if kind == "mean":
+            y = np.true_divide(y, hit[1])
+        return (y if y.__class__ is np.ndarray else np.asarray(y),)
+
+    return run_fixed
+
+
+_UFUNC_OF = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
+_PLAIN_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
 # --------------------------------------------------------------------------- losses

@@ -25,6 +25,17 @@ def ints(value: Any) -> list[int]:
     return [int(v) for v in arr]
 
 
+def reshaper(xp: Any) -> Any:
+    """``reshape(x, shape)`` for ``xp``'s arrays: the array method on NumPy, whose
+    ``np.reshape`` dispatch wrapper costs 0.6 us a call against the method's 0.2 (a
+    model's Unsqueeze/Squeeze glue runs it dozens of times a run)."""
+    return _method_reshape if xp is np else xp.reshape
+
+
+def _method_reshape(x: Any, shape: Any) -> Any:
+    return x.reshape(shape)
+
+
 def scalar_int(value: Any) -> int:
     return int(np.asarray(value).reshape(-1)[0])
 

@@ -10,6 +10,15 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import op_cast, op_cast_like
 from onnxep.providers.ops.elementwise import F64, cast_numeric, onnx_to_dtype
 
+#: element types whose casts among themselves are NumPy's astype in every ONNX rule
+_PLAIN = frozenset(
+    np.dtype(t)
+    for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64, np.float16, np.float32, np.float64,
+    )
+)  # fmt: skip
+
 # The literals the Cast spec reserves for the special float values.
 _SPECIAL = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -79,8 +88,16 @@ def _convert(x, to, saturate, mode):
 def cast(node, xp):
     to = onnx_to_dtype(node.attr("to"))
     saturate, mode = op_cast.cast_options(node)
+    plain = to in _PLAIN
 
     def run(x):
+        src = x.dtype
+        if src == to:
+            return (x,)
+        # Between NumPy's own numeric types a Cast is astype (cast_numeric's answer after
+        # its eight checks for float8, bfloat16 and sub-byte types: 1.5 us a node).
+        if plain and src in _PLAIN:
+            return (x.astype(to),)
         return (_convert(x, to, saturate, mode),)
 
     return run

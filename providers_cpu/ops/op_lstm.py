@@ -68,10 +68,12 @@ def _compiled_runner(node, weights):
 
     fixed = None if weights is None else prepare(*weights)
 
+    no_peep = np.empty((num_dir, 0), np.float32)  # read only: one for every run
+
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
         H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
         if P is None:
-            peep = np.empty((num_dir, 0), np.float32)
+            peep = no_peep
         elif P.shape != (num_dir, 3 * H):
             raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
                                   f"{[num_dir, 3 * H]}")  # fmt: skip

@@ -6,6 +6,8 @@ np.sum through their wrappers: a decoder step's softmax over a few hundred logit
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxep.providers.kernel import kernel
@@ -20,8 +22,10 @@ def _shifted(x: np.ndarray, axis) -> np.ndarray:
     """x - max over ``axis``, in a new buffer; an all -inf slice is shifted by 0, as the
     generic kernel does (inf - inf would be NaN)."""
     m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    finite = np.isfinite(m)
-    if not finite.all():
+    # A finite sum says every max is finite in one reduction (isfinite then all() was two
+    # calls and a Python wrapper); a sum that overflows only takes the exact check below.
+    if not math.isfinite(np.add.reduce(m, axis=None)):
+        finite = np.isfinite(m)
         m = np.where(finite, m, m.dtype.type(0))
     return np.subtract(x, m)
 

@@ -81,16 +81,23 @@ def tree_ensemble_classifier(node: NodeInfo, xp: Any):
     binary_case = n_classes == 2 and len(set(ids.tolist())) == 1
     all_positive = weights is None or bool((weights >= 0).all())
     forest = forest_cache(lambda dt: from_attributes(node, "class", dt, n_classes), node)
+    nb = min(len(base), n_classes)  # the classes with a base value (the first nb)
+    base_nb = base[:nb]
 
     def run(x):
         x2 = rows_2d(np.asarray(x), "TreeEnsembleClassifier")
         f = forest(compare_dtype(x2.dtype))
         s, has = f.scores(f.leaves(x2))
         if n_classes > 2:
-            nb = min(len(base), n_classes)
-            s[:, :nb] += base[:nb]
-            has[:, :nb] = True
-            top = np.argmax(s if has.all() else np.where(has, s, -np.inf), axis=1)
+            if nb:
+                s[:, :nb] += base_nb
+            # Base values for every class mark every score as given: no check, no where.
+            # (The array method: np.argmax's wrapper cost 0.6 us more on a few rows.)
+            if nb == n_classes:
+                top = s.argmax(axis=1)
+            else:
+                has[:, :nb] = True
+                top = (s if has.all() else np.where(has, s, -np.inf)).argmax(axis=1)
             return labels[top], apply_post(s, post).astype(np.float32)
         z, top = _binary(s, has, base, post, binary_case, all_positive)
         if binary_case:

@@ -21,6 +21,18 @@ def where(node, xp):
     general = generic(node, xp)
 
     def run(cond, x, y):
+        if cond.__class__ is np.ndarray and x.__class__ is y.__class__ is np.ndarray:
+            # Small selects (a decoder's masks, a VAD's state switches) are most of the
+            # Wheres run: equal shapes or scalars need no broadcast_shapes (3 us) to size.
+            a, b, c = cond.shape, x.shape, y.shape
+            big = b or c or a  # the first that is not a scalar's ()
+            if (
+                (a == big or not a)
+                and (b == big or not b)
+                and (c == big or not c)
+                and (x if b else y if c else cond).size < _MIN_SIZE
+            ):
+                return _small(cond, x, y)
         x, y, cond = np.asarray(x), np.asarray(y), np.asarray(cond)
         it = _INT_OF.get(x.dtype.itemsize)
         if (
@@ -39,3 +51,8 @@ def where(node, xp):
         return (out.view(x.dtype),)
 
     return run
+
+
+def _small(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray]:
+    out = np.where(cond, x, y)
+    return (out if out.__class__ is np.ndarray else np.asarray(out),)

@@ -253,6 +253,11 @@ def run_recurrent(
         last = [ys[ends, :, np.arange(batch)].transpose(1, 0, 2)]
     if c is not None:
         last.append(c)
+    if not T:
+        # onnxruntime's final states of an empty sequence are zeros, not the initial
+        # states (as for an entry whose sequence_lens is 0, below; the compiled loops agree)
+        for s in last:
+            s[...] = 0
     for d in range(num_dir):
         if reverse[d]:
             yd = ys[:, d]
