@@ -33,10 +33,10 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.flow import clipper, project, recurrent
 
-from .. import jit
-from . import recurrent_jit
+from .. import jit, jit_int8
+from . import recurrent_jit, vnni_gemm
 from .op_lstm import lstm_runner
-from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
+from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8, dynamic_uint8_compiled
 from .recurrent_cpu import parse_direction
 
 
@@ -128,15 +128,21 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
         if bias is not None or not node.has_input(3):
             fast = lstm_runner(node, weights=(*fixed, bias), hidden_hook=_fake_quant_per_direction)
     num_dir, _ = parse_direction(node)
-    compiled = None
+    compiled = tiles = None
     if recurrent_jit.usable(node, ("Sigmoid", "Tanh", "Tanh"), num_dir):
         known = consts is not None and (bias is not None or not node.has_input(3))
         compiled = _compiled_runner(node, (*consts, bias) if known else None)
+        if jit_int8.vnni():
+            tiles = _tiles_runner(node, (*consts, bias) if known else None)
 
     def run(
         X, W, R, B=None, lens=None, h0=None, c0=None, P=None, ws=None, wz=None, rs=None, rz=None
     ):
         full = lens is None or (lens.size and int(np.min(lens)) == X.shape[0])
+        if tiles is not None and full and X.dtype == np.float32:
+            out = tiles(X, W, R, B, h0, c0, P, ws, wz, rs, rz)
+            if out is not None:
+                return out
         if compiled is not None and full and X.dtype == np.float32:
             out = compiled(X, W, R, B, h0, c0, P, ws, wz, rs, rz)
             if out is not None:
@@ -238,6 +244,99 @@ def _compiled_runner(node, weights):
         )  # fmt: skip
 
     return run
+
+
+def _tiles_runner(node, weights):
+    """DynamicQuantizeLSTM through recurrent_vnni's loop on the VNNI tiles (full-length
+    sequences, float32, 8-bit weights): W and R packed into panels once per session when
+    constant. The run gives None (the caller's next path runs) when X holds a NaN or
+    infinity or the weights are not 8-bit."""
+    op = node.op_type
+    num_dir, reverse = parse_direction(node)
+    input_forget = bool(node.attr("input_forget", 0))
+    clip_at = node.attr("clip", None)
+    clip = np.float32(np.inf if clip_at is None else clip_at)
+
+    def per_output(v, d, n):
+        return None if v is None else np.asarray(v).reshape(num_dir, -1)[d].reshape(-1)
+
+    def prepare(W, R, ws, wz, rs, rz, B):
+        if not vnni_gemm.available(W.dtype, R.dtype):
+            return None
+        _float_weights(W, R, ws, wz, rs, rz, op)  # checks every shape
+        H = R.shape[1]
+        G = 4 * H
+        width = -(-G // 64) * 64
+        bias = np.full((num_dir, width), -0.0, np.float32)
+        if B is not None:
+            if B.shape != (num_dir, 8 * H):
+                raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
+                                      f"{[num_dir, 8 * H]}")  # fmt: skip
+            bias[:, :G] = B[:, :G] + B[:, G:]
+        wsc = np.zeros((num_dir, width), np.float32)
+        wsc[:, :G] = np.broadcast_to(np.asarray(ws, np.float32).reshape(num_dir, -1), (num_dir, G))
+        rsc = np.ascontiguousarray(
+            np.broadcast_to(np.asarray(rs, np.float32).reshape(num_dir, -1), (num_dir, G))
+        )
+        pw = [vnni_gemm.PackedB(W[d], per_output(wz, d, G), panels=True) for d in range(num_dir)]
+        pr = [vnni_gemm.PackedB(R[d], per_output(rz, d, G), panels=True) for d in range(num_dir)]
+        return H, pw, wsc, bias, pr, rsc
+
+    fixed = None if weights is None else prepare(*weights)
+    loops = _vnni_module().loops() if weights is None or fixed is not None else None
+
+    def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
+        prepared = fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
+        if prepared is None:
+            return None
+        H, pw, wsc, bias, pr, rsc = prepared
+        G = 4 * H
+        n_in = pw[0].k
+        if P is None:
+            peep = np.empty((num_dir, 0), np.float32)
+        elif P.shape != (num_dir, 3 * H):
+            raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
+                                  f"{[num_dir, 3 * H]}")  # fmt: skip
+        else:
+            peep = np.ascontiguousarray(P, dtype=np.float32)
+        if X.ndim != 3 or X.shape[2] != n_in:
+            raise InvalidArgument(
+                f"{op}: X has shape {list(X.shape)}, expected [seq, batch, {n_in}]"
+            )
+        # X through uint8 once for the whole sequence, as onnxruntime does
+        quantized = dynamic_uint8_compiled(X)
+        if quantized is None:
+            return None
+        q, xs, xz = quantized
+        xs = np.float32(1) if xs == 0 else xs  # dynamic_uint8's scale of a zero range
+        xq = q.reshape(-1, n_in)
+        if n_in % 4:
+            xq = np.zeros((xq.shape[0], 4 * pw[0].nk4), np.uint8)
+            xq[:, :n_in] = q.reshape(-1, n_in)
+        mult = wsc * xs
+        vl = loops if loops is not None else _vnni_module().loops()
+
+        def direction(d, xw, h, c, ys, lens):
+            w, r = pw[d], pr[d]
+            return vl.lstm_direction(
+                xq, int(xz), w.y, w.nk4, w.zc, w.cc, mult[d], bias[d], xw, xw.reshape(-1, G),
+                r.y, r.nk4, r.zc, r.cc, rsc[d], peep[d], clip, input_forget,
+                lens, reverse[d], h, c, ys,
+            )  # fmt: skip
+
+        return recurrent_jit.run(
+            op, X, n_in, G, blas=None, project=None, rows=X.reshape(-1, n_in), hidden=H,
+            num_dir=num_dir, layout=0, lens=None, inits=[h0, c0], direction=direction,
+        )  # fmt: skip
+
+    return run
+
+
+def _vnni_module():
+    """The VNNI loops' module (imports numba through jit on first use)."""
+    from . import recurrent_vnni as module
+
+    return module
 
 
 def _float_weights(W, R, ws, wz, rs, rz, op):

@@ -1,0 +1,158 @@
+"""DynamicQuantizeLSTM's whole-sequence loop on the AVX-512 VNNI tiles (numba).
+
+Imported only once ``jit_int8.vnni()`` has said the tiles run here. One call runs one
+direction: the input projection of every step as one uint8 x int8 product on the tiles
+(X quantised once for the sequence by the caller, W packed into 64-column panels once per
+session), then each step's hidden state through uint8 (:func:`quantize_rows_u8`, the
+NumPy round trip's integers) times R on the panel tiles, in exact int32, scaled once per
+output and handed to recurrent_loops' LSTM cell. The products are the integer ones
+onnxruntime's MLAS makes with the same instruction; the float loop before this
+(recurrent_loops.lstm_direction with 8-bit weights) summed the same integers in float32,
+exact while the sums stay under 2^24, a quarter as fast per step.
+
+numba's disk cache checks only the file that defines a compiled function, and these
+loops compile in jit_int8's tiles and recurrent_loops' cell: :func:`loops` compiles them
+under names that carry a digest of both files, so an edit there never runs a stale
+cached loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from .. import jit, jit_int8
+from . import recurrent_loops
+from .recurrent_loops import _copy, _lstm_cell, _running, _zero_finished
+
+nb = jit.nb
+_CELL = {"contract"}
+_loops: SimpleNamespace | None = None
+
+
+# exact float32 operations (no fast-math): the NumPy round trip's bits
+@nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def quantize_rows_u8(h, rows, n, hq, sums):
+    """h's rows ``rows[:n]`` through uint8 with dynamic quantisation's range rule, as the
+    tiles take them: ``hq[i, :H]`` the uint8 values (``clip(rint(h / scale) + zp, 0, 255)``,
+    the integers of recurrent_loops.quantize_rows plus the zero point), ``sums[i]`` their
+    sum. Returns (scale, zero point), or a scale of -1 if a value is not finite (the caller
+    then leaves the node to the NumPy path, with NumPy's NaN rules)."""
+    zero = np.float32(0.0)
+    top = np.float32(255.0)
+    lo = zero
+    hi = zero
+    H = h.shape[1]
+    for i in range(n):
+        hr = h[rows[i]]
+        for k in range(H):
+            v = hr[k]
+            if v - v != zero:
+                return np.float32(-1.0), zero
+            if v < lo:
+                lo = v
+            if v > hi:
+                hi = v
+    scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / top)
+    zp = zero - lo / scale
+    zp = np.float32(np.rint(min(max(zp, zero), top)))
+    for i in range(n):
+        hr = h[rows[i]]
+        o = hq[i]
+        s = np.int32(0)
+        for k in range(H):
+            q = np.float32(np.rint(hr[k] / scale)) + zp
+            q = min(max(q, zero), top)
+            u = np.uint8(q)
+            o[k] = u
+            s += np.int32(u)
+        sums[i] = s
+    return scale, zp
+
+
+def _lstm_direction_vnni(
+    xq, xz, wy, wnk4, wzc, wcc, wmult, wbias, xw, xw2,
+    ry, rnk4, rzc, rcc, rs, P, clip, input_forget, lens, rev, h, c, ys,
+):  # fmt: skip
+    """One direction of DynamicQuantizeLSTM; returns False if the hidden state met a NaN/inf.
+
+    xq [T * batch, 4 wnk4] X's uint8 rows (zeros past the input size) less ``xz``; W
+    packed (wy, wnk4, wzc, wcc: vnni_gemm.PackedB(panels=True)); ``wmult`` X's scale times
+    W's per output and ``wbias`` Wb + Rb (both padded to the panels); ``xw`` [T, batch, 4H]
+    the projection's buffer (``xw2`` the same as [T * batch, 4H]); R packed likewise with
+    scales ``rs`` [4H]; P, clip, input_forget, lens, rev, h, c, ys as for
+    recurrent_loops.lstm_direction.
+    """
+    TB = xq.shape[0]
+    B = h.shape[0]
+    G = rs.shape[0]
+    T = ys.shape[0]
+    xs = np.empty(TB, np.int32)
+    for r in range(TB):
+        row = xq[r]
+        s = np.int32(0)
+        for k in range(row.shape[0]):
+            s += np.int32(row[k])
+        xs[r] = s
+    zx = np.full(TB, np.int32(xz), np.int32)
+    rcx = np.zeros(TB, np.int32)
+    _panels_float(xq, wy, wnk4, xs, zx, rcx, wzc, wcc, wmult, wbias, xw2, G, 0, TB, 0, G)  # noqa: F821
+    nb_ = max(B, 1)
+    hq = np.zeros((nb_, 4 * rnk4), np.uint8)
+    hs = np.empty(nb_, np.int32)
+    zh = np.empty(nb_, np.int32)
+    rch = np.zeros(nb_, np.int32)
+    gq = np.empty((nb_, G), np.int32)
+    g = np.empty((nb_, G), np.float32)
+    sc = np.empty(G, np.float32)
+    rows = np.empty(nb_, np.int64)
+    for s in range(T):
+        _zero_finished(lens, s, ys)
+        n = _running(lens, s, rows)
+        if n == 0:
+            continue
+        scale, zp = quantize_rows_u8(h, rows, n, hq, hs)
+        if scale < 0:
+            return False
+        for i in range(n):
+            zh[i] = np.int32(zp)
+        _panels_int(hq, ry, rnk4, hs, zh, rch, rzc, rcc, gq, G, 0, n, 0, G)  # noqa: F821
+        for j in range(G):
+            sc[j] = scale * rs[j]
+        for i in range(n):
+            b = rows[i]
+            t = lens[b] - 1 - s if rev else s
+            x = xw[t, b]
+            gi = g[i]
+            qi = gq[i]
+            for j in range(G):
+                gi[j] = np.float32(qi[j]) * sc[j] + x[j]
+            _lstm_cell(gi, c[b], h[b], P, clip, input_forget)
+            _copy(ys[t, b], h[b])
+    return True
+
+
+def _digest() -> str:
+    h = hashlib.sha256(jit_int8.source_digest().encode())
+    h.update(Path(recurrent_loops.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def loops() -> SimpleNamespace:
+    """``quantize_rows_u8`` and ``lstm_direction`` compiled (on first use), the tiles with them."""
+    global _loops
+    if _loops is None:
+        g = globals()
+        g["_panels_int"] = jit_int8.loop("panels_int")
+        g["_panels_float"] = jit_int8.loop("panels_float")
+        digest = _digest()
+        opts = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+        src = _lstm_direction_vnni
+        # the cache's file name is made from the qualified name
+        src.__qualname__ = f"_lstm_direction_vnni_{digest}"
+        direction = nb.njit(fastmath=_CELL, **opts)(src)
+        _loops = SimpleNamespace(quantize_rows_u8=quantize_rows_u8, lstm_direction=direction)
+    return _loops
