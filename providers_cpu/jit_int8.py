@@ -639,9 +639,7 @@ _SOURCES = {
     "dq_uint8": _dq_uint8,
     "dq_matmul": _dq_matmul,
 }
-_NEED_TILES = frozenset(
-    {"gemm_int", "gemm_float", "gemm_row_scaled", "panels_int", "panels_float"}
-)
+_NEED_TILES = frozenset({"gemm_int", "gemm_float", "gemm_row_scaled", "panels_int", "panels_float"})
 _CALLS = {
     "conv_image": ("im2col4", "col_sums", "gemm_int", "gemm_row_scaled"),
     "dq_matmul": ("dq_uint8", "gemm_float"),
