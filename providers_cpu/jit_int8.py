@@ -89,7 +89,13 @@ def loop(name: str) -> Any:
 
 
 def _tile_intrinsic(
-    rows: int, vecs: int, x_unsigned: bool, float_out: bool, row_scale: bool, panel: bool = False
+    rows: int,
+    vecs: int,
+    x_unsigned: bool,
+    float_out: bool,
+    row_scale: bool,
+    panel: bool = False,
+    ways: int = 1,
 ) -> Any:
     """A rows x (16 * vecs) tile of a product on ``vpdpbusd``, as a numba intrinsic:
 
@@ -110,7 +116,8 @@ def _tile_intrinsic(
     With ``panel``, ``y`` is in panels of 64 columns (vnni_gemm.PackedB(panels=True)):
     panel p's nk4 rows of 256 bytes follow each other, so a 64-column tile streams one
     contiguous block (rows of ``y``: panels x nk4), and column j0 starts at byte
-    ``(j0 // 64) * nk4 * 256 + (j0 % 64) * 4``.
+    ``(j0 // 64) * nk4 * 256 + (j0 % 64) * 4``. ``ways`` > 1 keeps that many sets of
+    sums (k4 = w mod ways in set w), added at the end.
     """
     from llvmlite import ir
     from numba import types
@@ -171,9 +178,13 @@ def _tile_intrinsic(
             builder.module, ir.FunctionType(v16, [v16, v16, v16]), "llvm.x86.avx512.vpdpbusd.512"
         )
         zero = ir.Constant(v16, None)
-        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(vecs)] for _ in range(rows)]
-        with cgutils.for_range(builder, nk4) as lp:
-            k = lp.index
+        accs = [
+            [[cgutils.alloca_once_value(builder, zero) for _ in range(vecs)] for _ in range(rows)]
+            for _ in range(ways)
+        ]
+        acc = accs[0]
+
+        def step(k, acc):
             ybase = builder.gep(ycols, [builder.mul(k, ldy)])
             yv = [
                 builder.load(
@@ -188,6 +199,26 @@ def _tile_intrinsic(
                     ops = [xv, yv[c]] if x_unsigned else [yv[c], xv]
                     cur = builder.load(acc[r][c])
                     builder.store(builder.call(dp, [cur, *ops]), acc[r][c])
+
+        if ways == 1:
+            with cgutils.for_range(builder, nk4) as lp:
+                step(lp.index, acc)
+        else:
+            # ``ways`` independent sums, each over every ways-th k4, added at the end (exact:
+            # integers): a few rows' tile has too few accumulators to cover vpdpbusd's latency
+            main = builder.sdiv(nk4, const(ways))
+            with cgutils.for_range(builder, main) as lp:
+                for w in range(ways):
+                    step(builder.add(builder.mul(lp.index, const(ways)), const(w)), accs[w])
+            tail = builder.sub(nk4, builder.mul(main, const(ways)))
+            with cgutils.for_range(builder, tail) as lp:
+                step(builder.add(builder.mul(main, const(ways)), lp.index), acc)
+            for r in range(rows):
+                for c in range(vecs):
+                    total = builder.load(acc[r][c])
+                    for w in range(1, ways):
+                        total = builder.add(total, builder.load(accs[w][r][c]))
+                    builder.store(total, acc[r][c])
         ety = f16 if float_out else v16
         store = cgutils.get_or_insert_function(
             builder.module,
@@ -240,7 +271,12 @@ def _make_tiles() -> None:
         return
     for tag, float_out in (("pu", False), ("pf", True)):
         for rows in (1, 2, 3, 4):
-            g[f"_{tag}{rows}4"] = _tile_intrinsic(rows, 4, True, float_out, False, panel=True)
+            # one row: two sets of sums (8 in flight), 20% faster on [1, 256] x [256, 1024];
+            # two rows already run at the cache's bandwidth
+            ways = 2 if rows == 1 else 1
+            g[f"_{tag}{rows}4"] = _tile_intrinsic(
+                rows, 4, True, float_out, False, panel=True, ways=ways
+            )
     kinds = (
         ("u", True, False, False),
         ("s", False, False, False),

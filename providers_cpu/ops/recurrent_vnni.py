@@ -41,21 +41,30 @@ def quantize_rows_u8(h, rows, n, hq, sums):
     the integers of recurrent_loops.quantize_rows plus the zero point), ``sums[i]`` their
     sum. Returns (scale, zero point), or a scale of -1 if a value is not finite (the caller
     then leaves the node to the NumPy path, with NumPy's NaN rules)."""
-    zero = np.float32(0.0)
-    top = np.float32(255.0)
-    lo = zero
-    hi = zero
+    # the range over the bits ordered as integers (a float's bits xor 0x7fffffff where
+    # negative sort as the floats do, NaN past the infinities): no early exit and no float
+    # comparison, so the loop vectorizes
+    mask = np.int32(0x7FFFFFFF)
+    kmin = np.int32(0)  # the key of +0.0: the range always holds 0
+    kmax = np.int32(0)
     H = h.shape[1]
     for i in range(n):
-        hr = h[rows[i]]
+        hb = h[rows[i]].view(np.int32)
         for k in range(H):
-            v = hr[k]
-            if v - v != zero:
-                return np.float32(-1.0), zero
-            if v < lo:
-                lo = v
-            if v > hi:
-                hi = v
+            v = hb[k]
+            key = v ^ ((v >> np.int32(31)) & mask)
+            kmin = min(kmin, key)
+            kmax = max(kmax, key)
+    zero = np.float32(0.0)
+    top = np.float32(255.0)
+    if kmax >= np.int32(0x7F800000) or kmin <= np.int32(-0x7F800001):
+        return np.float32(-1.0), zero
+    bits = np.empty(2, np.int32)
+    bits[0] = kmin ^ ((kmin >> np.int32(31)) & mask)
+    bits[1] = kmax ^ ((kmax >> np.int32(31)) & mask)
+    fl = bits.view(np.float32)
+    lo = min(fl[0], zero)
+    hi = max(fl[1], zero)
     scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / top)
     zp = zero - lo / scale
     zp = np.float32(np.rint(min(max(zp, zero), top)))
