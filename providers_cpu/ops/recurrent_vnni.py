@@ -144,7 +144,8 @@ def _lstm_direction_vnni(
     return True
 
 
-def _digest() -> str:
+def cache_digest() -> str:
+    """What the loops' cache names carry: a digest of jit_int8.py and recurrent_loops.py."""
     h = hashlib.sha256(jit_int8.source_digest().encode())
     h.update(Path(recurrent_loops.__file__).read_bytes())
     return h.hexdigest()[:16]
@@ -157,7 +158,7 @@ def loops() -> SimpleNamespace:
         g = globals()
         g["_panels_int"] = jit_int8.loop("panels_int")
         g["_panels_float"] = jit_int8.loop("panels_float")
-        digest = _digest()
+        digest = cache_digest()
         opts = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
         src = _lstm_direction_vnni
         # the cache's file name is made from the qualified name
