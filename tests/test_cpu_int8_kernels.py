@@ -473,18 +473,20 @@ needs_tiles = pytest.mark.skipif(
 
 @pytest.fixture
 def vnni_calls(monkeypatch):
-    """Counts the calls of the tiles' LSTM loop (one per direction and run)."""
+    """(directions, result) of each call of the tiles' LSTM loop (one call per run on one
+    thread; result 1 done, 0 gave up at a hidden state, -1 X not finite)."""
     from onnxep.providers_cpu.ops import recurrent_vnni
 
     loops = recurrent_vnni.loops()
     calls = []
-    real = loops.lstm_direction
+    real = loops.lstm_node
 
     def spy(*args):
-        calls.append(args)
-        return real(*args)
+        result = real(*args)
+        calls.append((list(range(args[-2], args[-1])), result))
+        return result
 
-    monkeypatch.setattr(loops, "lstm_direction", spy)
+    monkeypatch.setattr(loops, "lstm_node", spy)
     return calls
 
 
@@ -533,7 +535,9 @@ def test_dynamic_quantize_lstm_on_the_tiles(
     model, feeds = _dq_lstm(rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip,
                             constant, states)  # fmt: skip
     tiles, loop, numpy_path = _runs(model, feeds, monkeypatch)
-    assert len(vnni_calls) == (2 if direction == "bidirectional" else 1)
+    assert [d for dirs, done in vnni_calls for d in dirs if done == 1] == (
+        [0, 1] if direction == "bidirectional" else [0]
+    )
     for g, f, n in zip(tiles, loop, numpy_path):
         assert g.dtype == np.float32 and g.shape == n.shape
         if T * batch <= 64:
@@ -560,11 +564,11 @@ def test_dynamic_quantize_lstm_tiles_leave_what_is_not_finite(vnni_calls, monkey
             m.setattr(jit_int8, "_vnni", vnni)
             onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
         errors.append(str(err.value))
-    assert errors[0] == errors[1] and not vnni_calls
+    assert errors[0] == errors[1] and [done for _, done in vnni_calls] == [-1]
     model, feeds = _dq_lstm(rng, "forward", 3, 2, 6, 5, I8, False, True, None, True)
     feeds["h0"][0, 1, 3] = np.nan
     tiles, _, numpy_path = _runs(model, feeds, monkeypatch)
-    assert vnni_calls
+    assert [done for _, done in vnni_calls[1:]] == [0]
     for g, n in zip(tiles, numpy_path):
         np.testing.assert_array_equal(np.isnan(g), np.isnan(n))
         np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)

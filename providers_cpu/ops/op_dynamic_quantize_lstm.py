@@ -34,10 +34,12 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.flow import clipper, project, recurrent
 
 from .. import jit, jit_int8
+from ..threads import run_threads
 from . import recurrent_jit, vnni_gemm
+from .nn_cpu import parallel_rows
 from .op_lstm import lstm_runner
-from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8, dynamic_uint8_compiled
-from .recurrent_cpu import parse_direction
+from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
+from .recurrent_cpu import check_shape, parse_direction
 
 
 def _fake_quant(x: np.ndarray) -> np.ndarray:
@@ -155,6 +157,11 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
     return run
 
 
+#: Below this many multiply-adds (steps x batch x 4H x (H + input)) the two directions run
+#: in one call on one thread: handing one to another thread cost about 40 us on the shared
+#: 2-core machine, as much as a direction of tashkeel's 9 steps x 2 rows (18M).
+PARALLEL_WORK = 1 << 25
+
 #: Up to this many rows (steps x batch) the input projection runs in the compiled loop on
 #: the 8-bit weights (a quarter of the bytes of the float32 copy BLAS reads); past it, BLAS.
 LOOP_PROJECTION_ROWS = 64
@@ -247,18 +254,23 @@ def _compiled_runner(node, weights):
 
 
 def _tiles_runner(node, weights):
-    """DynamicQuantizeLSTM through recurrent_vnni's loop on the VNNI tiles (full-length
+    """DynamicQuantizeLSTM through recurrent_vnni's loops on the VNNI tiles (full-length
     sequences, float32, 8-bit weights): W and R packed into panels once per session when
-    constant. The run gives None (the caller's next path runs) when X holds a NaN or
-    infinity or the weights are not 8-bit."""
+    constant, then one compiled call per run (two, one per direction, when the run has
+    threads for them). The run gives None (the caller's next path runs) when X holds a NaN
+    or infinity, a hidden state stops being finite, or the weights are not 8-bit."""
     op = node.op_type
     num_dir, reverse = parse_direction(node)
     input_forget = bool(node.attr("input_forget", 0))
     clip_at = node.attr("clip", None)
     clip = np.float32(np.inf if clip_at is None else clip_at)
+    rev = np.array(reverse, dtype=np.bool_)
 
-    def per_output(v, d, n):
+    def per_output(v, d):
         return None if v is None else np.asarray(v).reshape(num_dir, -1)[d].reshape(-1)
+
+    def stacked(packs, attr):
+        return np.ascontiguousarray(np.stack([getattr(p, attr) for p in packs]))
 
     def prepare(W, R, ws, wz, rs, rz, B):
         if not vnni_gemm.available(W.dtype, R.dtype):
@@ -278,22 +290,23 @@ def _tiles_runner(node, weights):
         rsc = np.ascontiguousarray(
             np.broadcast_to(np.asarray(rs, np.float32).reshape(num_dir, -1), (num_dir, G))
         )
-        pw = [vnni_gemm.PackedB(W[d], per_output(wz, d, G), panels=True) for d in range(num_dir)]
-        pr = [vnni_gemm.PackedB(R[d], per_output(rz, d, G), panels=True) for d in range(num_dir)]
-        return H, pw, wsc, bias, pr, rsc
+        pw = [vnni_gemm.PackedB(W[d], per_output(wz, d), panels=True) for d in range(num_dir)]
+        pr = [vnni_gemm.PackedB(R[d], per_output(rz, d), panels=True) for d in range(num_dir)]
+        wargs = (stacked(pw, "y"), pw[0].nk4, stacked(pw, "zc"), stacked(pw, "cc"), wsc, bias)
+        rargs = (stacked(pr, "y"), pr[0].nk4, stacked(pr, "zc"), stacked(pr, "cc"), rsc)
+        return H, pw[0].k, wargs, rargs
 
     fixed = None if weights is None else prepare(*weights)
     loops = _vnni_module().loops() if weights is None or fixed is not None else None
+    no_peep = np.empty((num_dir, 0), np.float32)
 
     def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
         prepared = fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
         if prepared is None:
             return None
-        H, pw, wsc, bias, pr, rsc = prepared
-        G = 4 * H
-        n_in = pw[0].k
+        H, n_in, wargs, rargs = prepared
         if P is None:
-            peep = np.empty((num_dir, 0), np.float32)
+            peep = no_peep
         elif P.shape != (num_dir, 3 * H):
             raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
                                   f"{[num_dir, 3 * H]}")  # fmt: skip
@@ -303,31 +316,32 @@ def _tiles_runner(node, weights):
             raise InvalidArgument(
                 f"{op}: X has shape {list(X.shape)}, expected [seq, batch, {n_in}]"
             )
-        # X through uint8 once for the whole sequence, as onnxruntime does
-        quantized = dynamic_uint8_compiled(X)
-        if quantized is None:
-            return None
-        q, xs, xz = quantized
-        xs = np.float32(1) if xs == 0 else xs  # dynamic_uint8's scale of a zero range
-        xq = q.reshape(-1, n_in)
-        if n_in % 4:
-            xq = np.zeros((xq.shape[0], 4 * pw[0].nk4), np.uint8)
-            xq[:, :n_in] = q.reshape(-1, n_in)
-        mult = wsc * xs
+        T, batch = X.shape[0], X.shape[1]
+        if X.size == 0:
+            return None  # the driver's empty-sequence rules
+        states = []
+        for k, s in enumerate((h0, c0)):
+            if s is None:
+                states.append(np.zeros((num_dir, batch, H), np.float32))
+            else:
+                check_shape(op, ("initial_h", "initial_c")[k], s, (num_dir, batch, H))
+                states.append(np.array(s, dtype=np.float32, order="C"))
+        h, c = states
+        Y = np.empty((T, num_dir, batch, H), np.float32)
+        x = np.ascontiguousarray(X)
         vl = loops if loops is not None else _vnni_module().loops()
+        args = (*wargs, *rargs, peep, clip, input_forget, rev, h, c, Y)
+        work = T * batch * 4 * H * (H + n_in)
+        if num_dir == 1 or run_threads() == 1 or work < PARALLEL_WORK:
+            done = [vl.lstm_node(x, *args, 0, num_dir)]
+        else:  # a direction per thread; each quantizes X (a few microseconds)
+            done = [1, 1]
 
-        def direction(d, xw, h, c, ys, lens):
-            w, r = pw[d], pr[d]
-            return vl.lstm_direction(
-                xq, int(xz), w.y, w.nk4, w.zc, w.cc, mult[d], bias[d], xw, xw.reshape(-1, G),
-                r.y, r.nk4, r.zc, r.cc, rsc[d], peep[d], clip, input_forget,
-                lens, reverse[d], h, c, ys,
-            )  # fmt: skip
+            def part(d0: int, d1: int) -> None:
+                done[d0] = vl.lstm_node(x, *args, d0, d1)
 
-        return recurrent_jit.run(
-            op, X, n_in, G, blas=None, project=None, rows=X.reshape(-1, n_in), hidden=H,
-            num_dir=num_dir, layout=0, lens=None, inits=[h0, c0], direction=direction,
-        )  # fmt: skip
+            parallel_rows(num_dir, work, part)
+        return (Y, h, c) if min(done) == 1 else None
 
     return run
 

@@ -144,6 +144,53 @@ def _lstm_direction_vnni(
     return True
 
 
+def _lstm_node(
+    x, wy, wnk4, wzc, wcc, wsc, wbias, ry, rnk4, rzc, rcc, rsc, P, clip, input_forget,
+    rev, h, c, Y, d0, d1,
+):  # fmt: skip
+    """Directions d0..d1 of a DynamicQuantizeLSTM node over full-length sequences, in one
+    call: X (x [T, batch, input] float32) through uint8 with DynamicQuantizeLinear's rule
+    (jit_int8's dq_uint8, bit for bit the NumPy kernel's; a zero range has scale 1), then
+    :func:`_lstm_direction_vnni` per direction, the per-direction arrays stacked on their
+    first axis (W's and R's panels, their zero-point terms and scales, the bias, P
+    [dirs, 3H or 0], rev [dirs]); h, c [dirs, batch, H] the initial states, updated;
+    Y [T, dirs, batch, H]. Returns -1 (nothing written) when X holds a NaN or infinity,
+    0 when a hidden state stops being finite, 1 when done.
+    """
+    T, B, n_in = x.shape
+    G = rsc.shape[1]
+    flat = x.reshape(-1)
+    q = np.empty(flat.shape[0], np.uint8)
+    ok, xs, xz = _dq_uint8(flat, flat.view(np.int32), q)  # noqa: F821
+    if not ok:
+        return -1
+    if xs == np.float32(0.0):
+        xs = np.float32(1.0)
+    TB = T * B
+    if 4 * wnk4 == n_in:
+        xq = q.reshape(TB, n_in)
+    else:
+        xq = np.zeros((TB, 4 * wnk4), np.uint8)
+        qr = q.reshape(TB, n_in)
+        for r in range(TB):
+            for k in range(n_in):
+                xq[r, k] = qr[r, k]
+    lens = np.full(B, T, np.int64)
+    mult = np.empty(wsc.shape[1], np.float32)
+    proj = np.empty((TB, G), np.float32)
+    for d in range(d0, d1):
+        for j in range(mult.shape[0]):
+            mult[j] = xs * wsc[d, j]
+        done = _direction(  # noqa: F821
+            xq, xz, wy[d], wnk4, wzc[d], wcc[d], mult, wbias[d], proj.reshape(T, B, G), proj,
+            ry[d], rnk4, rzc[d], rcc[d], rsc[d], P[d], clip, input_forget, lens, rev[d],
+            h[d], c[d], Y[:, d],
+        )  # fmt: skip
+        if not done:
+            return 0
+    return 1
+
+
 def cache_digest() -> str:
     """What the loops' cache names carry: a digest of jit_int8.py and recurrent_loops.py."""
     h = hashlib.sha256(jit_int8.source_digest().encode())
@@ -152,17 +199,24 @@ def cache_digest() -> str:
 
 
 def loops() -> SimpleNamespace:
-    """``quantize_rows_u8`` and ``lstm_direction`` compiled (on first use), the tiles with them."""
+    """``quantize_rows_u8``, ``lstm_direction`` and ``lstm_node`` compiled (on first use),
+    the tiles with them."""
     global _loops
     if _loops is None:
         g = globals()
         g["_panels_int"] = jit_int8.loop("panels_int")
         g["_panels_float"] = jit_int8.loop("panels_float")
+        g["_dq_uint8"] = jit_int8.loop("dq_uint8")
         digest = cache_digest()
         opts = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
-        src = _lstm_direction_vnni
-        # the cache's file name is made from the qualified name
-        src.__qualname__ = f"_lstm_direction_vnni_{digest}"
-        direction = nb.njit(fastmath=_CELL, **opts)(src)
-        _loops = SimpleNamespace(quantize_rows_u8=quantize_rows_u8, lstm_direction=direction)
+        compiled = {}
+        for name, src in (("_direction", _lstm_direction_vnni), ("_node", _lstm_node)):
+            # the cache's file name is made from the qualified name
+            src.__qualname__ = f"{src.__name__}_{digest}"
+            compiled[name] = g[name] = nb.njit(fastmath=_CELL, **opts)(src)
+        _loops = SimpleNamespace(
+            quantize_rows_u8=quantize_rows_u8,
+            lstm_direction=compiled["_direction"],
+            lstm_node=compiled["_node"],
+        )
     return _loops
