@@ -937,3 +937,75 @@ def test_dynamic_quantize_matmul_in_one_call_and_its_fallback(bad, monkeypatch):
     got = run()
     monkeypatch.setattr(jit, "ENABLED", False)
     assert got == run()
+
+
+# -- DequantizeLinear of 8-bit values by constant per-tensor parameters: a table ----------
+
+
+def _dequantize_model(x_dt, scale, zp, const=True, axis=None):
+    ins = ["x", "s"] + (["z"] if zp is not None else [])
+    arrays = {"s": np.asarray(scale)} | ({} if zp is None else {"z": np.asarray(zp, x_dt)})
+    attrs = {} if axis is None else {"axis": axis}
+    node = helper.make_node("DequantizeLinear", ins, ["y"], **attrs)
+    g_in = [helper.make_tensor_value_info("x", elem(np.dtype(x_dt)), None)]
+    if not const:
+        g_in += [
+            helper.make_tensor_value_info(n, elem(a.dtype), a.shape) for n, a in arrays.items()
+        ]
+    inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()] if const else []
+    out = [helper.make_tensor_value_info("y", elem(np.float32), None)]
+    graph = helper.make_graph([node], "g", g_in, out, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return model, ({} if const else arrays)
+
+
+@pytest.mark.parametrize("x_dt", [U8, I8])
+@pytest.mark.parametrize(
+    "scale", [np.float32(0.0123), np.array([3e-3], np.float32), np.float32(-2.5), np.float32(1e-40)]
+)
+@pytest.mark.parametrize("zp", [None, 0, 17, "top"])
+def test_dequantize_linear_table_is_the_generic_kernel(x_dt, scale, zp, monkeypatch):
+    """Constant per-tensor scale and zero point of 8-bit x: the table's values are the
+    generic kernel's float32 operations bit for bit (a negative and a subnormal scale
+    included), on every byte value, on a strided x, and onnxruntime's."""
+    from onnxep.providers_cpu.ops import op_dequantize_linear
+
+    tables = []
+    real = op_dequantize_linear._table  # noqa: SLF001
+
+    def spy(node):
+        tables.append(real(node))
+        return tables[-1]
+
+    monkeypatch.setattr(op_dequantize_linear, "_table", spy)
+    if zp == "top":
+        zp = np.iinfo(x_dt).max
+    if zp is not None:
+        zp = np.asarray(zp, x_dt).reshape(np.shape(scale))
+    model, _ = _dequantize_model(x_dt, scale, zp)
+    every = np.arange(256, dtype=np.uint8).view(x_dt).reshape(2, 8, 16)
+    for x in (every, every[:, ::3, 1:]):
+        got, ref = run_both(model, {"x": x})
+        assert tables and tables[-1] is not None
+        v = x.astype(np.float32) - (np.float32(0) if zp is None else zp.astype(np.float32))
+        want = (v * np.asarray(scale, np.float32)).astype(np.float32)
+        assert got[0].dtype == np.float32 and got[0].shape == x.shape
+        assert got[0].tobytes() == want.tobytes()
+        np.testing.assert_array_equal(got[0], ref[0])
+
+
+@pytest.mark.parametrize("case", ["per_axis", "fed", "int16", "0-d"])
+def test_dequantize_linear_other_cases_keep_the_generic_kernel(case):
+    """Per-axis parameters, parameters fed at run time, 16-bit x and a 0-d x are not the
+    table's: onnxruntime's results as before."""
+    rng = np.random.default_rng(3)
+    x_dt = np.dtype(np.int16) if case == "int16" else U8
+    x = rng.integers(0, 200, () if case == "0-d" else (3, 4, 5)).astype(x_dt)
+    if case == "per_axis":
+        scale, zp = rng.uniform(0.01, 0.1, 4).astype(np.float32), np.arange(4).astype(x_dt)
+    else:
+        scale, zp = np.float32(0.05), np.asarray(7, x_dt)
+    model, fed = _dequantize_model(x_dt, scale, zp, const=case != "fed", axis=1)
+    got, ref = run_both(model, {"x": x} | fed)
+    assert got[0].shape == ref[0].shape
+    np.testing.assert_array_equal(got[0], ref[0])
