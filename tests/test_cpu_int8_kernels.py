@@ -939,6 +939,47 @@ def test_dynamic_quantize_matmul_in_one_call_and_its_fallback(bad, monkeypatch):
     assert got == run()
 
 
+@needs_tiles
+@pytest.mark.parametrize("fed", [(), ("bs",), ("bias",), ("bs", "bias")])
+def test_dynamic_quantize_matmul_scale_and_bias_fed_or_constant(fed, monkeypatch):
+    """The tiles' padded scale and bias are made once per session only when both are
+    constants: fed ones, changed between runs, give each run's own result (the NumPy
+    path's, numba off)."""
+    rng = np.random.default_rng(18)
+    b = _extreme(rng, (40, 21), I8)
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"], domain="com.microsoft"
+    )
+    consts = {"b": b, "bz": np.array(3, np.int8)}
+    fixed = {"bs": np.float32(0.02), "bias": rng.standard_normal(21).astype(np.float32)}
+    consts |= {k: v for k, v in fixed.items() if k not in fed}
+    g_in = [helper.make_tensor_value_info("a", elem(np.float32), None)]
+    g_in += [helper.make_tensor_value_info(k, elem(np.float32), None) for k in fed]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        g_in,
+        [helper.make_tensor_value_info("y", elem(np.float32), None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=10,
+    )
+    feeds = [
+        {"a": rng.standard_normal((2, 3, 40)).astype(np.float32)}
+        | {k: (np.asarray(fixed[k]) * (i + 1)).astype(np.float32) for k in fed}
+        for i in range(3)
+    ]
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    got = [sess.run(None, f)[0] for f in feeds]
+    monkeypatch.setattr(jit, "ENABLED", False)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    for g, f in zip(got, feeds):
+        np.testing.assert_allclose(g, sess.run(None, f)[0], rtol=1e-6, atol=1e-6)
+
+
 # -- DequantizeLinear of 8-bit values by constant per-tensor parameters: a table ----------
 
 

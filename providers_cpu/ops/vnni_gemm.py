@@ -164,29 +164,30 @@ def matmul(
     return out.reshape(*lead, n)
 
 
+def padded_bias(bias: np.ndarray | None, packed: PackedB) -> np.ndarray:
+    """A bias (N float32, or None: -0.0, which adding leaves every float32 as it is) padded
+    to the packed B's vectors, as :func:`dynamic_matmul` takes it."""
+    np_ = packed.zc.shape[0]
+    if bias is None:
+        return np.full(np_, -0.0, np.float32)
+    return _padded(np.asarray(bias, np.float32).reshape(-1), np_, np.float32)
+
+
 def dynamic_matmul(
-    a: np.ndarray, packed: PackedB, b_scale: np.ndarray, bias: np.ndarray | None
+    a: np.ndarray, packed: PackedB, b_scale: np.ndarray, bias: np.ndarray
 ) -> np.ndarray | None:
     """DynamicQuantizeMatMul of float32 ``a`` (..., K) by the packed B in one compiled call:
-    ``b_scale`` padded to the vectors (jit_int8's dq_matmul says the rest). None when the
-    product is large enough to split over threads, or ``a`` holds a NaN or infinity (the
-    caller's path then runs)."""
+    ``b_scale`` and ``bias`` padded to the vectors (:func:`padded_bias`; jit_int8's
+    dq_matmul says the rest). None when the product is large enough to split over threads,
+    or ``a`` holds a NaN or infinity (the caller's path then runs)."""
     k, n = packed.k, packed.n
     rows = a.size // k if k else 0
     if rows == 0 or rows * n * k >= PARALLEL_WORK or packed.panels:
         return None
     x = np.ascontiguousarray(a, np.float32).reshape(-1)
-    np_ = packed.zc.shape[0]
-    if bias is None:
-        bv = np.full(np_, -0.0, np.float32)
-    else:
-        bv = _padded(np.asarray(bias, np.float32).reshape(-1), np_, np.float32)
     out = np.empty((rows, n), np.float32)
-    ok = jit_int8.loop("dq_matmul")(
-        x, x.view(np.int32), np.empty(x.shape[0], np.uint8), k, packed.nk4,
-        np.empty(rows, np.int32), np.empty(rows, np.int32), np.zeros(rows, np.int32),
-        packed.y, packed.zc, packed.cc, b_scale, bv, np.empty(np_, np.float32), out, n,
-    )  # fmt: skip
+    ok = jit_int8.loop("dq_matmul")(x, k, packed.nk4, packed.y, packed.zc, packed.cc, b_scale,
+                                    bias, out)  # fmt: skip
     return out.reshape(*a.shape[:-1], n) if ok else None
 
 
