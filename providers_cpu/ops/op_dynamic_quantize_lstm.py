@@ -6,8 +6,14 @@ and zero points (W_scale, W_zero_point, R_scale, R_zero_point, inputs 8-11). As 
 does, X is quantized to uint8 once for the whole sequence and each step's hidden state
 (per direction) before its product with R, both with DynamicQuantizeLinear's range rule;
 products are those 8-bit values times the 8-bit weights, scaled back to float. The cell
-runs one of two ways:
+runs one of three ways:
 
+- VNNI tiles (numba, default activations, AVX-512 VNNI; recurrent_vnni.py): one compiled
+  call per run quantizes X, projects every step as one uint8 x int8 product and runs
+  each step's hidden state times R on the tiles, all in exact int32 (W and R packed into
+  64-column panels once per session), directions on two threads only past
+  ``PARALLEL_WORK``. The same integers as the loop below, which sums them in float32:
+  equal results while those sums are exact.
 - compiled (numba, default activations; recurrent_jit.py): one loop per direction over
   the whole sequence. The hidden state's 8-bit integers multiply the 8-bit weights (less
   their zero point, as int8, or int16 where that does not fit) converted in the loop, and
