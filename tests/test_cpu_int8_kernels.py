@@ -551,6 +551,25 @@ def test_dynamic_quantize_lstm_on_the_tiles(
 
 
 @needs_tiles
+def test_dynamic_quantize_lstm_tiles_directions_on_two_threads(vnni_calls, monkeypatch):
+    """Past PARALLEL_WORK each direction is its own call, on the run's threads (each
+    quantizes X itself): the same bits as both in one call."""
+    from onnxep.providers_cpu.ops import op_dynamic_quantize_lstm
+
+    rng = np.random.default_rng(8)
+    model, feeds = _dq_lstm(rng, "bidirectional", 9, 3, 64, 66, I8, True, True, None, True)
+    so = onnxep.SessionOptions()
+    so.intra_op_num_threads = 2
+    one_call = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)
+    assert [dirs for dirs, _ in vnni_calls] == [[0, 1]]
+    monkeypatch.setattr(op_dynamic_quantize_lstm, "PARALLEL_WORK", 0)
+    split = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)
+    assert sorted(dirs for dirs, _ in vnni_calls[1:]) == [[0], [1]]
+    for a, b in zip(one_call, split):
+        assert a.tobytes() == b.tobytes()
+
+
+@needs_tiles
 def test_dynamic_quantize_lstm_tiles_leave_what_is_not_finite(vnni_calls, monkeypatch):
     """An X with a NaN never reaches the tiles (the other paths' answer, here their error,
     is unchanged); a hidden state that is not finite (a NaN in initial_h) makes the loop
