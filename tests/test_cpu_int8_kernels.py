@@ -551,6 +551,24 @@ def test_dynamic_quantize_lstm_on_the_tiles(
 
 
 @needs_tiles
+def test_dynamic_quantize_lstm_tiles_without_bias(vnni_calls, monkeypatch):
+    """No B (input 3 empty): the projection's epilogue adds -0.0; onnxruntime's results, and
+    the float loop's bits."""
+    rng = np.random.default_rng(4)
+    model, feeds = _dq_lstm(rng, "bidirectional", 5, 2, 12, 20, I8, True, False, None, True)
+    model.graph.node[0].input[3] = ""
+    keep = [i for i in model.graph.initializer if i.name != "B"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    tiles, loop, _ = _runs(model, feeds, monkeypatch)
+    assert [done for _, done in vnni_calls] == [1]
+    _, ref = run_both(model, feeds, ort_threads=1)
+    for g, f, r in zip(tiles, loop, ref):
+        np.testing.assert_array_equal(g, f)
+        np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
+@needs_tiles
 def test_dynamic_quantize_lstm_tiles_directions_on_two_threads(vnni_calls, monkeypatch):
     """Past PARALLEL_WORK each direction is its own call, on the run's threads (each
     quantizes X itself): the same bits as both in one call."""
