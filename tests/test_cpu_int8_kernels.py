@@ -378,7 +378,9 @@ def test_compiled_hidden_quantisation_is_the_numpy_round_trip():
     assert loops.quantize_rows(h, np.arange(1), 1, np.empty_like(h)) < 0
 
 
-def _dq_lstm(rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant):
+def _dq_lstm(
+    rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant, states=True
+):
     D = 2 if direction == "bidirectional" else 1
     lo, hi = (-128, 128) if w_dt == I8 else (0, 256)
     W = rng.integers(lo, hi, (D, n_in, 4 * H)).astype(w_dt)
@@ -400,7 +402,10 @@ def _dq_lstm(rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, c
     if peep:
         feeds["P"] = (rng.standard_normal((D, 3 * H)) * 0.3).astype(np.float32)
     feeds |= {"ws": ws, "wz": wz, "rs": rs, "rz": rz}
-    slots = ["X", "W", "R", "B", "", "h0", "c0", "P" if peep else "", "ws", "wz", "rs", "rz"]
+    if not states:
+        del feeds["h0"], feeds["c0"]
+    init = ["h0", "c0"] if states else ["", ""]
+    slots = ["X", "W", "R", "B", "", *init, "P" if peep else "", "ws", "wz", "rs", "rz"]
     attrs = dict(hidden_size=H, direction=direction)
     if clip:
         attrs["clip"] = clip
@@ -459,11 +464,247 @@ def test_dynamic_quantize_lstm_compiled_and_numpy(
             np.testing.assert_allclose(g, ref[k], atol=1e-4, rtol=1e-4)
 
 
-# -- the VNNI tiles: edges of their blocks, signs, zero points, threads --------------------
+# -- DynamicQuantizeLSTM on the VNNI tiles (providers_cpu/ops/recurrent_vnni.py) ----------
 
 needs_tiles = pytest.mark.skipif(
     not jit_int8.vnni(), reason="no numba or no AVX-512 VNNI here: the tiles do not run"
 )
+
+
+@pytest.fixture
+def vnni_calls(monkeypatch):
+    """(directions, result) of each call of the tiles' LSTM loop (one call per run on one
+    thread; result 1 done, 0 gave up at a hidden state, -1 X not finite)."""
+    from onnxep.providers_cpu.ops import recurrent_vnni
+
+    loops = recurrent_vnni.loops()
+    calls = []
+    real = loops.lstm_node
+
+    def spy(*args):
+        result = real(*args)
+        calls.append((list(range(args[-2], args[-1])), result))
+        return result
+
+    monkeypatch.setattr(loops, "lstm_node", spy)
+    return calls
+
+
+def _runs(model, feeds, monkeypatch):
+    """The node's outputs on the tiles, on the float compiled loop (tiles off) and on the
+    NumPy path (numba off)."""
+    tiles = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    with monkeypatch.context() as m:
+        m.setattr(jit_int8, "_vnni", False)
+        loop = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    with monkeypatch.context() as m:
+        m.setattr(jit, "ENABLED", False)
+        numpy_path = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+    return tiles, loop, numpy_path
+
+
+@needs_tiles
+@pytest.mark.parametrize(
+    ("direction", "T", "batch", "n_in", "H", "w_dt", "per_channel", "peep", "clip", "states"),
+    [
+        ("bidirectional", 9, 2, 128, 64, I8, False, False, None, True),  # tashkeel's shape
+        ("bidirectional", 9, 2, 16, 17, I8, False, False, None, False),
+        ("bidirectional", 1, 2, 16, 17, I8, False, False, None, True),  # one step
+        ("bidirectional", 1, 1, 3, 1, U8, True, False, None, False),
+        ("forward", 2, 1, 5, 16, I8, True, True, None, True),
+        ("forward", 7, 3, 5, 3, U8, False, False, None, False),
+        ("forward", 4, 4, 9, 20, I8, False, True, 1.5, True),  # 4 rows: the 4-row tile
+        ("forward", 5, 5, 9, 20, U8, True, False, None, True),  # 4 + 1 rows
+        ("reverse", 6, 3, 7, 17, U8, False, True, 1.5, True),  # 3 rows
+        ("reverse", 3, 1, 64, 32, I8, True, False, 0.5, False),
+        ("reverse", 1, 6, 4, 8, I8, False, False, None, True),  # 4 + 2 rows
+        ("bidirectional", 40, 3, 9, 5, I8, True, False, None, True),  # 120 rows
+    ],
+)
+@pytest.mark.parametrize("constant", [True, False])
+def test_dynamic_quantize_lstm_on_the_tiles(
+    direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, states, constant,
+    vnni_calls, monkeypatch,
+):  # fmt: skip
+    """The tiles' loop (input projection and every step's product in exact int32) against
+    the float compiled loop, whose float32 sums of the same integers are exact at these
+    sizes, so the two agree bit for bit when both project in the loop (up to 64 rows), and
+    against the NumPy path and onnxruntime (constant weights) within the hidden state's
+    quantisation step (see test_dynamic_quantize_lstm_compiled_and_numpy)."""
+    rng = np.random.default_rng(T * 100 + batch * 10 + H)
+    model, feeds = _dq_lstm(rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip,
+                            constant, states)  # fmt: skip
+    tiles, loop, numpy_path = _runs(model, feeds, monkeypatch)
+    assert [d for dirs, done in vnni_calls for d in dirs if done == 1] == (
+        [0, 1] if direction == "bidirectional" else [0]
+    )
+    for g, f, n in zip(tiles, loop, numpy_path):
+        assert g.dtype == np.float32 and g.shape == n.shape
+        if T * batch <= 64:
+            np.testing.assert_array_equal(g, f)
+        np.testing.assert_allclose(g, f, atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)
+    if constant and not (w_dt == U8 and per_channel):  # what onnxruntime takes
+        _, ref = run_both(model, feeds, ort_threads=1)
+        for g, r in zip(tiles, ref):
+            np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
+@needs_tiles
+def test_dynamic_quantize_lstm_tiles_without_bias(vnni_calls, monkeypatch):
+    """No B (input 3 empty): the projection's epilogue adds -0.0; onnxruntime's results, and
+    the float loop's bits."""
+    rng = np.random.default_rng(4)
+    model, feeds = _dq_lstm(rng, "bidirectional", 5, 2, 12, 20, I8, True, False, None, True)
+    model.graph.node[0].input[3] = ""
+    keep = [i for i in model.graph.initializer if i.name != "B"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    tiles, loop, _ = _runs(model, feeds, monkeypatch)
+    assert [done for _, done in vnni_calls] == [1]
+    _, ref = run_both(model, feeds, ort_threads=1)
+    for g, f, r in zip(tiles, loop, ref):
+        np.testing.assert_array_equal(g, f)
+        np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
+@needs_tiles
+def test_dynamic_quantize_lstm_tiles_directions_on_two_threads(vnni_calls, monkeypatch):
+    """Past PARALLEL_WORK each direction is its own call, on the run's threads (each
+    quantizes X itself): the same bits as both in one call."""
+    from onnxep.providers_cpu.ops import op_dynamic_quantize_lstm
+
+    rng = np.random.default_rng(8)
+    model, feeds = _dq_lstm(rng, "bidirectional", 9, 3, 64, 66, I8, True, True, None, True)
+    so = onnxep.SessionOptions()
+    so.intra_op_num_threads = 2
+    one_call = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)
+    assert [dirs for dirs, _ in vnni_calls] == [[0, 1]]
+    monkeypatch.setattr(op_dynamic_quantize_lstm, "PARALLEL_WORK", 0)
+    split = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)
+    assert sorted(dirs for dirs, _ in vnni_calls[1:]) == [[0], [1]]
+    for a, b in zip(one_call, split):
+        assert a.tobytes() == b.tobytes()
+
+
+@needs_tiles
+def test_dynamic_quantize_lstm_tiles_leave_what_is_not_finite(vnni_calls, monkeypatch):
+    """An X with a NaN never reaches the tiles (the other paths' answer, here their error,
+    is unchanged); a hidden state that is not finite (a NaN in initial_h) makes the loop
+    give up, and the NumPy path answers."""
+    rng = np.random.default_rng(5)
+    model, feeds = _dq_lstm(rng, "bidirectional", 4, 2, 6, 5, I8, False, False, None, True)
+    feeds["X"][1, 0, 2] = np.nan
+    errors = []
+    for vnni in (True, False):
+        with monkeypatch.context() as m, pytest.raises(OnnxepError) as err:
+            m.setattr(jit_int8, "_vnni", vnni)
+            onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1] and [done for _, done in vnni_calls] == [-1]
+    model, feeds = _dq_lstm(rng, "forward", 3, 2, 6, 5, I8, False, True, None, True)
+    feeds["h0"][0, 1, 3] = np.nan
+    tiles, _, numpy_path = _runs(model, feeds, monkeypatch)
+    assert [done for _, done in vnni_calls[1:]] == [0]
+    for g, n in zip(tiles, numpy_path):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(n))
+        np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)
+
+
+@needs_tiles
+@pytest.mark.parametrize(
+    ("name", "bad", "error"),
+    [
+        ("P", lambda p: p[:, :4], "P has shape"),
+        ("B", lambda b: b[:, :7], "B has shape"),
+        ("X", lambda x: x[:, :, :5], "X has shape"),
+        ("X", lambda x: x[0], "X has shape"),
+    ],
+)
+def test_dynamic_quantize_lstm_tiles_check_shapes(name, bad, error, monkeypatch):
+    """Bad shapes (inputs declared without one) get the same clear errors on the tiles' path
+    as on the float loop's."""
+    rng = np.random.default_rng(6)
+    model, feeds = _dq_lstm(rng, "forward", 3, 2, 6, 5, I8, False, True, None, False, False)
+    for vi in model.graph.input:
+        vi.type.tensor_type.ClearField("shape")
+    feeds = feeds | {name: bad(feeds[name])}
+    errors = []
+    for vnni in (True, False):
+        with monkeypatch.context() as m, pytest.raises(OnnxepError, match=error) as err:
+            m.setattr(jit_int8, "_vnni", vnni)
+            onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed")
+def test_compiled_hidden_quantisation_to_uint8_is_the_numpy_round_trip():
+    """recurrent_vnni.quantize_rows_u8 (the tiles' hidden state): uint8 values whose
+    difference from the zero point, times the scale, is _fake_quant's output bit for bit,
+    with their sums; the chosen rows only; -1 for a value that is not finite."""
+    from onnxep.providers_cpu.ops import recurrent_vnni
+
+    rng = np.random.default_rng(12)
+    cases = [rng.standard_normal((3, 17)).astype(np.float32) * s for s in (1e-3, 0.5, 40.0)]
+    cases += [np.zeros((2, 5), np.float32), -np.abs(cases[1]), np.abs(cases[1])]
+    cases += [np.full((1, 3), 0.25, np.float32), np.array([[1e-38, 3e-39, 0.0]], np.float32)]
+    cases += [np.array([[-0.0, 3.0, -1e30, 1e30]], np.float32)]
+    for h in cases:
+        rows = np.arange(h.shape[0], dtype=np.int64)[::-1].copy()
+        hq = np.full((h.shape[0], h.shape[1] + 3), 7, np.uint8)
+        sums = np.zeros(h.shape[0], np.int32)
+        scale, zp = recurrent_vnni.quantize_rows_u8(h, rows, h.shape[0], hq, sums)
+        got = (hq[:, : h.shape[1]].astype(np.float32) - zp) * np.float32(scale)
+        want = _fake_quant(h[rows])
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        np.testing.assert_array_equal(sums, hq[:, : h.shape[1]].sum(axis=1))
+        assert (hq[:, h.shape[1] :] == 7).all()  # the padding is not written
+    h = np.array([[0.5, 1.0], [9.0, -9.0]], np.float32)  # row 1 left out
+    hq, sums = np.zeros((2, 2), np.uint8), np.zeros(2, np.int32)
+    scale, zp = recurrent_vnni.quantize_rows_u8(h, np.arange(2), 1, hq, sums)
+    assert scale == np.float32(1) / np.float32(255) and zp == 0  # 9.0 and -9.0 not seen
+    assert hq[0].tolist() == [np.rint(np.float32(0.5) / scale), 255] and sums[0] == hq[0].sum()
+    for bad in (np.nan, np.inf, -np.inf):
+        h = np.array([[0.5, bad]], np.float32)
+        assert recurrent_vnni.quantize_rows_u8(h, np.arange(1), 1, hq, sums)[0] < 0
+
+
+@needs_tiles
+def test_tiles_loop_cache_name_carries_the_sources_digest(monkeypatch):
+    """numba's disk cache checks only the caller's file: the tiles' LSTM loop is cached under
+    a name made from jit_int8.py's and recurrent_loops.py's contents, so an edit to either
+    names another cache entry."""
+    from onnxep.providers_cpu.ops import recurrent_vnni
+
+    loop = recurrent_vnni.loops().lstm_direction
+    digest = recurrent_vnni.cache_digest()
+    assert digest in loop.py_func.__qualname__
+    monkeypatch.setattr(jit_int8, "_digest", "0" * 16)
+    assert recurrent_vnni.cache_digest() != digest
+
+
+@needs_tiles
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 6, 18])
+@pytest.mark.parametrize(("k", "n"), [(256, 1024), (5, 17), (64, 65), (3, 200)])
+def test_tiles_on_panels(m, k, n):
+    """B in 64-column panels (PackedB(panels=True)): 1 to 4 row tiles, K not a multiple of 4,
+    N past a panel (masked stores), uint8 B with per-column zero points: the integer
+    definition, and the float epilogue bit for bit as on the row layout."""
+    rng = np.random.default_rng(m * 100 + k + n)
+    a = _extreme(rng, (m, k), U8)
+    b = _extreme(rng, (k, n), U8 if n % 2 else I8)
+    za, zb = _extreme(rng, (m,), U8), _extreme(rng, (n,), b.dtype)
+    panels = vnni_gemm.PackedB(b, zb, panels=True)
+    np.testing.assert_array_equal(vnni_gemm.matmul(a, za, panels), _packed_matmul_ref(a, za, b, zb))
+    mult = rng.uniform(1e-3, 1e-2, n).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    rows = vnni_gemm.PackedB(b, zb)
+    got = vnni_gemm.matmul(a, za, panels, mult, bias)
+    assert got.tobytes() == vnni_gemm.matmul(a, za, rows, mult, bias).tobytes()
+
+
+# -- the VNNI tiles: edges of their blocks, signs, zero points, threads --------------------
 
 
 def _packed_matmul_ref(a, za, b, zb):
@@ -733,3 +974,116 @@ def test_dynamic_quantize_matmul_in_one_call_and_its_fallback(bad, monkeypatch):
     got = run()
     monkeypatch.setattr(jit, "ENABLED", False)
     assert got == run()
+
+
+@needs_tiles
+@pytest.mark.parametrize("fed", [(), ("bs",), ("bias",), ("bs", "bias")])
+def test_dynamic_quantize_matmul_scale_and_bias_fed_or_constant(fed, monkeypatch):
+    """The tiles' padded scale and bias are made once per session only when both are
+    constants: fed ones, changed between runs, give each run's own result (the NumPy
+    path's, numba off)."""
+    rng = np.random.default_rng(18)
+    b = _extreme(rng, (40, 21), I8)
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"], domain="com.microsoft"
+    )
+    consts = {"b": b, "bz": np.array(3, np.int8)}
+    fixed = {"bs": np.float32(0.02), "bias": rng.standard_normal(21).astype(np.float32)}
+    consts |= {k: v for k, v in fixed.items() if k not in fed}
+    g_in = [helper.make_tensor_value_info("a", elem(np.float32), None)]
+    g_in += [helper.make_tensor_value_info(k, elem(np.float32), None) for k in fed]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        g_in,
+        [helper.make_tensor_value_info("y", elem(np.float32), None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=10,
+    )
+    feeds = [
+        {"a": rng.standard_normal((2, 3, 40)).astype(np.float32)}
+        | {k: (np.asarray(fixed[k]) * (i + 1)).astype(np.float32) for k in fed}
+        for i in range(3)
+    ]
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    got = [sess.run(None, f)[0] for f in feeds]
+    monkeypatch.setattr(jit, "ENABLED", False)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    for g, f in zip(got, feeds):
+        np.testing.assert_allclose(g, sess.run(None, f)[0], rtol=1e-6, atol=1e-6)
+
+
+# -- DequantizeLinear of 8-bit values by constant per-tensor parameters: a table ----------
+
+
+def _dequantize_model(x_dt, scale, zp, const=True, axis=None):
+    ins = ["x", "s"] + (["z"] if zp is not None else [])
+    arrays = {"s": np.asarray(scale)} | ({} if zp is None else {"z": np.asarray(zp, x_dt)})
+    attrs = {} if axis is None else {"axis": axis}
+    node = helper.make_node("DequantizeLinear", ins, ["y"], **attrs)
+    g_in = [helper.make_tensor_value_info("x", elem(np.dtype(x_dt)), None)]
+    if not const:
+        g_in += [
+            helper.make_tensor_value_info(n, elem(a.dtype), a.shape) for n, a in arrays.items()
+        ]
+    inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()] if const else []
+    out = [helper.make_tensor_value_info("y", elem(np.float32), None)]
+    graph = helper.make_graph([node], "g", g_in, out, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return model, ({} if const else arrays)
+
+
+@pytest.mark.parametrize("x_dt", [U8, I8])
+@pytest.mark.parametrize(
+    "scale", [np.float32(0.0123), np.array([3e-3], np.float32), np.float32(-2.5), np.float32(1e-40)]
+)
+@pytest.mark.parametrize("zp", [None, 0, 17, "top"])
+def test_dequantize_linear_table_is_the_generic_kernel(x_dt, scale, zp, monkeypatch):
+    """Constant per-tensor scale and zero point of 8-bit x: the table's values are the
+    generic kernel's float32 operations bit for bit (a negative and a subnormal scale
+    included), on every byte value, on a strided x, and onnxruntime's."""
+    from onnxep.providers_cpu.ops import op_dequantize_linear
+
+    tables = []
+    real = op_dequantize_linear._table  # noqa: SLF001
+
+    def spy(node):
+        tables.append(real(node))
+        return tables[-1]
+
+    monkeypatch.setattr(op_dequantize_linear, "_table", spy)
+    if zp == "top":
+        zp = np.iinfo(x_dt).max
+    if zp is not None:
+        zp = np.asarray(zp, x_dt).reshape(np.shape(scale))
+    model, _ = _dequantize_model(x_dt, scale, zp)
+    every = np.arange(256, dtype=np.uint8).view(x_dt).reshape(2, 8, 16)
+    for x in (every, every[:, ::3, 1:]):
+        got, ref = run_both(model, {"x": x})
+        assert tables and tables[-1] is not None
+        v = x.astype(np.float32) - (np.float32(0) if zp is None else zp.astype(np.float32))
+        want = (v * np.asarray(scale, np.float32)).astype(np.float32)
+        assert got[0].dtype == np.float32 and got[0].shape == x.shape
+        assert got[0].tobytes() == want.tobytes()
+        np.testing.assert_array_equal(got[0], ref[0])
+
+
+@pytest.mark.parametrize("case", ["per_axis", "fed", "int16", "0-d"])
+def test_dequantize_linear_other_cases_keep_the_generic_kernel(case):
+    """Per-axis parameters, parameters fed at run time, 16-bit x and a 0-d x are not the
+    table's: onnxruntime's results as before."""
+    rng = np.random.default_rng(3)
+    x_dt = np.dtype(np.int16) if case == "int16" else U8
+    x = rng.integers(0, 200, () if case == "0-d" else (3, 4, 5)).astype(x_dt)
+    if case == "per_axis":
+        scale, zp = rng.uniform(0.01, 0.1, 4).astype(np.float32), np.arange(4).astype(x_dt)
+    else:
+        scale, zp = np.float32(0.05), np.asarray(7, x_dt)
+    model, fed = _dequantize_model(x_dt, scale, zp, const=case != "fed", axis=1)
+    got, ref = run_both(model, {"x": x} | fed)
+    assert got[0].shape == ref[0].shape
+    np.testing.assert_array_equal(got[0], ref[0])

@@ -6,8 +6,14 @@ and zero points (W_scale, W_zero_point, R_scale, R_zero_point, inputs 8-11). As 
 does, X is quantized to uint8 once for the whole sequence and each step's hidden state
 (per direction) before its product with R, both with DynamicQuantizeLinear's range rule;
 products are those 8-bit values times the 8-bit weights, scaled back to float. The cell
-runs one of two ways:
+runs one of three ways:
 
+- VNNI tiles (numba, default activations, AVX-512 VNNI; recurrent_vnni.py): one compiled
+  call per run quantizes X, projects every step as one uint8 x int8 product and runs
+  each step's hidden state times R on the tiles, all in exact int32 (W and R packed into
+  64-column panels once per session), directions on two threads only past
+  ``PARALLEL_WORK``. The same integers as the loop below, which sums them in float32:
+  equal results while those sums are exact.
 - compiled (numba, default activations; recurrent_jit.py): one loop per direction over
   the whole sequence. The hidden state's 8-bit integers multiply the 8-bit weights (less
   their zero point, as int8, or int16 where that does not fit) converted in the loop, and
@@ -33,11 +39,13 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.flow import clipper, project, recurrent
 
-from .. import jit
-from . import recurrent_jit
+from .. import jit, jit_int8
+from ..threads import run_threads
+from . import recurrent_jit, vnni_gemm
+from .nn_cpu import parallel_rows
 from .op_lstm import lstm_runner
 from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
-from .recurrent_cpu import parse_direction
+from .recurrent_cpu import check_shape, parse_direction
 
 
 def _fake_quant(x: np.ndarray) -> np.ndarray:
@@ -128,15 +136,21 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
         if bias is not None or not node.has_input(3):
             fast = lstm_runner(node, weights=(*fixed, bias), hidden_hook=_fake_quant_per_direction)
     num_dir, _ = parse_direction(node)
-    compiled = None
+    compiled = tiles = None
     if recurrent_jit.usable(node, ("Sigmoid", "Tanh", "Tanh"), num_dir):
         known = consts is not None and (bias is not None or not node.has_input(3))
         compiled = _compiled_runner(node, (*consts, bias) if known else None)
+        if jit_int8.vnni():
+            tiles = _tiles_runner(node, (*consts, bias) if known else None)
 
     def run(
         X, W, R, B=None, lens=None, h0=None, c0=None, P=None, ws=None, wz=None, rs=None, rz=None
     ):
         full = lens is None or (lens.size and int(np.min(lens)) == X.shape[0])
+        if tiles is not None and full and X.dtype == np.float32:
+            out = tiles(X, W, R, B, h0, c0, P, ws, wz, rs, rz)
+            if out is not None:
+                return out
         if compiled is not None and full and X.dtype == np.float32:
             out = compiled(X, W, R, B, h0, c0, P, ws, wz, rs, rz)
             if out is not None:
@@ -148,6 +162,11 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
 
     return run
 
+
+#: Below this many multiply-adds (steps x batch x 4H x (H + input)) the two directions run
+#: in one call on one thread: handing one to another thread cost about 40 us on the shared
+#: 2-core machine, as much as a direction of tashkeel's 9 steps x 2 rows (18M).
+PARALLEL_WORK = 1 << 25
 
 #: Up to this many rows (steps x batch) the input projection runs in the compiled loop on
 #: the 8-bit weights (a quarter of the bytes of the float32 copy BLAS reads); past it, BLAS.
@@ -238,6 +257,106 @@ def _compiled_runner(node, weights):
         )  # fmt: skip
 
     return run
+
+
+def _tiles_runner(node, weights):
+    """DynamicQuantizeLSTM through recurrent_vnni's loops on the VNNI tiles (full-length
+    sequences, float32, 8-bit weights): W and R packed into panels once per session when
+    constant, then one compiled call per run (two, one per direction, when the run has
+    threads for them). The run gives None (the caller's next path runs) when X holds a NaN
+    or infinity, a hidden state stops being finite, or the weights are not 8-bit."""
+    op = node.op_type
+    num_dir, reverse = parse_direction(node)
+    input_forget = bool(node.attr("input_forget", 0))
+    clip_at = node.attr("clip", None)
+    clip = np.float32(np.inf if clip_at is None else clip_at)
+    rev = np.array(reverse, dtype=np.bool_)
+
+    def per_output(v, d):
+        return None if v is None else np.asarray(v).reshape(num_dir, -1)[d].reshape(-1)
+
+    def stacked(packs, attr):
+        return np.ascontiguousarray(np.stack([getattr(p, attr) for p in packs]))
+
+    def prepare(W, R, ws, wz, rs, rz, B):
+        if not vnni_gemm.available(W.dtype, R.dtype):
+            return None
+        _float_weights(W, R, ws, wz, rs, rz, op)  # checks every shape
+        H = R.shape[1]
+        G = 4 * H
+        width = -(-G // 64) * 64
+        bias = np.full((num_dir, width), -0.0, np.float32)
+        if B is not None:
+            if B.shape != (num_dir, 8 * H):
+                raise InvalidArgument(f"{op}: B has shape {list(B.shape)}, expected "
+                                      f"{[num_dir, 8 * H]}")  # fmt: skip
+            bias[:, :G] = B[:, :G] + B[:, G:]
+        wsc = np.zeros((num_dir, width), np.float32)
+        wsc[:, :G] = np.broadcast_to(np.asarray(ws, np.float32).reshape(num_dir, -1), (num_dir, G))
+        rsc = np.ascontiguousarray(
+            np.broadcast_to(np.asarray(rs, np.float32).reshape(num_dir, -1), (num_dir, G))
+        )
+        pw = [vnni_gemm.PackedB(W[d], per_output(wz, d), panels=True) for d in range(num_dir)]
+        pr = [vnni_gemm.PackedB(R[d], per_output(rz, d), panels=True) for d in range(num_dir)]
+        wargs = (stacked(pw, "y"), pw[0].nk4, stacked(pw, "zc"), stacked(pw, "cc"), wsc, bias)
+        rargs = (stacked(pr, "y"), pr[0].nk4, stacked(pr, "zc"), stacked(pr, "cc"), rsc)
+        return H, pw[0].k, wargs, rargs
+
+    fixed = None if weights is None else prepare(*weights)
+    loops = _vnni_module().loops() if weights is None or fixed is not None else None
+    no_peep = np.empty((num_dir, 0), np.float32)
+
+    def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
+        prepared = fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
+        if prepared is None:
+            return None
+        H, n_in, wargs, rargs = prepared
+        if P is None:
+            peep = no_peep
+        elif P.shape != (num_dir, 3 * H):
+            raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
+                                  f"{[num_dir, 3 * H]}")  # fmt: skip
+        else:
+            peep = np.ascontiguousarray(P, dtype=np.float32)
+        if X.ndim != 3 or X.shape[2] != n_in:
+            raise InvalidArgument(
+                f"{op}: X has shape {list(X.shape)}, expected [seq, batch, {n_in}]"
+            )
+        T, batch = X.shape[0], X.shape[1]
+        if X.size == 0:
+            return None  # the driver's empty-sequence rules
+        states = []
+        for k, s in enumerate((h0, c0)):
+            if s is None:
+                states.append(np.zeros((num_dir, batch, H), np.float32))
+            else:
+                check_shape(op, ("initial_h", "initial_c")[k], s, (num_dir, batch, H))
+                states.append(np.array(s, dtype=np.float32, order="C"))
+        h, c = states
+        Y = np.empty((T, num_dir, batch, H), np.float32)
+        x = np.ascontiguousarray(X)
+        vl = loops if loops is not None else _vnni_module().loops()
+        args = (*wargs, *rargs, peep, clip, input_forget, rev, h, c, Y)
+        work = T * batch * 4 * H * (H + n_in)
+        if num_dir == 1 or run_threads() == 1 or work < PARALLEL_WORK:
+            done = [vl.lstm_node(x, *args, 0, num_dir)]
+        else:  # a direction per thread; each quantizes X (a few microseconds)
+            done = [1, 1]
+
+            def part(d0: int, d1: int) -> None:
+                done[d0] = vl.lstm_node(x, *args, d0, d1)
+
+            parallel_rows(num_dir, work, part)
+        return (Y, h, c) if min(done) == 1 else None
+
+    return run
+
+
+def _vnni_module():
+    """The VNNI loops' module (imports numba through jit on first use)."""
+    from . import recurrent_vnni as module
+
+    return module
 
 
 def _float_weights(W, R, ws, wz, rs, rz, op):

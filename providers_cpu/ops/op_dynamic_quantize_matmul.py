@@ -27,16 +27,30 @@ from .qlinear import dynamic_uint8, integer_matmul_to_float, packed_b, per_colum
 def dynamic_quantize_matmul(node: Any, xp: Any):
     op = node.op_type
     packed = packed_b(node, 1, 3)
+    # the tiles' padded scale and bias, made once when both are constants (b_scale always
+    # is in quantize_dynamic's models): three NumPy calls a run, as long as the product
+    scale_const = node.const_input(2)
+    bias_const = node.const_input(4) if node.has_input(4) else None
+    fixed = scale_const is not None and (bias_const is not None or not node.has_input(4))
+    tile_params: list = []
 
     def run(a, b, b_scale, b_zp=None, bias=None):
-        bs = per_column(b_scale, b.shape[-1], op, "b_scale").astype(np.float32)
         tiles = packed.packed() if packed is not None else None
         if tiles is not None and a.ndim >= 2 and (bias is None or bias.shape == (tiles.n,)):
+            prepared = tile_params[0] if tile_params else None
+            if prepared is None:
+                bs = per_column(b_scale, b.shape[-1], op, "b_scale").astype(np.float32)
+                prepared = (
+                    _padded_scale(bs, tiles.zc.shape[0]),
+                    vnni_gemm.padded_bias(bias, tiles),
+                )
+                if fixed:
+                    tile_params.append(prepared)
             # quantize, multiply and scale in one compiled call (None: not here)
-            np_ = tiles.zc.shape[0]
-            y = vnni_gemm.dynamic_matmul(a, tiles, _padded_scale(bs, np_), bias)
+            y = vnni_gemm.dynamic_matmul(a, tiles, *prepared)
             if y is not None:
                 return (y,)
+        bs = per_column(b_scale, b.shape[-1], op, "b_scale").astype(np.float32)
         qa, a_scale, a_zp = dynamic_uint8(a.astype(np.float32, copy=False))
         mult = a_scale * bs
         return (integer_matmul_to_float(qa, a_zp, b, b_zp, mult, bias, op, packed),)

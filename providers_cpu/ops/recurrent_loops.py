@@ -319,6 +319,36 @@ def _zero_finished(lens, s, ys):
                 ys[s, b, k] = 0
 
 
+@nb.njit(inline="always", fastmath=_CELL, nogil=True, error_model="numpy")
+def _lstm_cell(gi, cr, hr, P, clip, input_forget):
+    """One row's gates ``gi`` [4H] (iofc, the products and biases summed) to its new states:
+    ``cr`` and ``hr`` [H] in place (P as for :func:`lstm_direction`)."""
+    H = hr.shape[0]
+    one = np.float32(1.0)
+    ai = gi[:H]
+    ao = gi[H : 2 * H]
+    af = gi[2 * H : 3 * H]
+    ac = gi[3 * H :]
+    peep = P.shape[0] > 0
+    if peep:
+        _peep(ai, P[:H], cr)
+        _peep(af, P[2 * H :], cr)
+    _sigmoids(ai, clip)
+    if input_forget:
+        for k in range(H):
+            af[k] = one - ai[k]
+    else:
+        _sigmoids(af, clip)
+    _tanhs(ac, clip)
+    for k in range(H):
+        cr[k] = af[k] * cr[k] + ai[k] * ac[k]
+    if peep:
+        _peep(ao, P[H : 2 * H], cr)
+    _sigmoids(ao, clip)
+    for k in range(H):
+        hr[k] = ao[k] * tanh32(cr[k])
+
+
 @nb.njit(cache=True, nogil=True, boundscheck=False, fastmath=_CELL, error_model="numpy")
 def lstm_direction(xw, R, rs, quant, P, clip, input_forget, lens, rev, h, c, ys):
     """One direction of LSTM over every step; returns False if quantisation met a NaN/inf.
@@ -335,8 +365,6 @@ def lstm_direction(xw, R, rs, quant, P, clip, input_forget, lens, rev, h, c, ys)
     g = np.empty((max(B, 1), G), np.float32)
     sc = np.empty(G, np.float32)
     rows = np.empty(max(B, 1), np.int64)
-    peep = P.shape[0] > 0
-    one = np.float32(1.0)
     for s in range(T):
         _zero_finished(lens, s, ys)
         n = _running(lens, s, rows)
@@ -358,30 +386,8 @@ def lstm_direction(xw, R, rs, quant, P, clip, input_forget, lens, rev, h, c, ys)
             x = xw[t, b]
             gi = g[i]
             _add_row(gi, x, sc, quant)
-            ai = gi[:H]
-            ao = gi[H : 2 * H]
-            af = gi[2 * H : 3 * H]
-            ac = gi[3 * H :]
-            cr = c[b]
-            if peep:
-                _peep(ai, P[:H], cr)
-                _peep(af, P[2 * H :], cr)
-            _sigmoids(ai, clip)
-            if input_forget:
-                for k in range(H):
-                    af[k] = one - ai[k]
-            else:
-                _sigmoids(af, clip)
-            _tanhs(ac, clip)
-            for k in range(H):
-                cr[k] = af[k] * cr[k] + ai[k] * ac[k]
-            if peep:
-                _peep(ao, P[H : 2 * H], cr)
-            _sigmoids(ao, clip)
-            hr = h[b]
-            for k in range(H):
-                hr[k] = ao[k] * tanh32(cr[k])
-            _copy(ys[t, b], hr)
+            _lstm_cell(gi, c[b], h[b], P, clip, input_forget)
+            _copy(ys[t, b], h[b])
     return True
 
 

@@ -91,15 +91,30 @@ def _run(f: Any, args: tuple, rows: int, cols: int, k: int) -> None:
 
 
 class PackedB:
-    """A constant (K, N) B and its zero point (None, one value, or one per column)."""
+    """A constant (K, N) B and its zero point (None, one value, or one per column).
 
-    def __init__(self, b: np.ndarray, zp: Any) -> None:
+    ``panels``: B in panels of 64 columns (N padded to 64), each panel's bytes together
+    (jit_int8's panel tiles): a product with few rows, run many times on the same B (a
+    recurrent step's), streams each panel once from one contiguous block instead of 256
+    bytes from each of K / 4 rows N bytes apart.
+    """
+
+    def __init__(self, b: np.ndarray, zp: Any, panels: bool = False) -> None:
         k, n = b.shape
         b8, moved = _signed(b)
         self.k, self.n = k, n
         self.nk4 = _up(k, 4) // 4
-        self.y = _columns_layout(b8)
-        np_ = self.y.shape[1] // 4
+        self.panels = panels
+        y = _columns_layout(b8)
+        if panels:
+            width = _up(n, 64)
+            wide = np.zeros((self.nk4, 4 * width), np.int8)
+            wide[:, : y.shape[1]] = y
+            # (nk4, panels, 256) -> (panels, nk4, 256): rows of y are panels x nk4
+            y = wide.reshape(self.nk4, width // 64, 256).transpose(1, 0, 2).reshape(-1, 256)
+            y = np.ascontiguousarray(y)
+        self.y = y
+        np_ = _up(n, 64) if panels else y.shape[1] // 4
         z = np.zeros(1, np.int64) if zp is None else np.asarray(zp).astype(np.int64).reshape(-1)
         zb = np.broadcast_to(z, (n,)) - moved
         sb = b8.sum(axis=0, dtype=np.int64)
@@ -131,8 +146,12 @@ def matmul(
             a2, flip, za, buf, sa, zr, n, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS
         )
         out = np.empty((rows, n), np.int32)
-        args = (0, buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
-        _run(jit_int8.loop("gemm_int"), args, rows, n, k)
+        if packed.panels:
+            args = (buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
+            _run(jit_int8.loop("panels_int"), args, rows, n, k)
+        else:
+            args = (0, buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
+            _run(jit_int8.loop("gemm_int"), args, rows, n, k)
     else:
         np_ = packed.zc.shape[0]
         mv, bv = np.empty(np_, np.float32), np.empty(np_, np.float32)
@@ -141,33 +160,34 @@ def matmul(
         jit_int8.loop("mm_prep")(a2, flip, za, buf, sa, zr, n, m, b, mv, bv)
         out = np.empty((rows, n), np.float32)
         args = (buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, mv, bv, out, n)
-        _run(jit_int8.loop("gemm_float"), args, rows, n, k)
+        _run(jit_int8.loop("panels_float" if packed.panels else "gemm_float"), args, rows, n, k)
     return out.reshape(*lead, n)
 
 
-def dynamic_matmul(
-    a: np.ndarray, packed: PackedB, b_scale: np.ndarray, bias: np.ndarray | None
-) -> np.ndarray | None:
-    """DynamicQuantizeMatMul of float32 ``a`` (..., K) by the packed B in one compiled call:
-    ``b_scale`` padded to the vectors (jit_int8's dq_matmul says the rest). None when the
-    product is large enough to split over threads, or ``a`` holds a NaN or infinity (the
-    caller's path then runs)."""
-    k, n = packed.k, packed.n
-    rows = a.size // k if k else 0
-    if rows == 0 or rows * n * k >= PARALLEL_WORK:
-        return None
-    x = np.ascontiguousarray(a, np.float32).reshape(-1)
+def padded_bias(bias: np.ndarray | None, packed: PackedB) -> np.ndarray:
+    """A bias (N float32, or None: -0.0, which adding leaves every float32 as it is) padded
+    to the packed B's vectors, as :func:`dynamic_matmul` takes it."""
     np_ = packed.zc.shape[0]
     if bias is None:
-        bv = np.full(np_, -0.0, np.float32)
-    else:
-        bv = _padded(np.asarray(bias, np.float32).reshape(-1), np_, np.float32)
+        return np.full(np_, -0.0, np.float32)
+    return _padded(np.asarray(bias, np.float32).reshape(-1), np_, np.float32)
+
+
+def dynamic_matmul(
+    a: np.ndarray, packed: PackedB, b_scale: np.ndarray, bias: np.ndarray
+) -> np.ndarray | None:
+    """DynamicQuantizeMatMul of float32 ``a`` (..., K) by the packed B in one compiled call:
+    ``b_scale`` and ``bias`` padded to the vectors (:func:`padded_bias`; jit_int8's
+    dq_matmul says the rest). None when the product is large enough to split over threads,
+    or ``a`` holds a NaN or infinity (the caller's path then runs)."""
+    k, n = packed.k, packed.n
+    rows = a.size // k if k else 0
+    if rows == 0 or rows * n * k >= PARALLEL_WORK or packed.panels:
+        return None
+    x = np.ascontiguousarray(a, np.float32).reshape(-1)
     out = np.empty((rows, n), np.float32)
-    ok = jit_int8.loop("dq_matmul")(
-        x, x.view(np.int32), np.empty(x.shape[0], np.uint8), k, packed.nk4,
-        np.empty(rows, np.int32), np.empty(rows, np.int32), np.zeros(rows, np.int32),
-        packed.y, packed.zc, packed.cc, b_scale, bv, np.empty(np_, np.float32), out, n,
-    )  # fmt: skip
+    ok = jit_int8.loop("dq_matmul")(x, k, packed.nk4, packed.y, packed.zc, packed.cc, b_scale,
+                                    bias, out)  # fmt: skip
     return out.reshape(*a.shape[:-1], n) if ok else None
 
 
