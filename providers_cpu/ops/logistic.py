@@ -1,0 +1,82 @@
+"""The logistic sigmoid(alpha * x), times x or not, for Sigmoid, onnxep::SiLU, QuickGelu,
+Swish and FusedConv's Sigmoid/SiLU activations on the CPU.
+
+float32 with numba: one compiled pass (``jit._logistic_value``) that computes exp(-|w|) by
+range reduction and a polynomial instead of calling libm's ``exp`` per value, so LLVM
+vectorises it: 0.2 ns a value on one core against 0.6 for NumPy's three passes (exp, add,
+reciprocal) and 0.24 for onnxruntime's Sigmoid (MLAS's rational approximation). Largest
+error 9e-8 against the exact sigmoid, MLAS's 1.7e-7; NaN, infinities and large |x| give
+what 1 / (1 + exp(-x)) gives. Every user calls this one loop, so a fused node has the
+unfused nodes' bits. float64, or numba off (``ONNXEP_CPU_JIT=0``): NumPy's exp in three
+in-place passes, the CPU kernels' bits before this loop existed.
+
+Large inputs are split over the run's threads (``parallel_rows``), in blocks of
+``_CHUNK`` values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import jit
+from .nn_cpu import parallel_rows
+
+_F32 = np.dtype(np.float32)
+# Values per thread task: 64 KB of float32, a few microseconds of work.
+_CHUNK = 1 << 14
+# Below this many values one call does it all (a split's hand-off costs more).
+_SPLIT_MIN = 1 << 16
+
+
+def compiled(dtype: np.dtype) -> bool:
+    """Whether ``logistic`` runs the compiled loop on ``dtype`` (float32, numba on)."""
+    return np.dtype(dtype) == _F32 and jit.ENABLED
+
+
+def logistic(
+    x: np.ndarray, alpha: float = 1.0, mul: bool = False, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``(x if mul else 1) * sigmoid(alpha * x)`` for float32 or float64 ``x``.
+
+    Into ``out`` (same shape and dtype; it may be ``x`` itself), else into a fresh array;
+    returns it (a 0-d input gives a 0-d array).
+    """
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    elif not out.flags.c_contiguous:
+        np.copyto(out, logistic(x, alpha, mul))
+        return out
+    if compiled(x.dtype):
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        xf = x.reshape(-1)
+        of = out.reshape(-1)
+        n = xf.shape[0]
+        f = jit.loop("logistic_span")
+        a = np.float32(alpha)
+        if n < _SPLIT_MIN:
+            f(xf, of, a, mul, 0, n)
+        else:
+            chunks = (n + _CHUNK - 1) // _CHUNK
+            parallel_rows(
+                chunks, n, lambda c0, c1: f(xf, of, a, mul, c0 * _CHUNK, min(n, c1 * _CHUNK))
+            )
+        return out
+    return _numpy(x, alpha, mul, out)
+
+
+def _numpy(x: np.ndarray, alpha: float, mul: bool, out: np.ndarray) -> np.ndarray:
+    # x * s needs x after s is made: s goes to a temporary when it would overwrite x
+    t = np.empty(x.shape, x.dtype) if mul and np.shares_memory(x, out) else out
+    if alpha == 1.0:
+        np.negative(x, out=t)
+    else:
+        # -(alpha * x) rounds as alpha * x does: the negation is exact
+        np.multiply(x, x.dtype.type(-alpha), out=t)
+    with np.errstate(over="ignore"):  # exp(-w) = inf for very negative w gives the right 0
+        np.exp(t, out=t)
+    t += 1
+    np.reciprocal(t, out=t)
+    if mul:
+        np.multiply(x, t, out=out)
+    return out
