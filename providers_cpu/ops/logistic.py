@@ -46,23 +46,32 @@ def logistic(
     elif not out.flags.c_contiguous:
         np.copyto(out, logistic(x, alpha, mul))
         return out
-    if compiled(x.dtype):
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        xf = x.reshape(-1)
-        of = out.reshape(-1)
-        n = xf.shape[0]
-        f = jit.loop("logistic_span")
-        a = np.float32(alpha)
-        if n < _SPLIT_MIN:
-            f(xf, of, a, mul, 0, n)
-        else:
-            chunks = (n + _CHUNK - 1) // _CHUNK
-            parallel_rows(
-                chunks, n, lambda c0, c1: f(xf, of, a, mul, c0 * _CHUNK, min(n, c1 * _CHUNK))
-            )
-        return out
-    return _numpy(x, alpha, mul, out)
+    if x.dtype != _F32 or not jit.ENABLED:
+        return _numpy(x, alpha, mul, out)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    # (a kernel's call costs about 1 us besides the loop: reshapes only where needed)
+    xf = x if x.ndim == 1 else x.reshape(-1)
+    of = out if out.ndim == 1 else out.reshape(-1)
+    n = xf.shape[0]
+    a = alpha if type(alpha) is np.float32 else np.float32(alpha)
+    f = _loop()
+    if n < _SPLIT_MIN:
+        f(xf, of, a, mul, 0, n)
+    else:
+        chunks = (n + _CHUNK - 1) // _CHUNK
+        parallel_rows(chunks, n, lambda c0, c1: f(xf, of, a, mul, c0 * _CHUNK, min(n, c1 * _CHUNK)))
+    return out
+
+
+def _loop():
+    global _compiled_loop
+    if _compiled_loop is None:
+        _compiled_loop = jit.loop("logistic_span")
+    return _compiled_loop
+
+
+_compiled_loop = None
 
 
 def _numpy(x: np.ndarray, alpha: float, mul: bool, out: np.ndarray) -> np.ndarray:
