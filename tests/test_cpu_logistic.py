@@ -168,7 +168,7 @@ def test_non_contiguous_input_and_output():
 
 @needs_numba
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_split_over_threads_gives_the_same_bits(threads, monkeypatch):
+def test_the_run_thread_count_never_changes_the_bits(threads, monkeypatch):
     from onnxep.providers_cpu.ops import nn_cpu
 
     monkeypatch.setattr(nn_cpu, "run_threads", lambda: threads)

@@ -10,8 +10,10 @@ what 1 / (1 + exp(-x)) gives. Every user calls this one loop, so a fused node ha
 unfused nodes' bits. float64, or numba off (``ONNXEP_CPU_JIT=0``): NumPy's exp in three
 in-place passes, the CPU kernels' bits before this loop existed.
 
-Large inputs are split over the run's threads (``parallel_rows``), in blocks of
-``_CHUNK`` values.
+One call on the caller's thread, whatever the run's thread count: split over the
+provider's pool (``parallel_rows``, chunks of 16384 values) it was slower at every size on
+the shared 2-core machine it was measured on (0.28-0.30 ns a value against 0.20-0.21 on
+400k-1.6M values; docs/cpu_kernels.md).
 """
 
 from __future__ import annotations
@@ -19,13 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from .nn_cpu import parallel_rows
 
 _F32 = np.dtype(np.float32)
-# Values per thread task: 64 KB of float32, a few microseconds of work.
-_CHUNK = 1 << 14
-# Below this many values one call does it all (a split's hand-off costs more).
-_SPLIT_MIN = 1 << 16
 
 
 def compiled(dtype: np.dtype) -> bool:
@@ -53,14 +50,8 @@ def logistic(
     # (a kernel's call costs about 1 us besides the loop: reshapes only where needed)
     xf = x if x.ndim == 1 else x.reshape(-1)
     of = out if out.ndim == 1 else out.reshape(-1)
-    n = xf.shape[0]
     a = alpha if type(alpha) is np.float32 else np.float32(alpha)
-    f = _loop()
-    if n < _SPLIT_MIN:
-        f(xf, of, a, mul, 0, n)
-    else:
-        chunks = (n + _CHUNK - 1) // _CHUNK
-        parallel_rows(chunks, n, lambda c0, c1: f(xf, of, a, mul, c0 * _CHUNK, min(n, c1 * _CHUNK)))
+    _loop()(xf, of, a, mul, 0, xf.shape[0])
     return out
 
 
