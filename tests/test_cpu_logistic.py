@@ -1,7 +1,7 @@
 """The CPU's float32 logistic without libm's exp (``providers_cpu/ops/logistic.py``, the loop
 ``jit._logistic_value``): its error over the float32 range against a float64 sigmoid, the
 values 1 / (1 + exp(-x)) gives at NaN, infinities, zeros and large |x|, shapes (empty,
-0-d, non-contiguous, in place, split over threads), and the ops that use it (Sigmoid,
+0-d, non-contiguous, in place, any run thread count), and the ops that use it (Sigmoid,
 onnxep::SiLU, com.microsoft QuickGelu, Swish, FusedConv's Sigmoid/SiLU) through sessions
 against onnxruntime, with the compiled loop and with NumPy alone."""
 
