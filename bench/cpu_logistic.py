@@ -5,8 +5,7 @@
 On the same float32 arrays (standard normal times 8), interleaved in one process, medians
 in ns per value:
 
-- ``kernel``: ``logistic(x)`` (the compiled loop when numba is on; split over ``--threads``
-  threads above 65536 values, as inside a run);
+- ``kernel``: ``logistic(x)`` (the compiled loop when numba is on, on the caller's thread);
 - ``numpy``: 1 / (1 + exp(-x)) in three in-place ufunc passes (the CPU Sigmoid before);
 - ``onnxep``: a one-node Sigmoid session (``run`` overhead included);
 - ``ort``: onnxruntime's Sigmoid session (MLAS's logistic, ``run`` overhead included);
@@ -105,7 +104,7 @@ def main() -> None:
         " kernel / ort | err kernel | err ort |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    # The run's thread count for the kernel's split, as a session's run sets it (entered
+    # The run's thread count, as a session's run sets it, for any pool the kernel uses (entered
     # once: each entry may set BLAS's count through threadpoolctl)
     with blas_threads(limit):
         for n in args.sizes:
