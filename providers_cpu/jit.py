@@ -75,7 +75,11 @@ def loop(name: str) -> Any:
                 # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
                 # every divisor, which keeps LLVM from vectorising the loop
                 globals()[helper] = nb.njit(
-                    cache=True, nogil=True, boundscheck=False, error_model="numpy"
+                    cache=True,
+                    nogil=True,
+                    boundscheck=False,
+                    error_model="numpy",
+                    **_HELPER_OPTIONS.get(helper, {}),
                 )(src)
         f = _compiled[name] = nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
     return f
@@ -116,6 +120,8 @@ def _depthwise_rows(planes, term_plane, term_off, w, mult, r0, r1, out):
 
 
 _SOURCES = {"depthwise_rows": _depthwise_rows}
+#: Extra ``nb.njit`` options of a helper (by name).
+_HELPER_OPTIONS: dict[str, dict] = {}
 
 
 def _conv_act(row, code, prm):
@@ -126,8 +132,9 @@ def _conv_act(row, code, prm):
     type (``prm`` holds every constant in it, so nothing widens): 1 Relu (np.maximum's
     ties and NaN), 2 Clip, 3 HardSigmoid, 4 HardSwish, 5 LeakyRelu, 6 ``v * clip(v + a,
     lo, hi) / d`` (an exporter's HardSwish), 7 ``x * (erf(x / d) + a) * h`` (GELU, the CPU
-    Erf's float32 approximation); ``prm`` = (p0, p1, p2, p3, 0, 1, 1/6, 0.5, erf's seven
-    P and five Q coefficients, -4, 4).
+    Erf's float32 approximation), 8 Sigmoid and 9 SiLU (float32 only: the CPU Sigmoid's
+    ``_logistic_value``); ``prm`` = (p0, p1, p2, p3, 0, 1, 1/6, 0.5, erf's seven P and
+    five Q coefficients, -4, 4).
     One loop per code, over a whole channel: a call per value cost 10 ns each, one
     per output row of a 7x7 map 50 ns a row.
     """
@@ -237,6 +244,9 @@ def _conv_act(row, code, prm):
                 t = hi
             t = v * t
             row[i] = t / d
+    elif code == 8 or code == 9:
+        # Sigmoid, SiLU: the CPU Sigmoid / onnxep::SiLU kernels' float32 loop (``_logistic``)
+        _logistic_inplace(row, one, code == 9)
 
 
 def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, out):
@@ -1017,3 +1027,102 @@ _SOURCES.update(
     winograd_in=_winograd_in,
     winograd_out=_winograd_out,
 )
+
+
+# --- Logistic without exp (issue 23): float32 sigmoid for Sigmoid, onnxep::SiLU, QuickGelu,
+# Swish and FusedConv's Sigmoid/SiLU epilogues (``_conv_act`` codes 8 and 9). Kept in one block.
+
+# exp(r) = 1 + r + r**2 * q(r) on |r| <= ln(2)/2, q of degree 4 fitted for the least
+# largest relative error (3e-9; 7e-8 evaluated in float32)
+_LG_Q0 = np.float32(0.49999994)
+_LG_Q1 = np.float32(0.16666521)
+_LG_Q2 = np.float32(0.04166839)
+_LG_Q3 = np.float32(0.00836871)
+_LG_Q4 = np.float32(0.0013814613)
+_LG_LOG2E = np.float32(1.4426950408889634)
+# ln 2 in two parts: k * _LG_LN2_HI is exact for |k| <= 128 (9 bits times 8 bits)
+_LG_LN2_HI = np.float32(0.693359375)
+_LG_LN2_LO = np.float32(-2.12194440e-4)
+# 1.5 * 2**23: adding and subtracting it rounds a float32 below 2**22 to an integer
+_LG_ROUND = np.float32(12582912.0)
+# Below this x, exp(-x) overflows float32 and 1 / (1 + exp(-x)) is 0 (exp(88.72283) is the
+# largest finite float32 exponential)
+_LG_LOW = np.float32(-88.72283)
+_LG_KMIN = np.float32(-128.0)
+_LG_ZERO = np.float32(0.0)
+_LG_ONE = np.float32(1.0)
+_LG_TINY = np.float32(2.0**-64)
+# exponent bias + 64: 2**(k + 64) is a normal float32 for every k in [-128, 0]
+_LG_BIAS = np.int32(127 + 64)
+_LG_SHIFT = np.int32(23)
+
+
+def _logistic_value(w):
+    """sigmoid(w) on float32, without a libm ``exp`` call.
+
+    u = exp(-|w|) in (0, 1] by range reduction (-|w| = k ln 2 + r, k an integer, |r| <=
+    ln(2)/2, exp(r) a degree-6 polynomial, 2**k from exponent bits as 2**(k + 64) * 2**-64
+    because k reaches -128, below float32's normal range), then one division: 1 / (1 +
+    u) for w >= 0, u / (1 + u) below, so small results keep their relative accuracy (no
+    1 - s is formed). Plain float32 operations and no table, so LLVM vectorises the
+    loops it is inlined into; compiled with contraction only (``_HELPER_OPTIONS``): the
+    multiply-adds become the same FMAs wherever it is inlined, so a fused Conv's
+    activation has the Sigmoid node's bits. As 1 / (1 + exp(-w)): NaN stays NaN, +inf
+    and large w give 1, -inf and w below -88.72283 (where float32 exp(-w) overflows)
+    give 0, and from there to -87.3 the results are subnormal, as there.
+    """
+    t = -abs(w)
+    if t < _LG_LOW:
+        t = _LG_LOW
+    kf = t * _LG_LOG2E + _LG_ROUND
+    kf = kf - _LG_ROUND
+    r = t - kf * _LG_LN2_HI
+    r = r - kf * _LG_LN2_LO
+    q = _LG_Q4 * r + _LG_Q3
+    q = q * r + _LG_Q2
+    q = q * r + _LG_Q1
+    q = q * r + _LG_Q0
+    p = q * (r * r) + r
+    p = p + _LG_ONE
+    # NaN: any finite k (p is NaN already); a float-to-int conversion of NaN is undefined
+    if not (kf >= _LG_KMIN):
+        kf = _LG_ZERO
+    scale = np.int32((np.int32(kf) + _LG_BIAS) << _LG_SHIFT).view(np.float32)
+    u = (p * scale) * _LG_TINY
+    num = _LG_ONE if w >= _LG_ZERO else u
+    s = num / (_LG_ONE + u)
+    if w < _LG_LOW:
+        s = _LG_ZERO
+    return s
+
+
+def _logistic(x, out, alpha, mul):
+    """out[i] = (x[i] if mul else 1) * sigmoid(alpha * x[i]), float32, ``out`` not ``x``:
+    LLVM's overlap test would send the loop to its scalar version (``_logistic_inplace``)."""
+    for i in range(x.shape[0]):
+        v = x[i]
+        s = _logistic_value(alpha * v)
+        out[i] = v * s if mul else s
+
+
+def _logistic_inplace(y, alpha, mul):
+    """``_logistic(y, y, alpha, mul)``, vectorised (one array: no overlap test)."""
+    for i in range(y.shape[0]):
+        v = y[i]
+        s = _logistic_value(alpha * v)
+        y[i] = v * s if mul else s
+
+
+def _logistic_span(x, out, alpha, mul, r0, r1):
+    """Flat positions r0..r1 of ``x`` through ``_logistic`` into ``out`` (which may be ``x``)."""
+    if x.ctypes.data == out.ctypes.data:
+        _logistic_inplace(out[r0:r1], alpha, mul)
+    else:
+        _logistic(x[r0:r1], out[r0:r1], alpha, mul)
+
+
+_HELPERS.update(
+    _logistic_value=_logistic_value, _logistic=_logistic, _logistic_inplace=_logistic_inplace
+)
+_HELPER_OPTIONS["_logistic_value"] = {"fastmath": {"contract"}}
+_SOURCES["logistic_span"] = _logistic_span

@@ -4,9 +4,11 @@ Each is the float operations the unfused CPU nodes run, in their order, on the
 output's type, so a fused node gives the unfused graph's bits: with numba, one
 compiled pass (``jit._conv_act``, inside the depthwise loop or over a GEMM's output
 rows); without it, the NumPy ufuncs of those nodes, over blocks of the output that
-fit in L2 (the multi-pass activations then stay in cache). Sigmoid, Tanh and SiLU
-always take the NumPy ufuncs: a compiled ``exp`` is not NumPy's vectorised one (other
-bits, and a scalar libm call per value).
+fit in L2 (the multi-pass activations then stay in cache). Sigmoid and SiLU on float32
+run the CPU Sigmoid's own compiled loop (``logistic.py``: no libm ``exp``), inline as
+the others, or through ``logistic`` where the NumPy path runs, so both routes keep the
+unfused nodes' bits. Tanh always takes NumPy's ufunc: a compiled ``tanh`` is a scalar
+libm call per value.
 
 Names (``FusedConv``'s ``activation`` and ``activation_params``):
 
@@ -31,6 +33,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 
 from .. import jit
+from .logistic import logistic
 from .nn_cpu import parallel_rows
 from .op_erf import ERF_P32, ERF_Q32, erf32
 from .ufuncs import clip_ufunc
@@ -44,8 +47,13 @@ _CODES = {
     "LeakyRelu": 5,
     "ClipSwish": 6,
     "Gelu": 7,
+    "Sigmoid": 8,
+    "SiLU": 9,
 }
-_NUMPY_ONLY = ("Sigmoid", "Tanh", "SiLU")
+_NUMPY_ONLY = ("Tanh",)
+# Codes whose compiled loop is float32 only (the CPU Erf's erf32, the logistic loop)
+_FLOAT32_ONLY = ("Gelu", "Sigmoid", "SiLU")
+_LOGISTIC = ("Sigmoid", "SiLU")
 #: Parameters when ``activation_params`` is absent or short (onnxruntime's defaults).
 _DEFAULTS = {
     "Clip": (-np.inf, np.inf),
@@ -91,8 +99,8 @@ class Epilogue:
 
     def compiled(self, dtype) -> bool:
         """Whether the compiled loops run it on ``dtype`` (numba on, a compiled code)."""
-        if self.name == "Gelu" and np.dtype(dtype) != np.float32:
-            return False  # erf32 is the float32 Erf only
+        if self.name in _FLOAT32_ONLY and np.dtype(dtype) != np.float32:
+            return False  # erf32 is the float32 Erf only; the logistic loop float32 only
         return self.code != 0 and np.dtype(dtype) in _FAST and jit.ENABLED
 
     def apply(self, y: np.ndarray) -> None:
@@ -106,6 +114,11 @@ class Epilogue:
             self.numpy(y)
             return
         if self.compiled(y.dtype) and y.flags.c_contiguous:
+            if self.name in _LOGISTIC:
+                # One flat pass on this thread (logistic.py says why): a call per channel row
+                # doubled the time on 10x10 maps. The same loop, so the same bits.
+                logistic(y, mul=self.name == "SiLU", out=y)
+                return
             rows = y.shape[0] * y.shape[1]
             y2 = y.reshape(rows, -1)
             f = jit.loop("conv_epilogue")
@@ -163,15 +176,8 @@ class Epilogue:
         elif name == "Tanh":
             np.tanh(y, out=y)
         elif name in ("Sigmoid", "SiLU"):
-            s = np.negative(y)
-            with np.errstate(over="ignore"):  # exp(-x) = inf gives the right 0
-                np.exp(s, out=s)
-            s += 1
-            np.reciprocal(s, out=s)
-            if name == "SiLU":
-                y *= s
-            else:
-                y[...] = s
+            # the CPU Sigmoid / SiLU kernels' own function: their bits, compiled or not
+            logistic(y, mul=name == "SiLU", out=y)
         elif name == "HardSwish":
             s = np.multiply(y, t(1 / 6))
             s += 0.5

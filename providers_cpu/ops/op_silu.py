@@ -1,9 +1,10 @@
-"""onnxep::SiLU on NumPy: the CPU Sigmoid's three in-place passes, then the product in place.
+"""onnxep::SiLU on the CPU: x * Sigmoid(x) in one pass (``logistic.py``).
 
-The fusion (``fuse_silu``) is exact: this is the CPU provider's Sigmoid kernel
-(``op_sigmoid``) followed by ``x * s`` written over ``s``, the very operations the
-two nodes ran, in one buffer instead of two (a YOLO-style detector's SiLUs are most
-of its elementwise time on the CPU).
+The fusion (``fuse_silu``) is exact: this is the CPU provider's Sigmoid (the same
+compiled float32 loop, or for float64 / numba off its three NumPy passes) with the
+product ``x * s`` written over ``s``, the very operations the two nodes ran, in one
+buffer instead of two (a YOLO-style detector's SiLUs are most of its elementwise time on
+the CPU).
 """
 
 from __future__ import annotations
@@ -15,17 +16,13 @@ from onnxep.providers.ops.elementwise import HALF_FLOATS
 from onnxep.providers.ops.fused import FLOATS
 from onnxep.providers.ops.op_silu import silu as generic
 
+from .logistic import logistic
+
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
-    t = np.negative(x, out=np.empty(x.shape, x.dtype))
-    with np.errstate(over="ignore"):  # exp(-x) = inf for very negative x gives the right 0
-        np.exp(t, out=t)
-    t += 1
-    np.reciprocal(t, out=t)
-    np.multiply(x, t, out=t)
-    return t
+    return logistic(x, mul=True)
 
 
 @kernel("SiLU", domain="onnxep", dtypes=FLOATS)
