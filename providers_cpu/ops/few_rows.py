@@ -36,6 +36,12 @@ JIT_ROWS = 8
 #: ... when the weight has at least this many elements (below, one SGEMM call costs
 #: less than the calls)
 MIN_SIZE = 32768
+#: Multiply-adds below which the loop runs on the calling thread alone. A second
+#: thread's hand-off and its own trip to the weight cost more than the split saves up to
+#: here: [2, 4096] x [4096, 400] took 91 us on one thread and 122 on two, [4, 4096] x
+#: [4096, 1024] 871 and 989; [8, 2048] x [2048, 2048] (2^25) 1474 and 734 (medians,
+#: 2 cores shared with other benchmarks).
+SPLIT_MIN = 1 << 25
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -84,9 +90,13 @@ def _rows_nk_run(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     m, n = a.shape[0], w.shape[0]
     y = np.empty((m, n), w.dtype)
     f = _loop()
+    work = m * n * a.shape[1]
+    if work < SPLIT_MIN:
+        f(a, w, 0, n, y)
+        return y
     # whole blocks of four columns per call, so a column's sums do not depend on the split
     blocks = (n + 3) // 4
-    parallel_rows(blocks, m * n * a.shape[1], lambda b0, b1: f(a, w, 4 * b0, min(4 * b1, n), y))
+    parallel_rows(blocks, work, lambda b0, b1: f(a, w, 4 * b0, min(4 * b1, n), y))
     return y
 
 

@@ -48,7 +48,8 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-def _key(a: np.ndarray) -> tuple:
+def sample_key(a: np.ndarray) -> tuple:
+    """dtype, shape and 64 values spread over the array: the candidates' table key."""
     flat = _bytes(a)
     step = max(1, flat.size // 64)
     return (a.dtype.str, a.shape, flat[::step].tobytes())
@@ -57,7 +58,7 @@ def _key(a: np.ndarray) -> tuple:
 def shared(const: np.ndarray) -> SharedWeight:
     """The :class:`SharedWeight` of every constant equal to ``const`` byte for byte."""
     a = np.ascontiguousarray(const)
-    key = _key(a)
+    key = sample_key(a)
     with _lock:
         refs = _table.setdefault(key, [])
         refs[:] = [r for r in refs if r() is not None]
