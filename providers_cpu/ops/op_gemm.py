@@ -90,8 +90,17 @@ def _epilogue(y: np.ndarray, a: np.ndarray, c, alpha: float, beta: float, xp) ->
     if c is not None and beta != 0.0:
         cc = widen(c, xp)
         cc = cc if beta == 1.0 else beta * cc
-        if cc.dtype == y.dtype and np.broadcast_shapes(cc.shape, y.shape) == y.shape:
+        if cc.dtype == y.dtype and _into(cc.shape, y.shape):
             y += cc  # y is this run's own buffer
         else:
             y = y + cc
     return (y.astype(a.dtype, copy=False),)
+
+
+def _into(c: tuple, y: tuple) -> bool:
+    """Whether shape ``c`` broadcasts to ``y`` unchanged. The bias of a Gemm is [N] or
+    [M, N] and matches y's trailing dims as it is: a tuple comparison (0.1 us) instead of
+    np.broadcast_shapes (2 us a call; captcha-crnn runs 80 Gemms a run)."""
+    if len(c) <= len(y) and c == y[len(y) - len(c) :]:
+        return True
+    return np.broadcast_shapes(c, y) == y
