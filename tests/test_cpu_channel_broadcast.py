@@ -105,10 +105,16 @@ def _model(op: str, dtype, shape, vshape, swap: bool, opset: int = 14) -> onnx.M
 
 @pytest.mark.parametrize("swap", [False, True], ids=["map-first", "channel-first"])
 @pytest.mark.parametrize("op", list(OPS))
-def test_sessions_match_onnxruntime(compiled, op, swap):
+def test_sessions_match_onnxruntime(compiled, op, swap, monkeypatch):
     model = _model(op, np.float32, [2, 128, 8, 20], (1, 128, 1, 1), swap)
     x = np.random.default_rng(4).standard_normal((2, 128, 8, 20)).astype(np.float32)
-    got = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    calls = []
+    real = cb.apply
+    monkeypatch.setattr(cb, "apply", lambda *a: calls.append(1) or real(*a))
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    got = [sess.run(None, {"x": x})[0] for _ in range(2)]  # checked run, then direct calls
+    assert got[0].tobytes() == got[1].tobytes()
+    assert len(calls) == (2 if compiled else 0)
     peer = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     bad = [r for r in compare_output("y", got[0], peer.run(None, {"x": x})[0], "cpu", "ort")]
     assert all(r.ok for r in bad), [r.describe() for r in bad]
@@ -126,3 +132,26 @@ def test_integer_division_still_truncates(compiled, dtype):
     want = (np.abs(x) // np.abs(v) * np.sign(x) * np.sign(v)).astype(dtype)
     assert got[0].dtype == dtype
     np.testing.assert_array_equal(got[0], want)
+
+
+def test_other_nodes_keep_the_ufunc_and_its_in_place_steps():
+    """Same-shape Add and Mul (and an Add whose channel count is not known) keep the generic
+    kernel, whose direct form is the ufunc: the executor writes into a dead input."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8, 4, 4])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Mul", ["a", "a"], ["b"])]
+    nodes.append(helper.make_node("Add", ["b", "v"], ["y"]))
+    v = helper.make_tensor_value_info("v", onnx.TensorProto.FLOAT, ["c", 1, 1])  # C not known
+    graph = helper.make_graph(
+        nodes, "g", [x, v], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    rep = sess.placement()
+    assert (rep.direct_steps, rep.in_place_steps) == (3, 2)
+    feeds = {
+        "x": np.ones((2, 8, 4, 4), np.float32),
+        "v": np.arange(8, dtype=np.float32).reshape(8, 1, 1),
+    }
+    want = (feeds["x"] * 2) ** 2 + feeds["v"]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)

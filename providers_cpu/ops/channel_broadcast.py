@@ -45,14 +45,37 @@ def per_channel(x: np.ndarray, v: np.ndarray) -> bool:
     return x.flags.c_contiguous
 
 
+def candidate(node) -> bool:
+    """Whether ``node``'s static types allow a per-channel operand: float32/float64 inputs,
+    one of rank 3 or more and the other of a known (C, 1, ...) or (1, C, 1, ...) shape.
+
+    Every other node keeps the generic kernel, whose direct form is NumPy's ufunc itself:
+    the executor may then write its result into a dead input (an in-place step), which a
+    wrapper in front of the ufunc would forbid for every Add and Mul of a graph.
+    """
+    if len(node.inputs) != 2 or any(node.input_dtype(i) not in _FLOATS for i in (0, 1)):
+        return False
+    for big, small in ((0, 1), (1, 0)):
+        rank = node.inputs[big].rank
+        vs = node.inputs[small].static_shape
+        if rank is None or rank < 3 or vs is None or len(vs) not in (rank - 1, rank):
+            continue
+        lead = len(vs) - rank + 1
+        if (lead and vs[0] != 1) or vs[lead] < 2 or any(d != 1 for d in vs[lead + 1 :]):
+            continue
+        c = node.inputs[big].shape[1]
+        if not isinstance(c, int) or c == vs[lead]:
+            return True
+    return False
+
+
 def _short(x: np.ndarray) -> bool:
     return x.size < MAX_POSITIONS * x.shape[0] * x.shape[1]
 
 
-def binary(op: int, fallback=None):
-    """``f(a, b)``: ``a op b`` with NumPy's broadcasting (or ``fallback(a, b)``), one pass for
-    a per-channel operand."""
-    ufunc = _UFUNC[op] if fallback is None else fallback
+def binary(op: int):
+    """``f(a, b)``: ``a op b`` with NumPy's broadcasting, one pass for a per-channel operand."""
+    ufunc = _UFUNC[op]
 
     def f(a, b):
         # cheap tests first: this runs for every Add/Mul/Sub/Div of the graph, small or not

@@ -4,8 +4,6 @@ generic kernel's."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.elementwise import binary, legacy_axis
 from onnxep.providers.ops.op_div import div as generic
@@ -15,14 +13,6 @@ from . import channel_broadcast
 
 @kernel("Div", since=(1, 6, 7, 13, 14))
 def div(node, xp):
-    general = generic(node, xp)
-    dt = node.input_dtype(0)
-    if legacy_axis(node) is not None or (dt is not None and dt.kind in "iu"):
-        return general
-
-    def other(a, b):
-        if a.dtype.kind in "iu":
-            return general(a, b)[0]
-        return np.divide(a, b)
-
-    return binary(node, xp, channel_broadcast.binary(channel_broadcast.DIV, other))
+    if legacy_axis(node) is not None or not channel_broadcast.candidate(node):
+        return generic(node, xp)  # integers (truncating division) included
+    return binary(node, xp, channel_broadcast.binary(channel_broadcast.DIV))
