@@ -670,6 +670,8 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
     for i in range(tmp.shape[0]):
         tmp[i] = low
     inner = tmp[pl : pl + wd]
+    nt = tmp.shape[0]
+    ph = np.empty((sw, (nt + sw - 1) // sw), x.dtype)  # the row's phases, for sw > 1
     for r in range(r0, r1):
         plane = x[r]
         for oy in range(oh):
@@ -704,12 +706,24 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
                         m = dst[ox]
                         dst[ox] = v if (v > m) | (v != v) else m
             else:
+                # Split the row into its sw phases, each contiguous (ph[p][q] = tmp[q*sw + p]):
+                # every window column is then a contiguous run of one phase, and the maxima
+                # run as vector loops. Taking the windows one by one at stride sw was
+                # scalar: [128, 30, 80] 3x3 stride 2 took 145 us, now 84 (onnxruntime 48).
+                for p in range(sw):
+                    prow = ph[p]
+                    for q in range((nt - p + sw - 1) // sw):
+                        prow[q] = tmp[q * sw + p]
+                p0 = ph[0]
                 for ox in range(ow):
-                    m = tmp[ox * sw]
-                    for j in range(1, kw):
-                        v = tmp[ox * sw + j * dw]
-                        m = v if (v > m) | (v != v) else m
-                    dst[ox] = m
+                    dst[ox] = p0[ox]
+                for j in range(1, kw):
+                    t = j * dw
+                    sj = ph[t % sw, t // sw : t // sw + ow]
+                    for ox in range(ow):
+                        v = sj[ox]
+                        m = dst[ox]
+                        dst[ox] = v if (v > m) | (v != v) else m
 
 
 _HELPERS = {"_conv_act": _conv_act}

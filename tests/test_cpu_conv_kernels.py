@@ -332,6 +332,12 @@ def test_large_im2col_runs_in_row_blocks_on_one_thread(monkeypatch):
         ((1, 4, 9, 11), (2, 3), (1, 2), (2, 1), (0, 1, 1, 0), 0),
         ((1, 2, 7, 7), (3, 2), (3, 2), (1, 1), (1, 0, 1, 1), 1),
         ((1, 1, 1, 1), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 0),
+        # strided rows split into phases: captcha-crnn's 3x3/2 pool, rapidocr-cls's 2x2/2,
+        # a stride above the window (columns skipped), a dilated window at stride 3
+        ((2, 8, 30, 80), (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+        ((2, 6, 2, 96), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), 0),
+        ((1, 3, 11, 23), (2, 2), (3, 3), (1, 1), (0, 1, 0, 1), 1),
+        ((1, 2, 13, 29), (3, 3), (3, 3), (2, 2), (1, 2, 1, 2), 0),
     ],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

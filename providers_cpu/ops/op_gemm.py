@@ -10,10 +10,14 @@ bits on probe data (checked once per shape and thread count, as ``TunedMatmul``
 checks its splits), so the result is the generic kernel's; elsewhere, and for every
 other Gemm, the generic kernel runs.
 
-With one to three rows in A (a batch of one or two through an unrolled RNN cell, a
-decoder's step) each row is one GEMV on W as it is stored, constant or fed
-(few_rows.py): [2, 4096] x [400, 4096]^T took 290-330 us as one SGEMM against two GEMVs
-of 40-75 us (the OCR CRNN's forty LSTM input products, three quarters of its run).
+With a few rows in A (a batch of one or two through an unrolled RNN cell, a decoder's
+step) the product runs on W as it is stored, constant or fed (few_rows.py: two to eight
+rows in one compiled loop that reads W once, or one GEMV a row): [2, 4096] x
+[400, 4096]^T took 290-330 us as one SGEMM against two GEMVs of 40-75 us (the OCR
+CRNN's forty LSTM input products, three quarters of its run).
+
+Nodes that use the same initializer (an unrolled RNN's every step) share one copy of
+W and of its transpose (shared_weights.py); the transpose is made on first use.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from onnxep.providers.ops.op_gemm import gemm as generic
 from onnxep.providers.ops.reduce import widen
 
 from ..threads import run_threads
-from . import few_rows
+from . import few_rows, shared_weights
 from .nn_cpu import probe_like, same_bits
 
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -52,8 +56,8 @@ def gemm(node, xp):
             return _epilogue(y, a, c, alpha, beta, xp)
 
         return run_fed
-    w = np.ascontiguousarray(const)
-    bt = np.ascontiguousarray(const.T)
+    weight = shared_weights.shared(const)
+    w = weight.array
     same: dict[tuple, bool] = {}  # (A's layout, threads) -> the copy gives the view's bits
     lock = threading.Lock()
 
@@ -63,16 +67,18 @@ def gemm(node, xp):
         if ok is None:
             with lock:
                 probe = probe_like(am)
-                ok = same[key] = same_bits(np.matmul(probe, bt), np.matmul(probe, const.T))
+                ok = same[key] = same_bits(
+                    np.matmul(probe, weight.transposed), np.matmul(probe, w.T)
+                )
         return ok
 
     def run(a, b, c=None):
         am = a.T if trans_a else a
         if few_rows.fits(am, w, 1):
             return _epilogue(few_rows.rows_times_transposed(am, w), a, c, alpha, beta, xp)
-        if a.dtype != bt.dtype or am.ndim != 2 or am.shape[1] != bt.shape[0] or not agrees(am):
+        if a.dtype != w.dtype or am.ndim != 2 or am.shape[1] != w.shape[1] or not agrees(am):
             return general(a, b, c)
-        return _epilogue(np.matmul(am, bt), a, c, alpha, beta, xp)
+        return _epilogue(np.matmul(am, weight.transposed), a, c, alpha, beta, xp)
 
     return run
 
@@ -84,8 +90,17 @@ def _epilogue(y: np.ndarray, a: np.ndarray, c, alpha: float, beta: float, xp) ->
     if c is not None and beta != 0.0:
         cc = widen(c, xp)
         cc = cc if beta == 1.0 else beta * cc
-        if cc.dtype == y.dtype and np.broadcast_shapes(cc.shape, y.shape) == y.shape:
+        if cc.dtype == y.dtype and _into(cc.shape, y.shape):
             y += cc  # y is this run's own buffer
         else:
             y = y + cc
     return (y.astype(a.dtype, copy=False),)
+
+
+def _into(c: tuple, y: tuple) -> bool:
+    """Whether shape ``c`` broadcasts to ``y`` unchanged. The bias of a Gemm is [N] or
+    [M, N] and matches y's trailing dims as it is: a tuple comparison (0.1 us) instead of
+    np.broadcast_shapes (2 us a call; captcha-crnn runs 80 Gemms a run)."""
+    if len(c) <= len(y) and c == y[len(y) - len(c) :]:
+        return True
+    return np.broadcast_shapes(c, y) == y

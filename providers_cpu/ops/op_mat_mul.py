@@ -6,9 +6,11 @@ stacked matmul as a loop over the leading dimensions, which measured slower than
 ``[prod(...) * M, K] @ [K, N]`` on the same data even with one leading entry
 (``[1, 32, 256] @ [256, 512]``: 157 against 87 us on one thread, 2157 against 179 us
 on two threads of a loaded machine), so such products are reshaped to 2-D and back
-(a view when the activation is contiguous). One to three rows in all (a decoder's step
-with a batch of two, an RNN cell) run one GEMV a row instead (few_rows.py: SGEMM is
-at its slowest there, 2x the GEMVs).
+(a view when the activation is contiguous). A few rows in all (a decoder's step with
+a batch of two, an RNN cell) run few_rows.py's products instead (SGEMM is at its
+slowest there, 2x the GEMVs): two to eight rows in one compiled loop on the weight's
+[N, K] transpose (for a constant, one copy shared by every node that uses it:
+shared_weights.py), else one GEMV a row.
 
 NumPy has no BLAS for float16 or bfloat16, so the generic kernel widens both
 operands to float32 on every call. For a constant B (a weight) that widening
@@ -27,7 +29,7 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_mat_mul import mat_mul as generic
 
-from . import few_rows
+from . import few_rows, shared_weights
 
 _HALF = ("float16", "bfloat16")
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -57,6 +59,10 @@ def mat_mul(node, xp):
 
         return run_half
 
+    weight = None
+    if isinstance(const, np.ndarray) and const.ndim == 2 and const.dtype in _BLAS:
+        weight = shared_weights.shared(const)
+
     def run(a, b):
         if (
             b.ndim == 2
@@ -67,7 +73,11 @@ def mat_mul(node, xp):
         ):
             a2 = a.reshape(-1, a.shape[-1])
             if few_rows.fits(a2, b, 0):
-                return (few_rows.rows_times(a2, b).reshape(*a.shape[:-1], b.shape[-1]),)
+                bt = None
+                if weight is not None and few_rows.compiled(a2):
+                    bt = weight.transposed
+                y = few_rows.rows_times(a2, b, bt)
+                return (y.reshape(*a.shape[:-1], b.shape[-1]),)
             if a.ndim > 2:
                 return (matmul_2d(a, b),)
         return general(a, b)
