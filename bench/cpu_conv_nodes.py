@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     from threadpoolctl import threadpool_info
 
     import onnxep
-    from providers_cpu.ops import conv_gemm
+    from onnxep.providers_cpu.ops import conv_gemm
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)

@@ -43,11 +43,12 @@ _BLOCK_BYTES = 256 << 10
 # Below this many multiply-adds (M * K * N) the call and the layout copies cost more
 # than BLAS's AVX2 kernel loses; the first layer's K of 27 keeps BLAS (measured, docs).
 _MIN_MACS = 1 << 20
-_MIN_K = 32
+_MIN_K = 128
 _MIN_M = 8
 
 
-def _blas_is_avx2_on_avx512() -> bool:
+def blas_is_avx2_on_avx512() -> bool:
+    """Whether a loaded OpenBLAS runs a core without AVX-512 on a CPU with it."""
     try:
         from threadpoolctl import threadpool_info
 
@@ -75,24 +76,38 @@ def enabled() -> bool:
     if MODE == "1":
         return True
     if _auto is None:
-        _auto = _blas_is_avx2_on_avx512()
+        _auto = blas_is_avx2_on_avx512()
     return _auto
 
 
+def jit_off() -> bool:
+    """No compiled loops, without importing numba (``ENABLED`` imports it on first read)."""
+    known = vars(jit).get("ENABLED")
+    return known is False or not jit.jit_status().startswith("compiled loops: numba ")
+
+
 def status() -> str:
-    """One line for ``onnxep providers`` / the provider notes: which GEMM dense convs run."""
+    """One line for ``onnxep providers`` and the session notes: which GEMM dense float32
+    convolutions run (imports nothing)."""
     if MODE == "0":
         return "dense Conv GEMM: OpenBLAS (ONNXEP_CPU_CONV_GEMM=0)"
-    if not jit.ENABLED:
+    if jit_off():
         return "dense Conv GEMM: OpenBLAS (no compiled loops)"
-    if enabled():
+    if MODE == "1":
+        return "dense Conv GEMM: onnxep's compiled kernel for float32 (ONNXEP_CPU_CONV_GEMM=1)"
+    if _auto if _auto is not None else blas_is_avx2_on_avx512():
         return (
             "dense Conv GEMM: onnxep's compiled AVX-512 kernel for float32 (OpenBLAS runs "
             "AVX2 kernels on this AVX-512 CPU)"
-            if MODE != "1"
-            else "dense Conv GEMM: onnxep's compiled kernel for float32 (ONNXEP_CPU_CONV_GEMM=1)"
         )
     return "dense Conv GEMM: OpenBLAS"
+
+
+def session_notes() -> tuple[str, ...]:
+    """The status line for a session's notes where the compiled kernel runs (else none:
+    OpenBLAS is what every other place says the provider runs)."""
+    line = status()
+    return (line,) if "compiled" in line else ()
 
 
 def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool) -> bool:
