@@ -22,8 +22,8 @@ ort = pytest.importorskip("onnxruntime")
 needs_jit = pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled GEMM")
 
 
-def _ref(a, bt, bias):
-    return a.astype(np.float64) @ bt.astype(np.float64).T + bias.astype(np.float64)[:, None]
+def _ref(a, b, bias):
+    return a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)[:, None]
 
 
 @needs_jit
@@ -36,6 +36,7 @@ def _ref(a, bt, bias):
         (13, 5, 9),
         (12, 128, 37),
         (64, 576, 1603),
+        (9, 300, 49),
         (5, 3, 2),
         (0, 3, 5),
         (5, 0, 7),
@@ -45,11 +46,11 @@ def _ref(a, bt, bias):
 def test_kernel_matches_float64(m, k, n):
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
-    bt = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
-    c = np.full((m, n), np.nan, np.float32)
-    conv_gemm.jit_gemm()(a, bt, bias, c, 0, n)
-    want = _ref(a, bt, bias)
+    c = conv_gemm.product(a, b, bias)
+    assert c.shape == (m, n)
+    want = _ref(a, b, bias)
     # float32 sums of k terms of unit scale: a few ulps of sqrt(k) each
     np.testing.assert_allclose(c, want, rtol=0, atol=1e-5 * max(1.0, np.sqrt(k)) * 4)
 
@@ -57,27 +58,23 @@ def test_kernel_matches_float64(m, k, n):
 @needs_jit
 def test_kernel_bits_do_not_depend_on_the_column_split():
     rng = np.random.default_rng(3)
-    m, k, n = 19, 300, 203
+    m, k, n = 19, 600, 203  # K past one block of 256
     a = rng.standard_normal((m, k)).astype(np.float32)
-    bt = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
-    g = conv_gemm.jit_gemm()
-    whole = np.empty((m, n), np.float32)
-    g(a, bt, bias, whole, 0, n)
-    parts = np.empty((m, n), np.float32)
-    for j0 in range(0, n, 8):  # blocks of 4 columns, as the threads take them
-        g(a, bt, bias, parts, j0, j0 + 8)
+    whole = conv_gemm.product(a, b, bias)
+    parts = conv_gemm.product(a, b, bias, panels_per_call=1)  # as the threads take them
     assert np.array_equal(whole.view(np.uint32), parts.view(np.uint32))
+    np.testing.assert_allclose(whole, _ref(a, b, bias), rtol=0, atol=1e-4)
 
 
 @needs_jit
 def test_kernel_propagates_nan_and_inf():
     a = np.ones((7, 40), np.float32)
-    bt = np.ones((9, 40), np.float32)
-    bt[2, 5] = np.nan
-    bt[4, 0] = np.inf
-    c = np.empty((7, 9), np.float32)
-    conv_gemm.jit_gemm()(a, bt, np.zeros(7, np.float32), c, 0, 9)
+    b = np.ones((40, 9), np.float32)
+    b[5, 2] = np.nan
+    b[0, 4] = np.inf
+    c = conv_gemm.product(a, b, np.zeros(7, np.float32))
     assert np.isnan(c[:, 2]).all() and np.isposinf(c[:, 4]).all()
     assert np.isfinite(np.delete(c, [2, 4], axis=1)).all()
 
@@ -185,9 +182,10 @@ def test_nan_input_gives_nan_where_the_blas_path_does(monkeypatch):
 def test_small_and_other_shapes_keep_blas(monkeypatch):
     monkeypatch.setattr(conv_gemm, "MODE", "1")
     calls = _spy(monkeypatch)
-    # K = 27 (a stem's 3 channels), a depthwise conv, a 1-D conv: BLAS or their own loops
+    # K = 4, a product under the size floor, a depthwise conv: BLAS or their own loops
     for model, feeds in (
-        _conv_model(c=3, m=16, hw=(32, 32), pads=[1, 1, 1, 1]),
+        _conv_model(c=4, m=16, hw=(64, 64), k=1),
+        _conv_model(c=8, m=8, hw=(6, 6), pads=[1, 1, 1, 1]),
         _conv_model(c=16, m=16, hw=(20, 20), group=16, pads=[1, 1, 1, 1]),
     ):
         got, want = _ours(model, feeds), _theirs(model, feeds)

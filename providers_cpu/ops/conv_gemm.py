@@ -2,28 +2,27 @@
 
 On an AVX-512 CPU whose OpenBLAS runs an AVX2 core's kernels (``OPENBLAS_CORETYPE=Haswell``,
 or a CPU OpenBLAS does not know: ``openblas_core.py``) the convolution's SGEMM runs at
-about half the CPU's vector width. numba's LLVM compiles for the host CPU, so a loop over
-float32 here is AVX-512 code there. The product is written in *dot* form: the weights as
-``a`` (M, K) and the im2col columns transposed, ``bt`` (N, K), both contiguous along K, and
-each output element a dot product of two K-runs. The micro-kernel keeps a 6x4 block of
-such dot products in flight (24 accumulators; each K step loads 6 + 4 values for 24
-multiply-adds), and LLVM vectorises each running sum over K into one zmm register
-(``reassoc``: the lanes are added at the end, a different order than BLAS's, well inside
-the tolerances onnxruntime's results are compared with; no ``nnan``/``ninf``, so NaN and
-infinities propagate as they do in BLAS).
+half the CPU's vector width. numba's LLVM compiles for the host CPU, so 16-float vectors
+written here are zmm code there. The micro-kernel (a numba intrinsic, as jit.py's
+depthwise tiles: a plain numba loop keeps its accumulators in memory) holds an 8 x 48
+block of the output in 24 vector registers and, per K step, loads three 16-float vectors
+of the im2col row, broadcasts eight weights and issues 24 fused multiply-adds: the
+register-blocked outer product BLAS kernels are made of.
 
-The columns are written straight in that layout: the input goes to a zero-bordered
-channels-last buffer (H, W, C), whose windows are (kh, kw, C) runs, so the im2col copy
-moves whole channel runs, and the weights are reordered to (M, kh, kw, C) once per
-session.
-
-Which kernel computes an output column depends on its index and N alone (blocks of 4 from
-0, the last N % 4 columns by the one-column kernel; rows by M alone), never on the thread
-split, so results are the same bits on any thread count.
+The weights are packed once per session into panels of 8 rows, K-major ((M/8, K, 8),
+zero rows to a multiple of 8). The im2col buffer keeps its (K, N) layout, N rounded up
+to a multiple of 48 (zero columns, written once), and the kernel reads its rows in
+place; the output is pre-filled with the bias, which each sum starts from. Columns are
+handed to threads 48 at a time and K is walked in blocks that keep a (KC x 48) slab of
+columns in L1: every output element is the same sequence of multiply-adds (bias, then
+k = 0, 1, ..., each rounded once: fused) whatever the split, so results are the same bits
+on any thread count. They differ from BLAS's (another order) well inside the tolerances
+the project compares with onnxruntime.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -37,13 +36,10 @@ from .nn_cpu import parallel_rows
 # AVX-512 CPU, ``1`` wherever numba runs (tests, A/B measurements), ``0`` never.
 MODE = os.environ.get("ONNXEP_CPU_CONV_GEMM", "auto").strip().lower()
 
-# Columns per cache block: a block of ``bt`` (cols x K floats) stays in L2 while every
-# row block of the weights passes over it.
-_BLOCK_BYTES = 256 << 10
-# Below this many multiply-adds (M * K * N) the call and the layout copies cost more
-# than BLAS's AVX2 kernel loses; the first layer's K of 27 keeps BLAS (measured, docs).
-_MIN_MACS = 1 << 20
-_MIN_K = 128
+# Below this many multiply-adds (M * K * N) the call and the padding cost more than
+# BLAS's AVX2 kernel loses (docs/cpu_kernels.md).
+_MIN_MACS = 1 << 18
+_MIN_K = 8
 _MIN_M = 8
 
 
@@ -125,315 +121,196 @@ def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
-    """(M, C, kh, kw) weights to the kernel's (M, kh * kw * C) rows, float32, once."""
+    """(M, C, *kernel) weights to the kernel's panels (ceil(M / 8), K, 8), float32, once."""
     m = w.shape[0]
-    return np.ascontiguousarray(np.asarray(w).transpose(0, 2, 3, 1).reshape(m, -1), np.float32)
+    a = np.asarray(w, dtype=np.float32).reshape(m, math.prod(w.shape[1:]))
+    mp = -(-m // _MR) * _MR
+    p = np.zeros((mp, a.shape[1]), np.float32)
+    p[:m] = a
+    return np.ascontiguousarray(p.reshape(mp // _MR, _MR, a.shape[1]).transpose(0, 2, 1))
+
+
+def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray, panels_per_call: int = 0) -> np.ndarray:
+    """``a @ b + bias[:, None]`` (float32) through the kernel, ``panels_per_call`` column
+    panels of 48 a call (0: one call), as threads would split it: for tests."""
+    m, k = a.shape
+    n = b.shape[1]
+    ap = pack_weights(a).reshape(-1)
+    mp, npad = -(-m // _MR) * _MR, -(-n // _NR) * _NR
+    bp = np.zeros((k, npad), np.float32)
+    bp[:, :n] = b
+    c = np.zeros((mp, npad), np.float32)
+    c[:m] = np.asarray(bias, np.float32).reshape(m, 1)
+    gemm = jit_gemm()
+    step = _NR * (panels_per_call or max(1, npad // _NR))
+    for j0 in range(0, npad, step):
+        gemm(ap, bp.reshape(-1), c.reshape(-1), npad, npad, mp, k, j0, min(npad, j0 + step))
+    return c[:m, :n].copy()
 
 
 class ConvGemm:
-    """One image shape's convolution: channels-last padded buffer, columns, the product.
+    """One input shape's convolution: padded input, im2col buffer, output block, product.
 
     Built once per (input shape, thread); ``__call__(x, y)`` writes the (N, M, oh * ow)
     result into ``y``.
     """
 
-    def __init__(self, xshape, a: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
-        n, c, h, w = xshape
-        self.a, self.bias = a, bias
-        hp, wp = h + pb[0] + pe[0], w + pb[1] + pe[1]
-        self.xp = np.zeros((hp, wp, c), np.float32)
-        self.interior = self.xp[pb[0] : pb[0] + h, pb[1] : pb[1] + w]
-        oh, ow = out
-        isz = 4
-        self.view = np.ndarray(
-            (oh, ow, k[0], k[1], c),
-            dtype=np.float32,
-            buffer=self.xp,
-            strides=(
-                strides[0] * wp * c * isz,
-                strides[1] * c * isz,
-                dil[0] * wp * c * isz,
-                dil[1] * c * isz,
-                isz,
-            ),
-        )
-        self.lsz = oh * ow
-        self.bt = np.empty((self.lsz, a.shape[1]), np.float32)
-        self.dst = self.bt.reshape(self.view.shape)
+    def __init__(self, xshape, ap: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
+        from .nn_cpu import window_view
+
+        n, c = xshape[:2]
+        self.m = bias.shape[0]
+        self.ap = ap.reshape(-1)
+        self.mp, self.k = ap.shape[0] * _MR, ap.shape[1]
+        self.lsz = out[0] * out[1]
+        self.npad = -(-self.lsz // _NR) * _NR
+        padded = any(pb) or any(pe)
+        self.xp = np.zeros((1, c, *(s + b + e for s, b, e in zip(xshape[2:], pb, pe))), np.float32)
+        self.interior = self.xp[0, :, pb[0] : pb[0] + xshape[2], pb[1] : pb[1] + xshape[3]]
+        self.padded = padded
+        self.view = window_view(self.xp, k, strides, dil, out)[0]  # (C, kh, kw, oh, ow)
+        self.k_shape, self.strides, self.dil, self.out = k, strides, dil, out
+        # zero columns past N: never NaN or denormal garbage in the padded lanes
+        self.b = np.zeros((self.k, self.npad), np.float32)
+        self.dst = self.b[:, : self.lsz].reshape(self.view.shape)
+        # the output block (rows and columns padded) unless the padding is empty
+        self.direct = self.mp == self.m and self.npad == self.lsz
+        self.c = None if self.direct else np.empty((self.mp, self.npad), np.float32)
+        bcol = np.zeros((self.mp, 1), np.float32)
+        bcol[: self.m, 0] = bias
+        self.bcol = bcol
         self.gemm = jit_gemm()
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> None:
-        a, bias, bt, gemm = self.a, self.bias, self.bt, self.gemm
-        blocks = (self.lsz + 3) // 4
-        work = a.shape[0] * a.shape[1] * self.lsz
+        from .nn_cpu import window_view
+
+        ap, b, gemm, k, npad, mp = (
+            self.ap,
+            self.b.reshape(-1),
+            self.gemm,
+            self.k,
+            self.npad,
+            self.mp,
+        )
+        panels = npad // _NR
+        work = mp * k * npad
         for i in range(x.shape[0]):
-            self.interior[...] = x[i].transpose(1, 2, 0)
-            np.copyto(self.dst, self.view)
-            yi = y[i]
-            parallel_rows(blocks, work, lambda b0, b1, yi=yi: gemm(a, bt, bias, yi, 4 * b0, 4 * b1))
+            if self.padded:
+                self.interior[...] = x[i]
+                view = self.view
+            else:
+                view = window_view(x[i : i + 1], self.k_shape, self.strides, self.dil, self.out)[0]
+            np.copyto(self.dst, view)
+            c = y[i] if self.direct else self.c
+            c[...] = self.bcol  # the sums start from the bias
+            cf = c.reshape(-1)
+            parallel_rows(
+                panels,
+                work,
+                lambda p0, p1, cf=cf: gemm(ap, b, cf, npad, npad, mp, k, _NR * p0, _NR * p1),
+            )
+            if not self.direct:
+                y[i] = self.c[: self.m, : self.lsz]
+
+
+# The micro-kernel's block: 8 rows of weights x 48 columns (three 16-float vectors); K
+# in blocks of 256 (a 48 KB slab of columns, this CPU's L1).
+_MR = 8
+_NR = 48
+_KC = 256
+_compiled: dict[str, Any] = {}
 
 
 def jit_gemm() -> Any:
-    """The compiled ``gemm(a, bt, bias, c, j0, j1)`` (compiled on first use, cached on disk)."""
+    """The compiled ``gemm(ap, b, c, ldb, ldc, mp, k, j0, j1)`` (compiled on first use,
+    cached on disk): ``c[:mp, j0:j1] += A @ b[:, j0:j1]``, flat arrays, j0 and j1 multiples
+    of 48."""
     f = _compiled.get("gemm")
     if f is None:
         if not jit.ENABLED:  # imports numba
             raise RuntimeError("the Conv GEMM needs numba")
-        nb = jit.nb
-        opts = {"cache": True, "nogil": True, "boundscheck": False, "fastmath": _FAST}
-        g = globals()
-        for name in _KERNELS:
-            g[name] = nb.njit(**opts)(g[name])
-        f = _compiled["gemm"] = nb.njit(cache=True, nogil=True, boundscheck=False)(_gemm)
+        globals()["_mk"] = _make_micro_kernel()
+        f = _compiled["gemm"] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_gemm)
     return f
 
 
-_compiled: dict[str, Any] = {}
-# Reassociation (the vectorised sums over K) and fused multiply-adds; nothing that
-# assumes finite values.
-_FAST = {"reassoc", "contract"}
-_KERNELS = ("_k6x4", "_k4x4", "_k2x4", "_k1x4", "_k6x1", "_k1x1")
+def _gemm(ap, b, c, ldb, ldc, mp, k, j0, j1):
+    for jc in range(j0, j1, 48):
+        for k0 in range(0, k, 256):
+            kc = min(256, k - k0)
+            for ip in range(mp // 8):
+                _mk(ap, ip * 8 * k + k0 * 8, b, k0 * ldb + jc, ldb, c, ip * 8 * ldc + jc, ldc, kc)
 
 
-def _gemm(a, bt, bias, c, j0, j1):
-    """``c[:, j] = a @ bt[j] + bias`` for j in [j0, min(j1, N)); j0 a multiple of 4."""
-    m, k = a.shape
-    n = bt.shape[0]
-    j1 = min(j1, n)
-    full = n - n % 4  # columns [full, n) go to the one-column kernels
-    step = max(4, (_BLOCK_BYTES // (4 * max(k, 1))) // 4 * 4)
-    m6 = m - m % 6
-    for c0 in range(j0, j1, step):
-        c1 = min(j1, c0 + step)
-        cm = min(c1, full)
-        if cm > c0:
-            _k6x4(a, bt, bias, c, 0, m6, c0, cm)
-            i = m6
-            if m - i >= 4:
-                _k4x4(a, bt, bias, c, i, i + 4, c0, cm)
-                i += 4
-            if m - i >= 2:
-                _k2x4(a, bt, bias, c, i, i + 2, c0, cm)
-                i += 2
-            if m - i >= 1:
-                _k1x4(a, bt, bias, c, i, i + 1, c0, cm)
-        if c1 > full:
-            e0 = max(c0, full)
-            _k6x1(a, bt, bias, c, 0, m6, e0, c1)
-            _k1x1(a, bt, bias, c, m6, m, e0, c1)
+def _mk(*args):  # replaced by the intrinsic before ``_gemm`` is compiled
+    raise NotImplementedError
 
 
-# The micro-kernels (generated text, one per block shape: rows x columns). Each running
-# sum starts at its row's bias, so the bias costs no pass of its own.
+def _make_micro_kernel() -> Any:
+    """``mk(ap, aoff, b, boff, ldb, c, coff, ldc, kc)``, a numba intrinsic: for r < 8 and
+    the 48 columns from ``boff`` / ``coff``, ``c[coff + r ldc + j] += sum over k < kc of
+    ap[aoff + 8 k + r] * b[boff + k ldb + j]``, one fused multiply-add a term, in k order.
+    The 24 sums live in registers across the k loop (allocas LLVM promotes)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
 
+    nv = _NR // 16
 
-def _k6x4(a, bt, bias, c, i0, i1, j0, j1):
-    for i in range(i0, i1, 6):
-        for j in range(j0, j1, 4):
-            s00 = s01 = s02 = s03 = bias[i]
-            s10 = s11 = s12 = s13 = bias[i + 1]
-            s20 = s21 = s22 = s23 = bias[i + 2]
-            s30 = s31 = s32 = s33 = bias[i + 3]
-            s40 = s41 = s42 = s43 = bias[i + 4]
-            s50 = s51 = s52 = s53 = bias[i + 5]
-            for k in range(a.shape[1]):
-                a0 = a[i, k]
-                a1 = a[i + 1, k]
-                a2 = a[i + 2, k]
-                a3 = a[i + 3, k]
-                a4 = a[i + 4, k]
-                a5 = a[i + 5, k]
-                b0 = bt[j, k]
-                b1 = bt[j + 1, k]
-                b2 = bt[j + 2, k]
-                b3 = bt[j + 3, k]
-                s00 += a0 * b0
-                s01 += a0 * b1
-                s02 += a0 * b2
-                s03 += a0 * b3
-                s10 += a1 * b0
-                s11 += a1 * b1
-                s12 += a1 * b2
-                s13 += a1 * b3
-                s20 += a2 * b0
-                s21 += a2 * b1
-                s22 += a2 * b2
-                s23 += a2 * b3
-                s30 += a3 * b0
-                s31 += a3 * b1
-                s32 += a3 * b2
-                s33 += a3 * b3
-                s40 += a4 * b0
-                s41 += a4 * b1
-                s42 += a4 * b2
-                s43 += a4 * b3
-                s50 += a5 * b0
-                s51 += a5 * b1
-                s52 += a5 * b2
-                s53 += a5 * b3
-            c[i, j] = s00
-            c[i, j + 1] = s01
-            c[i, j + 2] = s02
-            c[i, j + 3] = s03
-            c[i + 1, j] = s10
-            c[i + 1, j + 1] = s11
-            c[i + 1, j + 2] = s12
-            c[i + 1, j + 3] = s13
-            c[i + 2, j] = s20
-            c[i + 2, j + 1] = s21
-            c[i + 2, j + 2] = s22
-            c[i + 2, j + 3] = s23
-            c[i + 3, j] = s30
-            c[i + 3, j + 1] = s31
-            c[i + 3, j + 2] = s32
-            c[i + 3, j + 3] = s33
-            c[i + 4, j] = s40
-            c[i + 4, j + 1] = s41
-            c[i + 4, j + 2] = s42
-            c[i + 4, j + 3] = s43
-            c[i + 5, j] = s50
-            c[i + 5, j + 1] = s51
-            c[i + 5, j + 2] = s52
-            c[i + 5, j + 3] = s53
+    def codegen(context, builder, signature, args):
+        names = ("ap", "aoff", "b", "boff", "ldb", "c", "coff", "ldc", "kc")
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        arr = {n: context.make_array(ty[n])(context, builder, val[n]) for n in ("ap", "b", "c")}
+        i64 = ir.IntType(64)
+        aoff, boff, ldb, coff, ldc, kc = (
+            context.cast(builder, val[n], ty[n], types.intp)
+            for n in ("aoff", "boff", "ldb", "coff", "ldc", "kc")
+        )
+        vty = ir.VectorType(ir.FloatType(), 16)
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vty, [vty] * 3), "llvm.fma.v16f32"
+        )
 
+        def const(v):
+            return ir.Constant(i64, v)
 
-def _k4x4(a, bt, bias, c, i0, i1, j0, j1):
-    for i in range(i0, i1, 4):
-        for j in range(j0, j1, 4):
-            s00 = s01 = s02 = s03 = bias[i]
-            s10 = s11 = s12 = s13 = bias[i + 1]
-            s20 = s21 = s22 = s23 = bias[i + 2]
-            s30 = s31 = s32 = s33 = bias[i + 3]
-            for k in range(a.shape[1]):
-                a0 = a[i, k]
-                a1 = a[i + 1, k]
-                a2 = a[i + 2, k]
-                a3 = a[i + 3, k]
-                b0 = bt[j, k]
-                b1 = bt[j + 1, k]
-                b2 = bt[j + 2, k]
-                b3 = bt[j + 3, k]
-                s00 += a0 * b0
-                s01 += a0 * b1
-                s02 += a0 * b2
-                s03 += a0 * b3
-                s10 += a1 * b0
-                s11 += a1 * b1
-                s12 += a1 * b2
-                s13 += a1 * b3
-                s20 += a2 * b0
-                s21 += a2 * b1
-                s22 += a2 * b2
-                s23 += a2 * b3
-                s30 += a3 * b0
-                s31 += a3 * b1
-                s32 += a3 * b2
-                s33 += a3 * b3
-            c[i, j] = s00
-            c[i, j + 1] = s01
-            c[i, j + 2] = s02
-            c[i, j + 3] = s03
-            c[i + 1, j] = s10
-            c[i + 1, j + 1] = s11
-            c[i + 1, j + 2] = s12
-            c[i + 1, j + 3] = s13
-            c[i + 2, j] = s20
-            c[i + 2, j + 1] = s21
-            c[i + 2, j + 2] = s22
-            c[i + 2, j + 3] = s23
-            c[i + 3, j] = s30
-            c[i + 3, j + 1] = s31
-            c[i + 3, j + 2] = s32
-            c[i + 3, j + 3] = s33
+        def vptr(name, idx):
+            return builder.bitcast(builder.gep(arr[name].data, [idx]), vty.as_pointer())
 
+        def c_at(r, v):
+            return vptr(
+                "c", builder.add(builder.add(coff, builder.mul(ldc, const(r))), const(16 * v))
+            )
 
-def _k2x4(a, bt, bias, c, i0, i1, j0, j1):
-    for i in range(i0, i1, 2):
-        for j in range(j0, j1, 4):
-            s00 = s01 = s02 = s03 = bias[i]
-            s10 = s11 = s12 = s13 = bias[i + 1]
-            for k in range(a.shape[1]):
-                a0 = a[i, k]
-                a1 = a[i + 1, k]
-                b0 = bt[j, k]
-                b1 = bt[j + 1, k]
-                b2 = bt[j + 2, k]
-                b3 = bt[j + 3, k]
-                s00 += a0 * b0
-                s01 += a0 * b1
-                s02 += a0 * b2
-                s03 += a0 * b3
-                s10 += a1 * b0
-                s11 += a1 * b1
-                s12 += a1 * b2
-                s13 += a1 * b3
-            c[i, j] = s00
-            c[i, j + 1] = s01
-            c[i, j + 2] = s02
-            c[i, j + 3] = s03
-            c[i + 1, j] = s10
-            c[i + 1, j + 1] = s11
-            c[i + 1, j + 2] = s12
-            c[i + 1, j + 3] = s13
+        accs = [
+            cgutils.alloca_once_value(builder, builder.load(c_at(r, v), align=4))
+            for r in range(_MR)
+            for v in range(nv)
+        ]
+        undef = ir.Constant(vty, ir.Undefined)
+        lane0 = ir.Constant(ir.IntType(32), 0)
+        splat = ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16)
+        with cgutils.for_range(builder, kc) as lp:
+            kk = lp.index
+            bo = builder.add(boff, builder.mul(kk, ldb))
+            bv = [
+                builder.load(vptr("b", builder.add(bo, const(16 * v))), align=4) for v in range(nv)
+            ]
+            ao = builder.add(aoff, builder.mul(kk, const(_MR)))
+            for r in range(_MR):
+                a = builder.load(builder.gep(arr["ap"].data, [builder.add(ao, const(r))]))
+                av = builder.shuffle_vector(builder.insert_element(undef, a, lane0), undef, splat)
+                for v in range(nv):
+                    p = accs[r * nv + v]
+                    builder.store(builder.call(fma, [av, bv[v], builder.load(p)]), p)
+        for r in range(_MR):
+            for v in range(nv):
+                builder.store(builder.load(accs[r * nv + v]), c_at(r, v), align=4)
+        return context.get_dummy_value()
 
+    def typer(typingctx, ap, aoff, b, boff, ldb, c, coff, ldc, kc):
+        return types.void(ap, aoff, b, boff, ldb, c, coff, ldc, kc), codegen
 
-def _k1x4(a, bt, bias, c, i0, i1, j0, j1):
-    for i in range(i0, i1, 1):
-        for j in range(j0, j1, 4):
-            s00 = s01 = s02 = s03 = bias[i]
-            for k in range(a.shape[1]):
-                a0 = a[i, k]
-                b0 = bt[j, k]
-                b1 = bt[j + 1, k]
-                b2 = bt[j + 2, k]
-                b3 = bt[j + 3, k]
-                s00 += a0 * b0
-                s01 += a0 * b1
-                s02 += a0 * b2
-                s03 += a0 * b3
-            c[i, j] = s00
-            c[i, j + 1] = s01
-            c[i, j + 2] = s02
-            c[i, j + 3] = s03
-
-
-def _k6x1(a, bt, bias, c, i0, i1, j0, j1):
-    for i in range(i0, i1, 6):
-        for j in range(j0, j1, 1):
-            s00 = bias[i]
-            s10 = bias[i + 1]
-            s20 = bias[i + 2]
-            s30 = bias[i + 3]
-            s40 = bias[i + 4]
-            s50 = bias[i + 5]
-            for k in range(a.shape[1]):
-                a0 = a[i, k]
-                a1 = a[i + 1, k]
-                a2 = a[i + 2, k]
-                a3 = a[i + 3, k]
-                a4 = a[i + 4, k]
-                a5 = a[i + 5, k]
-                b0 = bt[j, k]
-                s00 += a0 * b0
-                s10 += a1 * b0
-                s20 += a2 * b0
-                s30 += a3 * b0
-                s40 += a4 * b0
-                s50 += a5 * b0
-            c[i, j] = s00
-            c[i + 1, j] = s10
-            c[i + 2, j] = s20
-            c[i + 3, j] = s30
-            c[i + 4, j] = s40
-            c[i + 5, j] = s50
-
-
-def _k1x1(a, bt, bias, c, i0, i1, j0, j1):
-    for i in range(i0, i1, 1):
-        for j in range(j0, j1, 1):
-            s00 = bias[i]
-            for k in range(a.shape[1]):
-                a0 = a[i, k]
-                b0 = bt[j, k]
-                s00 += a0 * b0
-            c[i, j] = s00
+    return intrinsic(typer)

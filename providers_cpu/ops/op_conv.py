@@ -110,7 +110,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             cg = scratch.bufs[key] = conv_gemm.ConvGemm(
                 xc.shape, got[0], got[1], k, strides_, dil, pb, pe, out
             )
-        y = np.empty((xc.shape[0], got[0].shape[0], *out), np.float32)
+        y = np.empty((xc.shape[0], got[1].shape[0], *out), np.float32)
         cg(xc, y.reshape(y.shape[0], y.shape[1], -1))
         return y
 
