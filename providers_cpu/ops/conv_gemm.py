@@ -142,39 +142,60 @@ def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray, panels_per_call: int
     c = np.zeros((mp, npad), np.float32)
     c[:m] = np.asarray(bias, np.float32).reshape(m, 1)
     gemm = jit_gemm()
+    koff = np.arange(k, dtype=np.int64) * npad
     step = _NR * (panels_per_call or max(1, npad // _NR))
     for j0 in range(0, npad, step):
-        gemm(ap, bp.reshape(-1), c.reshape(-1), npad, npad, mp, k, j0, min(npad, j0 + step))
+        gemm(ap, bp.reshape(-1), koff, c.reshape(-1), npad, mp, k, j0, min(npad, j0 + step))
     return c[:m, :n].copy()
 
 
 class ConvGemm:
-    """One input shape's convolution: padded input, im2col buffer, output block, product.
+    """One input shape's convolution: padded input, columns, output block, the product.
 
-    Built once per (input shape, thread); ``__call__(x, y)`` writes the (N, M, oh * ow)
-    result into ``y``.
+    Stride 1 (any dilation) reads its columns from the padded input itself: over full
+    padded rows (output column ``oh * Wp + ow``, as ``op_conv.im2col_wide``), the row of
+    term (c, r, s) is the flat padded input from ``c Hp Wp + r dh Wp + s dw`` on, so
+    there is no im2col copy; the columns that fall in the padding are computed and
+    dropped. Other strides copy an im2col buffer (K, N), rows ``N`` rounded up to 48
+    apart. Built once per (input shape, thread); ``__call__(x, y)`` writes the (N, M,
+    oh * ow) result into ``y``.
     """
 
     def __init__(self, xshape, ap: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
         from .nn_cpu import window_view
 
-        n, c = xshape[:2]
+        c, h, w = xshape[1:]
         self.m = bias.shape[0]
         self.ap = ap.reshape(-1)
         self.mp, self.k = ap.shape[0] * _MR, ap.shape[1]
-        self.lsz = out[0] * out[1]
-        self.npad = -(-self.lsz // _NR) * _NR
-        padded = any(pb) or any(pe)
-        self.xp = np.zeros((1, c, *(s + b + e for s, b, e in zip(xshape[2:], pb, pe))), np.float32)
-        self.interior = self.xp[0, :, pb[0] : pb[0] + xshape[2], pb[1] : pb[1] + xshape[3]]
-        self.padded = padded
-        self.view = window_view(self.xp, k, strides, dil, out)[0]  # (C, kh, kw, oh, ow)
-        self.k_shape, self.strides, self.dil, self.out = k, strides, dil, out
-        # zero columns past N: never NaN or denormal garbage in the padded lanes
-        self.b = np.zeros((self.k, self.npad), np.float32)
-        self.dst = self.b[:, : self.lsz].reshape(self.view.shape)
-        # the output block (rows and columns padded) unless the padding is empty
-        self.direct = self.mp == self.m and self.npad == self.lsz
+        hp, wp = h + pb[0] + pe[0], w + pb[1] + pe[1]
+        oh, ow = out
+        self.out = out
+        self.wide = tuple(strides) == (1, 1)
+        if self.wide:
+            self.ncols = oh * wp
+            self.npad = -(-self.ncols // _NR) * _NR
+            cc, rr, ss = np.meshgrid(np.arange(c), np.arange(k[0]), np.arange(k[1]), indexing="ij")
+            koff = (cc * hp * wp + rr * dil[0] * wp + ss * dil[1]).reshape(-1)
+            # the last panel reads past the plane: zeros (their columns are dropped)
+            size = max(c * hp * wp, int(koff.max()) + self.npad)
+            self.b = np.zeros(size, np.float32)
+            plane = self.b[: c * hp * wp].reshape(c, hp, wp)
+            self.interior = plane[:, pb[0] : pb[0] + h, pb[1] : pb[1] + w]
+            self.wp = wp
+        else:
+            self.ncols = oh * ow
+            self.npad = -(-self.ncols // _NR) * _NR
+            koff = np.arange(self.k) * self.npad
+            self.xp = np.zeros((1, c, hp, wp), np.float32)
+            self.interior = self.xp[0, :, pb[0] : pb[0] + h, pb[1] : pb[1] + w]
+            self.view = window_view(self.xp, k, strides, dil, out)[0]  # (C, kh, kw, oh, ow)
+            # zero columns past N: never NaN or denormal garbage in the padded lanes
+            b2 = np.zeros((self.k, self.npad), np.float32)
+            self.dst = b2[:, : self.ncols].reshape(self.view.shape)
+            self.b = b2.reshape(-1)
+        self.koff = np.ascontiguousarray(koff, dtype=np.int64)
+        self.direct = self.mp == self.m and self.npad == self.ncols == oh * ow
         self.c = None if self.direct else np.empty((self.mp, self.npad), np.float32)
         bcol = np.zeros((self.mp, 1), np.float32)
         bcol[: self.m, 0] = bias
@@ -182,35 +203,32 @@ class ConvGemm:
         self.gemm = jit_gemm()
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> None:
-        from .nn_cpu import window_view
-
-        ap, b, gemm, k, npad, mp = (
-            self.ap,
-            self.b.reshape(-1),
-            self.gemm,
-            self.k,
-            self.npad,
-            self.mp,
-        )
+        ap, b, koff, gemm, k, npad, mp = (
+            self.ap, self.b, self.koff, self.gemm, self.k, self.npad, self.mp
+        )  # fmt: skip
         panels = npad // _NR
         work = mp * k * npad
+        m, (oh, ow) = self.m, self.out
         for i in range(x.shape[0]):
-            if self.padded:
-                self.interior[...] = x[i]
-                view = self.view
-            else:
-                view = window_view(x[i : i + 1], self.k_shape, self.strides, self.dil, self.out)[0]
-            np.copyto(self.dst, view)
+            self.interior[...] = x[i]
+            if not self.wide:
+                np.copyto(self.dst, self.view)
             c = y[i] if self.direct else self.c
             c[...] = self.bcol  # the sums start from the bias
             cf = c.reshape(-1)
             parallel_rows(
                 panels,
                 work,
-                lambda p0, p1, cf=cf: gemm(ap, b, cf, npad, npad, mp, k, _NR * p0, _NR * p1),
+                lambda p0, p1, cf=cf: gemm(ap, b, koff, cf, npad, mp, k, _NR * p0, _NR * p1),
             )
-            if not self.direct:
-                y[i] = self.c[: self.m, : self.lsz]
+            if self.direct:
+                continue
+            if self.wide:
+                y[i].reshape(m, oh, ow)[...] = self.c[:m, : self.ncols].reshape(m, oh, self.wp)[
+                    :, :, :ow
+                ]
+            else:
+                y[i] = self.c[:m, : self.ncols]
 
 
 # The micro-kernel's block: 8 rows of weights x 48 columns (three 16-float vectors); K
@@ -222,9 +240,9 @@ _compiled: dict[str, Any] = {}
 
 
 def jit_gemm() -> Any:
-    """The compiled ``gemm(ap, b, c, ldb, ldc, mp, k, j0, j1)`` (compiled on first use,
-    cached on disk): ``c[:mp, j0:j1] += A @ b[:, j0:j1]``, flat arrays, j0 and j1 multiples
-    of 48."""
+    """The compiled ``gemm(ap, b, koff, c, ldc, mp, k, j0, j1)`` (compiled on first use,
+    cached on disk): ``c[:mp, j0:j1] += A @ B[:, j0:j1]``, flat arrays, where row t of B
+    starts at ``b[koff[t]]``; j0 and j1 multiples of 48."""
     f = _compiled.get("gemm")
     if f is None:
         if not jit.ENABLED:  # imports numba
@@ -234,12 +252,12 @@ def jit_gemm() -> Any:
     return f
 
 
-def _gemm(ap, b, c, ldb, ldc, mp, k, j0, j1):
+def _gemm(ap, b, koff, c, ldc, mp, k, j0, j1):
     for jc in range(j0, j1, 48):
         for k0 in range(0, k, 256):
             kc = min(256, k - k0)
             for ip in range(mp // 8):
-                _mk(ap, ip * 8 * k + k0 * 8, b, k0 * ldb + jc, ldb, c, ip * 8 * ldc + jc, ldc, kc)
+                _mk(ap, ip * 8 * k + k0 * 8, b, koff, k0, jc, c, ip * 8 * ldc + jc, ldc, kc)
 
 
 def _mk(*args):  # replaced by the intrinsic before ``_gemm`` is compiled
@@ -247,9 +265,9 @@ def _mk(*args):  # replaced by the intrinsic before ``_gemm`` is compiled
 
 
 def _make_micro_kernel() -> Any:
-    """``mk(ap, aoff, b, boff, ldb, c, coff, ldc, kc)``, a numba intrinsic: for r < 8 and
-    the 48 columns from ``boff`` / ``coff``, ``c[coff + r ldc + j] += sum over k < kc of
-    ap[aoff + 8 k + r] * b[boff + k ldb + j]``, one fused multiply-add a term, in k order.
+    """``mk(ap, aoff, b, koff, k0, jb, c, coff, ldc, kc)``, a numba intrinsic: for r < 8
+    and j < 48, ``c[coff + r ldc + j] += sum over t < kc of ap[aoff + 8 t + r] *
+    b[koff[k0 + t] + jb + j]``, one fused multiply-add a term, in t order.
     The 24 sums live in registers across the k loop (allocas LLVM promotes)."""
     from llvmlite import ir
     from numba import types
@@ -259,14 +277,16 @@ def _make_micro_kernel() -> Any:
     nv = _NR // 16
 
     def codegen(context, builder, signature, args):
-        names = ("ap", "aoff", "b", "boff", "ldb", "c", "coff", "ldc", "kc")
+        names = ("ap", "aoff", "b", "koff", "k0", "jb", "c", "coff", "ldc", "kc")
         val = dict(zip(names, args))
         ty = dict(zip(names, signature.args))
-        arr = {n: context.make_array(ty[n])(context, builder, val[n]) for n in ("ap", "b", "c")}
+        arr = {
+            n: context.make_array(ty[n])(context, builder, val[n]) for n in ("ap", "b", "koff", "c")
+        }
         i64 = ir.IntType(64)
-        aoff, boff, ldb, coff, ldc, kc = (
+        aoff, k0, jb, coff, ldc, kc = (
             context.cast(builder, val[n], ty[n], types.intp)
-            for n in ("aoff", "boff", "ldb", "coff", "ldc", "kc")
+            for n in ("aoff", "k0", "jb", "coff", "ldc", "kc")
         )
         vty = ir.VectorType(ir.FloatType(), 16)
         fma = cgutils.get_or_insert_function(
@@ -294,7 +314,8 @@ def _make_micro_kernel() -> Any:
         splat = ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16)
         with cgutils.for_range(builder, kc) as lp:
             kk = lp.index
-            bo = builder.add(boff, builder.mul(kk, ldb))
+            row = builder.load(builder.gep(arr["koff"].data, [builder.add(k0, kk)]))
+            bo = builder.add(row, jb)
             bv = [
                 builder.load(vptr("b", builder.add(bo, const(16 * v))), align=4) for v in range(nv)
             ]
@@ -310,7 +331,7 @@ def _make_micro_kernel() -> Any:
                 builder.store(builder.load(accs[r * nv + v]), c_at(r, v), align=4)
         return context.get_dummy_value()
 
-    def typer(typingctx, ap, aoff, b, boff, ldb, c, coff, ldc, kc):
-        return types.void(ap, aoff, b, boff, ldb, c, coff, ldc, kc), codegen
+    def typer(typingctx, ap, aoff, b, koff, k0, jb, c, coff, ldc, kc):
+        return types.void(ap, aoff, b, koff, k0, jb, c, coff, ldc, kc), codegen
 
     return intrinsic(typer)
