@@ -90,6 +90,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
     # whether it may run is fixed when the session is made.
     gemm_ok = (
         group == 1
+        and integer_weights is None
         and wconst is not None
         and (bconst is not None or not has_bias)
         and conv_gemm.enabled()
