@@ -10,9 +10,10 @@ of the im2col row, broadcasts eight weights and issues 24 fused multiply-adds: t
 register-blocked outer product BLAS kernels are made of.
 
 The weights are packed once per session into panels of 8 rows, K-major ((M/8, K, 8),
-zero rows to a multiple of 8). The im2col buffer keeps its (K, N) layout, N rounded up
-to a multiple of 48 (zero columns, written once), and the kernel reads its rows in
-place; the output is pre-filled with the bias, which each sum starts from. Columns are
+zero rows to a multiple of 8). The kernel reads row t of the columns from
+``b[koff[t]:]``: for stride 1, straight from the padded input (``ConvGemm``: no im2col
+copy), otherwise from an im2col buffer (K, N), N rounded up to a multiple of 48 (zero
+columns, written once). The output is pre-filled with the bias, which each sum starts from. Columns are
 handed to threads 48 at a time and K is walked in blocks that keep a (KC x 48) slab of
 columns in L1: every output element is the same sequence of multiply-adds (bias, then
 k = 0, 1, ..., each rounded once: fused) whatever the split, so results are the same bits
