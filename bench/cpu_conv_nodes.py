@@ -5,7 +5,10 @@
 
 Each shape is a one-node model (random float32 weights and bias, pads k//2) run by both
 sides on the same input, alternately after warm-up; the table gives each side's median
-and onnxep / onnxruntime. The default shapes are the dense, pointwise and depthwise
+and onnxep / onnxruntime; 2-D shapes add a column for onnxep with its compiled Conv GEMM
+off (``blas``: ``providers_cpu/ops/conv_gemm.py``, ``ONNXEP_CPU_CONV_GEMM``), so the
+table compares it with the OpenBLAS path in the same process. The default shapes are the
+dense, pointwise and depthwise
 convolutions of the corpus's CNNs (YOLOv8n, the OCR detectors, MobileNetV3-style
 classifiers). Printed with the BLAS kernels numpy runs (OPENBLAS_CORETYPE matters here).
 
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     from threadpoolctl import threadpool_info
 
     import onnxep
+    from onnxep.providers_cpu.ops import conv_gemm
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
@@ -119,7 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     blas = ", ".join(f"{i['internal_api']} {i.get('architecture', '')}" for i in threadpool_info())
     print(f"threads {a.threads}; numpy BLAS: {blas}")
     head = "cin cout k len stride pad act" if one_d else "cin cout k hw stride group"
-    print(f"{head:28s} {'onnxep ' + unit:>10s} {'ort ' + unit:>8s} {'ratio':>6s}")
+    print(f"threads {a.threads}; {conv_gemm.status()}")
+    print(
+        f"{head:28s} {'onnxep ' + unit:>10s} {'ort ' + unit:>8s} {'ratio':>6s}"
+        + ("" if one_d else f" {'blas ' + unit:>9s} {'ratio':>6s}")
+    )
     for shape in shapes:
         if one_d:
             model = conv1d_model(*shape)
@@ -135,19 +143,32 @@ def main(argv: list[str] | None = None) -> None:
         ours = onnxep.InferenceSession(
             model, onnxep.SessionOptions(intra_op_num_threads=a.threads), providers=["cpu"]
         )
-        np.testing.assert_allclose(
-            ours.run(None, feed)[0], theirs.run(None, feed)[0], rtol=1e-3, atol=1e-3
-        )
-        t = {"onnxep": [], "ort": []}
+        sides = [("onnxep", ours), ("ort", theirs)]
+        if not one_d:
+            mode, conv_gemm.MODE = conv_gemm.MODE, "0"
+            try:
+                blas_side = onnxep.InferenceSession(
+                    model, onnxep.SessionOptions(intra_op_num_threads=a.threads), providers=["cpu"]
+                )
+            finally:
+                conv_gemm.MODE = mode
+            sides.append(("blas", blas_side))
+        want = theirs.run(None, feed)[0]
+        for _, s in sides:
+            np.testing.assert_allclose(s.run(None, feed)[0], want, rtol=1e-3, atol=1e-3)
+        t = {side: [] for side, _ in sides}
         for i in range(a.runs + 5):
-            for side, s in (("onnxep", ours), ("ort", theirs)):
+            for side, s in sides:
                 t0 = time.perf_counter()
                 s.run(None, feed)
                 if i >= 5:
                     t[side].append(time.perf_counter() - t0)
         m = {k: statistics.median(v) * scale for k, v in t.items()}
         name = " ".join(str(v) for v in shape).strip()
-        print(f"{name:28s} {m['onnxep']:10.3f} {m['ort']:8.3f} {m['onnxep'] / m['ort']:6.2f}")
+        line = f"{name:28s} {m['onnxep']:10.3f} {m['ort']:8.3f} {m['onnxep'] / m['ort']:6.2f}"
+        if "blas" in m:
+            line += f" {m['blas']:9.3f} {m['blas'] / m['ort']:6.2f}"
+        print(line)
 
 
 def _spec1d(spec: str) -> tuple:

@@ -10,6 +10,7 @@ from onnxep.providers import KernelLibrary, ProviderInfo, hookimpl
 
 from .jit import jit_status
 from .openblas_core import openblas_notes
+from .ops.conv_gemm import status as conv_gemm_status
 from .provider import CPUProvider
 from .threads import threadpoolctl_status
 
@@ -28,6 +29,7 @@ class CPUPlugin:
                     jit_status(),
                     threadpoolctl_status(),
                     *openblas_notes(),
+                    conv_gemm_status(),
                 ]
             ),
         )

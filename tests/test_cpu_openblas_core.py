@@ -52,5 +52,8 @@ def test_notes_reach_the_session_report(tmp_path):
     np.testing.assert_array_equal(sess.run(None, {"a": a, "b": a})[0], a)
     notes = sess.placement().provider_notes["cpu"]
     assert notes[0].startswith("BLAS threads:")
-    # This machine's own situation, whatever it is: every note is in the report.
-    assert notes[1:] == list(openblas_notes())
+    # This machine's own situation, whatever it is: every note is in the report (and
+    # which GEMM dense convolutions run, where it is onnxep's own: conv_gemm.py).
+    from onnxep.providers_cpu.ops import conv_gemm
+
+    assert notes[1:] == [*openblas_notes(), *conv_gemm.session_notes()]

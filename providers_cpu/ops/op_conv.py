@@ -29,6 +29,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 
 from .. import jit
 from ..threads import run_threads
+from . import conv_gemm
 from . import winograd as wino
 from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -84,6 +85,35 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                 got = packed[key] = (wg, TunedMatmul(wg[0]) if group == 1 else None, aug)
             return got
         return w.astype(cdt, copy=False).reshape(group, w.shape[0] // group, -1), None, None
+
+    # The compiled AVX-512 GEMM (conv_gemm.py): constant weights and bias, one group;
+    # whether it may run is fixed when the session is made.
+    gemm_ok = (
+        group == 1
+        and integer_weights is None
+        and wconst is not None
+        and (bconst is not None or not has_bias)
+        and conv_gemm.enabled()
+    )
+
+    def gemm_conv(xc, k, strides_, pb, pe, out):
+        got = packed.get("cgemm")
+        if got is None:
+            bvec = (
+                np.asarray(bconst, dtype=np.float32).reshape(-1)
+                if bconst is not None
+                else np.zeros(wconst.shape[0], np.float32)
+            )
+            got = packed["cgemm"] = (conv_gemm.pack_weights(wconst), bvec)
+        key = ("cgemm", xc.shape)
+        cg = scratch.bufs.get(key)
+        if cg is None:
+            cg = scratch.bufs[key] = conv_gemm.ConvGemm(
+                xc.shape, got[0], got[1], k, strides_, dil, pb, pe, out
+            )
+        y = np.empty((xc.shape[0], got[1].shape[0], *out), np.float32)
+        cg(xc, y.reshape(y.shape[0], y.shape[1], -1))
+        return y
 
     def winograd_weights(w, cdt):
         """(U, bias) of the Winograd path: transformed once for constant weights."""
@@ -156,6 +186,12 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             # Nothing to compute (the im2col sizing divides by these); onnxruntime returns the
             # empty result too.
             return finish(np.zeros((n, m, *out), cdt), dt, z)
+        if (
+            gemm_ok
+            and dt == cdt
+            and conv_gemm.applies(k, group, m, c * math.prod(k), lsz, cdt, True, pointwise)
+        ):
+            return finish(gemm_conv(xc, k, strides, pb, pe, out), dt, z)
         # The route of a plannable shape depends on shape and dtype alone (not the thread
         # count, as the tiled and Winograd paths' choices do: those shapes keep this path).
         plan = PLANS and plannable and dt == cdt and not (len(k) == 2 and _wino_shaped(k, strides))

@@ -1,0 +1,238 @@
+"""The compiled Conv GEMM (``providers_cpu/ops/conv_gemm.py``) against float64 and onnxruntime.
+
+The kernel alone over odd shapes (M, N, K not multiples of its blocks, ones, empty), its
+bits the same for any column split (so for any thread count); convolutions through
+sessions with the kernel forced on (``MODE = "1"``) and off, against onnxruntime in the
+same test, FusedConv activations, NaN inputs; and the routing: off without numba, on by
+the OpenBLAS core where ``auto``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxep
+from onnxep.providers_cpu import jit
+from onnxep.providers_cpu.ops import conv_gemm
+
+ort = pytest.importorskip("onnxruntime")
+
+needs_jit = pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled GEMM")
+
+
+def _ref(a, b, bias):
+    return a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)[:, None]
+
+
+@needs_jit
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (1, 1, 1),
+        (6, 4, 4),
+        (7, 33, 13),
+        (13, 5, 9),
+        (12, 128, 37),
+        (64, 576, 1603),
+        (9, 300, 49),
+        (5, 3, 2),
+        (0, 3, 5),
+        (5, 0, 7),
+        (5, 3, 0),
+    ],
+)
+def test_kernel_matches_float64(m, k, n):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    c = conv_gemm.product(a, b, bias)
+    assert c.shape == (m, n)
+    want = _ref(a, b, bias)
+    # float32 sums of k terms of unit scale: a few ulps of sqrt(k) each
+    np.testing.assert_allclose(c, want, rtol=0, atol=1e-5 * max(1.0, np.sqrt(k)) * 4)
+
+
+@needs_jit
+def test_kernel_bits_do_not_depend_on_the_column_split():
+    rng = np.random.default_rng(3)
+    m, k, n = 19, 600, 203  # K past one block of 256
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    whole = conv_gemm.product(a, b, bias)
+    parts = conv_gemm.product(a, b, bias, panels_per_call=1)  # as the threads take them
+    assert np.array_equal(whole.view(np.uint32), parts.view(np.uint32))
+    np.testing.assert_allclose(whole, _ref(a, b, bias), rtol=0, atol=1e-4)
+
+
+@needs_jit
+def test_kernel_propagates_nan_and_inf():
+    a = np.ones((7, 40), np.float32)
+    b = np.ones((40, 9), np.float32)
+    b[5, 2] = np.nan
+    b[0, 4] = np.inf
+    c = conv_gemm.product(a, b, np.zeros(7, np.float32))
+    assert np.isnan(c[:, 2]).all() and np.isposinf(c[:, 4]).all()
+    assert np.isfinite(np.delete(c, [2, 4], axis=1)).all()
+
+
+def _conv_model(c, m, hw, k=3, n=1, bias=True, act=None, group=1, **attrs):
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((m, c // group, k, k)) / np.sqrt(k * k * c)).astype(np.float32)
+    attrs["group"] = group
+    inits = [numpy_helper.from_array(w, "w")]
+    names = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b"))
+        names.append("b")
+    nodes = [helper.make_node("Conv", names, ["y" if act is None else "c"], **attrs)]
+    if act is not None:
+        nodes.append(helper.make_node(act, ["c"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, *hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((n, c, *hw)).astype(np.float32)
+    return model.SerializeToString(), {"x": x}
+
+
+CASES = {
+    "3x3 pads 1": dict(c=32, m=24, hw=(17, 19), pads=[1, 1, 1, 1]),
+    "3x3 no padding, M not a multiple of 6": dict(c=16, m=13, hw=(21, 14)),
+    "stride 2": dict(c=32, m=16, hw=(23, 22), strides=[2, 2], pads=[1, 1, 1, 1]),
+    "dilation 2, asymmetric pads": dict(
+        c=16, m=20, hw=(18, 15), dilations=[2, 2], pads=[2, 0, 1, 3]
+    ),
+    "5x5 same_upper": dict(c=8, m=16, hw=(20, 20), k=5, auto_pad="SAME_UPPER"),
+    "1x1, 128 channels": dict(c=128, m=40, hw=(15, 17), k=1),
+    "1x1 stride 2": dict(c=160, m=24, hw=(14, 13), k=1, strides=[2, 2]),
+    "batch of three": dict(c=24, m=18, hw=(13, 12), n=3, pads=[1, 1, 1, 1]),
+    "no bias": dict(c=32, m=16, hw=(16, 16), bias=False, pads=[1, 1, 1, 1]),
+    "relu fused into FusedConv": dict(c=32, m=32, hw=(15, 15), act="Relu", pads=[1, 1, 1, 1]),
+    "sigmoid after": dict(c=32, m=12, hw=(10, 30), act="Sigmoid", pads=[1, 1, 1, 1]),
+}
+
+
+def _ours(model, feeds, threads=1):
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    return onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)[0]
+
+
+def _theirs(model, feeds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _spy(monkeypatch) -> list:
+    calls = []
+    real = conv_gemm.ConvGemm.__call__
+    monkeypatch.setattr(
+        conv_gemm.ConvGemm, "__call__", lambda s, x, y: calls.append(x.shape) or real(s, x, y)
+    )
+    return calls
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("mode", ["1", "0"])
+def test_conv_matches_onnxruntime_with_the_kernel_on_and_off(case, mode, monkeypatch):
+    if mode == "1" and not jit.ENABLED:
+        pytest.skip("numba not installed: no compiled GEMM")
+    monkeypatch.setattr(conv_gemm, "MODE", mode)
+    monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)  # the cases are small, to stay fast
+    calls = _spy(monkeypatch)
+    model, feeds = _conv_model(**CASES[case])
+    got = _ours(model, feeds)
+    want = _theirs(model, feeds)
+    assert got.shape == want.shape
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale)
+    assert bool(calls) == (mode == "1")
+
+
+@needs_jit
+@pytest.mark.parametrize("case", ["3x3 pads 1", "batch of three", "1x1, 128 channels"])
+def test_two_threads_give_the_bits_of_one(case, monkeypatch):
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)  # also split the small products
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
+    model, feeds = _conv_model(**CASES[case])
+    one, two = _ours(model, feeds, 1), _ours(model, feeds, 2)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+
+
+@needs_jit
+def test_nan_input_gives_nan_where_the_blas_path_does(monkeypatch):
+    model, feeds = _conv_model(**CASES["3x3 pads 1"])
+    feeds["x"][0, 3, 5, 7] = np.nan
+    monkeypatch.setattr(conv_gemm, "MODE", "0")
+    blas = _ours(model, feeds)
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    ours = _ours(model, feeds)
+    assert np.array_equal(np.isnan(ours), np.isnan(blas)) and np.isnan(ours).any()
+
+
+def test_small_and_other_shapes_keep_blas(monkeypatch):
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    calls = _spy(monkeypatch)
+    # K = 4, a product under the size floor, a depthwise conv: BLAS or their own loops
+    for model, feeds in (
+        _conv_model(c=4, m=16, hw=(64, 64), k=1),
+        _conv_model(c=8, m=8, hw=(6, 6), pads=[1, 1, 1, 1]),
+        _conv_model(c=16, m=16, hw=(20, 20), group=16, pads=[1, 1, 1, 1]),
+    ):
+        got, want = _ours(model, feeds), _theirs(model, feeds)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+    assert calls == []
+
+
+def test_without_numba_it_never_runs(monkeypatch):
+    monkeypatch.setattr(jit, "ENABLED", False)
+    for mode in ("1", "auto"):
+        monkeypatch.setattr(conv_gemm, "MODE", mode)
+        assert not conv_gemm.enabled()
+        assert "OpenBLAS" in conv_gemm.status()
+    calls = _spy(monkeypatch)
+    model, feeds = _conv_model(**CASES["3x3 pads 1"])
+    got, want = _ours(model, feeds), _theirs(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "arch,flags,want",
+    [
+        ("Haswell", conv_gemm.AVX512_FLAGS | {"avx2"}, True),
+        ("Zen", conv_gemm.AVX512_FLAGS, True),
+        ("SkylakeX", conv_gemm.AVX512_FLAGS, False),
+        ("Haswell", frozenset({"avx2", "fma"}), False),
+        ("Haswell", None, False),
+    ],
+)
+def test_auto_runs_it_where_openblas_runs_avx2_kernels_on_avx512(arch, flags, want, monkeypatch):
+    import threadpoolctl
+
+    info = [{"internal_api": "openblas", "architecture": arch}]
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: info)
+    monkeypatch.setattr(conv_gemm, "cpu_flags", lambda: flags)
+    assert conv_gemm.blas_is_avx2_on_avx512() is want
+
+
+def test_the_provider_says_which_gemm_runs(monkeypatch):
+    from onnxep.providers_cpu.plugin import CPUPlugin
+
+    desc = CPUPlugin().onnxep_provider_info().description
+    assert conv_gemm.status() in desc
+    model, feeds = _conv_model(**CASES["3x3 pads 1"])
+    for mode in ("1", "0"):
+        monkeypatch.setattr(conv_gemm, "MODE", mode)
+        notes = onnxep.InferenceSession(model, providers=["cpu"]).placement().provider_notes
+        said = any("dense Conv GEMM" in n for n in notes.get("cpu", []))
+        assert said == (mode == "1" and not conv_gemm.jit_off())
