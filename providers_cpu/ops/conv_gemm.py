@@ -9,16 +9,16 @@ block of the output in 24 vector registers and, per K step, loads three 16-float
 of the im2col row, broadcasts eight weights and issues 24 fused multiply-adds: the
 register-blocked outer product BLAS kernels are made of.
 
-The weights are packed once per session into panels of 8 rows, K-major ((M/8, K, 8),
-zero rows to a multiple of 8). The kernel reads row t of the columns from
-``b[koff[t]:]``: for stride 1, straight from the padded input (``ConvGemm``: no im2col
-copy), otherwise from an im2col buffer (K, N), N rounded up to a multiple of 48 (zero
-columns, written once). The output is pre-filled with the bias, which each sum starts from. Columns are
-handed to threads 48 at a time and K is walked in blocks that keep a (KC x 48) slab of
-columns in L1: every output element is the same sequence of multiply-adds (bias, then
-k = 0, 1, ..., each rounded once: fused) whatever the split, so results are the same bits
-on any thread count. They differ from BLAS's (another order) well inside the tolerances
-the project compares with onnxruntime.
+The weights are packed once per session into panels of 8 rows, K-major ((M/8, K, 8), zero
+rows to a multiple of 8). The kernel reads row t of the columns from ``b[koff[t]:]``: for
+stride 1, straight from the padded input (``ConvGemm``: no im2col copy), otherwise from an
+im2col buffer (K, N), N rounded up to a multiple of 48 (zero columns, written once). The
+output is pre-filled with the bias, which each sum starts from. Columns are handed to
+threads 48 at a time and K is walked in blocks that keep a (KC x 48) slab of columns in L1:
+every output element is the same sequence of multiply-adds (bias, then k = 0, 1, ..., each
+rounded once: fused) whatever the split, so results are the same bits on any thread count.
+They differ from BLAS's (another order) well inside the tolerances the project compares with
+onnxruntime.
 """
 
 from __future__ import annotations
