@@ -301,8 +301,11 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
     before = _pids(url, "batched")
     retried = post_json_get(f"{url}/batched/report")[1]["ingress"]["retried"]
     # .npz bodies of 4 images: the model replicas, not JSON parsing, are the busy part, so
-    # the kill finds requests in flight
-    jobs = [(1000 + i, 4) for i in range(160)]
+    # the kill finds requests in flight; 32 clients keep both replicas' queues a batch deep
+    # or more however fast the model runs (16 were not always enough once the CPU
+    # convolutions got faster: the victim could be between batches with nothing queued)
+    clients = 32
+    jobs = [(1000 + i, 4) for i in range(320)]
     # the kill comes once a few answers are back, not after a fixed time: with a fast model
     # a fixed second could see every request answered before the kill (nothing to retry)
     answered, started = [], threading.Event()
@@ -322,7 +325,7 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
         if a["name"].startswith("SERVE_REPLICA::batched#model#")
     ]
     assert len(replicas) == 2
-    with ThreadPoolExecutor(16) as pool:
+    with ThreadPoolExecutor(clients) as pool:
         futures = [pool.submit(client, j) for j in jobs]
         assert started.wait(60), "no answers within 60 s"
         victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
@@ -339,7 +342,7 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
         else:
             assert status == 503, out
             assert out["error"]["message"].startswith("no model replica could serve this request")
-    assert served >= len(jobs) - 16, served
+    assert served >= len(jobs) - clients, served  # at most the ones in flight are lost
     after = post_json_get(f"{url}/batched/report")[1]["ingress"]["retried"]
     assert after > retried  # the kill caught requests in flight, and they were sent again
     # back to two: a new replica in the dead one's place (serve.status() alone can still
