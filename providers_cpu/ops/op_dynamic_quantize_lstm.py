@@ -45,7 +45,7 @@ from . import recurrent_jit, vnni_gemm
 from .nn_cpu import parallel_rows
 from .op_lstm import lstm_runner
 from .qlinear import constant_inputs, dequantize_per_column, dynamic_uint8
-from .recurrent_cpu import check_shape, parse_direction
+from .recurrent_cpu import check_shape, parse_direction, peepholes
 
 
 def _fake_quant(x: np.ndarray) -> np.ndarray:
@@ -311,13 +311,7 @@ def _tiles_runner(node, weights):
         if prepared is None:
             return None
         H, n_in, wargs, rargs = prepared
-        if P is None:
-            peep = no_peep
-        elif P.shape != (num_dir, 3 * H):
-            raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
-                                  f"{[num_dir, 3 * H]}")  # fmt: skip
-        else:
-            peep = np.ascontiguousarray(P, dtype=np.float32)
+        peep = peepholes(op, P, no_peep, num_dir, H)
         if X.ndim != 3 or X.shape[2] != n_in:
             raise InvalidArgument(
                 f"{op}: X has shape {list(X.shape)}, expected [seq, batch, {n_in}]"

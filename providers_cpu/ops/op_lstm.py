@@ -17,6 +17,7 @@ from .recurrent_cpu import (
     default_activations,
     halve_rows,
     parse_direction,
+    peepholes,
     run_recurrent,
     stacked_activations,
     transposed,
@@ -72,13 +73,7 @@ def _compiled_runner(node, weights):
 
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
         H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
-        if P is None:
-            peep = no_peep
-        elif P.shape != (num_dir, 3 * H):
-            raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected "
-                                  f"{[num_dir, 3 * H]}")  # fmt: skip
-        else:
-            peep = np.ascontiguousarray(P, dtype=np.float32)
+        peep = peepholes(op, P, no_peep, num_dir, H)
 
         def direction(d, xw, h, c, ys, lens):
             return loops.lstm_direction(

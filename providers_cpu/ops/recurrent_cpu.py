@@ -279,3 +279,13 @@ def run_recurrent(
 def transposed(R: np.ndarray, rows: slice, cdt: np.dtype) -> np.ndarray:
     """``R[:, rows]`` as contiguous [dirs, H, len(rows)]: the right operand of the step matmul."""
     return np.ascontiguousarray(R[:, rows].transpose(0, 2, 1), dtype=cdt)
+
+
+def peepholes(op: str, P: Any, no_peep: np.ndarray, num_dir: int, H: int) -> np.ndarray:
+    """An LSTM's peephole weights as the compiled cells take them: ``no_peep`` (an empty
+    ``(num_dir, 0)`` array made once per node) without P, else P checked and float32."""
+    if P is None:
+        return no_peep
+    if P.shape != (num_dir, 3 * H):
+        raise InvalidArgument(f"{op}: P has shape {list(P.shape)}, expected {[num_dir, 3 * H]}")
+    return np.ascontiguousarray(P, dtype=np.float32)
