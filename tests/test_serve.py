@@ -328,7 +328,17 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
     with ThreadPoolExecutor(clients) as pool:
         futures = [pool.submit(client, j) for j in jobs]
         assert started.wait(60), "no answers within 60 s"
-        victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
+        # Kill the replica that holds requests now: a warm router can send a run of requests
+        # to one replica while the other sits between batches with nothing in flight, and a
+        # kill there would test nothing (its queue length is what the controller reads too).
+        handles = [ray.get_actor(r["name"], namespace=r["namespace"]) for r in replicas]
+        victim, deadline = None, time.monotonic() + 30
+        while victim is None and time.monotonic() < deadline:
+            loads = ray.get([h.get_num_ongoing_requests.remote() for h in handles])
+            if max(loads) >= 2:
+                killed = replicas[loads.index(max(loads))]["name"]
+                victim = handles[loads.index(max(loads))]
+        assert victim is not None, "no replica held two requests within 30 s"
         ray.kill(victim, no_restart=True)
         answers = [f.result(timeout=120) for f in futures]
     served = 0
@@ -344,7 +354,10 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
             assert out["error"]["message"].startswith("no model replica could serve this request")
     assert served >= len(jobs) - clients, served  # at most the ones in flight are lost
     after = post_json_get(f"{url}/batched/report")[1]["ingress"]["retried"]
-    assert after > retried  # the kill caught requests in flight, and they were sent again
+    # The requests the kill caught were sent again by the ingress (its count rises), or Ray
+    # Serve's router put them on the other replica itself (seen with warm replicas: every
+    # request answered, none through the ingress's retry): either way none was lost.
+    assert after > retried or served == len(jobs), (served, retried, after)
     # back to two: a new replica in the dead one's place (serve.status() alone can still
     # count the dead one as running until its health check fails)
     deadline = time.monotonic() + 90
@@ -352,14 +365,10 @@ def test_a_replica_killed_under_load_loses_no_request(url, local):
         state = serve.status().applications["batched"].deployments["model"]
         names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
         names = {n for n in names if n.startswith("SERVE_REPLICA::batched#model#")}
-        if (
-            state.replica_states.get("RUNNING") == 2
-            and len(names) == 2
-            and replicas[0]["name"] not in names
-        ):
+        if state.replica_states.get("RUNNING") == 2 and len(names) == 2 and killed not in names:
             break
         time.sleep(1)
-    assert len(names) == 2 and replicas[0]["name"] not in names, (state, names)
+    assert len(names) == 2 and killed not in names, (state, names)
     status, out = infer_npz(f"{url}/batched/infer", _images(5, 2))
     assert status == 200
     pids = _pids(url, "batched")
