@@ -201,27 +201,36 @@ def _sync(sess: Any) -> None:
             fn()
 
 
+def interleaved_decoders(
+    sides: dict[str, Any], prompt: Any, tokens: int, capacity: int, steps: int
+) -> dict[str, Any]:
+    """Per session, a greedy decoder of ``tokens`` tokens after a warm-up decode, then
+    ``steps`` of their steps interleaved, one of each in turn; each step returns with the
+    device idle (``pipeline=False``), so each session is timed and counted alone."""
+    from onnxep.generation.greedy import GreedyDecoder
+
+    decoders = {}
+    for key, sess in sides.items():
+        warm = GreedyDecoder(sess, prompt, 1 + SETTLE, capacity=capacity, pipeline=False)
+        while not warm.done:
+            warm.step()
+        decoders[key] = GreedyDecoder(sess, prompt, tokens, capacity=capacity, pipeline=False)
+    for _ in range(steps):
+        for d in decoders.values():
+            d.step()
+    return decoders
+
+
 def run_case(
     name: str, path: Path, args: argparse.Namespace, capture: str, profiler: KernelProfiler | None
 ) -> dict[str, Any]:
-    from onnxep.generation.greedy import GreedyDecoder
-
     providers = _providers(args.providers, capture)
     sides = {"off": _session(path, providers, False), "on": _session(path, providers, True)}
     prompt = np.random.default_rng(0).integers(1, 100, args.prompt)
     profiled = PROFILED if profiler is not None and profiler.available else 0
     tokens = 1 + SETTLE + args.steps + profiled
     capacity = args.prompt + tokens
-    decoders = {}
-    for key, sess in sides.items():
-        warm = GreedyDecoder(sess, prompt, 1 + SETTLE, capacity=capacity, pipeline=False)
-        while not warm.done:
-            warm.step()
-        # steps interleaved with the other session's: each returns with the device idle
-        decoders[key] = GreedyDecoder(sess, prompt, tokens, capacity=capacity, pipeline=False)
-    for _ in range(1 + SETTLE + args.steps):  # interleaved: one step of each in turn
-        for d in decoders.values():
-            d.step()
+    decoders = interleaved_decoders(sides, prompt, tokens, capacity, 1 + SETTLE + args.steps)
     case: dict[str, Any] = {"model": name, "path": str(path), "capture": capture}
     case["providers"] = [p if isinstance(p, str) else p[0] for p in providers]
     for key, d in decoders.items():

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_fusions import SETTLE, _providers  # noqa: E402
+from bench.gpu_fusions import SETTLE, _providers, interleaved_decoders  # noqa: E402
 
 
 def _session(path: str, capture: str, pdl: bool):
@@ -44,22 +44,12 @@ def _session(path: str, capture: str, pdl: bool):
 
 
 def run_case(path: str, capture: str, context: int, args: argparse.Namespace) -> dict:
-    from onnxep.generation.greedy import GreedyDecoder
-
     sides = {"pdl-off": _session(path, capture, False), "pdl-on": _session(path, capture, True)}
     prompt = np.random.default_rng(0).integers(1, 100, context)
     steps = args.rounds * args.steps
     tokens = 1 + SETTLE + steps
     capacity = context + tokens
-    decoders = {}
-    for key, sess in sides.items():
-        warm = GreedyDecoder(sess, prompt, 1 + SETTLE, capacity=capacity, pipeline=False)
-        while not warm.done:
-            warm.step()
-        decoders[key] = GreedyDecoder(sess, prompt, tokens, capacity=capacity, pipeline=False)
-    for _ in range(tokens):
-        for d in decoders.values():
-            d.step()
+    decoders = interleaved_decoders(sides, prompt, tokens, capacity, tokens)
     case: dict = {"model": Path(path).parent.name, "capture": capture, "context": context}
     toks = {}
     for key, d in decoders.items():

@@ -23,6 +23,7 @@ import numpy as np
 from .. import jit
 
 _F32 = np.dtype(np.float32)
+_FLOATS = (_F32, np.dtype(np.float64))
 
 
 def compiled(dtype: np.dtype) -> bool:
@@ -53,6 +54,18 @@ def logistic(
     a = alpha if type(alpha) is np.float32 else np.float32(alpha)
     _loop()(xf, of, a, mul, 0, xf.shape[0])
     return out
+
+
+def x_sigmoid(general, alpha: float):
+    """A kernel's ``run`` for ``x * sigmoid(alpha * x)`` (QuickGelu, Swish): float32 and
+    float64 here in one pass, other dtypes through ``general`` (the generic kernel)."""
+
+    def run(x):
+        if x.dtype not in _FLOATS:
+            return general(x)
+        return (logistic(x, alpha, mul=True),)
+
+    return run
 
 
 def _loop():

@@ -8,25 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.op_swish import swish as generic
 
-from .logistic import logistic
-
-_FAST = (np.dtype(np.float32), np.dtype(np.float64))
+from .logistic import x_sigmoid
 
 
 @kernel("Swish", since=24)
 def swish(node: NodeInfo, xp: Any):
-    general = generic(node, xp)
-    alpha = float(node.attr("alpha", 1.0))
-
-    def run(x):
-        if x.dtype not in _FAST:
-            return general(x)
-        return (logistic(x, alpha, mul=True),)
-
-    return run
+    return x_sigmoid(generic(node, xp), float(node.attr("alpha", 1.0)))
