@@ -150,6 +150,17 @@ class Epilogue:
             if self.name == "Clip":
                 lo, hi = t(self.params[0]), t(self.params[1])
                 return lambda y: clip_ufunc(y, lo, hi, out=y)
+            if self.name == "HardSigmoid" and np.isfinite(self.params[0]) and self.params[0]:
+                # ``numpy``'s three ufuncs without its errstate (a nonzero finite alpha
+                # makes no invalid operation): a squeeze-and-excitation gate's conv
+                al, be, zero, one = t(self.params[0]), t(self.params[1]), t(0), t(1)
+
+                def hard_sigmoid(y):
+                    np.multiply(y, al, out=y)
+                    np.add(y, be, out=y)
+                    clip_ufunc(y, zero, one, out=y)
+
+                return hard_sigmoid
         return self.apply
 
     def numpy(self, y: np.ndarray) -> None:

@@ -29,7 +29,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 
 from .. import jit
 from ..threads import run_threads
-from . import conv_gemm
+from . import conv_gemm, conv_pointwise
 from . import winograd as wino
 from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -115,6 +115,17 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         cg(xc, y.reshape(y.shape[0], y.shape[1], -1))
         return y
 
+    def pointwise_kernel(shape):
+        """The few-positions pointwise kernel (``conv_pointwise.py``) for inputs of ``shape``."""
+        got = packed.get("pw")
+        if got is None:
+            got = packed["pw"] = conv_pointwise.pack(wconst, bconst)
+        key = ("pw", shape)
+        pk = scratch.bufs.get(key)
+        if pk is None:
+            pk = scratch.bufs[key] = conv_pointwise.Pointwise(shape, wconst.shape[0], *got)
+        return pk
+
     def winograd_weights(w, cdt):
         """(U, bias) of the Winograd path: transformed once for constant weights."""
         key = ("wino", cdt)
@@ -195,6 +206,12 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         # The route of a plannable shape depends on shape and dtype alone (not the thread
         # count, as the tiled and Winograd paths' choices do: those shapes keep this path).
         plan = PLANS and plannable and dt == cdt and not (len(k) == 2 and _wino_shaped(k, strides))
+        if pointwise and plannable and dt == cdt and conv_pointwise.applies(c, m, lsz, cdt, True):
+            return (
+                keep(x, pointwise_kernel(x.shape), z)
+                if PLANS
+                else finish(pointwise_kernel(x.shape)(xc), dt, z)
+            )
         if pointwise:
             if plan and n == 1:
                 core = pointwise_plan(xc, tuned, None if bconst is None else bconst, m, out)
