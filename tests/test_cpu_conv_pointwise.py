@@ -148,3 +148,22 @@ def test_without_numba_the_blas_route_runs(monkeypatch):
     got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name,params",
+    [("Gelu", [1.4142135, 1.0, 0.5]), ("HardSwish", None), ("HardSigmoid", [0.2, 0.5]),
+     ("Relu", None), ("Clip", [0.0, 6.0]), ("SiLU", None), ("LeakyRelu", [0.1])],
+)  # fmt: skip
+@pytest.mark.parametrize("shape", [(1, 768, 2, 3), (2, 4000, 1, 1), (1, 30, 1, 9000)], ids=str)
+def test_the_compiled_activation_over_short_rows_has_the_numpy_bits(name, params, shape):
+    """Outputs of short rows (few positions) run as one flat row: the same bits."""
+    from onnxep.providers_cpu.ops.conv_epilogue import Epilogue
+
+    y = (np.random.default_rng(6).standard_normal(shape) * 4).astype(np.float32)
+    y.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    ep = Epilogue(name, params)
+    got, want = y.copy(), y.copy()
+    ep.apply(got)
+    ep.numpy(want)
+    assert got.tobytes() == want.tobytes()
