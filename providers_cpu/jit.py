@@ -743,6 +743,27 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
             px = ix + pl
             if px // sw < pc:
                 doff[iy * wd + ix] = (((px % sw) * hp + py) * pc + px // sw) * lanes
+    # Per output row, the kernel offsets whose input row is inside the map: a tile within
+    # one output row sums those only (a 5x5 kernel over a 2-row map reads the zero border
+    # in 60% of its terms). Skipped terms add a product with zero (the sum itself, but
+    # for the sign of a zero sum and a NaN from an infinite weight).
+    rterms = np.zeros((oh, nt), np.int64)
+    rcount = np.zeros(oh, np.int64)
+    skips = False
+    for oy in range(oh):
+        cnt = 0
+        for t in range(nt):
+            iy = oy * sh + (t // kw) * dh - pt
+            if iy >= 0 and iy < h:
+                rterms[oy, cnt] = t
+                cnt += 1
+        rcount[oy] = cnt
+        skips = skips or cnt < nt
+    rtoff = np.zeros((oh, nt), np.int64)
+    rwb = np.zeros((oh if skips else 0, (nt + 1) * lanes), x.dtype)
+    for oy in range(oh):
+        for j in range(rcount[oy]):
+            rtoff[oy, j] = toff[rterms[oy, j]]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     r = r0
@@ -760,8 +781,22 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
         if has_bias:
             for c in range(cb):
                 wb[nt * lanes + c] = bias[ch0 + c]
+        if skips:
+            for oy in range(oh):
+                n_ = rcount[oy]
+                row = rwb[oy]
+                for j in range(n_):
+                    t = rterms[oy, j]
+                    for c in range(lanes):
+                        row[j * lanes + c] = wb[t * lanes + c]
+                for c in range(lanes):
+                    row[n_ * lanes + c] = wb[nt * lanes + c]
         for i in range(0, npos, 8):
-            _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
+            oy = i // ow
+            if skips and (min(i + 7, npos - 1)) // ow == oy:
+                _dw_tile8(xt, pos, i, rtoff[oy, : rcount[oy]], rwb[oy], ot)  # noqa: F821
+            else:
+                _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
         for p in range(0, npos, lanes):
             _dw_scatter(ot, p, min(lanes, npos - p), cb, of, r * npos, npos)  # noqa: F821
         if code != 0:

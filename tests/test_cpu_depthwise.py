@@ -141,7 +141,8 @@ def test_one_node_models_match_onnxruntime(c, mult, hw, k, s, pads):
 
 # Shapes the channels-in-vector loop takes (``depthwise.channels_last``): (N, C, H, W, k,
 # strides, dilations, pads); channel counts that leave a short last block, batches whose
-# blocks straddle two images, strides 1-3, dilations, asymmetric and zero pads, 1x1 maps.
+# blocks straddle two images, strides 1-3, dilations, asymmetric and zero pads, 1x1 maps,
+# maps shorter than the kernel.
 CL_SHAPES = [
     (1, 512, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
     (1, 96, 14, 14, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
@@ -154,6 +155,10 @@ CL_SHAPES = [
     (1, 32, 6, 6, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0)),
     (1, 50, 12, 12, (3, 3), (1, 1), (1, 1), (0, 0, 2, 2)),
     (3, 17, 5, 5, (7, 7), (1, 1), (1, 1), (3, 3, 3, 3)),
+    # maps shorter than the kernel: tiles of one output row skip the border's rows
+    (2, 40, 2, 24, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    (1, 24, 3, 16, (5, 5), (2, 1), (1, 1), (2, 2, 2, 2)),
+    (1, 16, 2, 13, (3, 3), (1, 1), (2, 1), (2, 1, 2, 1)),
 ]
 
 
