@@ -167,3 +167,20 @@ def test_the_compiled_activation_over_short_rows_has_the_numpy_bits(name, params
     ep.apply(got)
     ep.numpy(want)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("act", ["HardSwish", "Relu", "HardSigmoid", "LeakyRelu"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_wide_pointwise_bias_and_activation_in_one_pass_equal_the_unfused_graph(act, batch):
+    """Maps past MAX_POSITIONS keep BLAS; the bias and the fused activation then go on in
+    one compiled pass (``Epilogue.with_bias``): the unfused graph's bits."""
+    model = _model(32, 64, (20, 20), act, True, batch)
+    x = (np.random.default_rng(7).standard_normal((batch, 32, 20, 20)) * 3).astype(np.float32)
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+    fused = onnxep.InferenceSession(model, providers=["cpu"])
+    so = onnxep.SessionOptions(disabled_rewrites=["fuse_conv_activation"])
+    plain = onnxep.InferenceSession(model, so, providers=["cpu"])
+    for _ in range(2):  # the planned run, then the plan
+        got = fused.run(None, {"x": x})[0]
+        want = plain.run(None, {"x": x})[0]
+        assert got.tobytes() == want.tobytes()

@@ -141,6 +141,25 @@ class Epilogue:
         for i in range(0, flat.size, _BLOCK):
             self.numpy(flat[i : i + _BLOCK])
 
+    def with_bias(self, bias, size: int, dtype):
+        """``f(y)`` adding ``bias`` (one value per channel, axis 1 of y (N, M, L)) and applying
+        the activation in one compiled pass, for outputs of ``size`` values of ``dtype``;
+        None where ``apply`` would not run the compiled row loop (no numba, the logistic
+        and NumPy-only activations, small outputs). The row loop adds the bias first, then
+        the activation per value: the bits of ``y += bias`` then ``apply``."""
+        if size <= _SMALL or not self.compiled(dtype) or self.name in _LOGISTIC:
+            return None
+        bv = np.ascontiguousarray(np.asarray(bias).astype(dtype).reshape(-1))
+        f = jit.loop("conv_epilogue")
+        code, prm = self.code, self.prm(dtype)
+
+        def run(y):
+            rows = y.shape[0] * y.shape[1]
+            y2 = y.reshape(rows, -1)
+            parallel_rows(rows, y.size, lambda r0, r1: f(y2, bv, True, code, prm, r0, r1))
+
+        return run
+
     def inplace(self, size: int, dtype):
         """``apply`` for outputs of ``size`` values of ``dtype``, as one callable ``f(y)``.
 
