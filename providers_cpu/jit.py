@@ -749,7 +749,10 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
     # for the sign of a zero sum and a NaN from an infinite weight).
     rterms = np.zeros((oh, nt), np.int64)
     rcount = np.zeros(oh, np.int64)
+    # only where every tile lies in one output row (rows of whole tiles): elsewhere the
+    # per-row copies of the weights cost more than the skipped terms save
     skips = False
+    rows_of_tiles = ow % 8 == 0
     for oy in range(oh):
         cnt = 0
         for t in range(nt):
@@ -758,7 +761,7 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
                 rterms[oy, cnt] = t
                 cnt += 1
         rcount[oy] = cnt
-        skips = skips or cnt < nt
+        skips = skips or (cnt < nt and rows_of_tiles)
     rtoff = np.zeros((oh, nt), np.int64)
     rwb = np.zeros((oh if skips else 0, (nt + 1) * lanes), x.dtype)
     for oy in range(oh):
@@ -784,6 +787,8 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
         if skips:
             for oy in range(oh):
                 n_ = rcount[oy]
+                if n_ == nt:
+                    continue
                 row = rwb[oy]
                 for j in range(n_):
                     t = rterms[oy, j]
@@ -793,7 +798,7 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
                     row[n_ * lanes + c] = wb[nt * lanes + c]
         for i in range(0, npos, 8):
             oy = i // ow
-            if skips and (min(i + 7, npos - 1)) // ow == oy:
+            if skips and rcount[oy] < nt:
                 _dw_tile8(xt, pos, i, rtoff[oy, : rcount[oy]], rwb[oy], ot)  # noqa: F821
             else:
                 _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
