@@ -349,16 +349,11 @@ def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, ou
             y1 = min(oh, y0 + per)
             ln = (y1 - 1 - y0) * pc + ow
             start = y0 * pc
-            # Whole vectors: the sums run past ``ln`` into the buffers' slack (values
-            # computed and dropped). Eight vectors a tile in registers, then one at a time.
-            nvec = (ln + lanes - 1) // lanes
-            q = 0
-            while q + 8 <= nvec:
-                _dw_flat8(bf, start + q * lanes, toff, wr, bv, acc, q * lanes)  # noqa: F821
-                q += 8
-            while q < nvec:
-                _dw_flat1(bf, start + q * lanes, toff, wr, bv, acc, q * lanes)  # noqa: F821
-                q += 1
+            # Whole tiles of eight vectors: the sums run past ``ln`` into the buffers'
+            # slack (values computed and dropped). A one-vector tail waited on each term's
+            # latency (49 terms of a 7x7 kernel: as long as a whole tile each).
+            for q in range(0, ln, tile):
+                _dw_flat8(bf, start + q, toff, wr, bv, acc, q)  # noqa: F821
             for yy in range(y0, y1):
                 src_row = acc[(yy - y0) * pc : (yy - y0) * pc + ow]
                 dst = orow[yy * ow : (yy + 1) * ow]
@@ -689,7 +684,6 @@ def _make_dw_tiles() -> None:
     if "_dw_tile8" not in g:
         g["_dw_tile8"] = _dw_tile(8)
         g["_dw_flat8"] = _dw_flat(8)
-        g["_dw_flat1"] = _dw_flat(1)
         g["_dw_gather"] = _dw_move(True)
         g["_dw_scatter"] = _dw_move(False)
 
