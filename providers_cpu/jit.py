@@ -61,14 +61,38 @@ def jit_status() -> str:
 
 
 _compiled: dict[str, Any] = {}
+_vector_bytes: int | None = None
+
+
+def vector_bytes() -> int:
+    """Bytes in one of the target's float vector registers: 64 with AVX-512F, else 32.
+
+    The depthwise tiles hold one vector of channels per output position in a register;
+    at 64 bytes on an AVX2 CPU each is two registers and the tile's eight sums spill
+    (a 128-channel 28x28 3x3 conv took 1.5x the flat loop's time on Zen 3)."""
+    global _vector_bytes
+    if _vector_bytes is None:
+        _vector_bytes = 32
+        try:
+            import llvmlite.binding as ll
+            from numba.core import config
+
+            # numba compiling for another CPU (a portable cache): keep the narrow vectors
+            if not (config.CPU_NAME or config.CPU_FEATURES):
+                if ll.get_host_cpu_features().get("avx512f", False):
+                    _vector_bytes = 64
+        except Exception:  # a broken numba install: the loops will not run anyway
+            pass
+    return _vector_bytes
 
 
 def loop(name: str) -> Any:
     """The compiled function ``name`` (defined below), compiling it on first use."""
     f = _compiled.get(name)
     if f is None:
-        if name == "depthwise_2d_cl":
+        if name in ("depthwise_2d_cl", "depthwise_2d"):
             _make_dw_tiles()
+            globals()["_VB"] = vector_bytes()
         for helper, src in _HELPERS.items():
             # A loop calls a helper through this module's globals: compiled, before the loop.
             if globals()[helper] is src:
@@ -258,9 +282,11 @@ def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, ou
     offset ``t`` reads padded index ``o * s + t * d``: phase ``(t * d) % s`` at ``o + (t *
     d) // s``), so every term is a unit-stride run of one flat phase plane; the sums
     run over blocks of output rows that stay in L1 (wrapped columns computed and
-    dropped, as ``depthwise_rows`` does), then bias and activation go on as each row is
-    written. The terms add in kernel order, first product first, then the bias:
-    the flat-plane loop's order, so the same bits.
+    dropped, as ``depthwise_rows`` does) in register tiles (``_dw_flat8``), and the
+    activation goes on per output row. Each output is the bias, then one fused
+    multiply-add a term in kernel order: ``_depthwise_2d_cl``'s operations, so the two
+    loops give the same bits (the NumPy path's, multiply then add, differ in the last
+    places).
     """
     kh, kw, sh, sw, dh, dw, pt, pl = geo
     h, wd = x.shape[1], x.shape[2]
@@ -269,19 +295,22 @@ def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, ou
     pr = ((oh - 1) * sh + (kh - 1) * dh) // sh + 1
     pc = ((ow - 1) * sw + (kw - 1) * dw) // sw + 1
     plane = pr * pc
-    buf = np.zeros((sh * sw, plane + 16), x.dtype)
+    lanes = _VB // x.itemsize  # noqa: F821 (set before compiling: vector_bytes())
+    tile = 8 * lanes
+    # slack past each phase plane: the last tile's vectors run past the block's end
+    slack = tile + lanes
+    buf = np.zeros((sh * sw, plane + slack), x.dtype)
     bf = buf.reshape(-1)
     xf = x.reshape(-1)
-    tph = np.empty(nt, np.int64)
     toff = np.empty(nt, np.int64)
     for i in range(kh):
         for j in range(kw):
             t = i * kw + j
-            tph[t] = ((i * dh) % sh) * sw + (j * dw) % sw
-            toff[t] = ((i * dh) // sh) * pc + (j * dw) // sw
+            tph = ((i * dh) % sh) * sw + (j * dw) % sw
+            toff[t] = tph * (plane + slack) + ((i * dh) // sh) * pc + (j * dw) // sw
     # Rows of output per block: about 2048 values of the flat accumulator.
     per = max(1, 2048 // pc)
-    acc = np.empty(per * pc + 16, x.dtype)
+    acc = np.empty(per * pc + tile, x.dtype)
     loaded = -1
     for r in range(r0, r1):
         ri = r // mult
@@ -296,7 +325,7 @@ def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, ou
                     nv = min(pc, (wd - 1 + pl - b) // sw + 1) - v0
                     if nv <= 0:
                         continue
-                    pbase = (a * sw + b) * (plane + 16) + v0
+                    pbase = (a * sw + b) * (plane + slack) + v0
                     for u in range(pr):
                         iy = u * sh + a - pt
                         if iy < 0 or iy >= h:
@@ -312,48 +341,24 @@ def _depthwise_2d(x, w, bias, has_bias, mult, geo, oh, ow, code, prm, r0, r1, ou
             loaded = ri
         ch = r % chans
         wr = w[ch]
-        bv = bias[ch]
+        # -0 is the sum's identity (-0 + -0 is -0): without a bias, the first product
+        # comes out as it is
+        bv = bias[ch] if has_bias else -0.0
         orow = out[r]
         for y0 in range(0, oh, per):
             y1 = min(oh, y0 + per)
             ln = (y1 - 1 - y0) * pc + ow
             start = y0 * pc
-            # Whole vectors of 16: the sums run past ``ln`` into the buffers' slack (values
-            # computed and dropped), so no scalar remainder loop runs per term (a 7x7 map's
-            # 73 values were 64 vectorised and 9 scalar). Slices first: an index the loop
-            # counter alone makes is known non-negative, no wraparound test per value.
-            lnv = (ln + 15) // 16 * 16
-            a = acc[:lnv]
-            p0 = buf[tph[0], start + toff[0] : start + toff[0] + lnv]
-            w0 = wr[0]
-            for q in range(lnv):
-                a[q] = w0 * p0[q]
-            t = 1
-            while t + 3 <= nt:
-                pa = buf[tph[t], start + toff[t] : start + toff[t] + lnv]
-                pb = buf[tph[t + 1], start + toff[t + 1] : start + toff[t + 1] + lnv]
-                pcc = buf[tph[t + 2], start + toff[t + 2] : start + toff[t + 2] + lnv]
-                wa = wr[t]
-                wb = wr[t + 1]
-                wc = wr[t + 2]
-                for q in range(lnv):
-                    a[q] = a[q] + wa * pa[q] + wb * pb[q] + wc * pcc[q]
-                t += 3
-            while t < nt:
-                pa = buf[tph[t], start + toff[t] : start + toff[t] + lnv]
-                wa = wr[t]
-                for q in range(lnv):
-                    a[q] = a[q] + wa * pa[q]
-                t += 1
+            # Whole tiles of eight vectors: the sums run past ``ln`` into the buffers'
+            # slack (values computed and dropped). A one-vector tail waited on each term's
+            # latency (49 terms of a 7x7 kernel: as long as a whole tile each).
+            for q in range(0, ln, tile):
+                _dw_flat8(bf, start + q, toff, wr, bv, acc, q)  # noqa: F821
             for yy in range(y0, y1):
                 src_row = acc[(yy - y0) * pc : (yy - y0) * pc + ow]
                 dst = orow[yy * ow : (yy + 1) * ow]
-                if has_bias:
-                    for q in range(ow):
-                        dst[q] = src_row[q] + bv
-                else:
-                    for q in range(ow):
-                        dst[q] = src_row[q]
+                for q in range(ow):
+                    dst[q] = src_row[q]
         if code != 0:
             _conv_act(orow, code, prm)
 
@@ -375,13 +380,14 @@ def _conv_epilogue(y, bias, has_bias, code, prm, r0, r1):
 
 def _dw_tile(npos: int) -> Any:
     """``tile(xt, pos, i0, toff, wt, ot)``, a numba intrinsic: for the ``npos`` output
-    positions ``p = i0 ..`` of a block of ``L`` channels (one 64-byte vector: 16 float32 or
-    8 float64), ``ot[p L : p L + L] = sum over t of wt[t L : t L + L] * xt[pos[p] + toff[t]
-    : + L]``, the first product first, then one multiply and one add a term, in kernel
-    order. The ``npos`` sums are vectors held in registers across the terms (independent
-    chains, so an add's latency does not serialise them); a plain numba loop keeps its
-    accumulator in memory (numba runs no SLP vectoriser), half the speed here. No fused
-    multiply-add is formed (no fast-math flags): the bits of the scalar loop.
+    positions ``p = i0 ..`` of a block of ``L`` channels (one vector register:
+    ``vector_bytes()``, 16 or 8 float32), ``ot[p L : p L + L] = b + sum over t of wt[t L :
+    t L + L] * xt[pos[p] + toff[t] : + L]`` where ``b`` is the vector after the weights
+    (``wt[nt L :]``, the block's bias or zeros): from ``b``, one fused multiply-add a term
+    in kernel order. The ``npos`` sums are vectors held in registers across the terms
+    (independent chains, so a multiply-add's latency does not serialise them); a plain
+    numba loop keeps its accumulator in memory (numba runs no SLP vectoriser), half the
+    speed here.
     """
     from llvmlite import ir
     from numba import types
@@ -394,11 +400,13 @@ def _dw_tile(npos: int) -> Any:
         ty = dict(zip(names, signature.args))
         arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in names if k != "i0"}
         ety = context.get_data_type(ty["xt"].dtype)
-        lanes = 64 // context.get_abi_sizeof(ety)
+        esize = context.get_abi_sizeof(ety)
+        lanes = vector_bytes() // esize
         vty = ir.VectorType(ety, lanes)
         i64 = ir.IntType(64)
         width = ir.Constant(i64, lanes)
-        align = context.get_abi_sizeof(ety)
+        align = esize
+        fma = _vector_fma(builder, vty, lanes, esize)
 
         def vptr(k, idx):
             return builder.bitcast(builder.gep(arr[k].data, [idx]), vty.as_pointer())
@@ -412,19 +420,15 @@ def _dw_tile(npos: int) -> Any:
             builder.load(builder.gep(arr["pos"].data, [builder.add(i0, ir.Constant(i64, p))]))
             for p in range(npos)
         ]
-        off0 = builder.load(arr["toff"].data)
-        w0 = vload("wt", ir.Constant(i64, 0))
-        acc = [
-            cgutils.alloca_once_value(builder, builder.fmul(w0, vload("xt", builder.add(b, off0))))
-            for b in base
-        ]
-        with cgutils.for_range(builder, builder.sub(nt, ir.Constant(i64, 1))) as lp:
-            t = builder.add(lp.index, ir.Constant(i64, 1))
+        bias = vload("wt", builder.mul(nt, width))
+        acc = [cgutils.alloca_once_value(builder, bias) for _ in base]
+        with cgutils.for_range(builder, nt) as lp:
+            t = lp.index
             off = builder.load(builder.gep(arr["toff"].data, [t]))
             wv = vload("wt", builder.mul(t, width))
             for b, a in zip(base, acc):
-                term = builder.fmul(wv, vload("xt", builder.add(b, off)))
-                builder.store(builder.fadd(builder.load(a), term), a)
+                xv = vload("xt", builder.add(b, off))
+                builder.store(builder.call(fma, [wv, xv, builder.load(a)]), a)
         for p, a in enumerate(acc):
             at = builder.mul(builder.add(i0, ir.Constant(i64, p)), width)
             builder.store(builder.load(a), vptr("ot", at), align=align)
@@ -432,6 +436,79 @@ def _dw_tile(npos: int) -> Any:
 
     def typer(typingctx, xt, pos, i0, toff, wt, ot):
         return types.void(xt, pos, i0, toff, wt, ot), codegen
+
+    return intrinsic(typer)
+
+
+def _vector_fma(builder, vty, lanes: int, esize: int):
+    """``llvm.fma`` on ``vty``: one rounding a term, whatever the target (no fast-math
+    flags needed, and the same bits on AVX2 and AVX-512)."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    name = f"llvm.fma.v{lanes}{'f32' if esize == 4 else 'f64'}"
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), name)
+
+
+def _dw_flat(nvec: int) -> Any:
+    """``flat(buf, off0, toff, wr, bias, acc, aoff)``, a numba intrinsic: for the ``nvec
+    L`` flat positions ``q`` from ``off0`` (``L`` lanes of a vector register), ``acc[aoff +
+    q] = bias + sum over t of wr[t] * buf[off0 + toff[t] + q]``, from the bias one fused
+    multiply-add a term in kernel order: ``_dw_tile``'s sums, with the positions in the
+    vector instead of the channels (one input plane's flat sums, ``_depthwise_2d``). The
+    ``nvec`` sums stay in registers across the terms; the loop this replaces read and
+    wrote its accumulator once every three terms."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    def codegen(context, builder, signature, args):
+        names = ("buf", "off0", "toff", "wr", "bias", "acc", "aoff")
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        arr = {
+            k: context.make_array(ty[k])(context, builder, val[k])
+            for k in ("buf", "toff", "wr", "acc")
+        }
+        ety = context.get_data_type(ty["buf"].dtype)
+        esize = context.get_abi_sizeof(ety)
+        lanes = vector_bytes() // esize
+        vty = ir.VectorType(ety, lanes)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        fma = _vector_fma(builder, vty, lanes, esize)
+        off0 = context.cast(builder, val["off0"], ty["off0"], types.intp)
+        aoff = context.cast(builder, val["aoff"], ty["aoff"], types.intp)
+        undef = ir.Constant(vty, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        def bcast(v):
+            return builder.shuffle_vector(
+                builder.insert_element(undef, v, ir.Constant(i32, 0)), undef, splat
+            )
+
+        def vptr(k, idx):
+            return builder.bitcast(builder.gep(arr[k].data, [idx]), vty.as_pointer())
+
+        bv = bcast(context.cast(builder, val["bias"], ty["bias"], ty["buf"].dtype))
+        acc = [cgutils.alloca_once_value(builder, bv) for _ in range(nvec)]
+        nt = builder.extract_value(arr["toff"].shape, 0)
+        with cgutils.for_range(builder, nt) as lp:
+            t = lp.index
+            o = builder.add(off0, builder.load(builder.gep(arr["toff"].data, [t])))
+            wv = bcast(builder.load(builder.gep(arr["wr"].data, [t])))
+            for r, a in enumerate(acc):
+                xv = builder.load(
+                    vptr("buf", builder.add(o, ir.Constant(i64, r * lanes))), align=esize
+                )
+                builder.store(builder.call(fma, [wv, xv, builder.load(a)]), a)
+        for r, a in enumerate(acc):
+            at = builder.add(aoff, ir.Constant(i64, r * lanes))
+            builder.store(builder.load(a), vptr("acc", at), align=esize)
+        return context.get_dummy_value()
+
+    def typer(typingctx, buf, off0, toff, wr, bias, acc, aoff):
+        return types.void(buf, off0, toff, wr, bias, acc, aoff), codegen
 
     return intrinsic(typer)
 
@@ -460,7 +537,7 @@ def _dw_transpose(builder, rows):
 
 def _dw_move(gather: bool) -> Any:
     """A square block moved between channel-major and channels-last layouts, transposed
-    in registers (a numba intrinsic; ``L`` lanes of a 64-byte vector, as ``_dw_tile``),
+    in registers (a numba intrinsic; ``L`` lanes of a vector register, as ``_dw_tile``),
     for ``rows`` channels and ``count`` positions (both at most ``L``; masked loads and
     stores touch nothing past them):
 
@@ -491,12 +568,13 @@ def _dw_move(gather: bool) -> Any:
         arrays = ("src", "dst", "doff") if gather else ("src", "dst")
         arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
         ety = context.get_data_type(ty["src"].dtype)
-        lanes = 64 // context.get_abi_sizeof(ety)
+        esize = context.get_abi_sizeof(ety)
+        lanes = vector_bytes() // esize
         vty = ir.VectorType(ety, lanes)
-        align = context.get_abi_sizeof(ety)
+        align = esize
         i32, i64 = ir.IntType(32), ir.IntType(64)
         mty = ir.VectorType(ir.IntType(1), lanes)
-        suffix = f"v{lanes}{'f32' if lanes == 16 else 'f64'}.p0"
+        suffix = f"v{lanes}{'f32' if esize == 4 else 'f64'}.p0"
         mload = cgutils.get_or_insert_function(
             builder.module,
             ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]),
@@ -530,12 +608,36 @@ def _dw_move(gather: bool) -> Any:
 
         zero = ir.Constant(vty, None)
         align32 = ir.Constant(i32, align)
+        lanes_c = ir.Constant(i64, lanes)
+        # A whole block (every lane of every row) takes plain loads and stores: AMD's Zen
+        # microcodes masked stores (a 128-channel 28x28 conv spent most of its time in
+        # them); only the last block of channels or positions is masked.
+        full = builder.and_(
+            builder.icmp_signed("==", idx("count"), lanes_c),
+            builder.icmp_signed("==", rows, lanes_c),
+        )
         if gather:
             s0 = idx("s0")
+            src_at = [
+                builder.add(builder.add(s0, builder.mul(ir.Constant(i64, c), stride)), p0)
+                for c in range(lanes)
+            ]
+            with builder.if_else(full) as (whole, part):
+                with whole:
+                    plain = [builder.load(vptr("src", at), align=align) for at in src_at]
+                    b_whole = builder.block
+                with part:
+                    masked = [
+                        builder.call(mload, [vptr("src", at), align32, row_mask(c), zero])
+                        for c, at in enumerate(src_at)
+                    ]
+                    b_part = builder.block
             vals = []
-            for c in range(lanes):
-                at = builder.add(builder.add(s0, builder.mul(ir.Constant(i64, c), stride)), p0)
-                vals.append(builder.call(mload, [vptr("src", at), align32, row_mask(c), zero]))
+            for a, b in zip(plain, masked):
+                phi = builder.phi(vty)
+                phi.add_incoming(a, b_whole)
+                phi.add_incoming(b, b_part)
+                vals.append(phi)
             for k, v in enumerate(_dw_transpose(builder, vals)):
                 pk = builder.add(p0, ir.Constant(i64, k))
                 at = builder.load(builder.gep(arr["doff"].data, [pk]))
@@ -550,9 +652,18 @@ def _dw_move(gather: bool) -> Any:
                 )
                 for k in range(lanes)
             ]
-            for c, v in enumerate(_dw_transpose(builder, vals)):
-                at = builder.add(builder.add(d0, builder.mul(ir.Constant(i64, c), stride)), p0)
-                builder.call(mstore, [v, vptr("dst", at), align32, row_mask(c)])
+            rows_t = _dw_transpose(builder, vals)
+            dst_at = [
+                builder.add(builder.add(d0, builder.mul(ir.Constant(i64, c), stride)), p0)
+                for c in range(lanes)
+            ]
+            with builder.if_else(full) as (whole, part):
+                with whole:
+                    for v, at in zip(rows_t, dst_at):
+                        builder.store(v, vptr("dst", at), align=align)
+                with part:
+                    for c, (v, at) in enumerate(zip(rows_t, dst_at)):
+                        builder.call(mstore, [v, vptr("dst", at), align32, row_mask(c)])
         return context.get_dummy_value()
 
     if gather:
@@ -572,6 +683,7 @@ def _make_dw_tiles() -> None:
     g = globals()
     if "_dw_tile8" not in g:
         g["_dw_tile8"] = _dw_tile(8)
+        g["_dw_flat8"] = _dw_flat(8)
         g["_dw_gather"] = _dw_move(True)
         g["_dw_scatter"] = _dw_move(False)
 
@@ -580,14 +692,14 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
     """``_depthwise_2d`` (channel multiplier 1) with channels in the vector: rows r0..r1.
 
     On small maps the flat-plane sums run short loops (a 7x7 map's 73 values) per kernel
-    offset and channel. Here a block of ``lanes`` channels (one 64-byte vector) is moved
+    offset and channel. Here a block of ``lanes`` channels (one vector register) is moved
     channels-last (``_dw_gather``) into a zero-bordered buffer split by column stride
     phase (column ``v`` of phase ``b`` is padded column ``v * sw + b``): every kernel
     offset of an output position is then one vector at a fixed distance, and
     ``_dw_tile8`` sums eight positions' terms in registers; ``_dw_scatter`` moves the
     sums back channel-major. ``wt`` is the weights transposed, (KH*KW, C). Each output
-    adds its terms in kernel order, first product first, then the bias, then the
-    activation: the bits of ``_depthwise_2d``.
+    is the bias, then one fused multiply-add a term in kernel order, then the activation:
+    the bits of ``_depthwise_2d``.
     """
     kh, kw, sh, sw, dh, dw, pt, pl = geo
     h, wd = x.shape[1], x.shape[2]
@@ -602,7 +714,9 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
     nmove = (npos + lanes - 1) // lanes * lanes
     spare = sw * hp * pc * lanes
     xt = np.zeros(spare + lanes, x.dtype)
-    wb = np.zeros(nt * lanes, x.dtype)
+    wb = np.zeros((nt + 1) * lanes, x.dtype)  # the terms' weights, then the bias
+    if not has_bias:
+        wb[nt * lanes :] = -wb[nt * lanes :]  # -0: the sum's identity, as _depthwise_2d
     ot = np.empty(max(ntile, nmove) * lanes, x.dtype)
     toff = np.empty(nt, np.int64)
     for t in range(nt):
@@ -623,6 +737,30 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
             px = ix + pl
             if px // sw < pc:
                 doff[iy * wd + ix] = (((px % sw) * hp + py) * pc + px // sw) * lanes
+    # Per output row, the kernel offsets whose input row is inside the map: a tile within
+    # one output row sums those only (a 5x5 kernel over a 2-row map reads the zero border
+    # in 60% of its terms). Skipped terms add a product with zero (the sum itself, but
+    # for the sign of a zero sum and a NaN from an infinite weight).
+    rterms = np.zeros((oh, nt), np.int64)
+    rcount = np.zeros(oh, np.int64)
+    # only where every tile lies in one output row (rows of whole tiles): elsewhere the
+    # per-row copies of the weights cost more than the skipped terms save
+    skips = False
+    rows_of_tiles = ow % 8 == 0
+    for oy in range(oh):
+        cnt = 0
+        for t in range(nt):
+            iy = oy * sh + (t // kw) * dh - pt
+            if iy >= 0 and iy < h:
+                rterms[oy, cnt] = t
+                cnt += 1
+        rcount[oy] = cnt
+        skips = skips or (cnt < nt and rows_of_tiles)
+    rtoff = np.zeros((oh, nt), np.int64)
+    rwb = np.zeros((oh if skips else 0, (nt + 1) * lanes), x.dtype)
+    for oy in range(oh):
+        for j in range(rcount[oy]):
+            rtoff[oy, j] = toff[rterms[oy, j]]
     xf = x.reshape(-1)
     of = out.reshape(-1)
     r = r0
@@ -637,16 +775,29 @@ def _depthwise_2d_cl(x, wt, bias, has_bias, geo, oh, ow, lanes, code, prm, r0, r
             dst = wb[t * lanes : t * lanes + cb]
             for c in range(cb):
                 dst[c] = src[c]
-        for i in range(0, npos, 8):
-            _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
-        for p in range(0, npos, lanes):
-            _dw_scatter(ot, p, min(lanes, npos - p), cb, of, r * npos, npos)  # noqa: F821
         if has_bias:
             for c in range(cb):
-                orow = out[r + c]
-                bv = bias[ch0 + c]
-                for q in range(npos):
-                    orow[q] = orow[q] + bv
+                wb[nt * lanes + c] = bias[ch0 + c]
+        if skips:
+            for oy in range(oh):
+                n_ = rcount[oy]
+                if n_ == nt:
+                    continue
+                row = rwb[oy]
+                for j in range(n_):
+                    t = rterms[oy, j]
+                    for c in range(lanes):
+                        row[j * lanes + c] = wb[t * lanes + c]
+                for c in range(lanes):
+                    row[n_ * lanes + c] = wb[nt * lanes + c]
+        for i in range(0, npos, 8):
+            oy = i // ow
+            if skips and rcount[oy] < nt:
+                _dw_tile8(xt, pos, i, rtoff[oy, : rcount[oy]], rwb[oy], ot)  # noqa: F821
+            else:
+                _dw_tile8(xt, pos, i, toff, wb, ot)  # noqa: F821 (made by _make_dw_tiles)
+        for p in range(0, npos, lanes):
+            _dw_scatter(ot, p, min(lanes, npos - p), cb, of, r * npos, npos)  # noqa: F821
         if code != 0:
             # one call for the block's rows (contiguous): the activation is per value
             _conv_act(of[r * npos : (r + cb) * npos], code, prm)

@@ -135,6 +135,16 @@ CASES = {
         ),
         (2, 4, 17),
     ),
+    "conv transpose tiles": (
+        # kernel == stride, no padding: each offset's columns tile the output
+        nn.Sequential(
+            nn.ConvTranspose2d(4, 6, 2, stride=2),
+            nn.ConvTranspose2d(6, 3, (3, 2), stride=(3, 2), groups=3, bias=False),
+            nn.ConvTranspose2d(3, 1, 2, stride=2),
+        ),
+        (2, 4, 5, 7),
+    ),
+    "conv transpose tiles 1d": (nn.Sequential(nn.ConvTranspose1d(4, 6, 4, stride=4)), (1, 4, 9)),
     "conv transpose 3d": (
         nn.Sequential(nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1)),
         (1, 3, 5, 6, 7),
@@ -371,3 +381,19 @@ def test_compiled_max_pool_2d_equals_the_numpy_path(shape, k, s, d, pads, ceil, 
         ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         finite = ~np.isnan(want[0])  # onnxruntime's MaxPool does not propagate NaN
         np.testing.assert_array_equal(got[0][finite], ref.run(None, {"x": x})[0][finite])
+
+
+@pytest.mark.parametrize(
+    "k,sp", [((2, 2), (16, 24)), ((3, 2), (5, 7)), ((4,), (6,)), ((2, 1, 2), (3, 4, 5))]
+)
+def test_conv_transpose_tiles_equal_the_phase_planes(k, sp):
+    """Kernel == stride: the per-offset strided copies place what the phase planes sum."""
+    from onnxep.providers_cpu.ops import op_conv_transpose as ct
+
+    cols = np.random.default_rng(0).standard_normal((2, 3, int(np.prod(k)), *sp))
+    out = [v * kk for v, kk in zip(sp, k)]
+    assert ct.offsets_tile(k, k, [1] * len(k), [0] * len(k), [0] * len(k), sp, out)
+    assert not ct.offsets_tile(k, k, [1] * len(k), [1] + [0] * (len(k) - 1), [0] * len(k), sp, out)
+    got = ct.depth_to_space(cols, k, sp, out)
+    want = ct.col2im_phases(cols, k, k, [1] * len(k), sp, out, [0] * len(k), out)
+    assert got.tobytes() == want.tobytes()

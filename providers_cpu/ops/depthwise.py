@@ -65,7 +65,7 @@ _CL_ONE_VECTOR_POSITIONS = 256
 
 def channels_last(c: int, mult: int, out, dtype) -> bool:
     """Whether ``depthwise_2d`` runs the channels-in-vector loop for this shape and dtype."""
-    lanes = 64 // np.dtype(dtype).itemsize
+    lanes = jit.vector_bytes() // np.dtype(dtype).itemsize
     positions = out[0] * out[1]
     if mult != 1 or c < lanes:
         return False
@@ -112,7 +112,7 @@ def depthwise_2d_runner(shape, dtype, w, bias, k, strides, dil, pb, out, code=0,
     plane = out[0] * out[1]
     work = rows * plane * k[0] * k[1]
     if channels_last(c, m // c, out, dtype):
-        lanes = 64 // dtype.itemsize
+        lanes = jit.vector_bytes() // dtype.itemsize
         wt = transposed_weights(w, k) if wt is None else wt
         g = jit.loop("depthwise_2d_cl")
         blocks = -(-rows // lanes)

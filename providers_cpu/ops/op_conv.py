@@ -29,7 +29,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 
 from .. import jit
 from ..threads import run_threads
-from . import conv_gemm
+from . import conv_gemm, conv_pointwise
 from . import winograd as wino
 from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -115,6 +115,17 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         cg(xc, y.reshape(y.shape[0], y.shape[1], -1))
         return y
 
+    def pointwise_kernel(shape):
+        """The few-positions pointwise kernel (``conv_pointwise.py``) for inputs of ``shape``."""
+        got = packed.get("pw")
+        if got is None:
+            got = packed["pw"] = conv_pointwise.pack(wconst, bconst)
+        key = ("pw", shape)
+        pk = scratch.bufs.get(key)
+        if pk is None:
+            pk = scratch.bufs[key] = conv_pointwise.Pointwise(shape, wconst.shape[0], *got)
+        return pk
+
     def winograd_weights(w, cdt):
         """(U, bias) of the Winograd path: transformed once for constant weights."""
         key = ("wino", cdt)
@@ -195,10 +206,23 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         # The route of a plannable shape depends on shape and dtype alone (not the thread
         # count, as the tiled and Winograd paths' choices do: those shapes keep this path).
         plan = PLANS and plannable and dt == cdt and not (len(k) == 2 and _wino_shaped(k, strides))
+        if pointwise and plannable and dt == cdt and conv_pointwise.applies(c, m, lsz, cdt, True):
+            return (
+                keep(x, pointwise_kernel(x.shape), z)
+                if PLANS
+                else finish(pointwise_kernel(x.shape)(xc), dt, z)
+            )
         if pointwise:
-            if plan and n == 1:
-                core = pointwise_plan(xc, tuned, None if bconst is None else bconst, m, out)
-                return keep(x, core, z)
+            if plannable and dt == cdt:
+                # bias and activation in one pass after the GEMM, where the activation's
+                # compiled loop runs (without a Z to add between them)
+                fused = None
+                if z is None and epilogue is not None and bconst is not None:
+                    fused = epilogue.with_bias(bconst, n * m * lsz, cdt)
+                core = pointwise_plan(xc, tuned, None if bconst is None else bconst, m, out, fused)
+                if plan:
+                    return keep(x, core, z, applied=fused is not None)
+                return finish(core(xc), dt, z, applied=fused is not None)
             cols = xc.reshape(n, group, c // group, lsz)
         elif wino.applies(k, strides, dil, group, c, m, cdt):
             u, bvec = winograd_weights(w, cdt)
@@ -279,9 +303,13 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             y += np.asarray(bb, dtype=cdt).reshape(1, m, *([1] * len(out)))
         return finish(y, dt, z)
 
-    def keep(x, core, z):
-        """Store the plan of ``x``'s shape (this thread's) and run it on ``x``."""
+    def keep(x, core, z, applied=False):
+        """Store the plan of ``x``'s shape (this thread's) and run it on ``x``; ``applied``:
+        the core applies the activation itself (then a run with a Z takes the general path)."""
         y = core(x)
+        if applied:
+            scratch.plans[x.shape] = (x.dtype, core, None, True)
+            return (y,)
         epi = None if epilogue is None else epilogue.inplace(y.size, x.dtype)
         scratch.plans[x.shape] = (x.dtype, core, epi, False)
         if z is not None:
@@ -397,35 +425,42 @@ def standard_plan(scratch, xc, aug, k, strides, dil, pb, pe, out):
     return core
 
 
-def pointwise_plan(xc, tuned, bias, m, out):
-    """A 1x1 stride-1 unpadded convolution of one image (``xc``'s shape) as ``core(x) ->
-    y``: the product of the weights and the input's (C, L) matrix into a fresh output,
-    then ``+ bias`` (the general path's operations)."""
-    c = xc.shape[1]
+def pointwise_plan(xc, tuned, bias, m, out, fused=None):
+    """A 1x1 stride-1 unpadded convolution of inputs of ``xc``'s shape as ``core(x) -> y``:
+    per image, the product of the weights and its (C, L) matrix into a fresh output, then
+    ``+ bias`` (the general path's operations); ``fused`` (``Epilogue.with_bias``), when
+    given, adds the bias and applies the activation in one pass instead."""
+    n, c = xc.shape[:2]
     lsz = 1
     for o in out:
         lsz *= o
     dt = xc.dtype
-    mm = tuned.pick(xc.reshape(c, lsz))
-    yshape = (1, m, *out)
+    mm = tuned.pick(xc[0].reshape(c, lsz))
+    yshape = (n, m, *out)
     bcol = None if bias is None else np.asarray(bias).astype(dt).reshape(m, 1)
     if not getattr(mm, "plain", False):
 
         def core(x):
-            y = mm(x.reshape(c, lsz))
-            if bcol is not None:
+            y = np.empty((n, m, lsz), dt)
+            for i in range(n):
+                y[i] = mm(x[i].reshape(c, lsz))
+            if fused is not None:
+                fused(y)
+            elif bcol is not None:
                 y += bcol
             return y.reshape(yshape)
 
         return core
     w = tuned.w
-    gemm = _gemm_into(w, xc.reshape(c, lsz))
-    ymat = (m, lsz)
+    gemm = _gemm_into(w, xc[0].reshape(c, lsz))
 
     def core(x):
-        y = np.empty(ymat, dt)
-        gemm(w, x.reshape(c, lsz), out=y)
-        if bcol is not None:
+        y = np.empty((n, m, lsz), dt)
+        for i in range(n):
+            gemm(w, x[i].reshape(c, lsz), out=y[i])
+        if fused is not None:
+            fused(y)
+        elif bcol is not None:
             y += bcol
         return y.reshape(yshape)
 
