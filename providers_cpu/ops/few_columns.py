@@ -3,10 +3,11 @@
 The VAD encoders' convolutions (silero, akiki) are products of 64-258 filters by 1-5
 im2col columns: OpenBLAS's SGEMM packs both operands on every call and its kernels are
 at their worst there ([128, 388] x [388, 3]: 29 us on one thread of the loaded 2-core
-machine, its GEMV per column 15, this loop 9; in the models' convolutions, with the im2col
-copy around it, 37 -> 31 us for akiki's first conv and 51 -> 38 us for silero's). Here the columns are turned into rows
-(K x n values) and ``recurrent_loops.matvec``, the recurrences' dot-product loop (two rows
-and four filters at a time), makes every output; the result is transposed into place.
+machine, its GEMV per column 15, this loop 9; in the models' convolutions, with the
+im2col copy around it, 37 -> 31 us for akiki's first conv and 51 -> 38 us for silero's).
+Here the columns are turned into rows (K x n values) and ``recurrent_loops.matvec``, the
+recurrences' dot-product loop (two rows and four filters at a time), makes every output;
+the result is transposed into place.
 
 The route depends on the product's shape and dtype alone (float32, up to
 ``MAX_COLUMNS`` columns, numba present), never on timing; the sums are reassociated

@@ -1,8 +1,8 @@
-"""GRU's usual call (constant weights, no sequence_lens: ``recurrent_node.gru_dirs``) against
-the ONNX reference implementation and, bit for bit, against the general compiled driver
-(the same node given sequence_lens of the full length): directions x layouts x
-linear_before_reset x initial state x bias, few rows (the compiled projection) and many
-(BLAS), hidden sizes that are no multiple of the loops' blocks, clip."""
+"""GRU's and LSTM's usual call (constant weights, no sequence_lens: ``recurrent_node``)
+against the ONNX reference implementation and, bit for bit, against the general compiled
+driver (the same node given sequence_lens of the full length): directions x layouts x
+linear_before_reset / input_forget x initial states x bias, few rows (the compiled
+projection) and many (BLAS), hidden sizes that are no multiple of the loops' blocks, clip."""
 
 from __future__ import annotations
 
@@ -17,23 +17,19 @@ from onnxep.providers_cpu import jit
 pytestmark = pytest.mark.skipif(not jit.ENABLED, reason="numba not available: no compiled GRU")
 
 
-def _model(direction, layout, lbr, H, n_in, weights, h0, lens, clip=None):
+def _model(direction, layout, lbr, H, n_in, weights, h0, lens, clip=None, op="GRU"):
     D = 2 if direction == "bidirectional" else 1
     inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
-    names = [
-        "X",
-        "W",
-        "R",
-        "B" if "B" in weights else "",
-        "lens" if lens else "",
-        "h0" if h0 else "",
-    ]
+    names = ["X", "W", "R", "B" if "B" in weights else "", "lens" if lens else ""]
+    names += ["h0" if h0 else ""] + (["c0" if h0 else ""] if op == "LSTM" else [])
     while names[-1] == "":
         names.pop()
-    attrs = dict(direction=direction, hidden_size=H, layout=layout, linear_before_reset=lbr)
+    attrs = dict(direction=direction, hidden_size=H, layout=layout)
+    attrs["linear_before_reset" if op == "GRU" else "input_forget"] = lbr
     if clip is not None:
         attrs["clip"] = clip
-    node = helper.make_node("GRU", names, ["Y", "Y_h"], **attrs)
+    outs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    node = helper.make_node(op, names, outs, **attrs)
     seq, batch = ("T", "N")
     x_shape = [batch, seq, n_in] if layout else [seq, batch, n_in]
     inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
@@ -41,12 +37,13 @@ def _model(direction, layout, lbr, H, n_in, weights, h0, lens, clip=None):
         inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [batch]))
     if h0:
         h_shape = [batch, D, H] if layout else [D, batch, H]
-        inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, h_shape))
+        for name in ("h0", "c0") if op == "LSTM" else ("h0",):
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, h_shape))
     graph = helper.make_graph(
         [node],
         "g",
         inputs,
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h")],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
@@ -68,38 +65,45 @@ CASES = [
 @pytest.mark.parametrize("layout", [0, 1])
 @pytest.mark.parametrize("lbr", [0, 1])
 @pytest.mark.parametrize("h0", [False, True])
-def test_usual_call(T, batch, n_in, H, direction, layout, lbr, h0):
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_usual_call(T, batch, n_in, H, direction, layout, lbr, h0, op):
+    """``lbr``: GRU's linear_before_reset, LSTM's input_forget."""
     rng = np.random.default_rng(T * 100 + H + lbr)
     D = 2 if direction == "bidirectional" else 1
+    g = 4 if op == "LSTM" else 3
     weights = {
-        "W": (rng.standard_normal((D, 3 * H, n_in)) * 0.5).astype(np.float32),
-        "R": (rng.standard_normal((D, 3 * H, H)) * 0.5).astype(np.float32),
+        "W": (rng.standard_normal((D, g * H, n_in)) * 0.5).astype(np.float32),
+        "R": (rng.standard_normal((D, g * H, H)) * 0.5).astype(np.float32),
     }
     if (T + batch + lbr) % 2:  # with and without B
-        weights["B"] = (rng.standard_normal((D, 6 * H)) * 0.5).astype(np.float32)
+        weights["B"] = (rng.standard_normal((D, 2 * g * H)) * 0.5).astype(np.float32)
     feeds = {"X": rng.standard_normal((batch, T, n_in) if layout else (T, batch, n_in))}
     feeds["X"] = feeds["X"].astype(np.float32)
     if h0:
         shape = (batch, D, H) if layout else (D, batch, H)
         feeds["h0"] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        if op == "LSTM":
+            feeds["c0"] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
     clip = 1.2 if H == 17 else None
-    model = _model(direction, layout, lbr, H, n_in, weights, h0, False, clip)
+    model = _model(direction, layout, lbr, H, n_in, weights, h0, False, clip, op)
     usual = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
     got = usual.run(None, feeds)
     assert got[0].shape == ((batch, T, D, H) if layout else (T, D, batch, H))
-    assert got[1].shape == ((batch, D, H) if layout else (D, batch, H))
+    for state in got[1:]:
+        assert state.shape == ((batch, D, H) if layout else (D, batch, H))
 
     # The general driver: the same node with every row's length given.
-    general_model = _model(direction, layout, lbr, H, n_in, weights, h0, True, clip)
+    general_model = _model(direction, layout, lbr, H, n_in, weights, h0, True, clip, op)
     general = onnxep.InferenceSession(general_model.SerializeToString(), providers=["cpu"])
     want = general.run(None, {**feeds, "lens": np.full(batch, T, np.int32)})
     for g, w in zip(got, want):
         assert g.tobytes() == w.tobytes()
 
-    if clip is None:  # onnx.reference's GRU leaves clip out (tests/test_cpu_recurrent: onnxruntime)
+    # onnx.reference leaves clip and input_forget out (tests/test_cpu_recurrent: onnxruntime)
+    if clip is None and not (op == "LSTM" and lbr):
         ref = ReferenceEvaluator(model).run(None, feeds)
-        for g, r in zip(got, ref):
-            np.testing.assert_allclose(g, r, rtol=1e-5, atol=2e-6)
+        for a, r in zip(got, ref):
+            np.testing.assert_allclose(a, r, rtol=1e-5, atol=2e-6)
     # A second run starts from the given state again (the states are copies, not the feed).
     again = usual.run(None, feeds)
     for g, a in zip(got, again):
