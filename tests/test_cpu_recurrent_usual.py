@@ -128,3 +128,21 @@ def test_other_calls_take_the_general_path():
         sess.run(
             None, {"X": np.zeros((3, 2, n_in), np.float32), "h0": np.zeros((1, 3, H), np.float32)}
         )
+
+
+def test_thread_policy_counts_one_directions_projection():
+    """A bidirectional recurrence's BLAS products are one per direction: the session's
+    thread count sizes the largest of them, not their sum (the romanizer encoder's GRU,
+    [T*32, 256] x [256, 384] a direction, stays on one thread)."""
+    H, n_in = 128, 256
+    rng = np.random.default_rng(0)
+    weights = {
+        "W": rng.standard_normal((2, 3 * H, n_in)).astype(np.float32),
+        "R": rng.standard_normal((2, 3 * H, H)).astype(np.float32),
+    }
+    model = _model("bidirectional", 0, 0, H, n_in, weights, False, False)
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    note = sess.placement().provider_notes["cpu"][0]
+    # free T counts 1 (the leading axis), free batch 32: 32 * 256 * 384 per direction
+    assert f"{32 * n_in * 3 * H / 1e6:.2f}M multiply-adds" in note
+    assert sess.providers[0].blas_thread_count == 1
