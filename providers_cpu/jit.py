@@ -55,8 +55,8 @@ def jit_status() -> str:
     return (
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
         "tiles, fused Conv activations, pooling windows, MatMulNBits on packed weights, "
-        "tree-ensemble walks and sums, LSTM/GRU/RNN/DynamicQuantizeLSTM sequences; compiled "
-        "on first use)"
+        "tree-ensemble runs, few-column Conv products, LSTM/GRU/RNN/DynamicQuantizeLSTM "
+        "sequences; compiled on first use)"
     )
 
 

@@ -104,8 +104,9 @@ def _recurrent(node: NodeInfo) -> int:
     x, w = _shape(node, 0), _shape(node, 1)
     if not x or not w or len(x) != 3 or len(w) != 3:
         return 0
-    # the input projection of every time step is one product: [T*batch, input] x [input, gates*H]
-    return x[0] * x[1] * w[0] * w[1] * w[2]
+    # the input projection of every time step is one product per direction (one BLAS call
+    # each, the directions on threads of their own): [T*batch, input] x [input, gates*H]
+    return x[0] * x[1] * w[1] * w[2]
 
 
 def _rough(node: NodeInfo) -> int:

@@ -9,6 +9,7 @@ runtime a converted model is checked against computes PROBIT that way.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -153,7 +154,10 @@ def rows_2d(x: np.ndarray, op: str) -> np.ndarray:
         raise ValueError(f"{op}: the input is a scalar; it needs at least one dimension")
     if x.ndim == 1:
         return x.reshape(1, -1)
-    return x.reshape(x.shape[0], -1)
+    if x.ndim == 2:
+        return x
+    # The width from the shape, not -1: a batch of 0 rows has no size to infer it from.
+    return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
 
 def labels_of(labels: np.ndarray, index: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import jit
 from ..threads import cpu_count, run_threads
+from . import few_columns
 
 
 def pad_input(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
@@ -225,6 +226,18 @@ def _plain(w):
     return f
 
 
+def _few_columns(w):
+    """A few columns: the compiled dot-product loop (few_columns.py), by shape alone."""
+    m = w.shape[0]
+
+    def f(cols):
+        y = np.empty((m, cols.shape[1]), w.dtype)
+        few_columns.product(w, cols, y)
+        return y
+
+    return f
+
+
 def _chunked(w, mc):
     m, k = w.shape
     w3 = w.reshape(m // mc, mc, k)
@@ -290,7 +303,9 @@ class TunedMatmul:
     (checked once per shape on :func:`probe_like` data), so which one the
     timing picks never changes a result: runs stay bit-identical across
     threads, sessions and machine load. One thread tunes a shape while the
-    others wait for its choice.
+    others wait for its choice. A product of a few columns (float32, numba) is
+    the compiled loop of ``few_columns`` instead, by its shape alone: SGEMM is
+    slowest there (its values within float32 rounding of BLAS's, not its bits).
     """
 
     def __init__(self, w: np.ndarray):
@@ -320,6 +335,8 @@ class TunedMatmul:
 
         m, k = self.w.shape
         lsz = cols.shape[-1]
+        if cols.ndim == 2 and few_columns.applies(self.w, lsz):
+            return _few_columns(self.w)
         plain = _plain(self.w)
         if m * k * lsz <= _SMALL_MNK:
             return plain

@@ -10,6 +10,7 @@ from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
 from . import recurrent_jit
+from .nn_cpu import parallel_rows
 from .recurrent_cpu import (
     check_weights,
     clip_fn,
@@ -158,8 +159,13 @@ def _compiled_runner(node, weights):
         return H, Wc, recurrent_jit.transposed_w(W), Rc, bias, rb_h
 
     fixed = None if weights is None else prepare(*weights)
+    usual = None if fixed is None else _usual_call(fixed, num_dir, reverse, layout, lbr, clip)
 
     def run(X, W, R, B=None, lens=None, h0=None):
+        if usual is not None and lens is None:
+            got = usual(X, h0)
+            if got is not None:
+                return got
         H, Wc, Wt, Rc, bias, rb_h = fixed if fixed is not None else prepare(W, R, B)
 
         def direction(d, xw, h, c, ys, lens):
@@ -172,3 +178,51 @@ def _compiled_runner(node, weights):
         )  # fmt: skip
 
     return run
+
+
+def _usual_call(fixed, num_dir, reverse, layout, lbr, clip):
+    """The exporters' call (constant weights, no sequence_lens, float32 X and initial_h,
+    at least one step and row) through ``recurrent_node.gru_dirs``: the general driver's
+    loops on its buffers, without its twenty NumPy calls around them. None where it does
+    not apply: the caller then takes the general path, which also words the errors."""
+    from .recurrent_node import gru_dirs
+
+    H, Wc, Wt, Rc, bias, rb_h = fixed
+    n_in, G = Wc.shape[2], 3 * H
+    bias = np.zeros((num_dir, G), np.float32) if bias is None else bias
+    rev = np.asarray(reverse, np.int64)
+    f32 = np.dtype(np.float32)
+
+    def usual(X, h0):
+        if X.dtype != f32 or X.ndim != 3 or X.shape[2] != n_in:
+            return None
+        T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
+        if not T or not batch:
+            return None
+        if h0 is None:
+            h = np.zeros((num_dir, batch, H), f32)
+        elif h0.dtype == f32 and h0.shape == (
+            (batch, num_dir, H) if layout else (num_dir, batch, H)
+        ):
+            h = np.array(h0.transpose(1, 0, 2) if layout else h0, order="C")  # updated in place
+        else:
+            return None
+        rows = np.ascontiguousarray(X).reshape(T * batch, n_in)
+        proj = np.empty((num_dir, T * batch, G), f32)
+        few = T * batch <= recurrent_jit.LOOP_PROJECTION_ROWS
+        if not few:
+            for d in range(num_dir):
+                np.matmul(rows, Wt[d], out=proj[d])
+                proj[d] += bias[d]
+        Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), f32)
+
+        def part(d0, d1):
+            gru_dirs(rows, Wc, bias, proj, few, Rc, rb_h, lbr, clip, rev, layout, T, h, Y, d0, d1)
+
+        if num_dir == 1:
+            part(0, 1)
+        else:
+            parallel_rows(num_dir, T * batch * G * (H + n_in), part)
+        return Y, (np.ascontiguousarray(h.transpose(1, 0, 2)) if layout else h)
+
+    return usual

@@ -10,6 +10,7 @@ from onnxep.providers.dtypes import FLOAT_TYPES
 from onnxep.providers.kernel import kernel
 
 from . import recurrent_jit
+from .nn_cpu import parallel_rows
 from .recurrent_cpu import (
     check_weights,
     clip_fn,
@@ -71,7 +72,15 @@ def _compiled_runner(node, weights):
 
     no_peep = np.empty((num_dir, 0), np.float32)  # read only: one for every run
 
+    usual = None
+    if fixed is not None:
+        usual = _usual_call(fixed, num_dir, reverse, layout, clip, input_forget)
+
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
+        if usual is not None and lens is None and P is None:
+            got = usual(X, h0, c0)
+            if got is not None:
+                return got
         H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
         peep = peepholes(op, P, no_peep, num_dir, H)
 
@@ -88,6 +97,59 @@ def _compiled_runner(node, weights):
         )  # fmt: skip
 
     return run
+
+
+def _usual_call(fixed, num_dir, reverse, layout, clip, input_forget):
+    """The exporters' call (constant weights, no sequence_lens or peepholes, float32 X and
+    states, at least one step and row) through ``recurrent_node.lstm_dirs``, as GRU's
+    (op_gru._usual_call); None where it does not apply (the general path then runs)."""
+    from .recurrent_node import lstm_dirs
+
+    H, Wc, Wt, Rc, bias = fixed
+    n_in, G = Wc.shape[2], 4 * H
+    bias = np.zeros((num_dir, G), np.float32) if bias is None else bias
+    rev = np.asarray(reverse, np.int64)
+    f32 = np.dtype(np.float32)
+
+    def state(s, batch):
+        if s is None:
+            return np.zeros((num_dir, batch, H), f32)
+        want = (batch, num_dir, H) if layout else (num_dir, batch, H)
+        if s.dtype != f32 or s.shape != want:
+            return None
+        return np.array(s.transpose(1, 0, 2) if layout else s, order="C")  # updated in place
+
+    def usual(X, h0, c0):
+        if X.dtype != f32 or X.ndim != 3 or X.shape[2] != n_in:
+            return None
+        T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
+        if not T or not batch:
+            return None
+        h, c = state(h0, batch), state(c0, batch)
+        if h is None or c is None:
+            return None
+        rows = np.ascontiguousarray(X).reshape(T * batch, n_in)
+        proj = np.empty((num_dir, T * batch, G), f32)
+        few = T * batch <= recurrent_jit.LOOP_PROJECTION_ROWS
+        if not few:
+            for d in range(num_dir):
+                np.matmul(rows, Wt[d], out=proj[d])
+                proj[d] += bias[d]
+        Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), f32)
+        args = (rows, Wc, bias, proj, few, Rc, clip, input_forget, rev, layout, T, h, c, Y)
+
+        def part(d0, d1):
+            lstm_dirs(*args, d0, d1)
+
+        if num_dir == 1:
+            part(0, 1)
+        else:
+            parallel_rows(num_dir, T * batch * G * (H + n_in), part)
+        if layout:
+            return Y, *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in (h, c))
+        return Y, h, c
+
+    return usual
 
 
 def lstm_runner(node, weights=None, hidden_hook=None):

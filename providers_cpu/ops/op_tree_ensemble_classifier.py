@@ -33,7 +33,7 @@ from .ml_common import (
     rows_2d,
     two_columns,
 )
-from .tree_eval import Forest, compare_dtype, from_attributes
+from .tree_eval import CLASSIFY, Forest, compare_dtype, from_attributes
 
 _INPUTS = ["float", "double", "int64", "int32"]
 
@@ -80,13 +80,25 @@ def tree_ensemble_classifier(node: NodeInfo, xp: Any):
     weights = floats(node, "class_weights")
     binary_case = n_classes == 2 and len(set(ids.tolist())) == 1
     all_positive = weights is None or bool((weights >= 0).all())
-    forest = forest_cache(lambda dt: from_attributes(node, "class", dt, n_classes), node)
+
+    def make(dt: Any) -> Forest:
+        f = from_attributes(node, "class", dt, n_classes)
+        if n_classes > 2:
+            f.run_fused = f.fused(CLASSIFY, post, base)
+        return f
+
+    forest = forest_cache(make, node)
     nb = min(len(base), n_classes)  # the classes with a base value (the first nb)
     base_nb = base[:nb]
 
     def run(x):
         x2 = rows_2d(np.asarray(x), "TreeEnsembleClassifier")
         f = forest(compare_dtype(x2.dtype))
+        if f.run_fused is not None:
+            # A few rows: one compiled call (walk, sums, base values, argmax, transform).
+            got = f.run_fused(x2)
+            if got is not None:
+                return labels[got[1]], got[0]
         s, has = f.scores(f.leaves(x2))
         if n_classes > 2:
             if nb:

@@ -19,7 +19,7 @@ from onnxep.providers.node import NodeInfo
 
 from .ml_common import PROBIT, apply_post, enum_attr, floats, post_transform, probit, rows_2d
 from .op_tree_ensemble_classifier import forest_cache, refuse_after_opset_3
-from .tree_eval import AGGREGATES, compare_dtype, from_attributes
+from .tree_eval import AGGREGATES, REGRESS, Forest, compare_dtype, from_attributes
 
 _INPUTS = ["float", "double", "int64", "int32"]
 
@@ -34,12 +34,22 @@ def tree_ensemble_regressor(node: NodeInfo, xp: Any):
     post = post_transform(node)
     base = floats(node, "base_values")
     base = np.zeros(0) if base is None else base
-    forest = forest_cache(lambda dt: from_attributes(node, "target", dt, n_targets), node)
+
+    def make(dt: Any) -> Forest:
+        f = from_attributes(node, "target", dt, n_targets)
+        f.run_fused = f.fused(REGRESS, post, base, agg)
+        return f
+
+    forest = forest_cache(make, node)
     one = n_targets == 1
 
     def run(x):
         x2 = rows_2d(np.asarray(x), "TreeEnsembleRegressor")
         f = forest(compare_dtype(x2.dtype))
+        if f.run_fused is not None:
+            got = f.run_fused(x2)  # a few rows: one compiled call
+            if got is not None:
+                return (got[0],)
         s, has = f.scores(f.leaves(x2), agg, first_only=one)
         if one:
             origin = base[0] if len(base) == 1 else 0.0

@@ -44,6 +44,7 @@ MODES = {
 }
 AVERAGE, SUM, MIN, MAX = range(4)
 AGGREGATES = {"AVERAGE": AVERAGE, "SUM": SUM, "MIN": MIN, "MAX": MAX}
+CLASSIFY, REGRESS = range(2)  # which kernel's finish a compiled whole run does (tree_loops)
 
 _DENSE_LIMIT = 1 << 22  # leaves x targets held as a dense table up to this many entries
 _DENSE_TARGETS = 16  # beyond this many targets, weights add up through one bincount
@@ -138,6 +139,8 @@ class Forest:
         self.always = self._always_scored(n_leaf)
         self.always_all = bool(self.always.all())
         self._rows: dict[tuple[int, int], np.ndarray] = {}
+        #: The kernel's compiled whole run (:meth:`fused`), when it made one.
+        self.run_fused: Any = None
 
     def _weights(self, nodes: Nodes, n_leaf: int) -> None:
         op, n_t = self.op, self.n_targets
@@ -192,6 +195,41 @@ class Forest:
         full = (hits == leaves_per_tree[:, None]) & (leaves_per_tree[:, None] > 0)
         return full.any(axis=0)
 
+    def fused(self, finish: int, post: int, base: np.ndarray, agg: int = SUM) -> Any:
+        """The whole run compiled (``tree_loops``: walk, sums, base values, post transform),
+        as ``run(x) -> (scores float32, label index)`` for a 2-D ``x``, which answers None
+        past ``_COMPILED_WALKS`` walks; None without numba or with EQ/MEMBER nodes."""
+        if self.general or not jit.ENABLED:
+            return None
+        from . import tree_loops
+
+        first_only = finish == REGRESS and self.n_targets == 1
+        if first_only and self.w_count.size and self.w_count.min() < 1:
+            return None  # a leaf without a first weight: the NumPy path says what it does
+        itab, thr, ftab = tree_loops.pack(self, finish, post, base, agg)
+        loop, dtype, n_trees = tree_loops.run, self.dtype, self.n_trees
+        width = 1 if first_only else self.n_targets
+        limit = _COMPILED_WALKS // max(n_trees, 1)
+
+        def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+            n_rows, n_cols = x.shape
+            if n_rows > limit or not jit.ENABLED:
+                return None
+            if n_cols <= self.max_feature:
+                self._narrow(n_cols)
+            out = np.empty((n_rows, width), np.float32)
+            top = np.empty(n_rows, np.intp)
+            loop(np.ascontiguousarray(x, dtype), itab, thr, ftab, out, top)
+            return out, top
+
+        return run
+
+    def _narrow(self, n_cols: int) -> None:
+        raise ValueError(
+            f"{self.op}: a node reads feature {self.max_feature}, but the input has "
+            f"{n_cols} features per row"
+        )
+
     # -- traversal ------------------------------------------------------------------
     def _row_base(self, n_rows: int, n_cols: int) -> np.ndarray:
         """``row * n_cols`` for each row and tree (cached: read it, never write to it)."""
@@ -208,10 +246,7 @@ class Forest:
         """The leaf each tree ends in for each row: ``(rows, trees)``, numbered from 0."""
         n_rows, n_cols = x.shape
         if n_cols <= self.max_feature:
-            raise ValueError(
-                f"{self.op}: a node reads feature {self.max_feature}, but the input has "
-                f"{n_cols} features per row"
-            )
+            self._narrow(n_cols)
         xf = np.ascontiguousarray(x, dtype=self.dtype)
         if not self.general and n_rows * self.n_trees <= _COMPILED_WALKS and jit.ENABLED:
             # The same steps compiled: on a few rows each NumPy call below costs
@@ -284,11 +319,11 @@ class Forest:
         n_t = 1 if first_only else self.n_targets
         li = leaves.reshape(-1)
         if first_only:
-            val = self.w_value[self.w_start].take(li).reshape(n_rows, -1)
+            val = self.w_value[self.w_start].take(li).reshape(n_rows, self.n_trees)
             return self._reduce_columns(val[:, :, None], agg)
         if agg in (SUM, AVERAGE):
             if self.single and n_t == 1:
-                s = self.w_value.take(li).reshape(n_rows, -1).sum(axis=1, keepdims=True)
+                s = self.w_value.take(li).reshape(n_rows, self.n_trees).sum(axis=1, keepdims=True)
                 has = np.ones((n_rows, 1), bool) if self.n_trees else np.zeros((n_rows, 1), bool)
             elif self.single and li.size <= _COMPILED_WALKS and jit.ENABLED:
                 # The bincount below, compiled: on a few rows its six NumPy calls cost more.
@@ -305,9 +340,9 @@ class Forest:
                 s = np.empty((n_rows, n_t))
                 has = np.empty((n_rows, n_t), bool)
                 for t in range(n_t):
-                    s[:, t] = self.dense[t].take(li).reshape(n_rows, -1).sum(axis=1)
+                    s[:, t] = self.dense[t].take(li).reshape(n_rows, self.n_trees).sum(axis=1)
                     has[:, t] = self.always[t] or (
-                        self.dense_has[t].take(li).reshape(n_rows, -1).any(axis=1)
+                        self.dense_has[t].take(li).reshape(n_rows, self.n_trees).any(axis=1)
                     )
             else:
                 idx, val = self._entries(li, n_rows)
@@ -327,7 +362,9 @@ class Forest:
     def _has(self, idx: np.ndarray, n_rows: int) -> np.ndarray:
         if self.always_all:
             return np.ones((n_rows, self.n_targets), bool)
-        return np.bincount(idx, minlength=n_rows * self.n_targets).reshape(n_rows, -1) > 0
+        return (
+            np.bincount(idx, minlength=n_rows * self.n_targets).reshape(n_rows, self.n_targets) > 0
+        )
 
     def _reduce_columns(self, val: np.ndarray, agg: int) -> tuple[np.ndarray, np.ndarray]:
         n_rows = val.shape[0]

@@ -1,0 +1,286 @@
+"""A tree ensemble's whole run compiled (numba): walk, weight sums, base values, post transform.
+
+Imported only once ``jit.ENABLED`` has said numba is there and wanted (``tree_eval``
+builds the tables at session creation and calls :func:`run`). On a few rows the
+NumPy aggregation and post transform were about ten calls of 1-4 us on 4 x 3 arrays,
+twice the walk itself (skl2onnx-treecl: 13 us a run against onnxruntime's 6); here
+one call does it all, its arguments packed into four arrays (numba's dispatch costs
+about 0.13 us an argument).
+
+**Tables** (built by :func:`pack`): ``itab`` (intp) is a header (``H_*``) then the
+roots, features, children, NaN slots, each leaf's first weight and weight count,
+and the weights' targets; ``thr`` the thresholds in the comparison type; ``ftab``
+(float64) the weights then the base values. Bounds are the builder's proof, not a
+check per read: ``Forest`` refuses children, roots and weight targets outside their
+tables, leaves without weights and cycles (``depth`` levels take every walk to a
+leaf), and the caller refuses an input narrower than the largest feature index + 1,
+so every read below is inside its table. A leaf keeps feature 0 and threshold +inf,
+so a walk that has reached it reads column 0 (present: the input has at least
+``max_feature + 1 >= 1`` columns when there is an interior node) and stays.
+
+**Values**: the traversal is ``tree_eval``'s (the same comparisons in the same type,
+so the same leaves); sums in float64, trees in order, a leaf's weights in attribute
+order (as ``Forest.scores``'s bincount adds them; the dense and per-target NumPy paths
+sum in NumPy's pairwise order, so a sum may differ from them in its last float64 bit,
+which the float32 result does not show but at a rounding tie); the post transforms
+are ``ml_common``'s formulas in float64 (libm's ``exp``/``log``/``sqrt`` here, NumPy's
+SIMD ones there: within an ulp of float64).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import jit
+from .ml_common import LOGISTIC, PROBIT, SOFTMAX, SOFTMAX_ZERO
+from .tree_eval import AVERAGE, CLASSIFY, MAX, MIN, REGRESS, SUM
+
+if not jit.ENABLED:  # reading it imports numba, or says why not
+    raise ImportError("providers_cpu.ops.tree_loops needs numba (see providers_cpu/jit.py)")
+nb = jit.nb
+
+# Header of ``itab``.
+(
+    H_TREES,
+    H_INNER,
+    H_DEPTH,
+    H_NAN_FIX,
+    H_TARGETS,
+    H_AGG,
+    H_FIRST_ONLY,
+    H_FINISH,
+    H_POST,
+    H_BASE,
+    O_ROOTS,
+    O_FEAT,
+    O_KIDS,
+    O_NAN,
+    O_WSTART,
+    O_WCOUNT,
+    O_WTARGET,
+    O_FBASE,
+    HEADER,
+) = range(19)
+
+
+def pack(forest, finish: int, post: int, base: np.ndarray, agg: int = SUM):
+    """The tables :func:`run` reads, for ``forest`` (a ``tree_eval.Forest``).
+
+    ``finish`` is what the run does after the sums: CLASSIFY (more than two classes: base
+    values on the first classes, argmax over the scored ones, post transform) or REGRESS
+    (base values when one per target, unscored targets 0, post transform; one target: its
+    first weights only, the base value when there is one, PROBIT the only transform).
+    """
+    n_t = forest.n_targets
+    first_only = finish == REGRESS and n_t == 1
+    if finish == CLASSIFY:
+        n_base = min(len(base), n_t)
+    elif first_only:
+        n_base = 1 if len(base) == 1 else 0
+    else:
+        n_base = n_t if len(base) == n_t else 0
+    parts = [
+        forest.roots,
+        forest.feat,
+        forest.kids,
+        forest.nan_slot.astype(np.intp),
+        forest.w_start,
+        forest.w_count,
+        forest.w_target,
+    ]
+    offsets, at = [], HEADER
+    for p in parts:
+        offsets.append(at)
+        at += len(p)
+    header = [
+        forest.n_trees,
+        forest.n_inner,
+        forest.depth,
+        int(forest.nan_fix),
+        n_t,
+        agg,
+        int(first_only),
+        finish,
+        post,
+        n_base,
+        *offsets,
+        len(forest.w_value),
+    ]
+    itab = np.concatenate([np.asarray(header, np.intp), *[np.asarray(p, np.intp) for p in parts]])
+    ftab = np.concatenate([forest.w_value, np.asarray(base[:n_base], np.float64)])
+    return itab, np.ascontiguousarray(forest.thr), ftab
+
+
+@nb.njit(inline="always", nogil=True, error_model="numpy")
+def _logistic(v):
+    e = 1.0 / (1.0 + math.exp(-abs(v)))
+    return 1.0 - e if v < 0 else e
+
+
+@nb.njit(inline="always", nogil=True, error_model="numpy")
+def _probit(v):
+    y = 2.0 * v - 1.0
+    t = (1.0 - y) * (1.0 + y)
+    ln = math.log(t) if t > 0 else (-math.inf if t == 0 else math.nan)
+    a = 2.0 / (math.pi * 0.147) + 0.5 * ln
+    d = a * a - ln / 0.147
+    r = math.sqrt(d) - a if d >= 0 else math.nan
+    r = math.sqrt(r) if r >= 0 else math.nan
+    return 1.41421356 * (-r if y < 0 else r)
+
+
+@nb.njit(inline="always", nogil=True, error_model="numpy")
+def _post_row(s, r, post, out):
+    """``ml_common.apply_post`` on row ``r`` of ``s``, into ``out[r]`` (float32)."""
+    n = s.shape[1]
+    if post == SOFTMAX or post == SOFTMAX_ZERO:
+        m = s[r, 0]
+        for c in range(1, n):
+            v = s[r, c]
+            if v > m or v != v:  # np.maximum.reduce: NaN wins
+                m = v
+                if v != v:
+                    break
+        total = 0.0
+        if post == SOFTMAX:
+            for c in range(n):
+                total += math.exp(s[r, c] - m)
+            for c in range(n):
+                out[r, c] = math.exp(s[r, c] - m) / total
+        else:
+            em = math.exp(-m)
+            for c in range(n):
+                v = s[r, c]
+                if abs(v) > 1e-7:
+                    total += math.exp(v - m)
+            for c in range(n):
+                v = s[r, c]
+                e = math.exp(v - m) if abs(v) > 1e-7 else v * em
+                out[r, c] = e / total
+    elif post == LOGISTIC:
+        for c in range(n):
+            out[r, c] = _logistic(s[r, c])
+    elif post == PROBIT:
+        for c in range(n):
+            out[r, c] = _probit(s[r, c])
+    else:
+        for c in range(n):
+            out[r, c] = s[r, c]
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def run(x, itab, thr, ftab, out, top):
+    """One run of the ensemble on the rows of ``x`` (2-D, C order, the comparison type).
+
+    ``out`` (rows x targets, float32) gets the transformed scores; ``top`` (rows) the
+    classifier's label index (left alone for the regressor).
+    """
+    n_rows, n_cols = x.shape
+    n_trees = itab[H_TREES]
+    n_inner = itab[H_INNER]
+    depth = itab[H_DEPTH]
+    nan_fix = itab[H_NAN_FIX] != 0
+    n_t = itab[H_TARGETS]
+    agg = itab[H_AGG]
+    first_only = itab[H_FIRST_ONLY] != 0
+    finish = itab[H_FINISH]
+    post = itab[H_POST]
+    n_base = itab[H_BASE]
+    roots = itab[itab[O_ROOTS] : itab[O_FEAT]]
+    feat = itab[itab[O_FEAT] : itab[O_KIDS]]
+    kids = itab[itab[O_KIDS] : itab[O_NAN]]
+    nan_slot = itab[itab[O_NAN] : itab[O_WSTART]]
+    w_start = itab[itab[O_WSTART] : itab[O_WCOUNT]]
+    w_count = itab[itab[O_WCOUNT] : itab[O_WTARGET]]
+    w_target = itab[itab[O_WTARGET] :]
+    w_value = ftab[: itab[O_FBASE]]
+    base = ftab[itab[O_FBASE] :]
+
+    width = 1 if first_only else n_t
+    s = np.zeros((n_rows, width))
+    has = np.zeros((n_rows, width), np.bool_)
+    if agg == MIN:
+        s[:] = np.inf
+    elif agg == MAX:
+        s[:] = -np.inf
+    total = n_rows * n_trees
+    block = 256
+    walk = np.empty(min(total, block), np.intp)
+    for b0 in range(0, total, block):
+        b1 = min(total, b0 + block)
+        for i in range(b0, b1):
+            walk[i - b0] = roots[i % n_trees]
+        # A block's walks advance a level at a time, so their table reads overlap.
+        for _ in range(depth):
+            for i in range(b0, b1):
+                nd = walk[i - b0]
+                v = x[i // n_trees, feat[nd]]
+                c = v > thr[nd]
+                if nan_fix and v != v:
+                    c = nan_slot[nd] != 0
+                walk[i - b0] = kids[2 * nd + (1 if c else 0)]
+        # Rows in order, each row's trees in order.
+        for i in range(b0, b1):
+            r = i // n_trees
+            leaf = walk[i - b0] - n_inner
+            k0 = w_start[leaf]
+            k1 = k0 + (1 if first_only else w_count[leaf])
+            for k in range(k0, k1):
+                j = 0 if first_only else w_target[k]
+                w = w_value[k]
+                if agg == MIN:
+                    cur = s[r, j]
+                    if cur == cur and (w != w or w < cur):
+                        s[r, j] = w
+                elif agg == MAX:
+                    cur = s[r, j]
+                    if cur == cur and (w != w or w > cur):
+                        s[r, j] = w
+                else:
+                    s[r, j] += w
+                has[r, j] = True
+
+    for r in range(n_rows):
+        if agg == AVERAGE and n_trees:
+            for j in range(width):
+                s[r, j] = s[r, j] / n_trees
+        if finish == CLASSIFY:
+            for j in range(n_base):
+                s[r, j] += base[j]
+                has[r, j] = True
+            # np.argmax over the scored classes (others -inf): the first maximum, NaN first.
+            best = 0
+            bv = s[r, 0] if has[r, 0] else -np.inf
+            if bv == bv:
+                for j in range(1, width):
+                    v = s[r, j] if has[r, j] else -np.inf
+                    if v != v:
+                        best = j
+                        break
+                    if v > bv:
+                        best = j
+                        bv = v
+            top[r] = best
+        elif first_only:
+            if agg == MIN or agg == MAX:
+                if not n_trees:
+                    s[r, 0] = 0.0
+            if n_base:
+                s[r, 0] += base[0]
+            if post == PROBIT:
+                out[r, 0] = _probit(s[r, 0])
+            else:
+                out[r, 0] = s[r, 0]
+            continue
+        else:
+            for j in range(width):
+                if agg == MIN or agg == MAX:
+                    if not has[r, j]:
+                        s[r, j] = 0.0
+                if j < n_base:
+                    s[r, j] += base[j]
+                if not has[r, j]:
+                    s[r, j] = 0.0
+        _post_row(s, r, post, out)
