@@ -189,7 +189,9 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         if (
             gemm_ok
             and dt == cdt
-            and conv_gemm.applies(k, group, m, c * math.prod(k), lsz, cdt, True, pointwise)
+            and conv_gemm.applies(
+                k, group, m, c * math.prod(k), lsz, cdt, True, pointwise, run_threads()
+            )
         ):
             return finish(gemm_conv(xc, k, strides, pb, pe, out), dt, z)
         # The route of a plannable shape depends on shape and dtype alone (not the thread
