@@ -155,17 +155,18 @@ def _compiled_runner(node, weights):
                 bias += B[:, 3 * H :]
         Rc = np.ascontiguousarray(R, dtype=np.float32)
         Wc = np.ascontiguousarray(W, dtype=np.float32)
-        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias, rb_h
+        Wt = recurrent_jit.transposed_w(W)
+        return H, Wc, Wt, Rc, bias, rb_h, recurrent_jit.weight_products(Wt)
 
     fixed = None if weights is None else prepare(*weights)
 
     def run(X, W, R, B=None, lens=None, h0=None):
-        H, Wc, Wt, Rc, bias, rb_h = fixed if fixed is not None else prepare(W, R, B)
+        H, Wc, Wt, Rc, bias, rb_h, packed = fixed if fixed is not None else prepare(W, R, B)
 
         def direction(d, xw, h, c, ys, lens):
             return loops.gru_direction(xw, Rc[d], rb_h[d], lbr, clip, lens, reverse[d], h, ys)
 
-        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X, packed)
         return recurrent_jit.run(
             "GRU", X, Wc.shape[2], 3 * H, blas=blas, project=project, hidden=H,
             num_dir=num_dir, layout=layout, lens=lens, inits=[h0], direction=direction,

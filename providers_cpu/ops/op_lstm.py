@@ -65,14 +65,15 @@ def _compiled_runner(node, weights):
             bias = (B[:, : 4 * H].astype(np.float32) + B[:, 4 * H :]).astype(np.float32)
         Rc = np.ascontiguousarray(R, dtype=np.float32)
         Wc = np.ascontiguousarray(W, dtype=np.float32)
-        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias
+        Wt = recurrent_jit.transposed_w(W)
+        return H, Wc, Wt, Rc, bias, recurrent_jit.weight_products(Wt)
 
     fixed = None if weights is None else prepare(*weights)
 
     no_peep = np.empty((num_dir, 0), np.float32)  # read only: one for every run
 
     def run(X, W, R, B=None, lens=None, h0=None, c0=None, P=None):
-        H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
+        H, Wc, Wt, Rc, bias, packed = fixed if fixed is not None else prepare(W, R, B)
         peep = peepholes(op, P, no_peep, num_dir, H)
 
         def direction(d, xw, h, c, ys, lens):
@@ -81,7 +82,7 @@ def _compiled_runner(node, weights):
                 lens, reverse[d], h, c, ys,
             )  # fmt: skip
 
-        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X, packed)
         return recurrent_jit.run(
             op, X, Wc.shape[2], 4 * H, blas=blas, project=project, hidden=H, num_dir=num_dir,
             layout=layout, lens=lens, inits=[h0, c0], direction=direction,

@@ -126,12 +126,19 @@ class WeightGemm:
             and runs_at(threads)
         )
 
-    def __call__(self, a: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-        """(M, N) float32: ``a @ W``, each sum started from ``bias`` (N,) when given."""
+    def __call__(
+        self, a: np.ndarray, bias: np.ndarray | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(M, N) float32: ``a @ W``, each sum started from ``bias`` (N,) when given; into
+        ``out`` (M, N) when given (directly when the product's block is exactly it)."""
         m, k = a.shape
         n, npad = self.n, self.npad
         mp = -(-m // _MR) * _MR
-        c = np.empty((mp, npad), np.float32)
+        direct = mp == m and npad == n
+        if direct and out is not None and out.flags.c_contiguous and out.dtype == np.float32:
+            c = out
+        else:
+            c = np.empty((mp, npad), np.float32)
         if bias is None:
             c.fill(0.0)
         else:
@@ -139,9 +146,11 @@ class WeightGemm:
             c[:, n:] = 0.0
         if m and k:
             self._product(a, c, m, k)
-        if mp == m and npad == n:
-            return c
-        return c[:m, :n].copy()
+        if out is not None:
+            if c is not out:
+                out[...] = c[:m, :n]
+            return out
+        return c if direct else c[:m, :n].copy()
 
     def _product(self, a: np.ndarray, c: np.ndarray, m: int, k: int) -> None:
         """``c += a @ W``: A's full panels of rows read where they are (rows ``lda``
