@@ -158,50 +158,59 @@ def applies(
 
 
 class ConvGemm:
-    """One input shape's convolution: padded input, columns, output block, the product.
+    """One input shape's convolution: the input's phase planes, the output block, the
+    product.
 
-    Stride 1 (any dilation) reads its columns from the padded input itself: over full
-    padded rows (output column ``oh * Wp + ow``, as ``op_conv.im2col_wide``), the row of
-    term (c, r, s) is the flat padded input from ``c Hp Wp + r dh Wp + s dw`` on, so
-    there is no im2col copy; the columns that fall in the padding are computed and
-    dropped. Other strides copy an im2col buffer (K, N), rows ``N`` rounded up to 48
-    apart. Built once per (input shape, thread); ``__call__(x, y)`` writes the (N, M,
-    oh * ow) result into ``y``.
+    The columns are read from the padded input itself, with no im2col copy. With strides
+    (sh, sw) the padded input is split into sh * sw phase planes, plane (p, q) holding
+    the rows p, p + sh, ... and columns q, q + sw, ... (Hq = ceil(Hp / sh) by Wq =
+    ceil(Wp / sw)); output (oh, ow) of term (c, r, s) reads padded (oh sh + r dh, ow sw +
+    s dw), which is plane ((r dh) % sh, (s dw) % sw) at (oh + (r dh) // sh, ow + (s dw)
+    // sw). Over full plane rows (output column ``oh * Wq + ow``, as
+    ``op_conv.im2col_wide`` at stride 1, where there is one plane: the padded input), the
+    row of term (c, r, s) is then one run of its flat plane from ``c Hq Wq + ((r dh) //
+    sh) Wq + (s dw) // sw`` on; the columns past ``ow`` are computed and dropped. The
+    split is one copy of the input (C H W values), where im2col copied K N (2.25x that
+    for a 3x3 stride-2 convolution, through a slow strided copy). The planes' borders
+    are zeros written once. Built once per (input shape, thread); ``__call__(x, y)``
+    writes the (N, M, oh * ow) result into ``y``.
     """
 
     def __init__(self, xshape, ap: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
-        from .nn_cpu import window_view
-
         c, h, w = xshape[1:]
         self.m = bias.shape[0]
         self.ap = ap.reshape(-1)
         self.mp, self.k = ap.shape[0] * _MR, ap.shape[1]
+        sh, sw = strides
         hp, wp = h + pb[0] + pe[0], w + pb[1] + pe[1]
+        hq, wq = -(-hp // sh), -(-wp // sw)
         oh, ow = out
         self.out = out
-        self.wide = tuple(strides) == (1, 1)
-        if self.wide:
-            self.ncols = oh * wp
-            self.npad = -(-self.ncols // _NR) * _NR
-            cc, rr, ss = np.meshgrid(np.arange(c), np.arange(k[0]), np.arange(k[1]), indexing="ij")
-            koff = (cc * hp * wp + rr * dil[0] * wp + ss * dil[1]).reshape(-1)
-            # the last panel reads past the plane: zeros (their columns are dropped)
-            size = max(c * hp * wp, int(koff.max()) + self.npad)
-            self.b = np.zeros(size, np.float32)
-            plane = self.b[: c * hp * wp].reshape(c, hp, wp)
-            self.interior = plane[:, pb[0] : pb[0] + h, pb[1] : pb[1] + w]
-            self.wp = wp
-        else:
-            self.ncols = oh * ow
-            self.npad = -(-self.ncols // _NR) * _NR
-            koff = np.arange(self.k) * self.npad
-            self.xp = np.zeros((1, c, hp, wp), np.float32)
-            self.interior = self.xp[0, :, pb[0] : pb[0] + h, pb[1] : pb[1] + w]
-            self.view = window_view(self.xp, k, strides, dil, out)[0]  # (C, kh, kw, oh, ow)
-            # zero columns past N: never NaN or denormal garbage in the padded lanes
-            b2 = np.zeros((self.k, self.npad), np.float32)
-            self.dst = b2[:, : self.ncols].reshape(self.view.shape)
-            self.b = b2.reshape(-1)
+        self.ncols = oh * wq
+        self.npad = -(-self.ncols // _NR) * _NR
+        plane = c * hq * wq
+        cc, rr, ss = np.meshgrid(np.arange(c), np.arange(k[0]), np.arange(k[1]), indexing="ij")
+        ry, sx = rr * dil[0], ss * dil[1]
+        koff = (
+            ((ry % sh) * sw + sx % sw) * plane + cc * hq * wq + (ry // sh) * wq + sx // sw
+        ).reshape(-1)
+        # the last panel reads past the planes: zeros (their columns are dropped)
+        size = max(sh * sw * plane, int(koff.max()) + self.npad)
+        self.b = np.zeros(size, np.float32)
+        planes = self.b[: sh * sw * plane].reshape(sh, sw, c, hq, wq)
+        # (destination in plane (p, q), the input's rows and columns that land there)
+        self.copies = []
+        for p in range(sh):
+            y0 = (p - pb[0]) % sh  # first input row whose padded row is p mod sh
+            ny = len(range(y0, h, sh))
+            for q in range(sw):
+                x0 = (q - pb[1]) % sw
+                nx = len(range(x0, w, sw))
+                if ny and nx:
+                    r0, c0 = (y0 + pb[0]) // sh, (x0 + pb[1]) // sw
+                    dst = planes[p, q, :, r0 : r0 + ny, c0 : c0 + nx]
+                    self.copies.append((dst, (slice(None), slice(y0, h, sh), slice(x0, w, sw))))
+        self.wq = wq
         self.koff = np.ascontiguousarray(koff, dtype=np.int64)
         self.direct = self.mp == self.m and self.npad == self.ncols == oh * ow
         self.c = None if self.direct else np.empty((self.mp, self.npad), np.float32)
@@ -218,9 +227,9 @@ class ConvGemm:
         work = mp * k * npad
         m, (oh, ow) = self.m, self.out
         for i in range(x.shape[0]):
-            self.interior[...] = x[i]
-            if not self.wide:
-                np.copyto(self.dst, self.view)
+            xi = x[i]
+            for dst, src in self.copies:
+                np.copyto(dst, xi[src])
             c = y[i] if self.direct else self.c
             c[...] = self.bcol  # the sums start from the bias
             cf = c.reshape(-1)
@@ -231,11 +240,7 @@ class ConvGemm:
                     ap, _MR * k, _MR, 1, b, koff, _NR, cf, npad, mp, k, _NR * p0, _NR * p1
                 ),
             )
-            if self.direct:
-                continue
-            if self.wide:
-                y[i].reshape(m, oh, ow)[...] = self.c[:m, : self.ncols].reshape(m, oh, self.wp)[
+            if not self.direct:
+                y[i].reshape(m, oh, ow)[...] = self.c[:m, : self.ncols].reshape(m, oh, self.wq)[
                     :, :, :ow
                 ]
-            else:
-                y[i] = self.c[:m, : self.ncols]
