@@ -103,7 +103,7 @@ def status() -> str:
         return "dense Conv GEMM: OpenBLAS (ONNXEP_CPU_CONV_GEMM=0)"
     if jit_off():
         return "dense Conv GEMM: OpenBLAS (no compiled loops)"
-    kind = f"onnxep's compiled kernel ({packed_gemm.block()}) for float32"
+    kind = f"onnxep's compiled kernel ({packed_gemm.block_name()}) for float32"
     if MODE == "1":
         return f"dense Conv GEMM: {kind} (ONNXEP_CPU_CONV_GEMM=1)"
     rule = auto_rule()

@@ -27,7 +27,7 @@ from .. import jit
 from ..openblas_core import cpu_flags
 
 
-def _block(flags: frozenset[str]) -> tuple[int, int, int, int]:
+def block_for(flags: frozenset[str]) -> tuple[int, int, int, int]:
     """(vector width, rows, columns, K block) of the micro-kernel for a CPU's flags.
 
     AVX-512: 8 x 48 and K blocks of 256 (a 48 KB slab: Zen 5's L1). Otherwise 8-float
@@ -47,10 +47,10 @@ def fits(flags: frozenset[str] | None) -> bool:
     return flags is not None and ("avx512f" in flags or {"avx2", "fma"} <= flags)
 
 
-_VW, _MR, _NR, _KC = _block(cpu_flags() or frozenset())
+_VW, _MR, _NR, _KC = block_for(cpu_flags() or frozenset())
 
 
-def block() -> str:
+def block_name() -> str:
     """The block, for the status lines: ``AVX-512, 8 x 48``."""
     return f"{'AVX-512' if _VW == 16 else 'AVX2'}, {_MR} x {_NR}"
 

@@ -62,7 +62,7 @@ def status() -> str:
         return "MatMul/Gemm with a constant weight: OpenBLAS (ONNXEP_CPU_WEIGHT_GEMM=0)"
     if conv_gemm.jit_off():
         return "MatMul/Gemm with a constant weight: OpenBLAS (no compiled loops)"
-    kind = f"onnxep's compiled kernel ({packed_gemm.block()}) for float32"
+    kind = f"onnxep's compiled kernel ({packed_gemm.block_name()}) for float32"
     if MODE == "1":
         return f"MatMul/Gemm with a constant weight: {kind} (ONNXEP_CPU_WEIGHT_GEMM=1)"
     rule = conv_gemm.auto_rule()
@@ -122,6 +122,7 @@ class WeightGemm:
             and a.shape[1] == self.k
             and self.k >= MIN_K
             and self.n >= MIN_N
+            and m > 0
             and m * self.k * self.n >= MIN_MACS
             and runs_at(threads)
         )
