@@ -29,7 +29,7 @@ from .. import jit
 from ..openblas_core import AVX512_CORES, AVX512_FLAGS, cpu_flags
 from . import packed_gemm
 from .nn_cpu import parallel_rows
-from .packed_gemm import _MR, _NR, jit_gemm, pack_weights, product
+from .packed_gemm import _MR, _NR, ROW_BIAS, jit_gemm, pack_weights, product
 
 __all__ = ["ConvGemm", "applies", "enabled", "pack_weights", "product", "status"]
 
@@ -219,16 +219,17 @@ class ConvGemm:
                     self.copies.append((dst, (slice(None), slice(y0, h, sh), slice(x0, w, sw))))
         self.wq = wq
         self.koff = np.ascontiguousarray(koff, dtype=np.int64)
-        self.direct = self.mp == self.m and self.npad == self.ncols == oh * ow
-        self.c = None if self.direct else np.empty((self.mp, self.npad), np.float32)
-        bcol = np.zeros((self.mp, 1), np.float32)
-        bcol[: self.m, 0] = bias
-        self.bcol = bcol
+        # rows past M are neither read nor written: the output is C itself where its
+        # columns are the kernel's (no dropped columns, a whole number of panels)
+        self.direct = self.npad == self.ncols == oh * ow
+        self.c = None if self.direct else np.empty((self.m, self.npad), np.float32)
+        self.brow = np.zeros(self.mp, np.float32)
+        self.brow[: self.m] = bias
         self.gemm = jit_gemm()
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> None:
-        ap, b, koff, gemm, k, npad, mp = (
-            self.ap, self.b, self.koff, self.gemm, self.k, self.npad, self.mp
+        ap, b, koff, gemm, k, npad, mp, brow = (
+            self.ap, self.b, self.koff, self.gemm, self.k, self.npad, self.mp, self.brow
         )  # fmt: skip
         panels = npad // _NR
         work = mp * k * npad
@@ -238,16 +239,30 @@ class ConvGemm:
             for dst, src in self.copies:
                 np.copyto(dst, xi[src])
             c = y[i] if self.direct else self.c
-            c[...] = self.bcol  # the sums start from the bias
             cf = c.reshape(-1)
             parallel_rows(
                 panels,
                 work,
                 lambda p0, p1, cf=cf: gemm(
-                    ap, _MR * k, _MR, 1, b, koff, _NR, cf, npad, mp, k, _NR * p0, _NR * p1
-                ),
+                    ap,
+                    _MR * k,
+                    _MR,
+                    1,
+                    b,
+                    koff,
+                    _NR,
+                    cf,
+                    npad,
+                    mp,
+                    m,
+                    k,
+                    _NR * p0,
+                    _NR * p1,
+                    brow,
+                    ROW_BIAS,
+                ),  # fmt: skip
             )
             if not self.direct:
-                y[i].reshape(m, oh, ow)[...] = self.c[:m, : self.ncols].reshape(m, oh, self.wq)[
+                y[i].reshape(m, oh, ow)[...] = self.c[:, : self.ncols].reshape(m, oh, self.wq)[
                     :, :, :ow
                 ]

@@ -29,7 +29,7 @@ import numpy as np
 from .. import jit
 from . import conv_gemm, packed_gemm
 from .nn_cpu import parallel_rows
-from .packed_gemm import _MR, _NR
+from .packed_gemm import _MR, _NR, COLUMN_BIAS
 
 # ``auto``: where conv_gemm's rule runs the kernel; ``1``: wherever numba runs (tests,
 # A/B); ``0``: never.
@@ -131,35 +131,32 @@ class WeightGemm:
         self, a: np.ndarray, bias: np.ndarray | None = None, out: np.ndarray | None = None
     ) -> np.ndarray:
         """(M, N) float32: ``a @ W``, each sum started from ``bias`` (N,) when given; into
-        ``out`` (M, N) when given (directly when the product's block is exactly it)."""
+        ``out`` (M, N) when given (directly when N is a whole number of panels)."""
         m, k = a.shape
         n, npad = self.n, self.npad
-        mp = -(-m // _MR) * _MR
-        direct = mp == m and npad == n
-        if direct and out is not None and out.flags.c_contiguous and out.dtype == np.float32:
-            c = out
+        if npad == n:
+            ok = out is not None and out.flags.c_contiguous and out.dtype == np.float32
+            c = out if ok else np.empty((m, n), np.float32)
         else:
-            c = np.empty((mp, npad), np.float32)
-        if bias is None:
-            c.fill(0.0)
-        else:
-            c[:, :n] = bias
-            c[:, n:] = 0.0
-        if m and k:
-            self._product(a, c, m, k)
+            c = np.empty((m, npad), np.float32)
+        brow = np.zeros(npad, np.float32)
+        if bias is not None:
+            brow[:n] = bias
+        if m:
+            self._product(a, c, m, k, brow)
         if out is not None:
             if c is not out:
-                out[...] = c[:m, :n]
+                out[...] = c[:, :n]
             return out
-        return c if direct else c[:m, :n].copy()
+        return c if npad == n else c[:, :n].copy()
 
-    def _product(self, a: np.ndarray, c: np.ndarray, m: int, k: int) -> None:
-        """``c += a @ W``: A's full panels of rows read where they are (rows ``lda``
+    def _product(self, a: np.ndarray, c: np.ndarray, m: int, k: int, brow) -> None:
+        """``c = brow + a @ W``: A's full panels of rows read where they are (rows ``lda``
         apart), the last rows (fewer than a panel) from a zero-padded copy."""
         a = np.ascontiguousarray(a)  # Gemm's transA, a sliced input: one copy
         lda = k
         full = m // _MR * _MR
-        rp = max(1, _A_BLOCK_BYTES // (4 * k * _MR))  # row panels a block
+        rp = max(1, _A_BLOCK_BYTES // (4 * max(k, 1) * _MR))  # row panels a block
         # (A's flat buffer, its first element, its row stride, rows, C's first row)
         blocks = [
             (a.reshape(-1), r0 * lda, lda, min(rp * _MR, full - r0), r0)
@@ -183,7 +180,8 @@ class WeightGemm:
                 last = min(u1, (r + 1) * cpanels)  # this row block's panels in [u, u1)
                 ab, a0, ld, rows, c0 = blocks[r]
                 j0, j1 = q * _NR, (last - r * cpanels) * _NR
-                gemm(ab[a0:], _MR * ld, 1, ld, b, koff, bps, cf[c0 * npad :], npad, rows, k, j0, j1)
+                gemm(ab[a0:], _MR * ld, 1, ld, b, koff, bps, cf[c0 * npad :], npad, rows,
+                     min(rows, m - c0), k, j0, j1, brow, COLUMN_BIAS)  # fmt: skip
                 u = last
 
         parallel_rows(len(blocks) * cpanels, m * k * npad, run)
