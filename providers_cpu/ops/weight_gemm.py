@@ -35,9 +35,13 @@ from .packed_gemm import _MR, _NR, COLUMN_BIAS
 # A/B); ``0``: never.
 MODE = os.environ.get("ONNXEP_CPU_WEIGHT_GEMM", "auto").strip().lower()
 
-# Below this many multiply-adds OpenBLAS runs on one thread (its split starts at 64^3)
-# and the packing costs more than it saves.
-MIN_MACS = 1 << 18
+# Below this many multiply-adds the product stays on OpenBLAS: its call costs less than
+# this one's (captcha-crnn's [40, 200] x [200, 37], 0.3M: 14 us against 33 on one thread),
+# and it is short enough that its threads' hand-off costs little.
+MIN_MACS = 1 << 20
+# Below this many the compiled product runs on the calling thread alone: a helper's
+# hand-off costs more than it saves (the same product: 110-130 us on two threads).
+SPLIT_MIN = 1 << 22
 MIN_K = 8
 MIN_N = 16
 # Rows of A a block: as many as keep the block's panels (rows x K floats) in this many
@@ -184,4 +188,5 @@ class WeightGemm:
                      min(rows, m - c0), k, j0, j1, brow, COLUMN_BIAS)  # fmt: skip
                 u = last
 
-        parallel_rows(len(blocks) * cpanels, m * k * npad, run)
+        work = m * k * npad
+        parallel_rows(len(blocks) * cpanels, work if work >= SPLIT_MIN else 0, run)
