@@ -307,3 +307,27 @@ def test_the_provider_says_which_gemm_runs(monkeypatch):
         notes = onnxep.InferenceSession(model, providers=["cpu"]).placement().provider_notes
         said = any("dense Conv GEMM" in n for n in notes.get("cpu", []))
         assert said == (mode == "1" and not conv_gemm.jit_off())
+
+
+@needs_jit
+@pytest.mark.parametrize(
+    "case", ["3x3 pads 1", "batch of three", "relu fused into FusedConv", "no bias"]
+)
+def test_winograd_with_compiled_products_matches_onnxruntime(case, monkeypatch):
+    from onnxep.providers_cpu.ops import winograd
+
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)
+    monkeypatch.setattr(winograd, "COMPILED", True)
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
+    calls = []
+    real = winograd._compiled_products  # noqa: SLF001
+    monkeypatch.setattr(winograd, "_compiled_products", lambda *a: calls.append(1) or real(*a))
+    model, feeds = _conv_model(**CASES[case])
+    want = _theirs(model, feeds)
+    two = _ours(model, feeds, 2)
+    np.testing.assert_allclose(two, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+    assert calls  # at two threads; one thread keeps the BLAS products
+    calls.clear()
+    _ours(model, feeds, 1)
+    assert not calls
