@@ -11,6 +11,7 @@ from onnxep.providers import KernelLibrary, ProviderInfo, hookimpl
 from .jit import jit_status
 from .openblas_core import openblas_notes
 from .ops.conv_gemm import status as conv_gemm_status
+from .ops.weight_gemm import status as weight_gemm_status
 from .provider import CPUProvider
 from .threads import threadpoolctl_status
 
@@ -30,6 +31,7 @@ class CPUPlugin:
                     threadpoolctl_status(),
                     *openblas_notes(),
                     conv_gemm_status(),
+                    weight_gemm_status(),
                 ]
             ),
         )

@@ -21,6 +21,7 @@ from onnxep.providers import Claim, Decline, NodeInfo, Provider
 
 from .openblas_core import openblas_notes
 from .ops.conv_gemm import session_notes as conv_gemm_notes
+from .ops.weight_gemm import session_notes as weight_gemm_notes
 from .thread_policy import MIN_SPLIT_MACS, choose, product_macs
 from .threads import blas_threads, cpu_count, process_blas_threads
 
@@ -78,7 +79,13 @@ class CPUProvider(Provider):
         return holder
 
     def session_notes(self) -> list[str]:
-        return [*self._thread_notes(), *openblas_notes(), *conv_gemm_notes()]
+        n = self.blas_thread_count
+        return [
+            *self._thread_notes(),
+            *openblas_notes(),
+            *conv_gemm_notes(n),
+            *weight_gemm_notes(n),
+        ]
 
     def _thread_notes(self) -> list[str]:
         n = self.blas_thread_count

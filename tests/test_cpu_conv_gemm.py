@@ -117,6 +117,18 @@ CASES = {
     "no bias": dict(c=32, m=16, hw=(16, 16), bias=False, pads=[1, 1, 1, 1]),
     "relu fused into FusedConv": dict(c=32, m=32, hw=(15, 15), act="Relu", pads=[1, 1, 1, 1]),
     "sigmoid after": dict(c=32, m=12, hw=(10, 30), act="Sigmoid", pads=[1, 1, 1, 1]),
+    # strided: the input's phase planes (odd sizes, so planes differ in size)
+    "3x3 stride 2, odd size, no padding": dict(c=8, m=16, hw=(21, 19), strides=[2, 2]),
+    "3x3 stride 3": dict(c=12, m=14, hw=(23, 26), strides=[3, 3], pads=[1, 1, 1, 1]),
+    "stride (2, 1)": dict(c=16, m=16, hw=(17, 18), strides=[2, 1], pads=[1, 1, 1, 1]),
+    "stride 2, dilation 2": dict(c=8, m=12, hw=(25, 22), strides=[2, 2], dilations=[2, 2]),
+    "stride 2, asymmetric pads": dict(c=10, m=9, hw=(16, 15), strides=[2, 2], pads=[0, 1, 2, 1]),
+    "7x7 stride 2 pads 3, 3 channels": dict(
+        c=3, m=16, hw=(30, 41), k=7, strides=[2, 2], pads=[3, 3, 3, 3]
+    ),
+    "5x5 stride 2 same_lower, batch of two": dict(
+        c=8, m=8, hw=(19, 20), k=5, strides=[2, 2], auto_pad="SAME_LOWER", n=2
+    ),
 }
 
 
@@ -225,6 +237,65 @@ def test_auto_runs_it_where_openblas_runs_avx2_kernels_on_avx512(arch, flags, wa
     assert conv_gemm.blas_is_avx2_on_avx512() is want
 
 
+@pytest.mark.parametrize(
+    "arch,flags,rule",
+    [
+        ("Haswell", conv_gemm.AVX512_FLAGS | {"avx2", "fma"}, "always"),
+        ("Haswell", frozenset({"avx2", "fma"}), "threads"),
+        ("Zen", frozenset({"avx2", "fma"}), "threads"),
+        ("SkylakeX", conv_gemm.AVX512_FLAGS | {"avx2", "fma"}, "threads"),
+        ("Haswell", frozenset({"avx", "sse4_2"}), ""),
+        ("Haswell", None, ""),
+    ],
+)
+def test_the_auto_rule_by_cpu_and_openblas(arch, flags, rule, monkeypatch):
+    import threadpoolctl
+
+    info = [{"internal_api": "openblas", "architecture": arch}]
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: info)
+    monkeypatch.setattr(conv_gemm, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(conv_gemm, "_auto", None)
+    monkeypatch.setattr(conv_gemm, "MODE", "auto")
+    assert conv_gemm.auto_rule() == rule
+    if jit.ENABLED:
+        assert conv_gemm.runs_at(1) == (rule == "always")
+        assert conv_gemm.runs_at(2) == bool(rule)
+
+
+@pytest.mark.parametrize(
+    "flags,block", [(frozenset({"avx2", "fma", "avx512f"}), (16, 8, 48, 256)),
+                    (frozenset({"avx2", "fma"}), (8, 6, 16, 256))]
+)  # fmt: skip
+def test_the_block_follows_the_vector_width(flags, block):
+    from onnxep.providers_cpu.ops import packed_gemm
+
+    assert packed_gemm.block_for(flags) == block
+    assert packed_gemm.fits(flags) and not packed_gemm.fits(frozenset({"avx"}))
+
+
+@needs_jit
+@pytest.mark.parametrize("rule", ["threads", "always"])
+def test_the_threads_rule_runs_it_in_sessions_of_two_threads_only(rule, monkeypatch):
+    monkeypatch.setattr(conv_gemm, "MODE", "auto")
+    monkeypatch.setattr(conv_gemm, "_auto", rule)
+    calls = _spy(monkeypatch)
+    model, feeds = _conv_model(c=64, m=64, hw=(24, 24), pads=[1, 1, 1, 1])
+    want = _theirs(model, feeds)
+    for threads in (1, 2):
+        calls.clear()
+        got = _ours(model, feeds, threads)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+        assert bool(calls) == (rule == "always" or threads == 2)
+        notes = (
+            onnxep.InferenceSession(
+                model, onnxep.SessionOptions(intra_op_num_threads=threads), providers=["cpu"]
+            )
+            .placement()
+            .provider_notes.get("cpu", [])
+        )
+        assert any("dense Conv GEMM" in n for n in notes) == bool(calls)
+
+
 def test_the_provider_says_which_gemm_runs(monkeypatch):
     from onnxep.providers_cpu.plugin import CPUPlugin
 
@@ -236,3 +307,27 @@ def test_the_provider_says_which_gemm_runs(monkeypatch):
         notes = onnxep.InferenceSession(model, providers=["cpu"]).placement().provider_notes
         said = any("dense Conv GEMM" in n for n in notes.get("cpu", []))
         assert said == (mode == "1" and not conv_gemm.jit_off())
+
+
+@needs_jit
+@pytest.mark.parametrize(
+    "case", ["3x3 pads 1", "batch of three", "relu fused into FusedConv", "no bias"]
+)
+def test_winograd_with_compiled_products_matches_onnxruntime(case, monkeypatch):
+    from onnxep.providers_cpu.ops import winograd
+
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)
+    monkeypatch.setattr(winograd, "COMPILED", True)
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
+    calls = []
+    real = winograd._compiled_products  # noqa: SLF001
+    monkeypatch.setattr(winograd, "_compiled_products", lambda *a: calls.append(1) or real(*a))
+    model, feeds = _conv_model(**CASES[case])
+    want = _theirs(model, feeds)
+    two = _ours(model, feeds, 2)
+    np.testing.assert_allclose(two, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+    assert calls  # at two threads; one thread keeps the BLAS products
+    calls.clear()
+    _ours(model, feeds, 1)
+    assert not calls

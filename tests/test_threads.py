@@ -259,3 +259,40 @@ def test_a_worker_thread_gets_the_count_after_a_run_on_the_main_thread():
     t.start()
     t.join()
     assert seen == [1]
+
+
+def test_parallel_rows_does_not_wait_for_a_helper_that_has_not_started():
+    """On a loaded machine the pool's helper may start long after the caller has done
+    every chunk itself; the caller returns then, without waiting for it."""
+    import time
+
+    from onnxep.providers_cpu.ops import nn_cpu
+    from onnxep.providers_cpu.threads import blas_threads
+
+    release = threading.Event()
+    nn_cpu._thread_pool().submit(release.wait, 10)  # noqa: SLF001  (the pool's one helper, busy)
+    done = np.zeros(64, np.int64)
+
+    def fn(r0, r1):
+        done[r0:r1] += 1
+
+    try:
+        t0 = time.perf_counter()
+        with blas_threads(2):
+            nn_cpu.parallel_rows(64, 1 << 30, fn)
+        took = time.perf_counter() - t0
+    finally:
+        release.set()
+    assert took < 5 and (done == 1).all()
+
+
+def test_parallel_rows_raises_a_chunks_error():
+    from onnxep.providers_cpu.ops import nn_cpu
+    from onnxep.providers_cpu.threads import blas_threads
+
+    def fn(r0, r1):
+        if r0 <= 40 < r1:
+            raise ValueError("chunk 40")
+
+    with blas_threads(2), pytest.raises(ValueError, match="chunk 40"):
+        nn_cpu.parallel_rows(64, 1 << 30, fn)

@@ -1,40 +1,40 @@
-"""A compiled float32 GEMM for im2col convolutions, for where NumPy's OpenBLAS runs AVX2 kernels.
+"""Dense float32 convolutions on the compiled GEMM (``packed_gemm.py``) instead of im2col + SGEMM.
 
-On an AVX-512 CPU whose OpenBLAS runs an AVX2 core's kernels (``OPENBLAS_CORETYPE=Haswell``,
-or a CPU OpenBLAS does not know: ``openblas_core.py``) the convolution's SGEMM runs at
-half the CPU's vector width. numba's LLVM compiles for the host CPU, so 16-float vectors
-written here are zmm code there. The micro-kernel (a numba intrinsic, as jit.py's
-depthwise tiles: a plain numba loop keeps its accumulators in memory) holds an 8 x 48
-block of the output in 24 vector registers and, per K step, loads three 16-float vectors
-of the im2col row, broadcasts eight weights and issues 24 fused multiply-adds: the
-register-blocked outer product BLAS kernels are made of.
+Two rules, fixed per session by the CPU, numpy's OpenBLAS and the session's thread count:
 
-The weights are packed once per session into panels of 8 rows, K-major ((M/8, K, 8), zero
-rows to a multiple of 8). The kernel reads row t of the columns from ``b[koff[t]:]``: for
-stride 1, straight from the padded input (``ConvGemm``: no im2col copy), otherwise from an
-im2col buffer (K, N), N rounded up to a multiple of 48 (zero columns, written once). The
-output is pre-filled with the bias, which each sum starts from. Columns are handed to
-threads 48 at a time and K is walked in blocks that keep a (KC x 48) slab of columns in L1:
-every output element is the same sequence of multiply-adds (bias, then k = 0, 1, ..., each
-rounded once: fused) whatever the split, so results are the same bits on any thread count.
-They differ from BLAS's (another order) well inside the tolerances the project compares with
-onnxruntime.
+- where OpenBLAS runs an AVX2 core's kernels on an AVX-512 CPU (``OPENBLAS_CORETYPE=Haswell``,
+  or a CPU OpenBLAS does not know: ``openblas_core.py``), always: the compiled kernel runs
+  at the CPU's full width, OpenBLAS's at half (session 10);
+- elsewhere, on a CPU with AVX2 and FMA (or AVX-512), in sessions of more than one thread:
+  OpenBLAS splits a product evenly over its threads and waits for the slowest, which on a
+  loaded machine is a descheduled one (2-13x the one-thread time on this 2-core machine
+  with one busy process beside it), while the compiled GEMM hands its column panels out
+  one chunk at a time (``parallel_rows``), so a thread whose core is taken does less of
+  the work. At one thread OpenBLAS and the Winograd path were as fast or faster and keep
+  the convolutions.
+
+The weights are packed once per session. Stride-1 convolutions read their columns from the
+padded input itself (``ConvGemm``: no im2col copy); other strides copy an im2col buffer.
+The output is pre-filled with the bias, which each sum starts from: the same bits on any
+thread count, different from BLAS's in the last places (docs/cpu_kernels.md).
 """
 
 from __future__ import annotations
 
-import math
 import os
-from typing import Any
 
 import numpy as np
 
 from .. import jit
 from ..openblas_core import AVX512_CORES, AVX512_FLAGS, cpu_flags
+from . import packed_gemm
 from .nn_cpu import parallel_rows
+from .packed_gemm import _MR, _NR, ROW_BIAS, jit_gemm, pack_weights, product
 
-# ``ONNXEP_CPU_CONV_GEMM``: ``auto`` (default) where OpenBLAS runs AVX2 kernels on an
-# AVX-512 CPU, ``1`` wherever numba runs (tests, A/B measurements), ``0`` never.
+__all__ = ["ConvGemm", "applies", "enabled", "pack_weights", "product", "status"]
+
+# ``ONNXEP_CPU_CONV_GEMM``: ``auto`` (default: the two rules above), ``1`` wherever numba
+# runs, at any thread count (tests, A/B measurements), ``0`` never.
 MODE = os.environ.get("ONNXEP_CPU_CONV_GEMM", "auto").strip().lower()
 
 # Below this many multiply-adds (M * K * N) the call and the padding cost more than
@@ -43,8 +43,9 @@ _MIN_MACS = 1 << 18
 _MIN_K = 8
 _MIN_M = 8
 # A pointwise convolution's BLAS path multiplies the input in place, where this one
-# copies it first: below 32 channels that copy is as long as the product's gain (16 ->
-# 16 at 160x160: 0.23 ms against BLAS's 0.21).
+# copies it first: below 32 channels, on one thread, that copy is as long as the
+# product's gain (16 -> 16 at 160x160: 0.23 ms against BLAS's 0.21); on more, OpenBLAS's
+# split costs more than the copy.
 _MIN_K_POINTWISE = 32
 
 
@@ -66,19 +67,27 @@ def blas_is_avx2_on_avx512() -> bool:
     return any(c and c not in AVX512_CORES for c in cores)
 
 
-_auto: bool | None = None
+_auto: str | None = None
+
+
+def auto_rule() -> str:
+    """``always`` (OpenBLAS runs AVX2 kernels on an AVX-512 CPU), ``threads`` (a CPU the
+    kernel fits: sessions of more than one thread) or ``""`` (never), once per process."""
+    global _auto
+    if _auto is None:
+        if blas_is_avx2_on_avx512():
+            _auto = "always"
+        else:
+            _auto = "threads" if packed_gemm.fits(cpu_flags()) else ""
+    return _auto
 
 
 def enabled() -> bool:
-    """Whether convolutions may run this GEMM (decided per process; the mode by session)."""
-    global _auto
+    """Whether convolutions may run this GEMM in this process (``applies`` adds the
+    session's thread count)."""
     if MODE == "0" or not jit.ENABLED:
         return False
-    if MODE == "1":
-        return True
-    if _auto is None:
-        _auto = blas_is_avx2_on_avx512()
-    return _auto
+    return MODE == "1" or bool(auto_rule())
 
 
 def jit_off() -> bool:
@@ -88,258 +97,172 @@ def jit_off() -> bool:
 
 
 def status() -> str:
-    """One line for ``onnxep providers`` and the session notes: which GEMM dense float32
-    convolutions run (imports nothing)."""
+    """One line for ``onnxep providers``: which GEMM dense float32 convolutions run
+    (imports nothing)."""
     if MODE == "0":
         return "dense Conv GEMM: OpenBLAS (ONNXEP_CPU_CONV_GEMM=0)"
     if jit_off():
         return "dense Conv GEMM: OpenBLAS (no compiled loops)"
+    kind = f"onnxep's compiled kernel ({packed_gemm.block_name()}) for float32"
     if MODE == "1":
-        return "dense Conv GEMM: onnxep's compiled kernel for float32 (ONNXEP_CPU_CONV_GEMM=1)"
-    if _auto if _auto is not None else blas_is_avx2_on_avx512():
+        return f"dense Conv GEMM: {kind} (ONNXEP_CPU_CONV_GEMM=1)"
+    rule = auto_rule()
+    if rule == "always":
+        return f"dense Conv GEMM: {kind} (OpenBLAS runs AVX2 kernels on this AVX-512 CPU)"
+    if rule == "threads":
         return (
-            "dense Conv GEMM: onnxep's compiled AVX-512 kernel for float32 (OpenBLAS runs "
-            "AVX2 kernels on this AVX-512 CPU)"
+            f"dense Conv GEMM: {kind} in sessions of more than one thread (it hands its "
+            f"columns to the threads in chunks; OpenBLAS's even split waits for a "
+            f"descheduled thread), OpenBLAS at one"
         )
     return "dense Conv GEMM: OpenBLAS"
 
 
-def session_notes() -> tuple[str, ...]:
-    """The status line for a session's notes where the compiled kernel runs (else none:
-    OpenBLAS is what every other place says the provider runs)."""
-    line = status()
-    return (line,) if "compiled" in line else ()
+def runs_at(threads: int) -> bool:
+    """Whether a session of ``threads`` BLAS threads runs the kernel (where shapes fit)."""
+    if not enabled():
+        return False
+    return MODE == "1" or auto_rule() == "always" or threads > 1
+
+
+def session_notes(threads: int) -> tuple[str, ...]:
+    """The status line for the notes of a session of ``threads`` threads where the
+    compiled kernel runs (else none: OpenBLAS is what every other place says)."""
+    return (status(),) if runs_at(threads) else ()
 
 
 def applies(
-    k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool, pointwise: bool = False
+    k,
+    group: int,
+    m: int,
+    ck: int,
+    lsz: int,
+    dtype,
+    const_weights: bool,
+    pointwise: bool = False,
+    threads: int = 1,
 ) -> bool:
-    """Whether a 2-D convolution of this shape runs here (shape and dtype only)."""
+    """Whether a 2-D convolution of this shape runs here (shape, dtype and the session's
+    thread count)."""
     return (
         len(k) == 2
-        and (not pointwise or ck >= _MIN_K_POINTWISE)
+        and (not pointwise or ck >= _MIN_K_POINTWISE or threads > 1)
         and group == 1
         and const_weights
         and np.dtype(dtype) == np.float32
         and m >= _MIN_M
         and ck >= _MIN_K
         and m * ck * lsz >= _MIN_MACS
-        and enabled()
+        and runs_at(threads)
     )
 
 
-def pack_weights(w: np.ndarray) -> np.ndarray:
-    """(M, C, *kernel) weights to the kernel's panels (ceil(M / 8), K, 8), float32, once."""
-    m = w.shape[0]
-    a = np.asarray(w, dtype=np.float32).reshape(m, math.prod(w.shape[1:]))
-    mp = -(-m // _MR) * _MR
-    p = np.zeros((mp, a.shape[1]), np.float32)
-    p[:m] = a
-    return np.ascontiguousarray(p.reshape(mp // _MR, _MR, a.shape[1]).transpose(0, 2, 1))
-
-
-def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray, panels_per_call: int = 0) -> np.ndarray:
-    """``a @ b + bias[:, None]`` (float32) through the kernel, ``panels_per_call`` column
-    panels of 48 a call (0: one call), as threads would split it: for tests."""
-    m, k = a.shape
-    n = b.shape[1]
-    ap = pack_weights(a).reshape(-1)
-    mp, npad = -(-m // _MR) * _MR, -(-n // _NR) * _NR
-    bp = np.zeros((k, npad), np.float32)
-    bp[:, :n] = b
-    c = np.zeros((mp, npad), np.float32)
-    c[:m] = np.asarray(bias, np.float32).reshape(m, 1)
-    gemm = jit_gemm()
-    koff = np.arange(k, dtype=np.int64) * npad
-    step = _NR * (panels_per_call or max(1, npad // _NR))
-    for j0 in range(0, npad, step):
-        gemm(ap, bp.reshape(-1), koff, c.reshape(-1), npad, mp, k, j0, min(npad, j0 + step))
-    return c[:m, :n].copy()
-
-
 class ConvGemm:
-    """One input shape's convolution: padded input, columns, output block, the product.
+    """One input shape's convolution: the input's phase planes, the output block, the
+    product.
 
-    Stride 1 (any dilation) reads its columns from the padded input itself: over full
-    padded rows (output column ``oh * Wp + ow``, as ``op_conv.im2col_wide``), the row of
-    term (c, r, s) is the flat padded input from ``c Hp Wp + r dh Wp + s dw`` on, so
-    there is no im2col copy; the columns that fall in the padding are computed and
-    dropped. Other strides copy an im2col buffer (K, N), rows ``N`` rounded up to 48
-    apart. Built once per (input shape, thread); ``__call__(x, y)`` writes the (N, M,
-    oh * ow) result into ``y``.
+    The columns are read from the padded input itself, with no im2col copy. With strides
+    (sh, sw) the padded input is split into sh * sw phase planes, plane (p, q) holding
+    the rows p, p + sh, ... and columns q, q + sw, ... (Hq = ceil(Hp / sh) by Wq =
+    ceil(Wp / sw)); output (oh, ow) of term (c, r, s) reads padded (oh sh + r dh, ow sw +
+    s dw), which is plane ((r dh) % sh, (s dw) % sw) at (oh + (r dh) // sh, ow + (s dw)
+    // sw). Over full plane rows (output column ``oh * Wq + ow``, as
+    ``op_conv.im2col_wide`` at stride 1, where there is one plane: the padded input), the
+    row of term (c, r, s) is then one run of its flat plane from ``c Hq Wq + ((r dh) //
+    sh) Wq + (s dw) // sw`` on; the columns past ``ow`` are computed and dropped. The
+    split is one copy of the input (C H W values), where im2col copied K N (2.25x that
+    for a 3x3 stride-2 convolution, through a slow strided copy). The planes' borders
+    are zeros written once. Built once per (input shape, thread); ``__call__(x, y)``
+    writes the (N, M, oh * ow) result into ``y``.
     """
 
     def __init__(self, xshape, ap: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
-        from .nn_cpu import window_view
-
         c, h, w = xshape[1:]
         self.m = bias.shape[0]
         self.ap = ap.reshape(-1)
         self.mp, self.k = ap.shape[0] * _MR, ap.shape[1]
+        sh, sw = strides
         hp, wp = h + pb[0] + pe[0], w + pb[1] + pe[1]
+        hq, wq = -(-hp // sh), -(-wp // sw)
         oh, ow = out
         self.out = out
-        self.wide = tuple(strides) == (1, 1)
-        if self.wide:
-            self.ncols = oh * wp
-            self.npad = -(-self.ncols // _NR) * _NR
-            cc, rr, ss = np.meshgrid(np.arange(c), np.arange(k[0]), np.arange(k[1]), indexing="ij")
-            koff = (cc * hp * wp + rr * dil[0] * wp + ss * dil[1]).reshape(-1)
-            # the last panel reads past the plane: zeros (their columns are dropped)
-            size = max(c * hp * wp, int(koff.max()) + self.npad)
-            self.b = np.zeros(size, np.float32)
-            plane = self.b[: c * hp * wp].reshape(c, hp, wp)
-            self.interior = plane[:, pb[0] : pb[0] + h, pb[1] : pb[1] + w]
-            self.wp = wp
-        else:
-            self.ncols = oh * ow
-            self.npad = -(-self.ncols // _NR) * _NR
-            koff = np.arange(self.k) * self.npad
-            self.xp = np.zeros((1, c, hp, wp), np.float32)
-            self.interior = self.xp[0, :, pb[0] : pb[0] + h, pb[1] : pb[1] + w]
-            self.view = window_view(self.xp, k, strides, dil, out)[0]  # (C, kh, kw, oh, ow)
-            # zero columns past N: never NaN or denormal garbage in the padded lanes
-            b2 = np.zeros((self.k, self.npad), np.float32)
-            self.dst = b2[:, : self.ncols].reshape(self.view.shape)
-            self.b = b2.reshape(-1)
+        self.ncols = oh * wq
+        self.npad = -(-self.ncols // _NR) * _NR
+        # A channel's plane starts an odd number of 64-byte lines after the previous one:
+        # the kernel keeps a slab of B's rows (one a channel and kernel offset) in L1,
+        # and channels a power of two (or near it) apart would fall in a few of its sets
+        # (magika's 1-D conv, 516-float planes: 40 GFLOP/s on two threads).
+        cs = -(-(hq * wq) // 16) * 16
+        cs += 16 * (1 - (cs // 16) % 2)
+        plane = c * cs
+        cc, rr, ss = np.meshgrid(np.arange(c), np.arange(k[0]), np.arange(k[1]), indexing="ij")
+        ry, sx = rr * dil[0], ss * dil[1]
+        koff = (((ry % sh) * sw + sx % sw) * plane + cc * cs + (ry // sh) * wq + sx // sw).reshape(
+            -1
+        )
+        # the last panel reads past the planes: zeros (their columns are dropped)
+        size = max(sh * sw * plane, int(koff.max()) + self.npad)
+        self.b = np.zeros(size, np.float32)
+        planes = self.b[: sh * sw * plane].reshape(sh, sw, c, cs)[..., : hq * wq]
+        planes = planes.reshape(sh, sw, c, hq, wq)
+        # (destination in plane (p, q), the input's rows and columns that land there)
+        self.copies = []
+        for p in range(sh):
+            y0 = (p - pb[0]) % sh  # first input row whose padded row is p mod sh
+            ny = len(range(y0, h, sh))
+            for q in range(sw):
+                x0 = (q - pb[1]) % sw
+                nx = len(range(x0, w, sw))
+                if ny and nx:
+                    r0, c0 = (y0 + pb[0]) // sh, (x0 + pb[1]) // sw
+                    dst = planes[p, q, :, r0 : r0 + ny, c0 : c0 + nx]
+                    self.copies.append((dst, (slice(None), slice(y0, h, sh), slice(x0, w, sw))))
+        self.wq = wq
         self.koff = np.ascontiguousarray(koff, dtype=np.int64)
-        self.direct = self.mp == self.m and self.npad == self.ncols == oh * ow
-        self.c = None if self.direct else np.empty((self.mp, self.npad), np.float32)
-        bcol = np.zeros((self.mp, 1), np.float32)
-        bcol[: self.m, 0] = bias
-        self.bcol = bcol
+        # rows past M are neither read nor written: the output is C itself where its
+        # columns are the kernel's (no dropped columns, a whole number of panels)
+        self.direct = self.npad == self.ncols == oh * ow
+        self.c = None if self.direct else np.empty((self.m, self.npad), np.float32)
+        self.brow = np.zeros(self.mp, np.float32)
+        self.brow[: self.m] = bias
         self.gemm = jit_gemm()
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> None:
-        ap, b, koff, gemm, k, npad, mp = (
-            self.ap, self.b, self.koff, self.gemm, self.k, self.npad, self.mp
+        ap, b, koff, gemm, k, npad, mp, brow = (
+            self.ap, self.b, self.koff, self.gemm, self.k, self.npad, self.mp, self.brow
         )  # fmt: skip
         panels = npad // _NR
         work = mp * k * npad
         m, (oh, ow) = self.m, self.out
         for i in range(x.shape[0]):
-            self.interior[...] = x[i]
-            if not self.wide:
-                np.copyto(self.dst, self.view)
+            xi = x[i]
+            for dst, src in self.copies:
+                np.copyto(dst, xi[src])
             c = y[i] if self.direct else self.c
-            c[...] = self.bcol  # the sums start from the bias
             cf = c.reshape(-1)
             parallel_rows(
                 panels,
                 work,
-                lambda p0, p1, cf=cf: gemm(ap, b, koff, cf, npad, mp, k, _NR * p0, _NR * p1),
+                lambda p0, p1, cf=cf: gemm(
+                    ap,
+                    _MR * k,
+                    _MR,
+                    1,
+                    b,
+                    koff,
+                    _NR,
+                    cf,
+                    npad,
+                    mp,
+                    m,
+                    k,
+                    _NR * p0,
+                    _NR * p1,
+                    brow,
+                    ROW_BIAS,
+                ),  # fmt: skip
             )
-            if self.direct:
-                continue
-            if self.wide:
-                y[i].reshape(m, oh, ow)[...] = self.c[:m, : self.ncols].reshape(m, oh, self.wp)[
+            if not self.direct:
+                y[i].reshape(m, oh, ow)[...] = self.c[:, : self.ncols].reshape(m, oh, self.wq)[
                     :, :, :ow
                 ]
-            else:
-                y[i] = self.c[:m, : self.ncols]
-
-
-# The micro-kernel's block: 8 rows of weights x 48 columns (three 16-float vectors); K
-# in blocks of 256 (a 48 KB slab of columns, this CPU's L1).
-_MR = 8
-_NR = 48
-_KC = 256
-_compiled: dict[str, Any] = {}
-
-
-def jit_gemm() -> Any:
-    """The compiled ``gemm(ap, b, koff, c, ldc, mp, k, j0, j1)`` (compiled on first use,
-    cached on disk): ``c[:mp, j0:j1] += A @ B[:, j0:j1]``, flat arrays, where row t of B
-    starts at ``b[koff[t]]``; j0 and j1 multiples of 48."""
-    f = _compiled.get("gemm")
-    if f is None:
-        if not jit.ENABLED:  # imports numba
-            raise RuntimeError("the Conv GEMM needs numba")
-        globals()["_mk"] = _make_micro_kernel()
-        f = _compiled["gemm"] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_gemm)
-    return f
-
-
-def _gemm(ap, b, koff, c, ldc, mp, k, j0, j1):
-    for jc in range(j0, j1, 48):
-        for k0 in range(0, k, 256):
-            kc = min(256, k - k0)
-            for ip in range(mp // 8):
-                _mk(ap, ip * 8 * k + k0 * 8, b, koff, k0, jc, c, ip * 8 * ldc + jc, ldc, kc)
-
-
-def _mk(*args):  # replaced by the intrinsic before ``_gemm`` is compiled
-    raise NotImplementedError
-
-
-def _make_micro_kernel() -> Any:
-    """``mk(ap, aoff, b, koff, k0, jb, c, coff, ldc, kc)``, a numba intrinsic: for r < 8
-    and j < 48, ``c[coff + r ldc + j] += sum over t < kc of ap[aoff + 8 t + r] *
-    b[koff[k0 + t] + jb + j]``, one fused multiply-add a term, in t order.
-    The 24 sums live in registers across the k loop (allocas LLVM promotes)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
-    nv = _NR // 16
-
-    def codegen(context, builder, signature, args):
-        names = ("ap", "aoff", "b", "koff", "k0", "jb", "c", "coff", "ldc", "kc")
-        val = dict(zip(names, args))
-        ty = dict(zip(names, signature.args))
-        arr = {
-            n: context.make_array(ty[n])(context, builder, val[n]) for n in ("ap", "b", "koff", "c")
-        }
-        i64 = ir.IntType(64)
-        aoff, k0, jb, coff, ldc, kc = (
-            context.cast(builder, val[n], ty[n], types.intp)
-            for n in ("aoff", "k0", "jb", "coff", "ldc", "kc")
-        )
-        vty = ir.VectorType(ir.FloatType(), 16)
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vty, [vty] * 3), "llvm.fma.v16f32"
-        )
-
-        def const(v):
-            return ir.Constant(i64, v)
-
-        def vptr(name, idx):
-            return builder.bitcast(builder.gep(arr[name].data, [idx]), vty.as_pointer())
-
-        def c_at(r, v):
-            return vptr(
-                "c", builder.add(builder.add(coff, builder.mul(ldc, const(r))), const(16 * v))
-            )
-
-        accs = [
-            cgutils.alloca_once_value(builder, builder.load(c_at(r, v), align=4))
-            for r in range(_MR)
-            for v in range(nv)
-        ]
-        undef = ir.Constant(vty, ir.Undefined)
-        lane0 = ir.Constant(ir.IntType(32), 0)
-        splat = ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16)
-        with cgutils.for_range(builder, kc) as lp:
-            kk = lp.index
-            row = builder.load(builder.gep(arr["koff"].data, [builder.add(k0, kk)]))
-            bo = builder.add(row, jb)
-            bv = [
-                builder.load(vptr("b", builder.add(bo, const(16 * v))), align=4) for v in range(nv)
-            ]
-            ao = builder.add(aoff, builder.mul(kk, const(_MR)))
-            for r in range(_MR):
-                a = builder.load(builder.gep(arr["ap"].data, [builder.add(ao, const(r))]))
-                av = builder.shuffle_vector(builder.insert_element(undef, a, lane0), undef, splat)
-                for v in range(nv):
-                    p = accs[r * nv + v]
-                    builder.store(builder.call(fma, [av, bv[v], builder.load(p)]), p)
-        for r in range(_MR):
-            for v in range(nv):
-                builder.store(builder.load(accs[r * nv + v]), c_at(r, v), align=4)
-        return context.get_dummy_value()
-
-    def typer(typingctx, ap, aoff, b, koff, k0, jb, c, coff, ldc, kc):
-        return types.void(ap, aoff, b, koff, k0, jb, c, coff, ldc, kc), codegen
-
-    return intrinsic(typer)

@@ -197,10 +197,21 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             # Nothing to compute (the im2col sizing divides by these); onnxruntime returns the
             # empty result too.
             return finish(np.zeros((n, m, *out), cdt), dt, z)
+        threads = run_threads()
         if (
             gemm_ok
             and dt == cdt
-            and conv_gemm.applies(k, group, m, c * math.prod(k), lsz, cdt, True, pointwise)
+            and wino.compiled_applies(k, strides, dil, group, c, m, cdt, threads)
+        ):
+            u, bvec = winograd_weights(w, cdt)
+            up = packed.get("wino_gemm")
+            if up is None:
+                up = packed["wino_gemm"] = wino.pack_filters(u)
+            return finish(wino.winograd(scratch, xc, u, bvec, pb, pe, out, up), dt, z)
+        if (
+            gemm_ok
+            and dt == cdt
+            and conv_gemm.applies(k, group, m, c * math.prod(k), lsz, cdt, True, pointwise, threads)
         ):
             return finish(gemm_conv(xc, k, strides, pb, pe, out), dt, z)
         # The route of a plannable shape depends on shape and dtype alone (not the thread

@@ -33,6 +33,7 @@ from onnxep.providers.ops.reduce import widen
 from ..threads import run_threads
 from . import few_rows, shared_weights
 from .nn_cpu import probe_like, same_bits
+from .weight_gemm import WeightGemm
 
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -40,12 +41,16 @@ _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
 @kernel("Gemm", since=(1, 6, 7, 9, 11, 13))
 def gemm(node, xp):
     general = generic(node, xp)
-    if not node.attr("transB", 0):
-        return general
     alpha = float(node.attr("alpha", 1.0))
     beta = float(node.attr("beta", 1.0))
     trans_a = bool(node.attr("transA", 0))
     const = node.const_input(1)
+    if not node.attr("transB", 0):
+        if isinstance(const, np.ndarray) and const.ndim == 2 and const.dtype == np.float32:
+            return _on_weight_gemm(
+                WeightGemm(shared_weights.shared(const), False), general, trans_a, alpha, beta, xp
+            )
+        return general
     if not isinstance(const, np.ndarray) or const.ndim != 2 or const.dtype not in _BLAS:
 
         def run_fed(a, b, c=None):
@@ -72,15 +77,45 @@ def gemm(node, xp):
                 )
         return ok
 
+    packed = WeightGemm(weight, True) if w.dtype == np.float32 else None
+
     def run(a, b, c=None):
         am = a.T if trans_a else a
         if few_rows.fits(am, w, 1):
             return _epilogue(few_rows.rows_times_transposed(am, w), a, c, alpha, beta, xp)
+        if packed is not None and packed.fits(am, run_threads()):
+            return _packed(packed, am, a, c, alpha, beta, xp)
         if a.dtype != w.dtype or am.ndim != 2 or am.shape[1] != w.shape[1] or not agrees(am):
             return general(a, b, c)
         return _epilogue(np.matmul(am, weight.transposed), a, c, alpha, beta, xp)
 
     return run
+
+
+def _on_weight_gemm(packed: WeightGemm, general, trans_a: bool, alpha: float, beta: float, xp):
+    """Gemm of a constant, untransposed float32 B: the compiled GEMM where it fits."""
+
+    def run(a, b, c=None):
+        am = a.T if trans_a else a
+        if packed.fits(am, run_threads()):
+            return _packed(packed, am, a, c, alpha, beta, xp)
+        return general(a, b, c)
+
+    return run
+
+
+def _packed(packed: WeightGemm, am: np.ndarray, a: np.ndarray, c, alpha, beta, xp) -> tuple:
+    """The compiled product; a float32 bias row (N,) or (1, N) with alpha = beta = 1 is
+    where its sums start (no pass over the output to add it)."""
+    if (
+        c is not None
+        and alpha == 1.0
+        and beta == 1.0
+        and c.dtype == np.float32
+        and c.shape in ((packed.n,), (1, packed.n))
+    ):
+        return (packed(am, c.reshape(-1)),)
+    return _epilogue(packed(am), a, c, alpha, beta, xp)
 
 
 def _epilogue(y: np.ndarray, a: np.ndarray, c, alpha: float, beta: float, xp) -> tuple:

@@ -156,7 +156,8 @@ def _compiled_runner(node, weights):
                 bias += B[:, 3 * H :]
         Rc = np.ascontiguousarray(R, dtype=np.float32)
         Wc = np.ascontiguousarray(W, dtype=np.float32)
-        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias, rb_h
+        Wt = recurrent_jit.transposed_w(W)
+        return H, Wc, Wt, Rc, bias, rb_h, recurrent_jit.weight_products(Wt)
 
     fixed = None if weights is None else prepare(*weights)
     usual = None if fixed is None else _usual_call(fixed, num_dir, reverse, layout, lbr, clip)
@@ -166,12 +167,12 @@ def _compiled_runner(node, weights):
             got = usual(X, h0)
             if got is not None:
                 return got
-        H, Wc, Wt, Rc, bias, rb_h = fixed if fixed is not None else prepare(W, R, B)
+        H, Wc, Wt, Rc, bias, rb_h, packed = fixed if fixed is not None else prepare(W, R, B)
 
         def direction(d, xw, h, c, ys, lens):
             return loops.gru_direction(xw, Rc[d], rb_h[d], lbr, clip, lens, reverse[d], h, ys)
 
-        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X, packed)
         return recurrent_jit.run(
             "GRU", X, Wc.shape[2], 3 * H, blas=blas, project=project, hidden=H,
             num_dir=num_dir, layout=layout, lens=lens, inits=[h0], direction=direction,
@@ -187,7 +188,7 @@ def _usual_call(fixed, num_dir, reverse, layout, lbr, clip):
     not apply: the caller then takes the general path, which also words the errors."""
     from .recurrent_node import gru_dirs
 
-    H, Wc, Wt, Rc, bias, rb_h = fixed
+    H, Wc, Wt, Rc, bias, rb_h, packed = fixed
     n_in, G = Wc.shape[2], 3 * H
     bias = np.zeros((num_dir, G), np.float32) if bias is None else bias
     rev = np.asarray(reverse, np.int64)
@@ -211,9 +212,7 @@ def _usual_call(fixed, num_dir, reverse, layout, lbr, clip):
         proj = np.empty((num_dir, T * batch, G), f32)
         few = T * batch <= recurrent_jit.LOOP_PROJECTION_ROWS
         if not few:
-            for d in range(num_dir):
-                np.matmul(rows, Wt[d], out=proj[d])
-                proj[d] += bias[d]
+            recurrent_jit.project_rows(rows, Wt, bias, packed, proj)
         Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), f32)
 
         def part(d0, d1):

@@ -66,7 +66,8 @@ def _compiled_runner(node, weights):
             bias = (B[:, : 4 * H].astype(np.float32) + B[:, 4 * H :]).astype(np.float32)
         Rc = np.ascontiguousarray(R, dtype=np.float32)
         Wc = np.ascontiguousarray(W, dtype=np.float32)
-        return H, Wc, recurrent_jit.transposed_w(W), Rc, bias
+        Wt = recurrent_jit.transposed_w(W)
+        return H, Wc, Wt, Rc, bias, recurrent_jit.weight_products(Wt)
 
     fixed = None if weights is None else prepare(*weights)
 
@@ -81,7 +82,7 @@ def _compiled_runner(node, weights):
             got = usual(X, h0, c0)
             if got is not None:
                 return got
-        H, Wc, Wt, Rc, bias = fixed if fixed is not None else prepare(W, R, B)
+        H, Wc, Wt, Rc, bias, packed = fixed if fixed is not None else prepare(W, R, B)
         peep = peepholes(op, P, no_peep, num_dir, H)
 
         def direction(d, xw, h, c, ys, lens):
@@ -90,7 +91,7 @@ def _compiled_runner(node, weights):
                 lens, reverse[d], h, c, ys,
             )  # fmt: skip
 
-        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X)
+        blas, project = recurrent_jit.projection(loops, Wc, Wt, bias, X, packed)
         return recurrent_jit.run(
             op, X, Wc.shape[2], 4 * H, blas=blas, project=project, hidden=H, num_dir=num_dir,
             layout=layout, lens=lens, inits=[h0, c0], direction=direction,
@@ -105,7 +106,7 @@ def _usual_call(fixed, num_dir, reverse, layout, clip, input_forget):
     (op_gru._usual_call); None where it does not apply (the general path then runs)."""
     from .recurrent_node import lstm_dirs
 
-    H, Wc, Wt, Rc, bias = fixed
+    H, Wc, Wt, Rc, bias, packed = fixed
     n_in, G = Wc.shape[2], 4 * H
     bias = np.zeros((num_dir, G), np.float32) if bias is None else bias
     rev = np.asarray(reverse, np.int64)
@@ -132,9 +133,7 @@ def _usual_call(fixed, num_dir, reverse, layout, clip, input_forget):
         proj = np.empty((num_dir, T * batch, G), f32)
         few = T * batch <= recurrent_jit.LOOP_PROJECTION_ROWS
         if not few:
-            for d in range(num_dir):
-                np.matmul(rows, Wt[d], out=proj[d])
-                proj[d] += bias[d]
+            recurrent_jit.project_rows(rows, Wt, bias, packed, proj)
         Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), f32)
         args = (rows, Wc, bias, proj, few, Rc, clip, input_forget, rev, layout, T, h, c, Y)
 

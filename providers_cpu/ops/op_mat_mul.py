@@ -29,7 +29,9 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_mat_mul import mat_mul as generic
 
+from ..threads import run_threads
 from . import few_rows, shared_weights
+from .weight_gemm import WeightGemm
 
 _HALF = ("float16", "bfloat16")
 _BLAS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -59,9 +61,11 @@ def mat_mul(node, xp):
 
         return run_half
 
-    weight = None
+    weight = packed = None
     if isinstance(const, np.ndarray) and const.ndim == 2 and const.dtype in _BLAS:
         weight = shared_weights.shared(const)
+        if const.dtype == np.float32:
+            packed = WeightGemm(weight, False)
 
     def run(a, b):
         if (
@@ -78,6 +82,8 @@ def mat_mul(node, xp):
                     bt = weight.transposed
                 y = few_rows.rows_times(a2, b, bt)
                 return (y.reshape(*a.shape[:-1], b.shape[-1]),)
+            if packed is not None and packed.fits(a2, run_threads()):
+                return (packed(a2).reshape(*a.shape[:-1], b.shape[-1]),)
             if a.ndim > 2:
                 return (matmul_2d(a, b),)
         return general(a, b)

@@ -30,6 +30,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers import bounds
 
 from .. import jit
+from ..threads import run_threads
 from .nn_cpu import parallel_rows
 from .recurrent_cpu import check_shape, default_activations
 
@@ -117,11 +118,7 @@ def run(
     # the input projection of every step, in time order: [dirs, T, batch, G] (as views)
     proj = np.empty((num_dir, rows.shape[0], G), F32)
     if blas is not None:
-        Wt, bias = blas
-        for d in range(num_dir):
-            np.matmul(rows, Wt[d], out=proj[d])
-            if bias is not None:
-                proj[d] += bias[d]
+        project_rows(rows, blas[0], blas[1], blas[2] if len(blas) > 2 else None, proj)
     if layout:
         xw = proj.reshape(num_dir, batch, T, G).transpose(0, 2, 1, 3)
         Y = np.empty((batch, T, num_dir, hidden), F32)
@@ -154,11 +151,44 @@ def run(
     return (Y.astype(out_dt, copy=False), *(s.astype(out_dt, copy=False) for s in last))
 
 
-def projection(loops, W: np.ndarray, Wt: np.ndarray, bias: np.ndarray | None, X: np.ndarray):
+def weight_products(Wt: np.ndarray) -> list:
+    """One ``weight_gemm.WeightGemm`` a direction of Wt [dirs, input, G] (float32, made
+    once for constant weights): the input projection on the compiled GEMM where its rule
+    says (sessions of more than one thread on this machine: OpenBLAS's split of [12, 512]
+    x [512, 2048] took 5 ms a call on a loaded machine, against 0.3 ms)."""
+    from .shared_weights import SharedWeight
+    from .weight_gemm import WeightGemm
+
+    return [WeightGemm(SharedWeight(Wt[d]), False) for d in range(Wt.shape[0])]
+
+
+def project_rows(
+    rows: np.ndarray, Wt: np.ndarray, bias: np.ndarray | None, packed: list | None, proj: np.ndarray
+) -> None:
+    """``proj[d] = rows @ Wt[d] (+ bias[d])`` for every direction: the compiled GEMM
+    (``weight_products``) where its rule says, BLAS otherwise."""
+    for d in range(Wt.shape[0]):
+        if packed is not None and packed[d].fits(rows, run_threads()):
+            packed[d](rows, None if bias is None else bias[d], out=proj[d])
+            continue
+        np.matmul(rows, Wt[d], out=proj[d])
+        if bias is not None:
+            proj[d] += bias[d]
+
+
+def projection(
+    loops,
+    W: np.ndarray,
+    Wt: np.ndarray,
+    bias: np.ndarray | None,
+    X: np.ndarray,
+    packed: list | None = None,
+):
     """``(blas, project)`` for :func:`run` with float32 weights W [dirs, G, input] (and
-    their transpose Wt): the compiled projection for a few rows, BLAS otherwise."""
+    their transpose Wt, and ``weight_products(Wt)`` when made): the compiled projection
+    for a few rows, BLAS or the compiled GEMM otherwise."""
     if X.shape[0] * X.shape[1] > LOOP_PROJECTION_ROWS:
-        return (Wt, bias), None
+        return (Wt, bias, packed), None
     none = np.empty(0, F32)
 
     def project(d: int, rows: np.ndarray, out: np.ndarray) -> None:

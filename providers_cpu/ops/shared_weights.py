@@ -30,7 +30,19 @@ class SharedWeight:
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
         self._transposed: np.ndarray | None = None
+        self._layouts: dict = {}
         self._lock = threading.Lock()
+
+    def layout(self, key, make) -> np.ndarray:
+        """``make(array)``, made once for every user that asks with the same ``key`` (a
+        kernel's own packing of the weight: weight_gemm.py's padded rows)."""
+        got = self._layouts.get(key)
+        if got is None:
+            with self._lock:
+                got = self._layouts.get(key)
+                if got is None:
+                    got = self._layouts[key] = make(self.array)
+        return got
 
     @property
     def transposed(self) -> np.ndarray:
