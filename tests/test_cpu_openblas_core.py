@@ -53,7 +53,10 @@ def test_notes_reach_the_session_report(tmp_path):
     notes = sess.placement().provider_notes["cpu"]
     assert notes[0].startswith("BLAS threads:")
     # This machine's own situation, whatever it is: every note is in the report (and
-    # which GEMM dense convolutions run, where it is onnxep's own: conv_gemm.py).
-    from onnxep.providers_cpu.ops import conv_gemm
+    # which GEMMs run at the session's thread count, where they are onnxep's own:
+    # conv_gemm.py, weight_gemm.py).
+    from onnxep.providers_cpu.ops import conv_gemm, weight_gemm
 
-    assert notes[1:] == [*openblas_notes(), *conv_gemm.session_notes()]
+    n = int(notes[0].split(":")[1].split()[0])
+    gemms = [*conv_gemm.session_notes(n), *weight_gemm.session_notes(n)]
+    assert notes[1:] == [*openblas_notes(), *gemms]
