@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import ort_int8_reference
 from onnx import helper, numpy_helper
 
 import onnxep
@@ -42,9 +43,12 @@ def run_both(model, feeds, ort_threads=0):
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = ort_threads
-    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ref_model, ref_feeds = ort_int8_reference.reference(model, feeds)
+    ref = ort.InferenceSession(
+        ref_model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+    )
     got = onnxep.InferenceSession(model, providers=["cpu"])
-    return got.run(None, feeds), ref.run(None, feeds)
+    return got.run(None, feeds), ref.run(None, ref_feeds)
 
 
 def check(op, inputs, outputs, attrs=None, consts=(), atol=0.0, rtol=0.0, **model_kw):

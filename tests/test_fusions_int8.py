@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import ort_int8_reference
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -165,9 +166,10 @@ def test_quantize_dynamic_matmul_becomes_dynamic_quantize_matmul(kw, int_path):
     for seed in range(3):
         _same(fused, plain, _x(k, seed))
     _same(fused, plain, {"x": np.zeros((2, 5, k), np.float32)})  # zero range: scale 0 vs 1
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = _x(k, 9)
-    np.testing.assert_allclose(fused.run(None, feeds)[0], ref.run(None, feeds)[0], atol=1e-4)
+    ref_model, ref_feeds = ort_int8_reference.reference(model, feeds)
+    ref = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(fused.run(None, feeds)[0], ref.run(None, ref_feeds)[0], atol=1e-4)
 
 
 def test_a_shared_quantization_becomes_matmul_integer_to_float(int_path):
@@ -330,9 +332,13 @@ def test_conv_integer_rescale_becomes_conv_integer_to_float(kw, int_path, monkey
     assert any(scaled) == (int_path == "tiles" and kw.get("add", "channel") != "full")
     if kw.get("x_dt") is None:
         _same(fused, plain, {"x": np.zeros((2, 5, 7, 6), np.float32)})
-        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         feeds = _conv_feeds(None, 9)
-        np.testing.assert_allclose(fused.run(None, feeds)[0], ref.run(None, feeds)[0], atol=1e-4)
+        ref_model, ref_feeds = ort_int8_reference.reference(model, feeds)
+        ref = ort.InferenceSession(
+            ref_model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        got = fused.run(None, feeds)[0]
+        np.testing.assert_allclose(got, ref.run(None, ref_feeds)[0], atol=1e-4)
 
 
 @pytest.mark.parametrize(
