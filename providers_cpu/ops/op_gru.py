@@ -192,36 +192,17 @@ def _usual_call(fixed, num_dir, reverse, layout, lbr, clip):
     n_in, G = Wc.shape[2], 3 * H
     bias = np.zeros((num_dir, G), np.float32) if bias is None else bias
     rev = np.asarray(reverse, np.int64)
-    f32 = np.dtype(np.float32)
 
     def usual(X, h0):
-        if X.dtype != f32 or X.ndim != 3 or X.shape[2] != n_in:
+        frame = recurrent_jit.usual_frame(X, (h0,), n_in, num_dir, H, G, layout, Wt, bias, packed)
+        if frame is None:
             return None
-        T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
-        if not T or not batch:
-            return None
-        if h0 is None:
-            h = np.zeros((num_dir, batch, H), f32)
-        elif h0.dtype == f32 and h0.shape == (
-            (batch, num_dir, H) if layout else (num_dir, batch, H)
-        ):
-            h = np.array(h0.transpose(1, 0, 2) if layout else h0, order="C")  # updated in place
-        else:
-            return None
-        rows = np.ascontiguousarray(X).reshape(T * batch, n_in)
-        proj = np.empty((num_dir, T * batch, G), f32)
-        few = T * batch <= recurrent_jit.LOOP_PROJECTION_ROWS
-        if not few:
-            recurrent_jit.project_rows(rows, Wt, bias, packed, proj)
-        Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), f32)
+        T, rows, proj, few, (h,), Y = frame
 
         def part(d0, d1):
             gru_dirs(rows, Wc, bias, proj, few, Rc, rb_h, lbr, clip, rev, layout, T, h, Y, d0, d1)
 
-        if num_dir == 1:
-            part(0, 1)
-        else:
-            parallel_rows(num_dir, T * batch * G * (H + n_in), part)
-        return Y, (np.ascontiguousarray(h.transpose(1, 0, 2)) if layout else h)
+        parallel_rows(num_dir, rows.shape[0] * G * (H + n_in), part)
+        return Y, *recurrent_jit.states_out((h,), layout)
 
     return usual

@@ -110,43 +110,20 @@ def _usual_call(fixed, num_dir, reverse, layout, clip, input_forget):
     n_in, G = Wc.shape[2], 4 * H
     bias = np.zeros((num_dir, G), np.float32) if bias is None else bias
     rev = np.asarray(reverse, np.int64)
-    f32 = np.dtype(np.float32)
-
-    def state(s, batch):
-        if s is None:
-            return np.zeros((num_dir, batch, H), f32)
-        want = (batch, num_dir, H) if layout else (num_dir, batch, H)
-        if s.dtype != f32 or s.shape != want:
-            return None
-        return np.array(s.transpose(1, 0, 2) if layout else s, order="C")  # updated in place
 
     def usual(X, h0, c0):
-        if X.dtype != f32 or X.ndim != 3 or X.shape[2] != n_in:
+        states = (h0, c0)
+        frame = recurrent_jit.usual_frame(X, states, n_in, num_dir, H, G, layout, Wt, bias, packed)
+        if frame is None:
             return None
-        T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
-        if not T or not batch:
-            return None
-        h, c = state(h0, batch), state(c0, batch)
-        if h is None or c is None:
-            return None
-        rows = np.ascontiguousarray(X).reshape(T * batch, n_in)
-        proj = np.empty((num_dir, T * batch, G), f32)
-        few = T * batch <= recurrent_jit.LOOP_PROJECTION_ROWS
-        if not few:
-            recurrent_jit.project_rows(rows, Wt, bias, packed, proj)
-        Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), f32)
+        T, rows, proj, few, (h, c), Y = frame
         args = (rows, Wc, bias, proj, few, Rc, clip, input_forget, rev, layout, T, h, c, Y)
 
         def part(d0, d1):
             lstm_dirs(*args, d0, d1)
 
-        if num_dir == 1:
-            part(0, 1)
-        else:
-            parallel_rows(num_dir, T * batch * G * (H + n_in), part)
-        if layout:
-            return Y, *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in (h, c))
-        return Y, h, c
+        parallel_rows(num_dir, rows.shape[0] * G * (H + n_in), part)
+        return Y, *recurrent_jit.states_out((h, c), layout)
 
     return usual
 

@@ -176,6 +176,42 @@ def project_rows(
             proj[d] += bias[d]
 
 
+def usual_frame(X, states, n_in, num_dir, H, G, layout, Wt, bias, packed):
+    """The frame of GRU's and LSTM's usual calls (float32 X [T, batch, input], or
+    [batch, T, input] with ``layout``, at least one step and row; each state None or float32
+    of its layout's shape): ``(T, rows, proj, few, states, Y)``, the states as
+    [dirs, batch, H] copies the loops update in place and the input projections made unless
+    ``few`` (the loops make them), or None where the call is not a usual one."""
+    if X.dtype != F32 or X.ndim != 3 or X.shape[2] != n_in:
+        return None
+    T, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
+    if not T or not batch:
+        return None
+    want = (batch, num_dir, H) if layout else (num_dir, batch, H)
+    made = []
+    for s in states:
+        if s is None:
+            made.append(np.zeros((num_dir, batch, H), F32))
+        elif s.dtype != F32 or s.shape != want:
+            return None
+        else:
+            made.append(np.array(s.transpose(1, 0, 2) if layout else s, order="C"))
+    rows = np.ascontiguousarray(X).reshape(T * batch, n_in)
+    proj = np.empty((num_dir, T * batch, G), F32)
+    few = T * batch <= LOOP_PROJECTION_ROWS
+    if not few:
+        project_rows(rows, Wt, bias, packed, proj)
+    Y = np.empty((batch, T, num_dir, H) if layout else (T, num_dir, batch, H), F32)
+    return T, rows, proj, few, made, Y
+
+
+def states_out(states, layout) -> tuple:
+    """The final states as the node's layout has them."""
+    if not layout:
+        return tuple(states)
+    return tuple(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in states)
+
+
 def projection(
     loops,
     W: np.ndarray,
