@@ -149,15 +149,16 @@ def reference(
         shifted[name] = new
         return new
 
-    for node in g.node:
+    def shift(node: onnx.NodeProto) -> None:
+        """The node's int8 weights of a u8 x s8 product, and their zero points, as uint8."""
         spec = S8_WEIGHTS.get(node.op_type)
         if spec is None or node.domain not in ("", "ai.onnx", "com.microsoft"):
-            continue
+            return
         a_index, weights = spec
         if a_index is not None:
             a = node.input[a_index] if len(node.input) > a_index else ""
             if types.get(a) != TensorProto.UINT8:
-                continue
+                return
         for w, zp, scale in weights:
             if len(node.input) <= w or types.get(node.input[w]) != TensorProto.INT8:
                 continue
@@ -173,31 +174,12 @@ def reference(
                 zname = f"{node.name or node.output[0]}__zp{w}"
                 g.initializer.append(numpy_helper.from_array(np.full(shape, 128, np.uint8), zname))
                 node.input[zp] = zname
-    if added:  # before every node: their inputs are graph inputs, initializers or earlier
-        nodes = list(g.node)
-        del g.node[:]
-        g.node.extend(_ordered(added, nodes))
+
+    nodes = list(g.node)
+    del g.node[:]
+    for node in nodes:  # the graph is in order: a shift goes right before its first consumer
+        shift(node)
+        g.node.extend(added)
+        added.clear()
+        g.node.append(node)
     return model, feeds
-
-
-def _ordered(added: list[onnx.NodeProto], nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """``nodes`` with each added node right after the node that makes its input."""
-    after: dict[str, list[onnx.NodeProto]] = {}
-    for n in added:
-        after.setdefault(n.input[0], []).append(n)
-    out: list[onnx.NodeProto] = []
-
-    def emit(n: onnx.NodeProto) -> None:
-        out.append(n)
-        for o in n.output:
-            for m in after.pop(o, []):
-                emit(m)
-
-    made = {o for n in added for o in n.output} | {o for n in nodes for o in n.output}
-    for name in list(after):  # graph inputs and initializers
-        if name not in made:
-            for m in after.pop(name, []):
-                emit(m)
-    for n in nodes:
-        emit(n)
-    return out
