@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .. import jit
-from .nn_cpu import _PARALLEL_MIN, parallel_rows
+from .nn_cpu import parallel_rows
 
 #: At most this many positions (per image) take the kernel; wider maps keep BLAS, whose
 #: SGEMM is at its full rate there (one thread, Zen 3: 384 -> 768 at 2x3 51 us against
@@ -104,11 +104,8 @@ class Pointwise:
         y = np.empty(self.yshape, np.float32)
         yf = y.reshape(self.yshape3)
         f, wp, bp, mb = self.f, self.wp, self.bp, self.mb
-        if self.work < _PARALLEL_MIN:
-            # a squeeze-and-excitation conv's whole run is a few microseconds
-            f(wp, bp, xf, mb, 0, self.panels, yf)
-        else:
-            parallel_rows(self.panels, self.work, lambda p0, p1: f(wp, bp, xf, mb, p0, p1, yf))
+        # parallel_rows runs small work (a squeeze-and-excitation conv) on this thread alone
+        parallel_rows(self.panels, self.work, lambda p0, p1: f(wp, bp, xf, mb, p0, p1, yf))
         return y
 
 
