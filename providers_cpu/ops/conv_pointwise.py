@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import jit
 from .nn_cpu import parallel_rows
+from .packed_gemm import vector_codegen
 
 #: At most this many positions (per image) take the kernel; wider maps keep BLAS, whose
 #: SGEMM is at its full rate there (one thread, Zen 3: 384 -> 768 at 2x3 51 us against
@@ -194,17 +195,7 @@ def _make_tile(npos: int) -> Any:
             context.cast(builder, val[k], ty[k], types.intp)
             for k in ("woff", "xoff", "c", "boff", "ooff")
         )
-        i64 = ir.IntType(64)
-        vty = ir.VectorType(ir.FloatType(), v)
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{v}f32"
-        )
-
-        def const(k):
-            return ir.Constant(i64, k)
-
-        def vptr(name, idx):
-            return builder.bitcast(builder.gep(arr[name].data, [idx]), vty.as_pointer())
+        vty, fma, const, vptr = vector_codegen(builder, arr, v)
 
         bias = [builder.load(vptr("bp", builder.add(boff, const(h * v))), align=4) for h in (0, 1)]
         zero = ir.Constant(vty, None)

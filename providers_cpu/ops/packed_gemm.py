@@ -141,6 +141,28 @@ def _mk(*args):  # replaced by the intrinsic before ``_gemm`` is compiled
     raise NotImplementedError
 
 
+def vector_codegen(builder: Any, arrays: dict, width: int) -> tuple:
+    """For a numba intrinsic's codegen: ``(vty, fma, const, vptr)``, the float32 vector type
+    of ``width`` lanes, LLVM's fused multiply-add on it, an i64 constant, and
+    ``vptr(name, idx)`` a vector pointer at element ``idx`` of ``arrays[name]``."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    i64 = ir.IntType(64)
+    vty = ir.VectorType(ir.FloatType(), width)
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{width}f32"
+    )
+
+    def const(v: int) -> Any:
+        return ir.Constant(i64, v)
+
+    def vptr(name: str, idx: Any) -> Any:
+        return builder.bitcast(builder.gep(arrays[name].data, [idx]), vty.as_pointer())
+
+    return vty, fma, const, vptr
+
+
 def _make_micro_kernel() -> Any:
     """``mk(ap, aoff, ask, asr, b, koff, k0, jb, c, coff, ldc, kc, bias, boff, bmode,
     rvalid)``, a numba intrinsic: for r < rvalid and j < _NR, ``c[coff + r ldc + j] = s +
@@ -167,22 +189,12 @@ def _make_micro_kernel() -> Any:
             n: context.make_array(ty[n])(context, builder, val[n])
             for n in ("ap", "b", "koff", "c", "bias")
         }
-        i64 = ir.IntType(64)
         aoff, ask, asr, k0, jb, coff, ldc, kc, boff, bmode, rvalid = (
             context.cast(builder, val[n], ty[n], types.intp)
             for n in ("aoff", "ask", "asr", "k0", "jb", "coff", "ldc", "kc", "boff", "bmode",
                       "rvalid")
         )  # fmt: skip
-        vty = ir.VectorType(ir.FloatType(), vw)
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{vw}f32"
-        )
-
-        def const(v):
-            return ir.Constant(i64, v)
-
-        def vptr(name, idx):
-            return builder.bitcast(builder.gep(arr[name].data, [idx]), vty.as_pointer())
+        vty, fma, const, vptr = vector_codegen(builder, arr, vw)
 
         def c_at(r, v):
             return vptr(
