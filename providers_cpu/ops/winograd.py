@@ -37,8 +37,8 @@ MIN_OUT = 8
 _ON = os.environ.get("ONNXEP_CPU_WINOGRAD", "1").strip() != "0"
 
 
-def applies(k, strides, dil, group, c, m, dtype) -> bool:
-    """Whether the Winograd path runs this convolution (shape, dtype and thread count only)."""
+def _shape_fits(k, strides, dil, group, c, m) -> bool:
+    """A 3x3 convolution of stride and dilation 1, one group, enough channels each way."""
     return (
         len(k) == 2
         and tuple(k) == (3, 3)
@@ -47,6 +47,13 @@ def applies(k, strides, dil, group, c, m, dtype) -> bool:
         and group == 1
         and c >= MIN_IN
         and m >= MIN_OUT
+    )
+
+
+def applies(k, strides, dil, group, c, m, dtype) -> bool:
+    """Whether the Winograd path runs this convolution (shape, dtype and thread count only)."""
+    return (
+        _shape_fits(k, strides, dil, group, c, m)
         and np.dtype(dtype) in _DTYPES
         and _ON
         and run_threads() == 1
@@ -64,13 +71,7 @@ def compiled_applies(k, strides, dil, group, c, m, dtype, threads: int) -> bool:
     return (
         COMPILED
         and threads > 1
-        and len(k) == 2
-        and tuple(k) == (3, 3)
-        and tuple(strides) == (1, 1)
-        and tuple(dil) == (1, 1)
-        and group == 1
-        and c >= MIN_IN
-        and m >= MIN_OUT
+        and _shape_fits(k, strides, dil, group, c, m)
         and np.dtype(dtype) == np.float32
         and _ON
         and conv_gemm.runs_at(threads)
