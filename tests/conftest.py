@@ -69,6 +69,17 @@ def add_relu_model():
     )
 
 
+@pytest.fixture(params=[True, False], ids=["compiled", "numpy"])
+def compiled(request, monkeypatch):
+    """The CPU provider's compiled loops on, then its NumPy paths alone (``jit.ENABLED``)."""
+    from onnxep.providers_cpu import jit
+
+    if request.param and not jit.ENABLED:
+        pytest.skip("numba not installed: only the NumPy path runs here")
+    monkeypatch.setattr(jit, "ENABLED", request.param)
+    return request.param
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

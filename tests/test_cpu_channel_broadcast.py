@@ -23,14 +23,6 @@ _ELEM = {np.float32: onnx.TensorProto.FLOAT, np.float64: onnx.TensorProto.DOUBLE
          np.int64: onnx.TensorProto.INT64, np.int32: onnx.TensorProto.INT32}  # fmt: skip
 
 
-@pytest.fixture(params=[True, False], ids=["compiled", "numpy"])
-def compiled(request, monkeypatch):
-    if request.param and not jit.ENABLED:
-        pytest.skip("numba not installed: only the NumPy path runs here")
-    monkeypatch.setattr(jit, "ENABLED", request.param)
-    return request.param
-
-
 def _operands(shape, vshape, dtype, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape).astype(dtype)

@@ -24,14 +24,6 @@ from onnxep.testing import compare_output
 ort = pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture(params=[True, False], ids=["compiled", "numpy"])
-def compiled(request, monkeypatch):
-    if request.param and not jit.ENABLED:
-        pytest.skip("numba not installed: only the NumPy path runs here")
-    monkeypatch.setattr(jit, "ENABLED", request.param)
-    return request.param
-
-
 def _rtol(dtype) -> float:
     return 2e-5 if dtype == np.float32 else 1e-12
 

@@ -30,14 +30,6 @@ ABS_TOL = 1.2e-7
 needs_numba = pytest.mark.skipif(not jit.ENABLED, reason="numba not installed")
 
 
-@pytest.fixture(params=[True, False], ids=["compiled", "numpy"])
-def compiled(request, monkeypatch):
-    if request.param and not jit.ENABLED:
-        pytest.skip("numba not installed")
-    monkeypatch.setattr(jit, "ENABLED", request.param)
-    return request.param
-
-
 def _exact(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     w = np.float32(alpha) * x.astype(np.float32)
     with np.errstate(over="ignore"):
