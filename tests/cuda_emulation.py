@@ -309,6 +309,8 @@ inline unsigned tc_perm(unsigned x, unsigned y, unsigned s) {
   return r;
 }
 inline void tc_order() {}
+// One launch at a time: no kernel after it to let start early.
+inline void tc_pdl_trigger() {}
 """
 
 _LAUNCH = r"""

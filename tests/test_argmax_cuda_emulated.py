@@ -83,8 +83,9 @@ def test_driver_launch_signature_matches_the_kernels(argmax, monkeypatch):
     made = []
 
     class Recorder:
-        def __init__(self, fn, signature):
+        def __init__(self, fn, signature, dependent=False):
             made.append((fn.name, fn.signature, signature))
+            assert dependent, "argmax_rows waits (pdl_wait) and is launched as a dependent kernel"
 
     monkeypatch.setattr(launch, "Launcher", Recorder)
     monkeypatch.setattr(elementwise, "stream_ptr_fn", lambda: lambda: 0)
@@ -92,3 +93,13 @@ def test_driver_launch_signature_matches_the_kernels(argmax, monkeypatch):
     assert len(made) == len(A.ARGMAX_NAMES)
     for name, real, packed in made:
         assert packed == real, name
+
+
+def test_argmax_waits_before_it_reads_the_logits():
+    """Launched with programmatic dependent launch, argmax_rows may start while the logits'
+    GEMV runs: the wait comes before its first statement that reads or writes memory."""
+    body = A.ARGMAX_BODY.split("argmax_rows(")[1]
+    body = body[body.index(") {") :]
+    wait = body.index("pdl_wait();")
+    for use in ("row[j]", "pv[", "done + r", "out[r * out_stride]"):
+        assert body.index(use) > wait, use

@@ -334,8 +334,9 @@ def test_driver_launch_signature_matches_the_kernels(monkeypatch):
     made = []
 
     class Recorder:
-        def __init__(self, fn, signature):
+        def __init__(self, fn, signature, dependent=False):
             made.append((fn.name, fn.signature, signature))
+            assert dependent, "nbits_mma waits (pdl_wait) and is launched as a dependent kernel"
 
     monkeypatch.setattr(launch, "Launcher", Recorder)
     monkeypatch.setattr(elementwise, "stream_ptr_fn", lambda: lambda: 0)
@@ -344,3 +345,20 @@ def test_driver_launch_signature_matches_the_kernels(monkeypatch):
     assert len(made) == 2 * len(M.ROW_TILES)
     for name, real, packed in made:
         assert packed == real, name
+
+
+def test_nbits_mma_waits_before_it_touches_what_an_earlier_kernel_writes():
+    """Launched with programmatic dependent launch, nbits_mma may start while the kernel that
+    writes A still runs: before ``pdl_wait`` it may only prefetch its (constant) packed
+    weights and scales. The staging of A (plain, normalised or rounded to int8), every load of
+    the weights and every store come after the wait."""
+    body = M.MMA_BODY.split("nbits_mma(")[1]
+    body = body[body.index(") {") :]  # past the parameters
+    wait = body.index("pdl_wait();")
+    assert body.index("pdl_trigger();") < wait
+    for use in ("stage_general<", "stage_plain(", "ldg16(", "y[(i64)m * N + n] =", "red[(warp"):
+        assert body.index(use) > wait, use
+    before = body[:wait]
+    for touched in ("a[", "y[", "sum_out", "ldg16", "zp8[", "scales["):
+        assert touched not in before, touched
+    assert "prefetch_range(" in before

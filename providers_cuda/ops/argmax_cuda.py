@@ -67,6 +67,9 @@ __global__ void argmax_rows(const T* __restrict__ x, i64 rows, i64 n, i64 row_st
   __shared__ float sv[32];
   __shared__ i64 si[32];
   __shared__ int last;
+  // Launched as a programmatic dependent of the logits' GEMV: its blocks are resident and
+  // waiting when the logits land, rather than launched after them.
+  pdl_wait();
   const i64 r = (i64)blockIdx.x / bpr, part = (i64)blockIdx.x - r * bpr;
   const i64 chunk = (n + bpr - 1) / bpr;
   const i64 lo = part * chunk, hi = lo + chunk < n ? lo + chunk : n;
@@ -144,7 +147,8 @@ class ArgMaxRows:
         from ..launch import Launcher
 
         stream = stream_ptr_fn()
-        launchers = {n: Launcher(fn, "pqqqpqpppq") for n, fn in self.fns.items()}
+        # dependent: argmax_rows waits (pdl_wait) before anything else
+        launchers = {n: Launcher(fn, "pqqqpqpppq", dependent=True) for n, fn in self.fns.items()}
 
         def launch(name: str, grid: int, args: tuple) -> None:
             vals = tuple(int(a) if isinstance(a, np.integer) else a.data.ptr for a in args)

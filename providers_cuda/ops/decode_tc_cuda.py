@@ -79,6 +79,15 @@ __device__ __forceinline__ unsigned tc_perm(unsigned x, unsigned y, unsigned s) 
 }
 // A point the compiler moves no memory access across.
 __device__ __forceinline__ void tc_order() { asm volatile("" ::: "memory"); }
+// Lets the next kernel, where it is launched as a programmatic dependent (the GEMV of the
+// attention output: launch.Launcher(dependent=True)), start now: it prefetches its weights,
+// then waits for this kernel's results itself. No kernel launched without that attribute is
+// affected; a no-op before sm_90.
+__device__ __forceinline__ void tc_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 """
 
 ATT_DECODE = params(
@@ -473,6 +482,7 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
     const T* __restrict__ sink, float* __restrict__ part, T* __restrict__ y, int* flag,
     const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];
+  tc_pdl_trigger();
   const long long k_off = prm->k_off, v_off = prm->v_off;
   const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
   const int B = prm->B, nh = prm->nh, nkv = prm->nkv, C = prm->C;
@@ -600,6 +610,7 @@ __global__ void __launch_bounds__(128) att_decode_tc(
     const __half* __restrict__ mask_h, const long long* __restrict__ nonpad,
     float* __restrict__ part, T* __restrict__ y, const AttDecode* __restrict__ prm) {
   extern __shared__ float smem[];
+  tc_pdl_trigger();
   const int B = prm->B, nh = prm->nh, nkv = prm->nkv, nsplit = prm->nsplit, rows = prm->rows;
   const int nrg = prm->nrg, G = nh / nkv;
   const int b = blockIdx.z, hk = blockIdx.y / nrg, rg = blockIdx.y - (blockIdx.y / nrg) * nrg;
@@ -725,6 +736,7 @@ __global__ void __launch_bounds__(128) gqa_decode_merge(
     const int* __restrict__ seqlens_k, const T* __restrict__ sink,
     const float* __restrict__ part, T* __restrict__ y, const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];  // 2 * nsplit weights and sums, then 32 + 512 floats of scratch
+  tc_pdl_trigger();
   const int nh = prm->nh, D = prm->D, nsplit = prm->nsplit;
   const long long bh = blockIdx.x;
   const int b = (int)(bh / nh), h = (int)(bh - (long long)b * nh);
@@ -744,6 +756,7 @@ __global__ void __launch_bounds__(128) att_decode_merge(
     const long long* __restrict__ nonpad, const float* __restrict__ part, T* __restrict__ y,
     const AttDecode* __restrict__ prm) {
   extern __shared__ float smem[];
+  tc_pdl_trigger();
   const int nh = prm->nh, nsplit = prm->nsplit;
   const long long bh = blockIdx.x;
   const int b = (int)(bh / nh), h = (int)(bh - (long long)b * nh);

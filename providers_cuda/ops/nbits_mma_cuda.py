@@ -266,6 +266,16 @@ __device__ __forceinline__ void dequant4(unsigned w, unsigned z, unsigned (&h)[4
   h[3] = h2_fma((top & 0x00F000F0u) | 0x64006400u, 0x2C002C00u, neg);
 }
 
+// Lines first, first + step, ... of the bytes [p, p + n) asked for in L2 (whole 128-byte
+// lines, the first one aligned down: an allocation never starts inside a line).
+__device__ __forceinline__ void prefetch_range(const void* p, i64 n, int first, int step) {
+  const char* lo = reinterpret_cast<const char*>(p);
+  const char* hi = lo + n;
+  for (const char* q = lo - (reinterpret_cast<unsigned long long>(lo) & 127) + (i64)first * 128;
+       q < hi; q += (i64)step * 128)
+    prefetch_l2(q);
+}
+
 __device__ __forceinline__ unsigned word_of(const uint4& v, int j) {
   return j == 0 ? v.x : (j == 1 ? v.y : (j == 2 ? v.z : v.w));
 }
@@ -307,6 +317,22 @@ __global__ void __launch_bounds__(256) nbits_mma(
   uint4* zeros = nm_smem + (i64)MT * cpad * 4;
   float* amax = reinterpret_cast<float*>(zeros + 4);  // [MT][KB] with Q8
 
+  // The packed weights and their scales are this product's bulk and no earlier kernel writes
+  // them: the lines of the block's first unit are asked for in L2 before the wait, so under
+  // programmatic dependent launch they stream in while the kernel writing A still runs.
+  pdl_trigger();
+  if ((int)blockIdx.x < units && (int)blockIdx.x * TB + tl < T) {
+    const int n0 = ((int)blockIdx.x * TB + tl) * 8;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      nm::prefetch_range(b + ((i64)min(n0 + g, N - 1) + (i64)r * N) * RS, RS, t + 4 * p, 4 * P);
+      if (p == 0) {  // the tile's rows of scales are contiguous
+        const i64 s0 = (i64)n0 + (i64)r * N, s1 = (i64)min(n0 + 8, N) + (i64)r * N;
+        nm::prefetch_range(scales + s0 * KB, (s1 - s0) * KB * (i64)sizeof(TS), lane, 32);
+      }
+    }
+  }
+  pdl_wait();
   if (NORM || Q8) {
     stage_general<TA, NORM, Q8>(a, skip, nbias, gamma, sum_out, M, MT, K, cpad, KB, log2blk,
                                 (int)skip_rows_, (float)eps_, (int)tpr_, (int)vec_, shv, rinv,
@@ -672,7 +698,9 @@ class NbitsMma:
         from ..launch import Launcher
 
         stream = stream_ptr_fn()
-        launchers = {name: Launcher(self.fns[name], "p" * 10 + "q" * 15 + "d") for name in self.fns}
+        # dependent: nbits_mma waits (pdl_wait) before it reads A or writes anything
+        sig = "p" * 10 + "q" * 15 + "d"
+        launchers = {name: Launcher(self.fns[name], sig, dependent=True) for name in self.fns}
 
         def launch(name: str, grid: int, smem: int, ptrs: tuple, ints: tuple) -> None:
             addrs = tuple(0 if x is None else x.data.ptr for x in ptrs)
