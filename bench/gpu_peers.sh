@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # onnxruntime-gpu and the model builder on the GPU machine, in parts that fit one device call
-# each beside this repository (its tracked files are ~30 MB of the 64 MiB a call carries).
+# each beside this repository (its tracked files take ~36 MB of disk blocks of the 64 MiB a call carries).
 #
-# Here:   bench/gpu_peers.sh stage        # .device/peers/ortxz.partNN (33 MB each, 7 parts)
+# Here:   bench/gpu_peers.sh stage        # .device/peers/ortxz.partNN (27 MB each, 8 parts)
 #         (needs ../shared/gpu/stage_peers.sh run first: it downloads the wheels)
 # There:  bench/gpu_peers.sh part         # one call per part, carrying .device/peers/ortxz.partNN,
 #                                         # calls less than 30 s apart so the machine stays warm
@@ -25,7 +25,7 @@ case "${1:-}" in
     (cd "$work" && unzip -q "$whl" && rm -f onnxruntime/capi/libonnxruntime_providers_tensorrt.so \
       && tar cf - onnxruntime onnxruntime_gpu-*.dist-info | xz -T2 -6 >ort.tar.xz)
     rm -f "$P"/ortxz.part*
-    split -b 33000000 -d "$work/ort.tar.xz" "$P/ortxz.part"
+    split -b 27000000 -d "$work/ort.tar.xz" "$P/ortxz.part"
     (cd "$work" && sha256sum ort.tar.xz) >"$P/ortxz.sha256"
     ls -la "$P"/ortxz.*
     ;;
@@ -42,7 +42,7 @@ case "${1:-}" in
     rm -rf "$work/site/ray/jars"
     tar cf - -C "$work/site" . | xz -T2 -6 >"$work/ray.tar.xz"
     rm -f "$P"/rayxz.part*
-    split -b 33000000 -d "$work/ray.tar.xz" "$P/rayxz.part"
+    split -b 27000000 -d "$work/ray.tar.xz" "$P/rayxz.part"
     (cd "$work" && sha256sum ray.tar.xz) >"$P/rayxz.sha256"
     ls -la "$P"/rayxz.*
     ;;
