@@ -100,10 +100,14 @@ def measure(model, runs: int, seconds: float, threads: int = 0) -> dict:
         if n >= runs or (n >= 5 and time.perf_counter() - start > seconds):
             break
     med = {k: statistics.median(v) for k, v in samples.items()}
+    # On a loaded machine either side's own time moves between rounds; the ratio within a
+    # pair (the two runs back to back) moves less, so its median is the steadier figure.
+    pairs = np.array(samples["onnxep"]) / np.array(samples["onnxruntime"])
     return row | {
         "samples_s": samples,
         "median_ms": {k: v * 1e3 for k, v in med.items()},
         "ratio": med["onnxep"] / med["onnxruntime"],
+        "pair_ratio": float(np.median(pairs)),
     }
 
 
@@ -129,17 +133,19 @@ def to_markdown(doc: dict) -> str:
         f"onnxruntime {doc['machine']['onnxruntime']}; intra_op_num_threads "
         f"{doc.get('threads') or 'each side default'}",
         "",
-        "| model | nodes | onnxep ms | onnxruntime ms | onnxep / onnxruntime |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| model | nodes | onnxep ms | onnxruntime ms | onnxep / onnxruntime "
+        "| median of pair ratios |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in doc["results"].items():
         if "skipped" in r:
-            lines.append(f"| {name} | {r['nodes']} | skipped: {r['skipped']} | | |")
+            lines.append(f"| {name} | {r['nodes']} | skipped: {r['skipped']} | | | |")
             continue
         m = r["median_ms"]
+        pair = f"{r['pair_ratio']:.2f}" if "pair_ratio" in r else ""  # older result files
         lines.append(
             f"| {name} | {r['nodes']} | {m['onnxep']:.3f} | {m['onnxruntime']:.3f} | "
-            f"{r['ratio']:.2f} |"
+            f"{r['ratio']:.2f} | {pair} |"
         )
     s = doc["summary"]
     if s:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +25,8 @@ def test_real_model_benchmark_on_a_corpus_model(tmp_path, monkeypatch):
     assert len(r["samples_s"]["onnxep"]) == len(r["samples_s"]["onnxruntime"]) == 6
     med = r["median_ms"]
     assert r["ratio"] == pytest.approx(med["onnxep"] / med["onnxruntime"])
+    pairs = [a / b for a, b in zip(r["samples_s"]["onnxep"], r["samples_s"]["onnxruntime"])]
+    assert r["pair_ratio"] == pytest.approx(float(np.median(pairs)))
     assert doc["summary"]["models"] == 1 and doc["summary"]["max_model"] == "ort-sigmoid"
     md = (tmp_path / f"{doc['date']}-cpu-real-models.md").read_text()
     assert "| ort-sigmoid | 1 |" in md and "median ratio" in md
