@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from one_thread_runs import ours, theirs
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
@@ -132,17 +133,6 @@ CASES = {
 }
 
 
-def _ours(model, feeds, threads=1):
-    so = onnxep.SessionOptions(intra_op_num_threads=threads)
-    return onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)[0]
-
-
-def _theirs(model, feeds):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-
-
 def _spy(monkeypatch) -> list:
     calls = []
     real = conv_gemm.ConvGemm.__call__
@@ -161,8 +151,8 @@ def test_conv_matches_onnxruntime_with_the_kernel_on_and_off(case, mode, monkeyp
     monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)  # the cases are small, to stay fast
     calls = _spy(monkeypatch)
     model, feeds = _conv_model(**CASES[case])
-    got = _ours(model, feeds)
-    want = _theirs(model, feeds)
+    got = ours(model, feeds)
+    want = theirs(model, feeds)
     assert got.shape == want.shape
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale)
@@ -176,7 +166,7 @@ def test_two_threads_give_the_bits_of_one(case, monkeypatch):
     monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)  # also split the small products
     monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
     model, feeds = _conv_model(**CASES[case])
-    one, two = _ours(model, feeds, 1), _ours(model, feeds, 2)
+    one, two = ours(model, feeds, 1), ours(model, feeds, 2)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
 
 
@@ -185,10 +175,10 @@ def test_nan_input_gives_nan_where_the_blas_path_does(monkeypatch):
     model, feeds = _conv_model(**CASES["3x3 pads 1"])
     feeds["x"][0, 3, 5, 7] = np.nan
     monkeypatch.setattr(conv_gemm, "MODE", "0")
-    blas = _ours(model, feeds)
+    blas = ours(model, feeds)
     monkeypatch.setattr(conv_gemm, "MODE", "1")
-    ours = _ours(model, feeds)
-    assert np.array_equal(np.isnan(ours), np.isnan(blas)) and np.isnan(ours).any()
+    packed = ours(model, feeds)
+    assert np.array_equal(np.isnan(packed), np.isnan(blas)) and np.isnan(packed).any()
 
 
 def test_small_and_other_shapes_keep_blas(monkeypatch):
@@ -200,7 +190,7 @@ def test_small_and_other_shapes_keep_blas(monkeypatch):
         _conv_model(c=8, m=8, hw=(6, 6), pads=[1, 1, 1, 1]),
         _conv_model(c=16, m=16, hw=(20, 20), group=16, pads=[1, 1, 1, 1]),
     ):
-        got, want = _ours(model, feeds), _theirs(model, feeds)
+        got, want = ours(model, feeds), theirs(model, feeds)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
     assert calls == []
 
@@ -213,7 +203,7 @@ def test_without_numba_it_never_runs(monkeypatch):
         assert "OpenBLAS" in conv_gemm.status()
     calls = _spy(monkeypatch)
     model, feeds = _conv_model(**CASES["3x3 pads 1"])
-    got, want = _ours(model, feeds), _theirs(model, feeds)
+    got, want = ours(model, feeds), theirs(model, feeds)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
     assert calls == []
 
@@ -280,10 +270,10 @@ def test_the_threads_rule_runs_it_in_sessions_of_two_threads_only(rule, monkeypa
     monkeypatch.setattr(conv_gemm, "_auto", rule)
     calls = _spy(monkeypatch)
     model, feeds = _conv_model(c=64, m=64, hw=(24, 24), pads=[1, 1, 1, 1])
-    want = _theirs(model, feeds)
+    want = theirs(model, feeds)
     for threads in (1, 2):
         calls.clear()
-        got = _ours(model, feeds, threads)
+        got = ours(model, feeds, threads)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
         assert bool(calls) == (rule == "always" or threads == 2)
         notes = (
@@ -324,10 +314,10 @@ def test_winograd_with_compiled_products_matches_onnxruntime(case, monkeypatch):
     real = winograd._compiled_products  # noqa: SLF001
     monkeypatch.setattr(winograd, "_compiled_products", lambda *a: calls.append(1) or real(*a))
     model, feeds = _conv_model(**CASES[case])
-    want = _theirs(model, feeds)
-    two = _ours(model, feeds, 2)
+    want = theirs(model, feeds)
+    two = ours(model, feeds, 2)
     np.testing.assert_allclose(two, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
     assert calls  # at two threads; one thread keeps the BLAS products
     calls.clear()
-    _ours(model, feeds, 1)
+    ours(model, feeds, 1)
     assert not calls

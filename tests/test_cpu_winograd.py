@@ -17,6 +17,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
+from one_thread_runs import ours, theirs
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
@@ -85,17 +86,6 @@ def _spy(monkeypatch) -> list:
     return calls
 
 
-def _ours(model, feeds, threads=1):
-    so = onnxep.SessionOptions(intra_op_num_threads=threads)
-    return onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)[0]
-
-
-def _theirs(model, feeds):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-
-
 CASES = {
     "even 16x16": dict(c=8, m=8, hw=(16, 16), pads=[1, 1, 1, 1]),
     "odd height and width": dict(c=16, m=24, hw=(13, 9), pads=[1, 1, 1, 1]),
@@ -122,11 +112,11 @@ def test_winograd_matches_onnxruntime_and_im2col(case, monkeypatch):
     dtype = kw.pop("dtype", np.float32)
     model, feeds = _conv_model(dtype=dtype, kernel_shape=[3, 3], **kw)
     calls = _spy(monkeypatch)
-    got = _ours(model, feeds)
+    got = ours(model, feeds)
     assert calls, "the Winograd path did not run"
     monkeypatch.setattr(wino, "_ON", False)
     calls.clear()
-    im2col = _ours(model, feeds)
+    im2col = ours(model, feeds)
     assert not calls
     assert got.dtype == im2col.dtype == dtype and got.shape == im2col.shape
     scale = float(np.abs(im2col.astype(np.float64)).max())
@@ -136,7 +126,7 @@ def test_winograd_matches_onnxruntime_and_im2col(case, monkeypatch):
         # tolerance.
         model, feeds = _conv_model(kernel_shape=[3, 3], **kw)
         dtype = np.float32
-    want = _theirs(model, feeds)
+    want = theirs(model, feeds)
     assert want.shape == got.shape
     np.testing.assert_allclose(got, want, rtol=0, atol=_TOL[dtype] * scale)
 
@@ -161,9 +151,9 @@ def test_other_forms_keep_im2col(case, monkeypatch):
         proto.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(w), "w"))
         model = proto.SerializeToString()
     calls = _spy(monkeypatch)
-    got = _ours(model, feeds)
+    got = ours(model, feeds)
     assert not calls
-    want = _theirs(model, feeds)
+    want = theirs(model, feeds)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
 
 
@@ -192,9 +182,9 @@ def test_a_torch_yolo_block_matches_onnxruntime(monkeypatch):
     model = buf.getvalue()
     feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
     calls = _spy(monkeypatch)
-    got = _ours(model, feeds)
+    got = ours(model, feeds)
     assert len(calls) == 4  # the stem is strided and has 3 input channels
-    want = _theirs(model, feeds)
+    want = theirs(model, feeds)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
 
 
@@ -202,11 +192,11 @@ def test_on_two_threads_im2col_stays(monkeypatch):
     """With two BLAS threads each of the 16 products would pay a hand-off: im2col runs."""
     calls = _spy(monkeypatch)
     model, feeds = _conv_model(64, 64, (40, 40), pads=[1, 1, 1, 1], kernel_shape=[3, 3])
-    got = _ours(model, feeds, threads=2)
+    got = ours(model, feeds, threads=2)
     assert not calls
-    want = _theirs(model, feeds)
+    want = theirs(model, feeds)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
-    _ours(model, feeds, threads=1)
+    ours(model, feeds, threads=1)
     assert calls
 
 
