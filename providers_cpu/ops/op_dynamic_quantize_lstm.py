@@ -8,7 +8,8 @@ does, X is quantized to uint8 once for the whole sequence and each step's hidden
 products are those 8-bit values times the 8-bit weights, scaled back to float. The cell
 runs one of three ways:
 
-- VNNI tiles (numba, default activations, AVX-512 VNNI; recurrent_vnni.py): one compiled
+- 8-bit tiles (numba, default activations, AVX-512 VNNI or AVX2: jit_int8.tiles();
+  recurrent_vnni.py): one compiled
   call per run quantizes X, projects every step as one uint8 x int8 product and runs
   each step's hidden state times R on the tiles, all in exact int32 (W and R packed into
   64-column panels once per session), directions on two threads only past
@@ -140,7 +141,7 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
     if recurrent_jit.usable(node, ("Sigmoid", "Tanh", "Tanh"), num_dir):
         known = consts is not None and (bias is not None or not node.has_input(3))
         compiled = _compiled_runner(node, (*consts, bias) if known else None)
-        if jit_int8.vnni():
+        if jit_int8.tiles():
             tiles = _tiles_runner(node, (*consts, bias) if known else None)
 
     def run(
@@ -260,7 +261,7 @@ def _compiled_runner(node, weights):
 
 
 def _tiles_runner(node, weights):
-    """DynamicQuantizeLSTM through recurrent_vnni's loops on the VNNI tiles (full-length
+    """DynamicQuantizeLSTM through recurrent_vnni's loops on the 8-bit tiles (full-length
     sequences, float32, 8-bit weights): W and R packed into panels once per session when
     constant, then one compiled call per run (two, one per direction, when the run has
     threads for them). The run gives None (the caller's next path runs) when X holds a NaN

@@ -1,4 +1,6 @@
-"""8-bit products on the compiled AVX-512 VNNI tiles (``providers_cpu/jit_int8.py``).
+"""8-bit products on the compiled tiles (``providers_cpu/jit_int8.py``): AVX-512 VNNI's
+``vpdpbusd``, or on AVX2 the same layouts multiplied exactly by ``vpmaddwd`` on operands
+widened to 16 bits (``providers_cpu/jit_int8_avx2.py``).
 
 A tile broadcasts four bytes of one operand's row (``x``) against 16 columns' next four
 bytes of the other (``y``, laid out four k at a time), so each int32 lane of the result
@@ -43,7 +45,7 @@ _ZERO = np.zeros(1, np.int64)
 def available(*dtypes: Any) -> bool:
     """Whether the tiles can run here on operands of these (8-bit) dtypes."""
     ok = all(np.dtype(d) in (np.dtype(np.uint8), np.dtype(np.int8)) for d in dtypes)
-    return ok and jit_int8.vnni()
+    return ok and bool(jit_int8.tiles())
 
 
 def _up(n: int, step: int) -> int:

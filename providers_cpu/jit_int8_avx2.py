@@ -1,0 +1,138 @@
+"""The 8-bit tiles' product on AVX2 (no VNNI): exact u8 x s8 sums with ``vpmaddwd``.
+
+jit_int8's tiles multiply with AVX-512 VNNI's ``vpdpbusd``. Without it, x86 has
+``vpmaddubsw`` (u8 x s8 pairs summed into int16), which SATURATES: two products of
+255 * -128 sum to -65280, clamped to -32768. onnxruntime's MLAS uses it on AVX2 and its
+results are then inexact (tests/ort_int8_reference.py); ours must be the integer sum.
+So both operands are widened to int16 first and multiplied by ``vpmaddwd`` (int16 x
+int16, adjacent pairs summed into int32): a pair of 8-bit products is at most 2 * 255 *
+128 in magnitude, far inside int32, and the only case ``vpmaddwd`` itself wraps
+(-32768 * -32768 twice) cannot occur on widened bytes. Two instructions (``vpmaddwd``,
+``vpaddd``) for 16 multiply-adds, as many multiplies per product as MLAS's
+``vpmaddubsw`` + ``vpmaddwd`` pair.
+
+The layouts are jit_int8's, unchanged (the same packed weights, windows and drivers):
+``y`` holds each column's four k together, so 16 bytes of a row of ``y`` widened to 16
+int16 lanes are four columns' four k, and ``x``'s four bytes widened and repeated four
+times line up with them. ``vpmaddwd`` leaves two int32 lanes per column (k 0+1, k 2+3);
+they are added once per tile, after the loop over k (integers: exact in any order).
+
+AVX2 has 16 vector registers: a block of 16 columns holds four accumulators a row, so a
+tile runs in blocks of 2 rows x 16 columns or 1 row x 32 (8 accumulators, beside the
+widened ``y`` and the rows' broadcast ``x``), each block a loop over k of its own; the
+panel or rows of ``y`` it reads stay in L1 for the next block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: llvm.x86.avx2.pmadd.wd: (<16 x i16>, <16 x i16>) -> <8 x i32>
+_PMADDWD = "llvm.x86.avx2.pmadd.wd"
+
+
+def blocks(rows: int, vecs: int) -> list[tuple[int, int, int, int]]:
+    """A tile's blocks as (first row, rows, first vector, vectors): 2 rows x 1 vector or 1
+    row x 2 (8 accumulators, 4 per row and 16-column vector)."""
+    out = []
+    # rows in pairs: three rows' 12 accumulators left LLVM rotating registers through
+    # moves and the stack every k4 (1.5x the time of a pair and a single row)
+    for r0 in range(0, rows, 2):
+        nr = min(2, rows - r0)
+        step = 2 if nr == 1 else 1
+        for c0 in range(0, vecs, step):
+            out.append((r0, nr, c0, min(step, vecs - c0)))
+    return out
+
+
+def accumulate(
+    builder: Any,
+    xrows: list,
+    ycols: Any,
+    ldy: Any,
+    nk4: Any,
+    rows: int,
+    vecs: int,
+    x_unsigned: bool,
+    finish: Callable[[int, int, Any], None],
+) -> None:
+    """Emit the tile's product: for each block (:func:`blocks`), a loop over the ``nk4``
+    groups of four k, then ``finish(r, c, v)`` with ``v`` (<16 x i32>) the sums of row r's
+    16 columns of vector c (jit_int8's epilogue). ``xrows[r]`` points at row r of ``x``
+    (i8*), ``ycols`` at the tile's first column in row 0 of ``y``, ``ldy`` is y's row
+    stride in bytes; ``x_unsigned``: x is the uint8 operand and y the int8 one (else the
+    other way round)."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    v16b = ir.VectorType(i8, 16)
+    v16w = ir.VectorType(i16, 16)
+    v8d = ir.VectorType(i32, 8)
+    pmadd = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(v8d, [v16w, v16w]), _PMADDWD
+    )
+    y_ext = builder.sext if x_unsigned else builder.zext
+    v8i, v32b = ir.VectorType(i32, 8), ir.VectorType(i8, 32)
+    # x's four bytes widened to int16 and repeated: the word broadcast (a load), then one
+    # byte shuffle (vpshufb) that puts byte j % 4 in 16-bit lane j's low byte and zero in
+    # its high one (uint8), or in its high byte and zero in the low one, then an arithmetic
+    # shift by 8 (int8): a zext/sext and a broadcast cost three shuffles a row and k4
+    picks = []
+    for p in range(32):  # byte p of the result: 16-bit lane p // 2, in 128-bit half p // 16
+        low_half = p % 2 == 0
+        picks.append(16 * (p // 16) + (p // 2) % 4 if low_half == x_unsigned else 32)
+    pick = ir.Constant(ir.VectorType(i32, 32), picks)
+    splat8 = ir.Constant(v8i, [0] * 8)
+    zeros32 = ir.Constant(v32b, None)
+    by8 = ir.Constant(v16w, [8] * 16)
+
+    undef8 = ir.Constant(v8i, ir.Undefined)
+
+    def x_wide(word):
+        one = builder.insert_element(undef8, word, ir.Constant(i32, 0))
+        b = builder.bitcast(builder.shuffle_vector(one, undef8, splat8), v32b)
+        w = builder.bitcast(builder.shuffle_vector(b, zeros32, pick), v16w)
+        return w if x_unsigned else builder.ashr(w, by8)
+
+    evens = ir.Constant(ir.VectorType(i32, 8), list(range(0, 16, 2)))
+    odds = ir.Constant(ir.VectorType(i32, 8), list(range(1, 16, 2)))
+    halves = ir.Constant(ir.VectorType(i32, 16), list(range(16)))
+    zero = ir.Constant(v8d, None)
+
+    def const(v):
+        return ir.Constant(i64, v)
+
+    for r0, nr, c0, nc in blocks(rows, vecs):
+        # accs[r][q]: row r0 + r, 4 columns (16 (c0 + q // 4) + 4 (q % 4) + 0..3), two lanes each
+        accs = [
+            [cgutils.alloca_once_value(builder, zero) for _ in range(4 * nc)] for _ in range(nr)
+        ]
+        with cgutils.for_range(builder, nk4) as lp:
+            k = lp.index
+            ybase = builder.gep(ycols, [builder.mul(k, ldy)])
+            xs = []
+            for r in range(nr):
+                xp = builder.gep(xrows[r0 + r], [builder.mul(k, const(4))])
+                xs.append(x_wide(builder.load(builder.bitcast(xp, i32.as_pointer()), align=1)))
+            for q in range(4 * nc):
+                yp = builder.gep(ybase, [const(64 * c0 + 16 * q)])
+                yv = y_ext(builder.load(builder.bitcast(yp, v16b.as_pointer()), align=1), v16w)
+                for r in range(nr):
+                    prod = builder.call(pmadd, [yv, xs[r]])
+                    builder.store(builder.add(builder.load(accs[r][q]), prod), accs[r][q])
+        for r in range(nr):
+            for c in range(nc):
+                eight = []
+                for h in range(2):
+                    a = builder.load(accs[r][4 * c + 2 * h])
+                    b = builder.load(accs[r][4 * c + 2 * h + 1])
+                    eight.append(
+                        builder.add(
+                            builder.shuffle_vector(a, b, evens),
+                            builder.shuffle_vector(a, b, odds),
+                        )
+                    )
+                v = builder.shuffle_vector(eight[0], eight[1], halves)
+                finish(r0 + r, c0 + c, v)
