@@ -131,7 +131,7 @@ def _namespace(isa: str) -> dict[str, Any]:
     g = _namespaces.get(isa)
     if g is None:
         g = _namespaces[isa] = dict(globals())
-        g.update(_make_tiles(isa))
+        g.update(make_tiles(isa))
     return g
 
 
@@ -329,7 +329,7 @@ def _tile_intrinsic(
     return intrinsic(typer)
 
 
-def _make_tiles(isa: str) -> dict[str, Any]:
+def make_tiles(isa: str) -> dict[str, Any]:
     """``isa``'s tile intrinsics by the names the drivers call: _u (uint8 x, int32 out), _s
     (int8 x, int32 out), _f (uint8 x, float32 out, a scale and bias per column), _r (int8
     x, float32 out, a scale per row); 4x4, 4x1, 1x4, 1x1. On panels (64 columns, padded):
