@@ -64,7 +64,17 @@ def runnable(isa: str) -> bool:
     if not jit.ENABLED:
         return False
     host = _host_isa()
-    return bool(host) and (isa == "avx2" or isa == host)
+    return bool(host) and (isa in ("avx2", "avx2s") or isa == host)
+
+
+def weights_isa(k: int, low: int) -> str:
+    """The tiles for a uint8 x int8 product whose int8 side (K rows) has ``low`` as its
+    least value: on AVX2 "avx2s" (sign pairs, 1.4x the widened product's rate) when no
+    weight is -128 and K is a multiple of 4, else :func:`tiles`."""
+    isa = tiles()
+    if isa == "avx2" and k % 4 == 0 and low > -128:
+        return "avx2s"
+    return isa
 
 
 @functools.cache
@@ -147,7 +157,8 @@ def _tile_intrinsic(
 ) -> Any:
     """A rows x (16 * vecs) tile of a product on ``vpdpbusd`` (``isa`` "vnni") or widened
     ``vpmaddwd`` (``isa`` "avx2": jit_int8_avx2's loop, ``ways`` unused), as a numba
-    intrinsic:
+    intrinsic. ``isa`` "avx2s" is "avx2" with the uint8 x int8 kinds on sign pairs
+    (jit_int8_avx2.accumulate_sign_pairs), for a ``y`` with no -128 and K a multiple of 4:
 
     ``tile(x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)`` sets, for
     r < rows and the 16 * vecs columns j from j0 (those below ``jvalid``),
@@ -253,7 +264,7 @@ def _tile_intrinsic(
             dst = builder.bitcast(builder.gep(out_bytes, [off]), ety.as_pointer())
             # lanes past jvalid are not stored (a vector wholly past it stores nothing)
             left = builder.trunc(builder.sub(jvalid, col), i32)
-            if isa == "avx2":
+            if isa in ("avx2", "avx2s"):
                 # AVX2's masked store (vpmaskmovd) is microcoded on Zen: whole vectors
                 # take a plain one
                 full = builder.icmp_signed(">=", left, ir.Constant(i32, 16))
@@ -267,7 +278,25 @@ def _tile_intrinsic(
                 mask = builder.icmp_signed("<", lanes, splat(left))
                 builder.call(store, [v, dst, ir.Constant(i32, 4), mask])
 
-        if isa == "avx2":
+        if isa == "avx2s" and x_unsigned:
+            # sums of (x - 128) y: 128 sum y = 128 (4 nk4 zc - cc) goes back on (K = 4 nk4
+            # on this ISA, so cc = 4 nk4 zb - sum y, all wrapping alike)
+            def finish_sign_pairs(r, c, v):
+                col = builder.add(j0, const(16 * c))
+                k4z = builder.mul(vector_at("zc", col, v16, i32), splat(builder.trunc(nk4, i32)))
+                sums = builder.sub(builder.shl(k4z, splat(ir.Constant(i32, 2))),
+                                   vector_at("cc", col, v16, i32))  # fmt: skip
+                finish(r, c, builder.add(v, builder.shl(sums, splat(ir.Constant(i32, 7)))))
+
+            # one row on sign pairs, pairs of rows widened (jit_int8_avx2 says why)
+            jit_int8_avx2.accumulate(
+                builder, xrows, ycols, ldy, nk4, rows, vecs, True, finish, lambda n: n == 2
+            )
+            jit_int8_avx2.accumulate_sign_pairs(
+                builder, xrows, ycols, ldy, nk4, rows, vecs, finish_sign_pairs, lambda n: n == 1
+            )
+            return context.get_dummy_value()
+        if isa in ("avx2", "avx2s"):
             jit_int8_avx2.accumulate(
                 builder, xrows, ycols, ldy, nk4, rows, vecs, x_unsigned, finish
             )

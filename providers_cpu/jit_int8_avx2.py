@@ -32,15 +32,16 @@ from typing import Any
 _PMADDWD = "llvm.x86.avx2.pmadd.wd"
 
 
-def blocks(rows: int, vecs: int) -> list[tuple[int, int, int, int]]:
-    """A tile's blocks as (first row, rows, first vector, vectors): 2 rows x 1 vector or 1
-    row x 2 (8 accumulators, 4 per row and 16-column vector)."""
+def blocks(rows: int, vecs: int, per_vector: int = 4) -> list[tuple[int, int, int, int]]:
+    """A tile's blocks as (first row, rows, first vector, vectors) holding 8 accumulators
+    (``per_vector`` a row and 16-column vector: 4 widened, 2 on sign pairs): 2 rows x 1
+    vector or 1 row x 2 widened, 2 x 2 or 1 x 4 on sign pairs."""
     out = []
     # rows in pairs: three rows' 12 accumulators left LLVM rotating registers through
     # moves and the stack every k4 (1.5x the time of a pair and a single row)
     for r0 in range(0, rows, 2):
         nr = min(2, rows - r0)
-        step = 2 if nr == 1 else 1
+        step = 8 // (per_vector * nr)
         for c0 in range(0, vecs, step):
             out.append((r0, nr, c0, min(step, vecs - c0)))
     return out
@@ -56,6 +57,7 @@ def accumulate(
     vecs: int,
     x_unsigned: bool,
     finish: Callable[[int, int, Any], None],
+    rows_of: Callable[[int], bool] = lambda nr: True,
 ) -> None:
     """Emit the tile's product: for each block (:func:`blocks`), a loop over the ``nk4``
     groups of four k, then ``finish(r, c, v)`` with ``v`` (<16 x i32>) the sums of row r's
@@ -105,6 +107,8 @@ def accumulate(
         return ir.Constant(i64, v)
 
     for r0, nr, c0, nc in blocks(rows, vecs):
+        if not rows_of(nr):
+            continue
         # accs[r][q]: row r0 + r, 4 columns (16 (c0 + q // 4) + 4 (q % 4) + 0..3), two lanes each
         accs = [
             [cgutils.alloca_once_value(builder, zero) for _ in range(4 * nc)] for _ in range(nr)
@@ -136,3 +140,84 @@ def accumulate(
                     )
                 v = builder.shuffle_vector(eight[0], eight[1], halves)
                 finish(r0 + r, c0 + c, v)
+
+
+def accumulate_sign_pairs(
+    builder: Any,
+    xrows: list,
+    ycols: Any,
+    ldy: Any,
+    nk4: Any,
+    rows: int,
+    vecs: int,
+    finish: Callable[[int, int, Any], None],
+    rows_of: Callable[[int], bool] = lambda nr: True,
+) -> None:
+    """:func:`accumulate` for uint8 ``x`` by int8 ``y`` with no -128 in ``y`` (symmetric
+    weights: what quantize_dynamic writes), on ``vpmaddubsw`` with no saturation, giving
+    ``sum (x - 128) y`` per column (the caller adds ``128 sum y``).
+
+    With x' = x - 128 in [-128, 127] and y in [-127, 127]: ``vpsignb`` makes y * sign(x')
+    (never negating -128), and ``vpmaddubsw`` multiplies it by |x'| (at most 128, unsigned),
+    so each pair is at most 2 * 128 * 127 = 32512 in magnitude: inside int16. ``vpmaddwd``
+    by ones adds the pairs into int32 lanes, each a column's four k. As many multiplies as
+    the widened product, so no faster where those bound it (two rows and more, measured:
+    [2, 256] x [256, 1024] 10.3 against 9.8 us), but one row's widened product waits on
+    widening y (every byte used once): [1, 512] x [512, 2048] 21.5 against 29.0 us.
+    ``rows_of(n)`` says which blocks (by their row count) to emit."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    i1, i8, i16, i32, i64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
+    v32b, v16w, v8d = ir.VectorType(i8, 32), ir.VectorType(i16, 16), ir.VectorType(i32, 8)
+    mod = builder.module
+    psign = cgutils.get_or_insert_function(
+        mod, ir.FunctionType(v32b, [v32b, v32b]), "llvm.x86.avx2.psign.b"
+    )
+    maddubs = cgutils.get_or_insert_function(
+        mod, ir.FunctionType(v16w, [v32b, v32b]), "llvm.x86.avx2.pmadd.ub.sw"
+    )
+    pmadd = cgutils.get_or_insert_function(mod, ir.FunctionType(v8d, [v16w, v16w]), _PMADDWD)
+    vabs = cgutils.get_or_insert_function(mod, ir.FunctionType(v32b, [v32b, i1]), "llvm.abs.v32i8")
+    ones = ir.Constant(v16w, [1] * 16)
+    flip = ir.Constant(v8d, [-0x7F7F7F80] * 8)  # 0x80808080: x - 128 in each byte
+    splat8 = ir.Constant(v8d, [0] * 8)
+    undef8 = ir.Constant(v8d, ir.Undefined)
+    halves = ir.Constant(ir.VectorType(i32, 16), list(range(16)))
+    zero = ir.Constant(v8d, None)
+
+    def const(v):
+        return ir.Constant(i64, v)
+
+    for r0, nr, c0, nc in blocks(rows, vecs, per_vector=2):
+        if not rows_of(nr):
+            continue
+        # accs[r][q]: row r0 + r, columns 16 c0 + 8 q .. + 7, one lane each
+        accs = [
+            [cgutils.alloca_once_value(builder, zero) for _ in range(2 * nc)] for _ in range(nr)
+        ]
+        with cgutils.for_range(builder, nk4) as lp:
+            k = lp.index
+            ybase = builder.gep(ycols, [builder.mul(k, ldy)])
+            signs, mags = [], []
+            for r in range(nr):
+                xp = builder.gep(xrows[r0 + r], [builder.mul(k, const(4))])
+                word = builder.load(builder.bitcast(xp, i32.as_pointer()), align=1)
+                one = builder.insert_element(undef8, word, ir.Constant(i32, 0))
+                xs = builder.xor(builder.shuffle_vector(one, undef8, splat8), flip)
+                xs = builder.bitcast(xs, v32b)
+                signs.append(xs)
+                # |-128| is 128 as a byte read unsigned: abs without the poison flag
+                mags.append(builder.call(vabs, [xs, ir.Constant(i1, 0)]))
+            for q in range(2 * nc):
+                yp = builder.gep(ybase, [const(64 * c0 + 32 * q)])
+                yv = builder.load(builder.bitcast(yp, v32b.as_pointer()), align=1)
+                for r in range(nr):
+                    pairs = builder.call(maddubs, [mags[r], builder.call(psign, [yv, signs[r]])])
+                    prod = builder.call(pmadd, [pairs, ones])
+                    builder.store(builder.add(builder.load(accs[r][q]), prod), accs[r][q])
+        for r in range(nr):
+            for c in range(nc):
+                lo = builder.load(accs[r][2 * c])
+                hi = builder.load(accs[r][2 * c + 1])
+                finish(r0 + r, c0 + c, builder.shuffle_vector(lo, hi, halves))

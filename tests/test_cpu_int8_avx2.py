@@ -202,3 +202,43 @@ def test_avx2_tiles_compile_to_widening_multiplies():
     ops = re.findall(r"^\s+(v\w+)", "\n".join(f.inspect_asm().values()), re.MULTILINE)
     assert "vpmaddwd" in ops and "vpmovsxbw" in ops
     assert "vpmaddubsw" not in ops and "vpdpbusd" not in ops
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 4, 1), (1, 1028, 67), (3, 68, 19), (5, 260, 130)])
+@pytest.mark.parametrize("zps", ["ends", "per_row_col"])
+def test_sign_pairs_are_exact(m, k, n, zps, avx2):
+    """Symmetric int8 weights (-127..127, here mostly the ends) by uint8 at 0/255 take the
+    sign-pair tiles for single rows (vpmaddubsw on |x - 128| and y * sign(x - 128), at most
+    2 * 128 * 127 a pair): the integer definition, zero points at the ends."""
+    rng = np.random.default_rng(m + k + n)
+    a = _saturating(rng, (m, k), U8)
+    b = np.clip(_saturating(rng, (k, n), I8), -127, 127).astype(I8)
+    if zps == "ends":
+        za, zb = np.array(255, U8), np.array(-128, I8)
+    else:
+        za = rng.choice(np.array([0, 255]), m).astype(U8)
+        zb = rng.choice(np.array([-128, 127]), n).astype(I8)
+    got = _session("MatMulInteger", [("a", a), ("b", b), ("za", za), ("zb", zb)], {"b", "zb"})
+    np.testing.assert_array_equal(got, _ref(a, za, b, zb))
+    if avx2 is not None:
+        assert ("gemm_int", "avx2s") in avx2
+        mult = np.full(n, 1e-3, np.float32)
+        for panels in (False, True):
+            packed = vnni_gemm.PackedB(b, zb, panels=panels)
+            assert packed.isa == "avx2s"
+            np.testing.assert_array_equal(vnni_gemm.matmul(a, za, packed), _ref(a, za, b, zb))
+            want = _ref(a, za, b, zb).astype(np.float32) * mult + np.float32(-0.0)
+            assert vnni_gemm.matmul(a, za, packed, mult).tobytes() == want.tobytes()
+
+
+def test_which_weights_take_sign_pairs(monkeypatch):
+    """On AVX2: no -128 and K a multiple of 4; otherwise (and on VNNI) the ISA's own tiles."""
+    monkeypatch.setattr(jit, "ENABLED", True)
+    monkeypatch.setattr(jit_int8, "_isa", "avx2")
+    assert jit_int8.weights_isa(512, -127) == "avx2s"
+    assert jit_int8.weights_isa(512, -128) == "avx2"
+    assert jit_int8.weights_isa(510, 0) == "avx2"
+    monkeypatch.setattr(jit_int8, "_isa", "vnni")
+    assert jit_int8.weights_isa(512, -127) == "vnni"
+    monkeypatch.setattr(jit_int8, "_isa", "")
+    assert jit_int8.weights_isa(512, -127) == ""

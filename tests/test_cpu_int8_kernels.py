@@ -394,10 +394,11 @@ def test_compiled_hidden_quantisation_is_the_numpy_round_trip():
 
 
 def _dq_lstm(
-    rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant, states=True
-):
+    rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant, states=True,
+    symmetric=False,
+):  # fmt: skip
     D = 2 if direction == "bidirectional" else 1
-    lo, hi = (-128, 128) if w_dt == I8 else (0, 256)
+    lo, hi = (-128 + symmetric, 128) if w_dt == I8 else (0, 256)
     W = rng.integers(lo, hi, (D, n_in, 4 * H)).astype(w_dt)
     R = rng.integers(lo, hi, (D, H, 4 * H)).astype(w_dt)
     shape = (D, 4 * H) if per_channel else (D,)
@@ -490,16 +491,17 @@ def vnni_calls(tile_isa, monkeypatch):
     thread; result 1 done, 0 gave up at a hidden state, -1 X not finite)."""
     from onnxep.providers_cpu.ops import recurrent_vnni
 
-    loops = recurrent_vnni.loops()
     calls = []
-    real = loops.lstm_node
+    # on AVX2, weights with no -128 take the sign-pair tiles' loops (jit_int8.weights_isa)
+    for isa in ("avx2", "avx2s") if tile_isa == "avx2" else (tile_isa,):
+        loops = recurrent_vnni.loops(isa)
 
-    def spy(*args):
-        result = real(*args)
-        calls.append((list(range(args[-2], args[-1])), result))
-        return result
+        def spy(*args, real=loops.lstm_node):
+            result = real(*args)
+            calls.append((list(range(args[-2], args[-1])), result))
+            return result
 
-    monkeypatch.setattr(loops, "lstm_node", spy)
+        monkeypatch.setattr(loops, "lstm_node", spy)
     return calls
 
 
@@ -561,6 +563,32 @@ def test_dynamic_quantize_lstm_on_the_tiles(
         _, ref = run_both(model, feeds, ort_threads=1)
         for g, r in zip(tiles, ref):
             np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("batch", "n_in", "H"), [(1, 128, 64), (3, 20, 8), (1, 4, 4)])
+def test_dynamic_quantize_lstm_on_avx2_sign_pairs(batch, n_in, H, monkeypatch):
+    """Symmetric int8 weights (no -128, what quantize_dynamic writes) with K a multiple of 4
+    take AVX2's sign-pair tiles for single rows (jit_int8.weights_isa): the float loop's
+    bits (exact sums of the same integers), the NumPy path and onnxruntime within the
+    hidden state's quantisation step."""
+    _use_tiles("avx2", monkeypatch)
+    from onnxep.providers_cpu.ops import recurrent_vnni
+
+    loops = recurrent_vnni.loops("avx2s")
+    calls = []
+    real = loops.lstm_node
+    monkeypatch.setattr(loops, "lstm_node", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(batch * 100 + H)
+    model, feeds = _dq_lstm(rng, "bidirectional", 5, batch, n_in, H, I8, True, True, None,
+                            True, symmetric=True)  # fmt: skip
+    tiles, loop, numpy_path = _runs(model, feeds, monkeypatch)
+    assert calls == [1]
+    for g, f, n in zip(tiles, loop, numpy_path):
+        np.testing.assert_array_equal(g, f)
+        np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)
+    _, ref = run_both(model, feeds, ort_threads=1)
+    for g, r in zip(tiles, ref):
+        np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
 
 
 @needs_tiles

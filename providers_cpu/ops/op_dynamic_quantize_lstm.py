@@ -301,17 +301,19 @@ def _tiles_runner(node, weights):
         pr = [vnni_gemm.PackedB(R[d], per_output(rz, d), panels=True) for d in range(num_dir)]
         wargs = (stacked(pw, "y"), pw[0].nk4, stacked(pw, "zc"), stacked(pw, "cc"), wsc, bias)
         rargs = (stacked(pr, "y"), pr[0].nk4, stacked(pr, "zc"), stacked(pr, "cc"), rsc)
-        return H, pw[0].k, wargs, rargs
+        isas = {p.isa for p in pw + pr}  # AVX2's sign pairs only where every pack takes them
+        isa = isas.pop() if len(isas) == 1 else jit_int8.tiles()
+        return H, pw[0].k, wargs, rargs, isa
 
     fixed = None if weights is None else prepare(*weights)
-    loops = _vnni_module().loops() if weights is None or fixed is not None else None
+    loops = _vnni_module().loops(fixed[-1]) if fixed is not None else None
     no_peep = np.empty((num_dir, 0), np.float32)
 
     def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
         prepared = fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
         if prepared is None:
             return None
-        H, n_in, wargs, rargs = prepared
+        H, n_in, wargs, rargs, isa = prepared
         peep = peepholes(op, P, no_peep, num_dir, H)
         if X.ndim != 3 or X.shape[2] != n_in:
             raise InvalidArgument(
@@ -330,7 +332,7 @@ def _tiles_runner(node, weights):
         h, c = states
         Y = np.empty((T, num_dir, batch, H), np.float32)
         x = np.ascontiguousarray(X)
-        vl = loops if loops is not None else _vnni_module().loops()
+        vl = loops if loops is not None else _vnni_module().loops(isa)
         args = (*wargs, *rargs, peep, clip, input_forget, rev, h, c, Y)
         work = T * batch * 4 * H * (H + n_in)
         if num_dir == 1 or run_threads() == 1 or work < PARALLEL_WORK:

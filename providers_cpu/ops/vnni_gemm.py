@@ -107,6 +107,8 @@ class PackedB:
         self.k, self.n = k, n
         self.nk4 = _up(k, 4) // 4
         self.panels = panels
+        #: which tiles run this B (jit_int8.weights_isa: AVX2's sign pairs where they can)
+        self.isa = jit_int8.weights_isa(k, int(b8.min()) if b8.size else 0)
         y = _columns_layout(b8)
         if panels:
             width = _up(n, 64)
@@ -150,10 +152,10 @@ def matmul(
         out = np.empty((rows, n), np.int32)
         if packed.panels:
             args = (buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
-            _run(jit_int8.loop("panels_int"), args, rows, n, k)
+            _run(jit_int8.loop("panels_int", packed.isa), args, rows, n, k)
         else:
             args = (0, buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, out, n)
-            _run(jit_int8.loop("gemm_int"), args, rows, n, k)
+            _run(jit_int8.loop("gemm_int", packed.isa), args, rows, n, k)
     else:
         np_ = packed.zc.shape[0]
         mv, bv = np.empty(np_, np.float32), np.empty(np_, np.float32)
@@ -162,7 +164,8 @@ def matmul(
         jit_int8.loop("mm_prep")(a2, flip, za, buf, sa, zr, n, m, b, mv, bv)
         out = np.empty((rows, n), np.float32)
         args = (buf, packed.y, packed.nk4, sa, zr, rc, packed.zc, packed.cc, mv, bv, out, n)
-        _run(jit_int8.loop("panels_float" if packed.panels else "gemm_float"), args, rows, n, k)
+        f = jit_int8.loop("panels_float" if packed.panels else "gemm_float", packed.isa)
+        _run(f, args, rows, n, k)
     return out.reshape(*lead, n)
 
 
@@ -188,8 +191,8 @@ def dynamic_matmul(
         return None
     x = np.ascontiguousarray(a, np.float32).reshape(-1)
     out = np.empty((rows, n), np.float32)
-    ok = jit_int8.loop("dq_matmul")(x, k, packed.nk4, packed.y, packed.zc, packed.cc, b_scale,
-                                    bias, out)  # fmt: skip
+    f = jit_int8.loop("dq_matmul", packed.isa)
+    ok = f(x, k, packed.nk4, packed.y, packed.zc, packed.cc, b_scale, bias, out)
     return out.reshape(*a.shape[:-1], n) if ok else None
 
 
