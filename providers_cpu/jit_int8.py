@@ -297,8 +297,9 @@ def _tile_intrinsic(
             )
             return context.get_dummy_value()
         if isa in ("avx2", "avx2s"):
+            wide = ty["x"].dtype.bitwidth == 16  # PackedConv's weights on AVX2
             jit_int8_avx2.accumulate(
-                builder, xrows, ycols, ldy, nk4, rows, vecs, x_unsigned, finish
+                builder, xrows, ycols, ldy, nk4, rows, vecs, x_unsigned, finish, x_wide=wide
             )
             return context.get_dummy_value()
         dp = cgutils.get_or_insert_function(

@@ -58,13 +58,16 @@ def accumulate(
     x_unsigned: bool,
     finish: Callable[[int, int, Any], None],
     rows_of: Callable[[int], bool] = lambda nr: True,
+    x_wide: bool = False,
 ) -> None:
     """Emit the tile's product: for each block (:func:`blocks`), a loop over the ``nk4``
     groups of four k, then ``finish(r, c, v)`` with ``v`` (<16 x i32>) the sums of row r's
     16 columns of vector c (jit_int8's epilogue). ``xrows[r]`` points at row r of ``x``
     (i8*), ``ycols`` at the tile's first column in row 0 of ``y``, ``ldy`` is y's row
     stride in bytes; ``x_unsigned``: x is the uint8 operand and y the int8 one (else the
-    other way round)."""
+    other way round). ``x_wide``: x holds its 8-bit values as int16 already (convolution
+    weights, widened once when packed), so each row's four k are one 8-byte broadcast
+    load, with no shuffle. ``rows_of(n)`` says which blocks (by row count) to emit."""
     from llvmlite import ir
     from numba.core import cgutils
 
@@ -92,11 +95,25 @@ def accumulate(
 
     undef8 = ir.Constant(v8i, ir.Undefined)
 
-    def x_wide(word):
+    def x_widened(word):
         one = builder.insert_element(undef8, word, ir.Constant(i32, 0))
         b = builder.bitcast(builder.shuffle_vector(one, undef8, splat8), v32b)
         w = builder.bitcast(builder.shuffle_vector(b, zeros32, pick), v16w)
         return w if x_unsigned else builder.ashr(w, by8)
+
+    v4q = ir.VectorType(i64, 4)
+    undef4q = ir.Constant(v4q, ir.Undefined)
+    splat4 = ir.Constant(ir.VectorType(i32, 4), [0] * 4)
+
+    def x_row(r, k):
+        """Row r's four k, as int16 lanes repeated along the vector."""
+        if x_wide:
+            xp = builder.gep(xrows[r], [builder.mul(k, const(8))])
+            four = builder.load(builder.bitcast(xp, i64.as_pointer()), align=2)
+            one = builder.insert_element(undef4q, four, ir.Constant(i32, 0))
+            return builder.bitcast(builder.shuffle_vector(one, undef4q, splat4), v16w)
+        xp = builder.gep(xrows[r], [builder.mul(k, const(4))])
+        return x_widened(builder.load(builder.bitcast(xp, i32.as_pointer()), align=1))
 
     evens = ir.Constant(ir.VectorType(i32, 8), list(range(0, 16, 2)))
     odds = ir.Constant(ir.VectorType(i32, 8), list(range(1, 16, 2)))
@@ -118,8 +135,7 @@ def accumulate(
             ybase = builder.gep(ycols, [builder.mul(k, ldy)])
             xs = []
             for r in range(nr):
-                xp = builder.gep(xrows[r0 + r], [builder.mul(k, const(4))])
-                xs.append(x_wide(builder.load(builder.bitcast(xp, i32.as_pointer()), align=1)))
+                xs.append(x_row(r0 + r, k))
             for q in range(4 * nc):
                 yp = builder.gep(ybase, [const(64 * c0 + 16 * q)])
                 yv = y_ext(builder.load(builder.bitcast(yp, v16b.as_pointer()), align=1), v16w)

@@ -210,6 +210,11 @@ class PackedConv:
         rows[..., :c] = w8.transpose(0, 2, 3, 1)
         self.x = rows.reshape(o, -1)
         self.nk4 = self.x.shape[1] // 4
+        if jit_int8.tiles() in ("avx2", "avx2s"):
+            # AVX2's tiles widen each broadcast row to int16 every k4: widened here once,
+            # a row's four k are one broadcast load (ddddocr's convolutions: 17% fewer
+            # instructions in the loop)
+            self.x = self.x.astype(np.int16)
         self.k = c * kh * kw
         z = np.zeros(1, np.int64) if zp is None else np.asarray(zp).astype(np.int64).reshape(-1)
         zw = np.broadcast_to(z, (o,)) - moved
