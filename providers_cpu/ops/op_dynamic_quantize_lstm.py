@@ -9,12 +9,11 @@ products are those 8-bit values times the 8-bit weights, scaled back to float. T
 runs one of three ways:
 
 - 8-bit tiles (numba, default activations, AVX-512 VNNI or AVX2: jit_int8.tiles();
-  recurrent_vnni.py): one compiled
-  call per run quantizes X, projects every step as one uint8 x int8 product and runs
-  each step's hidden state times R on the tiles, all in exact int32 (W and R packed into
-  64-column panels once per session), directions on two threads only past
-  ``PARALLEL_WORK``. The same integers as the loop below, which sums them in float32:
-  equal results while those sums are exact.
+  recurrent_vnni.py): one compiled call per run quantizes X, projects every step as one
+  uint8 x int8 product and runs each step's hidden state times R on the tiles, all in
+  exact int32 (W and R packed into 64-column panels once per session), directions on two
+  threads only past ``PARALLEL_WORK``. The same integers as the loop below, which sums
+  them in float32: equal results while those sums are exact.
 - compiled (numba, default activations; recurrent_jit.py): one loop per direction over
   the whole sequence. The hidden state's 8-bit integers multiply the 8-bit weights (less
   their zero point, as int8, or int16 where that does not fit) converted in the loop, and
