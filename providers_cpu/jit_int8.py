@@ -26,66 +26,123 @@ could change under a stale cached caller.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import jit
+from . import jit, jit_int8_avx2
 
-_compiled: dict[str, Any] = {}
-_vnni: bool | None = None
+_compiled: dict[tuple[str, str], Any] = {}
+_isa: str | None = None
 _digest: str | None = None
+_namespaces: dict[str, dict[str, Any]] = {}
+
+
+def tiles() -> str:
+    """Which tiles run here: "vnni" (AVX-512 VNNI's vpdpbusd), "avx2" (jit_int8_avx2's
+    exact vpmaddwd product), or "" (numba off, another target, or no AVX2: the callers'
+    float BLAS paths)."""
+    global _isa
+    if not jit.ENABLED:
+        return ""
+    if _isa is None:
+        _isa = _host_isa()
+    return _isa
 
 
 def vnni() -> bool:
-    """True when the u8 x s8 tiles can run: numba on, targeting this CPU, with AVX-512 VNNI."""
-    global _vnni
+    """True when the tiles run on AVX-512 VNNI."""
+    return tiles() == "vnni"
+
+
+def runnable(isa: str) -> bool:
+    """Whether ``isa``'s tiles can run here (AVX2's on a VNNI CPU too: tests run both)."""
     if not jit.ENABLED:
         return False
-    if _vnni is None:
-        _vnni = _host_has_vnni()
-    return _vnni
+    host = _host_isa()
+    return bool(host) and (isa in ("avx2", "avx2s") or isa == host)
 
 
-def _host_has_vnni() -> bool:
+def weights_isa(k: int, low: int) -> str:
+    """The tiles for a uint8 x int8 product whose int8 side (K rows) has ``low`` as its
+    least value: on AVX2 "avx2s" (sign pairs, 1.4x the widened product's rate) when no
+    weight is -128 and K is a multiple of 4, else :func:`tiles`."""
+    isa = tiles()
+    if isa == "avx2" and k % 4 == 0 and low > -128:
+        return "avx2s"
+    return isa
+
+
+@functools.cache
+def _host_isa() -> str:
     try:
         import llvmlite.binding as ll
         from numba.core import config
     except Exception:  # a broken numba install: no tiles
-        return False
+        return ""
     if config.CPU_NAME or config.CPU_FEATURES:
         # numba told to compile for another CPU (a portable cache): the host's
         # features say nothing about the target's.
-        return False
+        return ""
     features = ll.get_host_cpu_features()
-    return all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni"))
+    if all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni")):
+        return "vnni"
+    return "avx2" if features.get("avx2", False) else ""
 
 
 def source_digest() -> str:
-    """A digest of this file, for compiled callers kept in other files: numba's disk cache
-    checks only the file that defines the caller, so recurrent_loops.vnni_loops puts this
-    in its loops' cache names, and an edited tile never comes back from a stale cache."""
+    """A digest of this file and jit_int8_avx2.py, for compiled callers kept in other files:
+    numba's disk cache checks only the file that defines the caller, so recurrent_vnni's
+    loops and the tile drivers here put this in their cache names, and an edited tile never
+    comes back from a stale cache."""
     global _digest
     if _digest is None:
-        _digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+        h = hashlib.sha256(Path(__file__).read_bytes())
+        h.update(Path(jit_int8_avx2.__file__).read_bytes())
+        _digest = h.hexdigest()[:16]
     return _digest
 
 
-def loop(name: str) -> Any:
-    """The compiled function ``name`` (defined below), compiling it on first use."""
-    f = _compiled.get(name)
+def loop(name: str, isa: str | None = None) -> Any:
+    """The compiled function ``name`` (defined below), compiling it on first use. Loops that
+    run the tiles are compiled once per instruction set (``isa``, by default
+    :func:`tiles`), each copy with its own tiles and its own cache name."""
+    if not jit.ENABLED:  # also imports numba into jit.nb
+        raise RuntimeError(f"jit_int8.loop({name!r}): compiled loops are off here")
+    needs = name in _WITH_TILES
+    if needs:
+        isa = isa or tiles()
+        if not isa:
+            raise RuntimeError(f"jit_int8.loop({name!r}): no 8-bit tiles on this CPU")
+    key = (name, isa if needs else "")
+    f = _compiled.get(key)
     if f is None:
-        if not jit.ENABLED:  # also imports numba into jit.nb
-            raise RuntimeError(f"jit_int8.loop({name!r}): compiled loops are off here")
-        if name in _NEED_TILES:
-            _make_tiles()
+        src = _SOURCES[name]
+        g = _namespace(isa) if needs else globals()
         for dep in _CALLS.get(name, ()):
             # a compiled callee, where the caller's compiled code looks it up
-            globals()[f"_c_{dep}"] = loop(dep)
-        f = _compiled[name] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
+            g[f"_c_{dep}"] = loop(dep, isa)
+        if needs:
+            # a copy reading this ISA's tiles, under a name of its own: the disk cache
+            # keys on the qualified name and checks only this file, not jit_int8_avx2.py
+            src = types.FunctionType(src.__code__, g, src.__name__, src.__defaults__)
+            src.__qualname__ = f"{name}_{isa}_{source_digest()}"
+        f = _compiled[key] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(src)
     return f
+
+
+def _namespace(isa: str) -> dict[str, Any]:
+    """This module's globals with ``isa``'s tile intrinsics, where that ISA's copies of the
+    drivers look their callees up."""
+    g = _namespaces.get(isa)
+    if g is None:
+        g = _namespaces[isa] = dict(globals())
+        g.update(make_tiles(isa))
+    return g
 
 
 def _tile_intrinsic(
@@ -96,8 +153,12 @@ def _tile_intrinsic(
     row_scale: bool,
     panel: bool = False,
     ways: int = 1,
+    isa: str = "vnni",
 ) -> Any:
-    """A rows x (16 * vecs) tile of a product on ``vpdpbusd``, as a numba intrinsic:
+    """A rows x (16 * vecs) tile of a product on ``vpdpbusd`` (``isa`` "vnni") or widened
+    ``vpmaddwd`` (``isa`` "avx2": jit_int8_avx2's loop, ``ways`` unused), as a numba
+    intrinsic. ``isa`` "avx2s" is "avx2" with the uint8 x int8 kinds on sign pairs
+    (jit_int8_avx2.accumulate_sign_pairs), for a ``y`` with no -128 and K a multiple of 4:
 
     ``tile(x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid)`` sets, for
     r < rows and the 16 * vecs columns j from j0 (those below ``jvalid``),
@@ -174,6 +235,73 @@ def _tile_intrinsic(
         else:
             start = builder.mul(j0, const(4))
         ycols = builder.gep(byte_ptr("y"), [start])
+        ety = f16 if float_out else v16
+        store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [ety, ety.as_pointer(), i32, m16]),
+            "llvm.masked.store.v16f32.p0" if float_out else "llvm.masked.store.v16i32.p0",
+        )
+        lanes = ir.Constant(v16, list(range(16)))
+        out_bytes = byte_ptr("out")
+
+        def finish(r, c, v):
+            """Row r's sums ``v`` of vector c: the zero-point terms, the scale, the store."""
+            col = builder.add(j0, const(16 * c))
+            zc = vector_at("zc", col, v16, i32)
+            cc = vector_at("cc", col, v16, i32)
+            row = builder.add(i0, const(r))
+            v = builder.sub(v, builder.mul(splat(builder.load(at("rs", row, i32))), zc))
+            v = builder.add(v, builder.mul(splat(builder.load(at("zr", row, i32))), cc))
+            v = builder.add(v, splat(builder.load(at("rc", row, i32))))
+            if row_scale:
+                scale = splat(builder.load(at("mult", row, f32)))
+                v = builder.fmul(builder.sitofp(v, f16), scale)
+            elif float_out:
+                mult = vector_at("mult", col, f16, f32)
+                bias = vector_at("bias", col, f16, f32)
+                v = builder.fadd(builder.fmul(builder.sitofp(v, f16), mult), bias)
+            off = builder.add(builder.mul(row, ldo), builder.mul(col, const(4)))
+            dst = builder.bitcast(builder.gep(out_bytes, [off]), ety.as_pointer())
+            # lanes past jvalid are not stored (a vector wholly past it stores nothing)
+            left = builder.trunc(builder.sub(jvalid, col), i32)
+            if isa in ("avx2", "avx2s"):
+                # AVX2's masked store (vpmaskmovd) is microcoded on Zen: whole vectors
+                # take a plain one
+                full = builder.icmp_signed(">=", left, ir.Constant(i32, 16))
+                with builder.if_else(full, likely=True) as (whole, part):
+                    with whole:
+                        builder.store(v, dst, align=4)
+                    with part:
+                        mask = builder.icmp_signed("<", lanes, splat(left))
+                        builder.call(store, [v, dst, ir.Constant(i32, 4), mask])
+            else:
+                mask = builder.icmp_signed("<", lanes, splat(left))
+                builder.call(store, [v, dst, ir.Constant(i32, 4), mask])
+
+        if isa == "avx2s" and x_unsigned:
+            # sums of (x - 128) y: 128 sum y = 128 (4 nk4 zc - cc) goes back on (K = 4 nk4
+            # on this ISA, so cc = 4 nk4 zb - sum y, all wrapping alike)
+            def finish_sign_pairs(r, c, v):
+                col = builder.add(j0, const(16 * c))
+                k4z = builder.mul(vector_at("zc", col, v16, i32), splat(builder.trunc(nk4, i32)))
+                sums = builder.sub(builder.shl(k4z, splat(ir.Constant(i32, 2))),
+                                   vector_at("cc", col, v16, i32))  # fmt: skip
+                finish(r, c, builder.add(v, builder.shl(sums, splat(ir.Constant(i32, 7)))))
+
+            # one row on sign pairs, pairs of rows widened (jit_int8_avx2 says why)
+            jit_int8_avx2.accumulate(
+                builder, xrows, ycols, ldy, nk4, rows, vecs, True, finish, lambda n: n == 2
+            )
+            jit_int8_avx2.accumulate_sign_pairs(
+                builder, xrows, ycols, ldy, nk4, rows, vecs, finish_sign_pairs, lambda n: n == 1
+            )
+            return context.get_dummy_value()
+        if isa in ("avx2", "avx2s"):
+            wide = ty["x"].dtype.bitwidth == 16  # PackedConv's weights on AVX2
+            jit_int8_avx2.accumulate(
+                builder, xrows, ycols, ldy, nk4, rows, vecs, x_unsigned, finish, x_wide=wide
+            )
+            return context.get_dummy_value()
         dp = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(v16, [v16, v16, v16]), "llvm.x86.avx512.vpdpbusd.512"
         )
@@ -219,38 +347,9 @@ def _tile_intrinsic(
                     for w in range(1, ways):
                         total = builder.add(total, builder.load(accs[w][r][c]))
                     builder.store(total, acc[r][c])
-        ety = f16 if float_out else v16
-        store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [ety, ety.as_pointer(), i32, m16]),
-            "llvm.masked.store.v16f32.p0" if float_out else "llvm.masked.store.v16i32.p0",
-        )
-        lanes = ir.Constant(v16, list(range(16)))
-        out_bytes = byte_ptr("out")
         for c in range(vecs):
-            col = builder.add(j0, const(16 * c))
-            zc = vector_at("zc", col, v16, i32)
-            cc = vector_at("cc", col, v16, i32)
-            if float_out and not row_scale:
-                mult = vector_at("mult", col, f16, f32)
-                bias = vector_at("bias", col, f16, f32)
-            # lanes past jvalid are not stored (a vector wholly past it stores nothing)
-            left = builder.trunc(builder.sub(jvalid, col), i32)
-            mask = builder.icmp_signed("<", lanes, splat(left))
             for r in range(rows):
-                row = builder.add(i0, const(r))
-                v = builder.load(acc[r][c])
-                v = builder.sub(v, builder.mul(splat(builder.load(at("rs", row, i32))), zc))
-                v = builder.add(v, builder.mul(splat(builder.load(at("zr", row, i32))), cc))
-                v = builder.add(v, splat(builder.load(at("rc", row, i32))))
-                if row_scale:
-                    scale = splat(builder.load(at("mult", row, f32)))
-                    v = builder.fmul(builder.sitofp(v, f16), scale)
-                elif float_out:
-                    v = builder.fadd(builder.fmul(builder.sitofp(v, f16), mult), bias)
-                off = builder.add(builder.mul(row, ldo), builder.mul(col, const(4)))
-                dst = builder.bitcast(builder.gep(out_bytes, [off]), ety.as_pointer())
-                builder.call(store, [v, dst, ir.Constant(i32, 4), mask])
+                finish(r, c, builder.load(acc[r][c]))
         return context.get_dummy_value()
 
     def typer(typingctx, x, i0, y, j0, nk4, rs, zr, rc, zc, cc, mult, bias, out, jvalid):
@@ -260,22 +359,20 @@ def _tile_intrinsic(
     return intrinsic(typer)
 
 
-def _make_tiles() -> None:
-    # Module globals, where the compiled drivers look their callees up: _u (uint8 x,
-    # int32 out), _s (int8 x, int32 out), _f (uint8 x, float32 out, a scale and bias per
-    # column), _r (int8 x, float32 out, a scale per row); 4x4, 4x1, 1x4, 1x1. On panels
-    # (64 columns, padded): _pu (as _u) and _pf (as _f), 1 to 4 rows: a recurrent step's
-    # product has as many rows as the batch, and each row tile reads the panel once.
-    g = globals()
-    if "_u44" in g:
-        return
+def make_tiles(isa: str) -> dict[str, Any]:
+    """``isa``'s tile intrinsics by the names the drivers call: _u (uint8 x, int32 out), _s
+    (int8 x, int32 out), _f (uint8 x, float32 out, a scale and bias per column), _r (int8
+    x, float32 out, a scale per row); 4x4, 4x1, 1x4, 1x1. On panels (64 columns, padded):
+    _pu (as _u) and _pf (as _f), 1 to 4 rows: a recurrent step's product has as many rows
+    as the batch, and each row tile reads the panel once."""
+    g = {}
     for tag, float_out in (("pu", False), ("pf", True)):
         for rows in (1, 2, 3, 4):
             # one row: two sets of sums (8 in flight), 20% faster on [1, 256] x [256, 1024];
             # two rows already run at the cache's bandwidth
             ways = 2 if rows == 1 else 1
             g[f"_{tag}{rows}4"] = _tile_intrinsic(
-                rows, 4, True, float_out, False, panel=True, ways=ways
+                rows, 4, True, float_out, False, panel=True, ways=ways, isa=isa
             )
     kinds = (
         ("u", True, False, False),
@@ -285,7 +382,10 @@ def _make_tiles() -> None:
     )
     for tag, x_unsigned, float_out, row_scale in kinds:
         for rows, vecs in ((4, 4), (4, 1), (1, 4), (1, 1)):
-            g[f"_{tag}{rows}{vecs}"] = _tile_intrinsic(rows, vecs, x_unsigned, float_out, row_scale)
+            g[f"_{tag}{rows}{vecs}"] = _tile_intrinsic(
+                rows, vecs, x_unsigned, float_out, row_scale, isa=isa
+            )
+    return g
 
 
 def _gemm_int(x_signed, x, y, nk4, rs, zr, rc, zc, cc, out, jvalid, i0, i1, j0, j1):
@@ -678,8 +778,12 @@ _SOURCES = {
     "dq_uint8": _dq_uint8,
     "dq_matmul": _dq_matmul,
 }
-_NEED_TILES = frozenset({"gemm_int", "gemm_float", "gemm_row_scaled", "panels_int", "panels_float"})
 _CALLS = {
     "conv_image": ("im2col4", "col_sums", "gemm_int", "gemm_row_scaled"),
     "dq_matmul": ("dq_uint8", "gemm_float"),
 }
+# the loops that call tiles (directly or through a callee): compiled once per ISA
+_WITH_TILES = frozenset(
+    {"gemm_int", "gemm_float", "gemm_row_scaled", "panels_int", "panels_float"}
+    | {"conv_image", "dq_matmul"}
+)

@@ -1,11 +1,13 @@
 """The CPU provider's 8-bit kernels: float BLAS (providers_cpu/ops/int_gemm.py) and the
-AVX-512 VNNI tiles (providers_cpu/jit_int8.py, ops/vnni_gemm.py).
+tiles (providers_cpu/jit_int8.py, ops/vnni_gemm.py) on AVX-512 VNNI and on AVX2
+(jit_int8_avx2.py).
 
 MatMulInteger and ConvInteger must give the integer kernels' int32 results bit for bit:
 checked against the integer definition (int64 products, cut to int32 as an int32
 accumulator wraps) on large K and on the extreme values of each type, where the float32
 path would round (the kernels must take float64 there), and against onnxruntime, on both
-paths (``int_path``: the tiles where this CPU has VNNI, and BLAS with numba off).
+paths (``int_path``: the VNNI tiles where this CPU has VNNI, the AVX2 tiles where it has
+AVX2, and BLAS with numba off).
 DynamicQuantizeLSTM's batched hidden-state round trip must equal the one-direction one.
 """
 
@@ -30,14 +32,27 @@ from onnxep.providers_cpu.ops.op_dynamic_quantize_lstm import (
 U8, I8 = np.dtype(np.uint8), np.dtype(np.int8)
 
 
-@pytest.fixture(params=["tiles", "blas"])
+def _use_tiles(isa, monkeypatch):
+    if not jit_int8.runnable(isa):
+        pytest.skip(f"no numba or no {isa} here: its tiles do not run")
+    monkeypatch.setattr(jit_int8, "_isa", isa)
+
+
+@pytest.fixture(params=["vnni", "avx2", "blas"])
 def int_path(request, monkeypatch):
-    """Runs a test on the VNNI tiles (skipped without them) and on float BLAS (numba off)."""
-    if request.param == "tiles":
-        if not jit_int8.vnni():
-            pytest.skip("no numba or no AVX-512 VNNI here: the tiles do not run")
-    else:
+    """Runs a test on the VNNI tiles and the AVX2 ones (each skipped where it cannot run)
+    and on float BLAS (numba off)."""
+    if request.param == "blas":
         monkeypatch.setattr(jit, "ENABLED", False)
+    else:
+        _use_tiles(request.param, monkeypatch)
+    return request.param
+
+
+@pytest.fixture(params=["vnni", "avx2"])
+def tile_isa(request, monkeypatch):
+    """The tiles on each instruction set this CPU runs (AVX-512 VNNI, AVX2)."""
+    _use_tiles(request.param, monkeypatch)
     return request.param
 
 
@@ -379,10 +394,11 @@ def test_compiled_hidden_quantisation_is_the_numpy_round_trip():
 
 
 def _dq_lstm(
-    rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant, states=True
-):
+    rng, direction, T, batch, n_in, H, w_dt, per_channel, peep, clip, constant, states=True,
+    symmetric=False,
+):  # fmt: skip
     D = 2 if direction == "bidirectional" else 1
-    lo, hi = (-128, 128) if w_dt == I8 else (0, 256)
+    lo, hi = (-128 + symmetric, 128) if w_dt == I8 else (0, 256)
     W = rng.integers(lo, hi, (D, n_in, 4 * H)).astype(w_dt)
     R = rng.integers(lo, hi, (D, H, 4 * H)).astype(w_dt)
     shape = (D, 4 * H) if per_channel else (D,)
@@ -464,29 +480,28 @@ def test_dynamic_quantize_lstm_compiled_and_numpy(
             np.testing.assert_allclose(g, ref[k], atol=1e-4, rtol=1e-4)
 
 
-# -- DynamicQuantizeLSTM on the VNNI tiles (providers_cpu/ops/recurrent_vnni.py) ----------
+# -- DynamicQuantizeLSTM on the tiles (providers_cpu/ops/recurrent_vnni.py) ----------------
 
-needs_tiles = pytest.mark.skipif(
-    not jit_int8.vnni(), reason="no numba or no AVX-512 VNNI here: the tiles do not run"
-)
+needs_tiles = pytest.mark.usefixtures("tile_isa")
 
 
 @pytest.fixture
-def vnni_calls(monkeypatch):
+def vnni_calls(tile_isa, monkeypatch):
     """(directions, result) of each call of the tiles' LSTM loop (one call per run on one
     thread; result 1 done, 0 gave up at a hidden state, -1 X not finite)."""
     from onnxep.providers_cpu.ops import recurrent_vnni
 
-    loops = recurrent_vnni.loops()
     calls = []
-    real = loops.lstm_node
+    # on AVX2, weights with no -128 take the sign-pair tiles' loops (jit_int8.weights_isa)
+    for isa in ("avx2", "avx2s") if tile_isa == "avx2" else (tile_isa,):
+        loops = recurrent_vnni.loops(isa)
 
-    def spy(*args):
-        result = real(*args)
-        calls.append((list(range(args[-2], args[-1])), result))
-        return result
+        def spy(*args, real=loops.lstm_node):
+            result = real(*args)
+            calls.append((list(range(args[-2], args[-1])), result))
+            return result
 
-    monkeypatch.setattr(loops, "lstm_node", spy)
+        monkeypatch.setattr(loops, "lstm_node", spy)
     return calls
 
 
@@ -495,7 +510,7 @@ def _runs(model, feeds, monkeypatch):
     NumPy path (numba off)."""
     tiles = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
     with monkeypatch.context() as m:
-        m.setattr(jit_int8, "_vnni", False)
+        m.setattr(jit_int8, "_isa", "")
         loop = onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
     with monkeypatch.context() as m:
         m.setattr(jit, "ENABLED", False)
@@ -550,6 +565,32 @@ def test_dynamic_quantize_lstm_on_the_tiles(
             np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("batch", "n_in", "H"), [(1, 128, 64), (3, 20, 8), (1, 4, 4)])
+def test_dynamic_quantize_lstm_on_avx2_sign_pairs(batch, n_in, H, monkeypatch):
+    """Symmetric int8 weights (no -128, what quantize_dynamic writes) with K a multiple of 4
+    take AVX2's sign-pair tiles for single rows (jit_int8.weights_isa): the float loop's
+    bits (exact sums of the same integers), the NumPy path and onnxruntime within the
+    hidden state's quantisation step."""
+    _use_tiles("avx2", monkeypatch)
+    from onnxep.providers_cpu.ops import recurrent_vnni
+
+    loops = recurrent_vnni.loops("avx2s")
+    calls = []
+    real = loops.lstm_node
+    monkeypatch.setattr(loops, "lstm_node", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(batch * 100 + H)
+    model, feeds = _dq_lstm(rng, "bidirectional", 5, batch, n_in, H, I8, True, True, None,
+                            True, symmetric=True)  # fmt: skip
+    tiles, loop, numpy_path = _runs(model, feeds, monkeypatch)
+    assert calls == [1]
+    for g, f, n in zip(tiles, loop, numpy_path):
+        np.testing.assert_array_equal(g, f)
+        np.testing.assert_allclose(g, n, atol=1e-4, rtol=1e-4)
+    _, ref = run_both(model, feeds, ort_threads=1)
+    for g, r in zip(tiles, ref):
+        np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
 @needs_tiles
 def test_dynamic_quantize_lstm_tiles_without_bias(vnni_calls, monkeypatch):
     """No B (input 3 empty): the projection's epilogue adds -0.0; onnxruntime's results, and
@@ -596,9 +637,9 @@ def test_dynamic_quantize_lstm_tiles_leave_what_is_not_finite(vnni_calls, monkey
     model, feeds = _dq_lstm(rng, "bidirectional", 4, 2, 6, 5, I8, False, False, None, True)
     feeds["X"][1, 0, 2] = np.nan
     errors = []
-    for vnni in (True, False):
+    for isa in (jit_int8.tiles(), ""):
         with monkeypatch.context() as m, pytest.raises(OnnxepError) as err:
-            m.setattr(jit_int8, "_vnni", vnni)
+            m.setattr(jit_int8, "_isa", isa)
             onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
         errors.append(str(err.value))
     assert errors[0] == errors[1] and [done for _, done in vnni_calls] == [-1]
@@ -630,9 +671,9 @@ def test_dynamic_quantize_lstm_tiles_check_shapes(name, bad, error, monkeypatch)
         vi.type.tensor_type.ClearField("shape")
     feeds = feeds | {name: bad(feeds[name])}
     errors = []
-    for vnni in (True, False):
+    for isa in (jit_int8.tiles(), ""):
         with monkeypatch.context() as m, pytest.raises(OnnxepError, match=error) as err:
-            m.setattr(jit_int8, "_vnni", vnni)
+            m.setattr(jit_int8, "_isa", isa)
             onnxep.InferenceSession(model, providers=["cpu"]).run(None, feeds)
         errors.append(str(err.value))
     assert errors[0] == errors[1]
@@ -704,7 +745,7 @@ def test_tiles_on_panels(m, k, n):
     assert got.tobytes() == vnni_gemm.matmul(a, za, rows, mult, bias).tobytes()
 
 
-# -- the VNNI tiles: edges of their blocks, signs, zero points, threads --------------------
+# -- the tiles: edges of their blocks, signs, zero points, threads -------------------------
 
 
 def _packed_matmul_ref(a, za, b, zb):

@@ -5,7 +5,7 @@ MatMulInteger -> Cast -> Mul by the scale product, then a bias Add) becomes com.
 DynamicQuantizeMatMul, or MatMulIntegerToFloat where the quantization is shared.
 fuse_conv_integer_to_float: ConvInteger -> int32 Add -> Cast -> Mul becomes
 onnxep::ConvIntegerToFloat. Each fused graph gives the unfused graph's outputs byte for
-byte (on the VNNI tiles and on float BLAS), matches refuse escaping intermediates with
+byte (on the VNNI and AVX2 tiles and on float BLAS), matches refuse escaping intermediates with
 the reason, and the switches turn the passes off."""
 
 from __future__ import annotations
@@ -24,17 +24,18 @@ from onnxep.providers_cpu.ops import vnni_gemm
 NAME = "fuse_dynamic_quantize_matmul"
 
 
-@pytest.fixture(params=["tiles", "numba-no-vnni", "blas"])
+@pytest.fixture(params=["vnni", "avx2", "numba-no-tiles", "blas"])
 def int_path(request, monkeypatch):
-    """The VNNI tiles (skipped without them); numba's loops on a CPU without VNNI (float
-    BLAS products, compiled quantization); numba off."""
-    if request.param == "tiles":
-        if not jit_int8.vnni():
-            pytest.skip("no numba or no AVX-512 VNNI here: the tiles do not run")
-    elif request.param == "numba-no-vnni":
+    """The VNNI tiles and the AVX2 ones (each skipped where it cannot run); numba's loops
+    without the tiles (float BLAS products, compiled quantization); numba off."""
+    if request.param in ("vnni", "avx2"):
+        if not jit_int8.runnable(request.param):
+            pytest.skip(f"no numba or no {request.param} here: its tiles do not run")
+        monkeypatch.setattr(jit_int8, "_isa", request.param)
+    elif request.param == "numba-no-tiles":
         if not jit.ENABLED:
             pytest.skip("numba not installed")
-        monkeypatch.setattr(jit_int8, "_vnni", False)
+        monkeypatch.setattr(jit_int8, "_isa", "")
     else:
         monkeypatch.setattr(jit, "ENABLED", False)
     return request.param
@@ -329,7 +330,7 @@ def test_conv_integer_rescale_becomes_conv_integer_to_float(kw, int_path, monkey
     for seed in range(3):
         _same(fused, plain, _conv_feeds(kw.get("x_dt"), seed))
     # the tiles write the rescaled result when the add and scale are per channel
-    assert any(scaled) == (int_path == "tiles" and kw.get("add", "channel") != "full")
+    assert any(scaled) == (int_path in ("vnni", "avx2") and kw.get("add", "channel") != "full")
     if kw.get("x_dt") is None:
         _same(fused, plain, {"x": np.zeros((2, 5, 7, 6), np.float32)})
         feeds = _conv_feeds(None, 9)

@@ -8,12 +8,12 @@ does, X is quantized to uint8 once for the whole sequence and each step's hidden
 products are those 8-bit values times the 8-bit weights, scaled back to float. The cell
 runs one of three ways:
 
-- VNNI tiles (numba, default activations, AVX-512 VNNI; recurrent_vnni.py): one compiled
-  call per run quantizes X, projects every step as one uint8 x int8 product and runs
-  each step's hidden state times R on the tiles, all in exact int32 (W and R packed into
-  64-column panels once per session), directions on two threads only past
-  ``PARALLEL_WORK``. The same integers as the loop below, which sums them in float32:
-  equal results while those sums are exact.
+- 8-bit tiles (numba, default activations, AVX-512 VNNI or AVX2: jit_int8.tiles();
+  recurrent_vnni.py): one compiled call per run quantizes X, projects every step as one
+  uint8 x int8 product and runs each step's hidden state times R on the tiles, all in
+  exact int32 (W and R packed into 64-column panels once per session), directions on two
+  threads only past ``PARALLEL_WORK``. The same integers as the loop below, which sums
+  them in float32: equal results while those sums are exact.
 - compiled (numba, default activations; recurrent_jit.py): one loop per direction over
   the whole sequence. The hidden state's 8-bit integers multiply the 8-bit weights (less
   their zero point, as int8, or int16 where that does not fit) converted in the loop, and
@@ -140,7 +140,7 @@ def dynamic_quantize_lstm(node: Any, xp: Any):
     if recurrent_jit.usable(node, ("Sigmoid", "Tanh", "Tanh"), num_dir):
         known = consts is not None and (bias is not None or not node.has_input(3))
         compiled = _compiled_runner(node, (*consts, bias) if known else None)
-        if jit_int8.vnni():
+        if jit_int8.tiles():
             tiles = _tiles_runner(node, (*consts, bias) if known else None)
 
     def run(
@@ -260,7 +260,7 @@ def _compiled_runner(node, weights):
 
 
 def _tiles_runner(node, weights):
-    """DynamicQuantizeLSTM through recurrent_vnni's loops on the VNNI tiles (full-length
+    """DynamicQuantizeLSTM through recurrent_vnni's loops on the 8-bit tiles (full-length
     sequences, float32, 8-bit weights): W and R packed into panels once per session when
     constant, then one compiled call per run (two, one per direction, when the run has
     threads for them). The run gives None (the caller's next path runs) when X holds a NaN
@@ -300,17 +300,19 @@ def _tiles_runner(node, weights):
         pr = [vnni_gemm.PackedB(R[d], per_output(rz, d), panels=True) for d in range(num_dir)]
         wargs = (stacked(pw, "y"), pw[0].nk4, stacked(pw, "zc"), stacked(pw, "cc"), wsc, bias)
         rargs = (stacked(pr, "y"), pr[0].nk4, stacked(pr, "zc"), stacked(pr, "cc"), rsc)
-        return H, pw[0].k, wargs, rargs
+        isas = {p.isa for p in pw + pr}  # AVX2's sign pairs only where every pack takes them
+        isa = isas.pop() if len(isas) == 1 else jit_int8.tiles()
+        return H, pw[0].k, wargs, rargs, isa
 
     fixed = None if weights is None else prepare(*weights)
-    loops = _vnni_module().loops() if weights is None or fixed is not None else None
+    loops = _vnni_module().loops(fixed[-1]) if fixed is not None else None
     no_peep = np.empty((num_dir, 0), np.float32)
 
     def run(X, W, R, B, h0, c0, P, ws, wz, rs, rz):
         prepared = fixed if fixed is not None else prepare(W, R, ws, wz, rs, rz, B)
         if prepared is None:
             return None
-        H, n_in, wargs, rargs = prepared
+        H, n_in, wargs, rargs, isa = prepared
         peep = peepholes(op, P, no_peep, num_dir, H)
         if X.ndim != 3 or X.shape[2] != n_in:
             raise InvalidArgument(
@@ -329,7 +331,7 @@ def _tiles_runner(node, weights):
         h, c = states
         Y = np.empty((T, num_dir, batch, H), np.float32)
         x = np.ascontiguousarray(X)
-        vl = loops if loops is not None else _vnni_module().loops()
+        vl = loops if loops is not None else _vnni_module().loops(isa)
         args = (*wargs, *rargs, peep, clip, input_forget, rev, h, c, Y)
         work = T * batch * 4 * H * (H + n_in)
         if num_dir == 1 or run_threads() == 1 or work < PARALLEL_WORK:

@@ -1,6 +1,7 @@
-"""DynamicQuantizeLSTM's whole-sequence loop on the AVX-512 VNNI tiles (numba).
+"""DynamicQuantizeLSTM's whole-sequence loop on the 8-bit tiles (numba): AVX-512 VNNI, or
+AVX2's exact widened product (jit_int8_avx2).
 
-Imported only once ``jit_int8.vnni()`` has said the tiles run here. One call
+Imported only once ``jit_int8.tiles()`` has said the tiles run here. One call
 (:func:`_lstm_node`) runs a node: X through uint8 once for the sequence, then per
 direction the input projection of every step as one uint8 x int8 product on the tiles
 (W packed into 64-column panels once per session), then each step's hidden state through
@@ -20,6 +21,7 @@ cached loop.
 from __future__ import annotations
 
 import hashlib
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +33,7 @@ from .recurrent_loops import _copy, _lstm_cell, _running, _zero_finished
 
 nb = jit.nb
 _CELL = {"contract"}
-_loops: SimpleNamespace | None = None
+_loops: dict[str, SimpleNamespace] = {}
 
 
 # exact float32 operations (no fast-math): the NumPy round trip's bits
@@ -199,25 +201,30 @@ def cache_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def loops() -> SimpleNamespace:
-    """``quantize_rows_u8``, ``lstm_direction`` and ``lstm_node`` compiled (on first use),
-    the tiles with them."""
-    global _loops
-    if _loops is None:
-        g = globals()
-        g["_panels_int"] = jit_int8.loop("panels_int")
-        g["_panels_float"] = jit_int8.loop("panels_float")
+def loops(isa: str | None = None) -> SimpleNamespace:
+    """``quantize_rows_u8``, ``lstm_direction`` and ``lstm_node`` compiled (on first use) on
+    ``isa``'s tiles (by default jit_int8.tiles()), the tiles with them."""
+    isa = isa or jit_int8.tiles()
+    if not isa:
+        raise RuntimeError("recurrent_vnni.loops(): no 8-bit tiles on this CPU")
+    found = _loops.get(isa)
+    if found is None:
+        # a namespace per ISA, where that ISA's copies look their callees up
+        g = dict(globals())
+        g["_panels_int"] = jit_int8.loop("panels_int", isa)
+        g["_panels_float"] = jit_int8.loop("panels_float", isa)
         g["_dq_uint8"] = jit_int8.loop("dq_uint8")
         digest = cache_digest()
         opts = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
         compiled = {}
         for name, src in (("_direction", _lstm_direction_vnni), ("_node", _lstm_node)):
+            fn = types.FunctionType(src.__code__, g, src.__name__, src.__defaults__)
             # the cache's file name is made from the qualified name
-            src.__qualname__ = f"{src.__name__}_{digest}"
-            compiled[name] = g[name] = nb.njit(fastmath=_CELL, **opts)(src)
-        _loops = SimpleNamespace(
+            fn.__qualname__ = f"{src.__name__}_{isa}_{digest}"
+            compiled[name] = g[name] = nb.njit(fastmath=_CELL, **opts)(fn)
+        found = _loops[isa] = SimpleNamespace(
             quantize_rows_u8=quantize_rows_u8,
             lstm_direction=compiled["_direction"],
             lstm_node=compiled["_node"],
         )
-    return _loops
+    return found
