@@ -1,7 +1,8 @@
 """LinearClassifier (ai.onnx.ml): X @ coefficients^T + intercepts, the top class, then the
 post transform. One score with two class labels gives the two columns [1 - s, s] and the
 label ``classlabels[1]`` when s > 0, as onnxruntime does (its post transform is not
-applied to such a binary score, save PROBIT)."""
+applied to such a binary score, save PROBIT). The coefficients are read as rows of the
+input's width, as onnxruntime reads them (``ml_common.CoefficientRows``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from .ml_common import PROBIT, apply_post, class_labels, floats, post_transform, probit, rows_2d
+from .ml_common import (
+    PROBIT,
+    CoefficientRows,
+    apply_post,
+    class_labels,
+    floats,
+    post_transform,
+    probit,
+    rows_2d,
+)
 
 
 @kernel(
@@ -27,11 +37,12 @@ def linear_classifier(node: NodeInfo, xp: Any):
     labels, strings = class_labels(node, "classlabels_ints")
     n_out = len(b) if b is not None else 0
     if n_out == 0 or coef.size % n_out:
+        # onnxruntime refuses these at session creation too (a whole row count per class)
         raise NotSupported(
             f"LinearClassifier: {coef.size} coefficients do not split into {n_out} rows "
             "(one per intercept)"
         )
-    w = coef.reshape(n_out, -1).astype(np.float64)
+    weights = CoefficientRows(coef, n_out, "LinearClassifier")
     post = post_transform(node)
     if n_out > 1 and len(labels) < n_out:
         raise NotSupported(
@@ -45,12 +56,7 @@ def linear_classifier(node: NodeInfo, xp: Any):
 
     def run(x):
         x2 = rows_2d(np.asarray(x), "LinearClassifier").astype(np.float32).astype(np.float64)
-        if x2.shape[1] != w.shape[1]:
-            raise ValueError(
-                f"LinearClassifier: the input has {x2.shape[1]} features per row, the "
-                f"coefficients {w.shape[1]}"
-            )
-        s = x2 @ w.T + b
+        s = x2 @ weights(x2.shape[1]).T + b
         if n_out == 1:
             score = s[:, 0]
             y = np.where(score > 0, pos, neg).astype(label_dt)
