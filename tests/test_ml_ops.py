@@ -362,3 +362,30 @@ def test_linear_too_few_coefficients_refused(op):
         sess.run(None, {"X": np.ones((2, 4), np.float32)})
     # the same node runs inputs narrow enough for its coefficients
     sess.run(None, {"X": np.ones((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.array([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [np.nan, 1.0, 2.0]]),
+        np.array([[0.5, 0.25], [-3.0, 4.0]]),
+        np.zeros((0, 3)),
+        np.array([[1, 2, -3], [4, 0, 0]]),
+    ],
+    ids=["zero-and-nan-rows", "plain", "no-rows", "int64"],
+)
+def test_normalizer_against_onnxruntime(norm, x):
+    # every row's norm nonzero takes one division, any zero norm the guarded path: both must
+    # give onnxruntime's values (a zero-norm row unchanged, NaN through)
+    elem = TensorProto.INT64 if x.dtype.kind == "i" else TensorProto.FLOAT
+    x = x.astype(np.int64 if elem == TensorProto.INT64 else np.float32)
+    data = _model(
+        "Normalizer",
+        [_tensor("X", elem, [None, x.shape[1]])],
+        [_tensor("Y", TensorProto.FLOAT, None)],
+        ml_opset=1,
+        norm=norm,
+    )
+    (got,) = _both(data, {"X": x})
+    assert got.dtype == np.float32 and got.shape == x.shape

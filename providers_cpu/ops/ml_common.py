@@ -75,7 +75,13 @@ def class_labels(node: NodeInfo, ints_name: str = "classlabels_int64s") -> tuple
 
 
 def logistic(x: np.ndarray) -> np.ndarray:
-    v = 1.0 / (1.0 + np.exp(-np.abs(x)))
+    # 1 / (1 + exp(-|x|)) in one buffer: on a classifier's few scores the temporaries cost
+    # more than the arithmetic
+    v = np.abs(x)
+    np.negative(v, out=v)
+    np.exp(v, out=v)
+    v += 1.0
+    np.divide(1.0, v, out=v)
     return np.where(x < 0, 1.0 - v, v)
 
 
@@ -177,6 +183,7 @@ class CoefficientRows:
         self._by_width: dict[int, np.ndarray] = {}
 
     def __call__(self, features: int) -> np.ndarray:
+        """The [features, rows] transpose, the right operand of the rows' product."""
         w = self._by_width.get(features)
         if w is None:
             need = self._rows * features
@@ -186,7 +193,7 @@ class CoefficientRows:
                     f"{need} coefficients ({self._rows} rows of {features}); the node holds "
                     f"{self._flat.size}"
                 )
-            w = self._flat[:need].reshape(self._rows, features)
+            w = np.ascontiguousarray(self._flat[:need].reshape(self._rows, features).T)
             self._by_width[features] = w
         return w
 

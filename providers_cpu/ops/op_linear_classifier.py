@@ -34,6 +34,7 @@ def linear_classifier(node: NodeInfo, xp: Any):
     if coef is None or not coef.size:
         raise NotSupported("LinearClassifier: attribute 'coefficients' is required")
     b = floats(node, "intercepts", np.float32)
+    b64 = b.astype(np.float64) if b is not None else None
     labels, strings = class_labels(node, "classlabels_ints")
     n_out = len(b) if b is not None else 0
     if n_out == 0 or coef.size % n_out:
@@ -55,8 +56,11 @@ def linear_classifier(node: NodeInfo, xp: Any):
         label_dt = object if strings else np.int64
 
     def run(x):
-        x2 = rows_2d(np.asarray(x), "LinearClassifier").astype(np.float32).astype(np.float64)
-        s = x2 @ weights(x2.shape[1]).T + b
+        x2 = rows_2d(np.asarray(x), "LinearClassifier")
+        if x2.dtype != np.float32:  # onnxruntime's product is in float32: its input too
+            x2 = x2.astype(np.float32)
+        s = x2.astype(np.float64) @ weights(x2.shape[1])
+        s += b64
         if n_out == 1:
             score = s[:, 0]
             y = np.where(score > 0, pos, neg).astype(label_dt)
@@ -67,7 +71,7 @@ def linear_classifier(node: NodeInfo, xp: Any):
             else:
                 z = s
             return y, z.astype(np.float32)
-        y = labels[np.argmax(s, axis=1)]
+        y = labels.take(s.argmax(axis=1))
         return y, apply_post(s, post).astype(np.float32)
 
     return run

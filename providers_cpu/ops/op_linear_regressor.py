@@ -32,8 +32,11 @@ def linear_regressor(node: NodeInfo, xp: Any):
     post = post_transform(node)
 
     def run(x):
-        x2 = rows_2d(np.asarray(x), "LinearRegressor").astype(np.float32).astype(np.float64)
-        s = x2 @ weights(x2.shape[1]).T + b
+        x2 = rows_2d(np.asarray(x), "LinearRegressor")
+        if x2.dtype != np.float32:  # onnxruntime's product is in float32: its input too
+            x2 = x2.astype(np.float32)
+        s = x2.astype(np.float64) @ weights(x2.shape[1])
+        s += b
         if targets == 1:
             s = probit(s) if post == PROBIT else s
         else:
