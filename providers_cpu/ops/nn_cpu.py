@@ -163,8 +163,13 @@ def _thread_pool():
     return _pool
 
 
-# Below this many multiply-adds a split costs more in thread hand-offs than it saves.
-_PARALLEL_MIN = 1 << 18
+# Below this many multiply-adds (about 100 us of one core's work) a split costs more in
+# thread hand-offs than it saves: on the loaded 2-core machine a helper's wake-up, and the
+# wait for a chunk it took and was descheduled in, cost about 100 us a call, and at 1 << 18
+# every convolution of rapidocr-v6-det and rapidocr-cls took ~100 us longer on two threads
+# than on one (a whole run 4.8 -> 8-9 ms, and 2.6 -> 5.6). The same bound as
+# weight_gemm.SPLIT_MIN and the thread policy's MIN_SPLIT_MACS.
+_PARALLEL_MIN = 1 << 22
 
 
 def parallel_rows(rows: int, work: int, fn) -> None:
