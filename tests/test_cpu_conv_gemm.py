@@ -409,3 +409,23 @@ def test_conv_transpose_keeps_blas_for_fed_weights_groups_and_one_thread(monkeyp
     assert not calls  # one thread: OpenBLAS, which does not split
     _ours(model, feeds, 2)
     assert calls
+
+
+@needs_jit
+@pytest.mark.parametrize("hw", [(2, 3), (4, 6), (1, 1), (6, 8)])
+def test_pointwise_on_few_positions_keeps_its_kernel_on_two_threads(hw, monkeypatch):
+    # the GEMM's 16-column panels would be mostly padding: the few-position pointwise
+    # kernel (conv_pointwise.py) runs these at any thread count
+    from onnxep.providers_cpu.ops import conv_pointwise
+
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    calls = _spy(monkeypatch)
+    model, feeds = _conv_model(c=96, m=80, hw=hw, k=1)
+    got = _ours(model, feeds, threads=2)
+    assert not calls
+    np.testing.assert_allclose(got, _theirs(model, feeds), rtol=1e-4, atol=1e-5)
+    assert conv_pointwise.applies(96, 80, hw[0] * hw[1], np.float32, True)
+    # past the kernel's positions the GEMM runs again
+    model, feeds = _conv_model(c=96, m=80, hw=(7, 8), k=1)
+    _ours(model, feeds, threads=2)
+    assert calls
