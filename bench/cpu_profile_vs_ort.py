@@ -4,17 +4,18 @@
 
 Each side runs the model ``--runs`` times after warm-up with its own profiler on
 (onnxep's ``enable_profiling``, onnxruntime's ``enable_profiling``), in this one
-process, on identical feeds; the table gives each op type's kernel time per run,
-its node count and the ratio. Node names are not matched across the two: onnxruntime
-fuses and renames (its NCHWc layout, FusedConv, QuickGelu), so compare op types and
-totals. Per-node overhead outside the kernels shows as the gap between the kernels'
-sum and the wall time per run, printed for both sides.
+process, on identical feeds; the table gives each op type's kernel time per run (the
+sum of its nodes' medians over the runs), its node count and the ratio. Node names are
+not matched across the two: onnxruntime fuses and renames (its NCHWc layout, FusedConv,
+QuickGelu), so compare op types and totals. Per-node overhead outside the kernels shows
+as the gap between the kernels' sum and the wall time per run, printed for both sides.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -26,20 +27,41 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 
-def _ort_by_op(trace: Path, runs: int) -> dict[str, tuple[int, float]]:
-    per_op: dict[str, list[float]] = defaultdict(list)
-    for e in json.loads(trace.read_text()):
-        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-            per_op[e["args"].get("op_name", "?")].append(float(e["dur"]))
-    return {op: (len(d) // max(runs, 1), sum(d) / runs) for op, d in per_op.items()}
+def _by_op(events: list[tuple[str, str, float]]) -> dict[str, tuple[int, float]]:
+    """(node name, op type, us) per executed node -> op type: (nodes, the sum of each
+    node's median). Medians, not means: on a shared machine one descheduled run makes a
+    node's mean tens of times its usual time (nudenet's nine Splits, views of 22 us each,
+    read 3.4 ms summed as means of 40 runs)."""
+    per_node: dict[str, list[float]] = defaultdict(list)
+    op_of: dict[str, str] = {}
+    for name, op, us in events:
+        per_node[name].append(us)
+        op_of[name] = op
+    out: dict[str, tuple[int, float]] = {}
+    for name, d in per_node.items():
+        n, t = out.get(op_of[name], (0, 0.0))
+        out[op_of[name]] = (n + 1, t + statistics.median(d))
+    return out
 
 
-def _ours_by_op(events: list[dict], runs: int) -> dict[str, tuple[int, float]]:
-    per_op: dict[str, list[float]] = defaultdict(list)
-    for e in events:
-        if e["cat"] == "Node":
-            per_op[e["args"].get("op_type", "?")].append(float(e["dur"]))
-    return {op: (len(d) // max(runs, 1), sum(d) / runs) for op, d in per_op.items()}
+def _ort_by_op(trace: Path) -> dict[str, tuple[int, float]]:
+    return _by_op(
+        [
+            (e["name"], e["args"].get("op_name", "?"), float(e["dur"]))
+            for e in json.loads(trace.read_text())
+            if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
+        ]
+    )
+
+
+def _ours_by_op(events: list[dict]) -> dict[str, tuple[int, float]]:
+    return _by_op(
+        [
+            (e["name"], e["args"].get("op_type", "?"), float(e["dur"]))
+            for e in events
+            if e["cat"] == "Node"
+        ]
+    )
 
 
 def profile(name: str, runs: int, threads: int, top: int) -> None:
@@ -69,7 +91,7 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
     prof.profiler._events.clear()  # noqa: SLF001  (bench tool: drop the warm-up runs)
     for _ in range(runs):
         prof.run(None, inputs)
-    mine = _ours_by_op(prof.profiler.events, runs)
+    mine = _ours_by_op(prof.profiler.events)
 
     with tempfile.TemporaryDirectory() as tmp:
         oso = ort.SessionOptions()
@@ -88,7 +110,7 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
         theirs = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
         for _ in range(runs):
             theirs.run(None, inputs)
-        theirs_by = _ort_by_op(Path(theirs.end_profiling()), runs)
+        theirs_by = _ort_by_op(Path(theirs.end_profiling()))
 
     ours_sum = sum(t for _, t in mine.values())
     ort_sum = sum(t for _, t in theirs_by.values())

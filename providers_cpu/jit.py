@@ -56,7 +56,7 @@ def jit_status() -> str:
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
         "tiles, fused Conv activations, pooling windows, MatMulNBits on packed weights, "
         "tree-ensemble runs, few-column Conv products, LSTM/GRU/RNN/DynamicQuantizeLSTM "
-        "sequences; compiled on first use)"
+        "sequences, nearest-neighbour Resize; compiled on first use)"
     )
 
 
@@ -877,7 +877,29 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
                         dst[ox] = v if (v > m) | (v != v) else m
 
 
+def _nearest_2d(x, ih, iw, r0, r1, out):
+    """Nearest-neighbour resize of planes r0..r1 over their last two axes: ``out[p, i, j] =
+    x[p, ih[i], iw[j]]``, ``x`` (planes, H, W), ``out`` (planes, OH, OW). An output row whose
+    source row is the previous one's (every row of an integer upscale but the first of
+    its run) is a copy of that row, not a second gather."""
+    oh, ow = out.shape[1], out.shape[2]
+    for p in range(r0, r1):
+        plane = x[p]
+        dplane = out[p]
+        for i in range(oh):
+            dst = dplane[i]
+            if i > 0 and ih[i] == ih[i - 1]:
+                prev = dplane[i - 1]
+                for j in range(ow):
+                    dst[j] = prev[j]
+            else:
+                src = plane[ih[i]]
+                for j in range(ow):
+                    dst[j] = src[iw[j]]
+
+
 _HELPERS = {"_conv_act": _conv_act}
+_SOURCES.update(nearest_2d=_nearest_2d)
 _SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_pool_2d=_max_pool_2d)
 _SOURCES.update(depthwise_2d_cl=_depthwise_2d_cl)
 

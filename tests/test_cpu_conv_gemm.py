@@ -321,3 +321,101 @@ def test_winograd_with_compiled_products_matches_onnxruntime(case, monkeypatch):
     calls.clear()
     ours(model, feeds, 1)
     assert not calls
+
+
+def _conv_transpose(rng, c, m, hw, k, strides, n=1, group=1, bias=True, pads=None, fed=False):
+    w = rng.standard_normal((c, m // group, *k)).astype(np.float32) * 0.2
+    b = rng.standard_normal(m).astype(np.float32)
+    inits = [] if fed else [numpy_helper.from_array(w, "w")]
+    ins = ["x", "w"] + (["b"] if bias else [])
+    if bias:
+        inits.append(numpy_helper.from_array(b, "b"))
+    attrs = dict(kernel_shape=list(k), strides=list(strides), group=group)
+    if pads:
+        attrs["pads"] = pads
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ins, ["y"], **attrs)],
+        "ct",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, *hw])]
+        + ([helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.shape))] if fed else []),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((n, c, *hw)).astype(np.float32)}
+    if fed:
+        feeds["w"] = w
+    return model.SerializeToString(), feeds
+
+
+CT_CASES = {
+    # kernel == stride: every output one offset's column (a detection neck's upsampling)
+    "2x2 stride 2, 24 -> 24": dict(c=24, m=24, hw=(16, 24), k=(2, 2), strides=(2, 2)),
+    "2x2 stride 2, odd map, 13 -> 7, batch of two": dict(
+        c=13, m=7, hw=(9, 11), k=(2, 2), strides=(2, 2), n=2
+    ),
+    "3x3 stride 2 pads 1 (phases)": dict(
+        c=16, m=12, hw=(10, 13), k=(3, 3), strides=(2, 2), pads=[1, 1, 1, 1]
+    ),
+    "4x4 stride 2, no bias": dict(c=20, m=8, hw=(7, 9), k=(4, 4), strides=(2, 2), bias=False),
+}
+
+
+@needs_jit
+@pytest.mark.parametrize("case", list(CT_CASES), ids=list(CT_CASES))
+def test_conv_transpose_product_on_the_kernel_matches_onnxruntime_and_blas(case, monkeypatch):
+    # W^T X is a 1x1 convolution of M * prod(k) channels: where conv_gemm runs one (two
+    # threads here, or MODE 1), ConvTranspose's product runs there, not on OpenBLAS's split
+    model, feeds = _conv_transpose(np.random.default_rng(7), **CT_CASES[case])
+    monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)
+    monkeypatch.setattr(conv_gemm, "MODE", "0")
+    blas = ours(model, feeds, threads=2)
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    calls = _spy(monkeypatch)
+    two = ours(model, feeds, threads=2)
+    assert calls, "the product did not run on the compiled kernel"
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
+    split = ours(model, feeds, threads=2)
+    np.testing.assert_array_equal(two, split)  # the kernel's bits on any split
+    np.testing.assert_allclose(two, theirs(model, feeds), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(two, blas, rtol=1e-5, atol=1e-5)
+
+
+@needs_jit
+def test_conv_transpose_keeps_blas_for_fed_weights_groups_and_one_thread(monkeypatch):
+    monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)
+    rng = np.random.default_rng(3)
+    calls = _spy(monkeypatch)
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    for kw in (dict(fed=True), dict(group=2, m=8)):
+        args = dict(c=8, m=6, hw=(5, 6), k=(2, 2), strides=(2, 2)) | kw
+        model, feeds = _conv_transpose(rng, **args)
+        np.testing.assert_allclose(ours(model, feeds, 2), theirs(model, feeds), 1e-4, 1e-5)
+    assert not calls
+    monkeypatch.setattr(conv_gemm, "MODE", "auto")
+    monkeypatch.setattr(conv_gemm, "_auto", "threads")
+    model, feeds = _conv_transpose(rng, c=24, m=24, hw=(16, 24), k=(2, 2), strides=(2, 2))
+    ours(model, feeds, 1)
+    assert not calls  # one thread: OpenBLAS, which does not split
+    ours(model, feeds, 2)
+    assert calls
+
+
+@needs_jit
+@pytest.mark.parametrize("hw", [(2, 3), (4, 6), (1, 1), (6, 8)])
+def test_pointwise_on_few_positions_keeps_its_kernel_on_two_threads(hw, monkeypatch):
+    # the GEMM's 16-column panels would be mostly padding: the few-position pointwise
+    # kernel (conv_pointwise.py) runs these at any thread count
+    from onnxep.providers_cpu.ops import conv_pointwise
+
+    monkeypatch.setattr(conv_gemm, "MODE", "1")
+    calls = _spy(monkeypatch)
+    model, feeds = _conv_model(c=96, m=80, hw=hw, k=1)
+    got = ours(model, feeds, threads=2)
+    assert not calls
+    np.testing.assert_allclose(got, theirs(model, feeds), rtol=1e-4, atol=1e-5)
+    assert conv_pointwise.applies(96, 80, hw[0] * hw[1], np.float32, True)
+    # past the kernel's positions the GEMM runs again
+    model, feeds = _conv_model(c=96, m=80, hw=(7, 8), k=1)
+    ours(model, feeds, threads=2)
+    assert calls

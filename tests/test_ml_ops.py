@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxep
+from onnxep.errors import OnnxepError
 from onnxep.testing import compare_output
 
 ort = pytest.importorskip("onnxruntime")
@@ -309,3 +310,82 @@ def test_coverage_report_lists_every_ml_op(capsys):
     assert main(["coverage", "--domains", "ai.onnx.ml"]) == 0
     out = capsys.readouterr().out
     assert "ai.onnx.ml: 19 of 19 ops have a kernel" in out
+
+
+# --- LinearClassifier / LinearRegressor: coefficients read by the input's width -------------
+
+
+def _linear(op, n_feat, coef, rows, **attrs):
+    x = _tensor("X", TensorProto.FLOAT, [None, None])
+    if op == "LinearClassifier":
+        outs = [_tensor("Y", TensorProto.INT64, [None]), _tensor("Z", TensorProto.FLOAT, None)]
+        attrs = dict(
+            classlabels_ints=list(range(2 if rows == 1 else rows)),
+            intercepts=list(np.linspace(-0.5, 0.5, rows)),
+            **attrs,
+        )
+    else:
+        outs = [_tensor("Y", TensorProto.FLOAT, None)]
+        attrs = dict(targets=rows, intercepts=list(np.linspace(-0.5, 0.5, rows)), **attrs)
+    return _model(op, [x], outs, ml_opset=1, coefficients=list(coef), **attrs)
+
+
+@pytest.mark.parametrize("op", ["LinearClassifier", "LinearRegressor"])
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("n_feat, per_row", [(2, 4), (3, 3), (1, 5), (4, 4)])
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_linear_coefficients_by_input_width(op, rows, n_feat, per_row, n):
+    # onnxruntime's own logreg_iris.onnx declares 2 features and holds 4 coefficients a class:
+    # onnxruntime reads them as rows of the input's width (the first rows x width values), and
+    # so must onnxep, for any count at least that long; a regressor's count need not be a
+    # whole number of rows (a classifier's must, on both)
+    extra = int(op == "LinearRegressor" and n_feat == 3)
+    coef = np.random.default_rng(rows * 7 + n_feat).normal(size=rows * per_row + extra)
+    x = np.random.default_rng(n).normal(size=(n, n_feat)).astype(np.float32)
+    post = "LOGISTIC" if rows == 3 else "NONE"
+    got = _both(_linear(op, n_feat, coef, rows, post_transform=post), {"X": x})
+    w = coef[: rows * n_feat].reshape(rows, n_feat)
+    scores = x.astype(np.float64) @ w.T + np.linspace(-0.5, 0.5, rows)
+    if op == "LinearClassifier" and rows == 3:
+        np.testing.assert_array_equal(got[0], np.argmax(scores, axis=1))
+    if op == "LinearRegressor":
+        want = 1 / (1 + np.exp(-scores)) if post == "LOGISTIC" else scores
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["LinearClassifier", "LinearRegressor"])
+def test_linear_too_few_coefficients_refused(op):
+    # 3 rows of 4 features take 12 coefficients; with 9 onnxruntime refuses the run too
+    data = _linear(op, 4, np.ones(9), 3)
+    sess = onnxep.InferenceSession(data, providers=["cpu"])
+    with pytest.raises(OnnxepError, match="4 features per row, which takes 12 .* holds 9"):
+        sess.run(None, {"X": np.ones((2, 4), np.float32)})
+    # the same node runs inputs narrow enough for its coefficients
+    sess.run(None, {"X": np.ones((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.array([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [np.nan, 1.0, 2.0]]),
+        np.array([[0.5, 0.25], [-3.0, 4.0]]),
+        np.zeros((0, 3)),
+        np.array([[1, 2, -3], [4, 0, 0]]),
+    ],
+    ids=["zero-and-nan-rows", "plain", "no-rows", "int64"],
+)
+def test_normalizer_against_onnxruntime(norm, x):
+    # every row's norm nonzero takes one division, any zero norm the guarded path: both must
+    # give onnxruntime's values (a zero-norm row unchanged, NaN through)
+    elem = TensorProto.INT64 if x.dtype.kind == "i" else TensorProto.FLOAT
+    x = x.astype(np.int64 if elem == TensorProto.INT64 else np.float32)
+    data = _model(
+        "Normalizer",
+        [_tensor("X", elem, [None, x.shape[1]])],
+        [_tensor("Y", TensorProto.FLOAT, None)],
+        ml_opset=1,
+        norm=norm,
+    )
+    (got,) = _both(data, {"X": x})
+    assert got.dtype == np.float32 and got.shape == x.shape

@@ -75,7 +75,13 @@ def class_labels(node: NodeInfo, ints_name: str = "classlabels_int64s") -> tuple
 
 
 def logistic(x: np.ndarray) -> np.ndarray:
-    v = 1.0 / (1.0 + np.exp(-np.abs(x)))
+    # 1 / (1 + exp(-|x|)) in one buffer: on a classifier's few scores the temporaries cost
+    # more than the arithmetic
+    v = np.abs(x)
+    np.negative(v, out=v)
+    np.exp(v, out=v)
+    v += 1.0
+    np.divide(1.0, v, out=v)
     return np.where(x < 0, 1.0 - v, v)
 
 
@@ -158,6 +164,38 @@ def rows_2d(x: np.ndarray, op: str) -> np.ndarray:
         return x
     # The width from the shape, not -1: a batch of 0 rows has no size to infer it from.
     return x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+
+class CoefficientRows:
+    """LinearClassifier's and LinearRegressor's weights as ``rows`` rows of the input's width.
+
+    onnxruntime (1.32) multiplies by the coefficients read as a [rows, features] matrix,
+    features being the input's width, and checks only that there are at least rows x
+    features of them: a node holding more runs on the first rows x features (onnxruntime's
+    own logreg_iris.onnx declares 2 features and holds 4 per class), so onnxep does the
+    same. Fewer are refused on both, naming both counts.
+    """
+
+    def __init__(self, coefficients: np.ndarray, rows: int, op: str):
+        self._flat = np.asarray(coefficients, np.float64).reshape(-1)
+        self._rows = rows
+        self._op = op
+        self._by_width: dict[int, np.ndarray] = {}
+
+    def __call__(self, features: int) -> np.ndarray:
+        """The [features, rows] transpose, the right operand of the rows' product."""
+        w = self._by_width.get(features)
+        if w is None:
+            need = self._rows * features
+            if need > self._flat.size:
+                raise ValueError(
+                    f"{self._op}: the input has {features} features per row, which takes "
+                    f"{need} coefficients ({self._rows} rows of {features}); the node holds "
+                    f"{self._flat.size}"
+                )
+            w = np.ascontiguousarray(self._flat[:need].reshape(self._rows, features).T)
+            self._by_width[features] = w
+        return w
 
 
 def labels_of(labels: np.ndarray, index: np.ndarray) -> np.ndarray:

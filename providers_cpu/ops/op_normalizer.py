@@ -1,7 +1,7 @@
 """Normalizer (ai.onnx.ml): each row divided by its MAX, L1 or L2 norm (axis 1), in float.
 
 A row whose norm is 0 is returned unchanged, as onnxruntime does; MAX divides by the
-largest value itself, not its magnitude.
+largest value itself, not its magnitude, and leaves NaN entries out of it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from onnxep.providers.node import NodeInfo
 from .ml_common import enum_attr
 
 _NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+_LOWEST = np.finfo(np.float32).min
 
 
 @kernel("Normalizer", since=1, domain="ai.onnx.ml", dtypes=["float", "double", "int64", "int32"])
@@ -27,15 +28,18 @@ def normalizer(node: NodeInfo, xp: Any):
         if x.ndim == 0:
             raise ValueError("Normalizer: the input is a scalar; it needs at least one dimension")
         axis = 0 if x.ndim == 1 else 1
-        xf = x.astype(np.float32)
+        xf = x if x.dtype == np.float32 else x.astype(np.float32)
         if norm == 0:
-            d = xf.max(axis=axis, keepdims=True) if x.shape[axis] else np.ones_like(xf)
+            # onnxruntime's running std::max from float's lowest skips NaN entries
+            d = np.fmax.reduce(xf, axis=axis, keepdims=True, initial=_LOWEST)
         elif norm == 1:
-            d = np.abs(xf).sum(axis=axis, keepdims=True)
+            d = np.add.reduce(np.abs(xf), axis=axis, keepdims=True)
         else:
             sq = (x.astype(np.float64) * x).astype(np.float32)
             d = np.sqrt(sq.sum(axis=axis, keepdims=True))
+        if d.all():  # no zero norm (NaN counts as nonzero, and divides as before)
+            return (xf / d,)
         safe = np.where(d == 0, 1, d)
-        return (np.where(d == 0, xf, xf / safe).astype(np.float32),)
+        return (np.where(d == 0, xf, xf / safe).astype(np.float32, copy=False),)
 
     return run
