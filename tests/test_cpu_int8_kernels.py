@@ -622,6 +622,8 @@ def test_dynamic_quantize_lstm_tiles_directions_on_two_threads(vnni_calls, monke
     one_call = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)
     assert [dirs for dirs, _ in vnni_calls] == [[0, 1]]
     monkeypatch.setattr(op_dynamic_quantize_lstm, "PARALLEL_WORK", 0)
+    # and parallel_rows' own floor, under which it runs both on the calling thread
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
     split = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)
     assert sorted(dirs for dirs, _ in vnni_calls[1:]) == [[0], [1]]
     for a, b in zip(one_call, split):
@@ -841,6 +843,7 @@ def test_tiles_split_over_threads_give_the_same_result(monkeypatch):
     want_mm = _packed_matmul_ref(a, None, b, None)
     want_conv = _conv_ref(x, 17, w, zw, attrs)
     monkeypatch.setattr(vnni_gemm, "PARALLEL_WORK", 0)
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
     np.testing.assert_array_equal(vnni_gemm.matmul(a, None, vnni_gemm.PackedB(b, None)), want_mm)
     inputs = [("x", x), ("w", w), ("zx", np.array(17, np.uint8)), ("zw", zw)]
     np.testing.assert_array_equal(_ours("ConvInteger", inputs, {"w", "zw"}, attrs), want_conv)
