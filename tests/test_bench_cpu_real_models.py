@@ -47,10 +47,27 @@ def test_a_thread_count_applies_to_both_sides_and_is_recorded(tmp_path, monkeypa
     assert "intra_op_num_threads 1" in md
 
 
+def _onnxep_refuses_logreg(monkeypatch) -> None:
+    """onnxep refusing the corpus's other model that ships in onnxruntime's wheel (it runs
+    it since LinearClassifier reads the coefficients as onnxruntime does): a refused row."""
+    import onnxep
+    from onnxep.errors import NotSupported
+
+    real = onnxep.InferenceSession
+
+    def session(path, *args, **kwargs):
+        if "logreg" in str(path):
+            raise NotSupported("LinearClassifier: refused for this test")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(onnxep, "InferenceSession", session)
+
+
 def test_a_model_one_side_refuses_is_listed_not_timed(tmp_path, monkeypatch):
     from bench import cpu_real_models
 
     monkeypatch.setattr(cpu_real_models, "RESULTS", tmp_path)
+    _onnxep_refuses_logreg(monkeypatch)
     doc = cpu_real_models.main(["--only", "ort-logreg-iris", "--no-write"])
     assert "skipped" in doc["results"]["ort-logreg-iris"]
     assert doc["summary"] == {}
@@ -87,6 +104,8 @@ def test_run_all_dims_name_dims_of_their_models(tmp_path):
 
 def test_single_model_runs_merge_into_one_table(tmp_path, monkeypatch):
     from bench import cpu_real_models
+
+    _onnxep_refuses_logreg(monkeypatch)
 
     for name in ("ort-sigmoid", "ort-logreg-iris"):
         cpu_real_models.main(
