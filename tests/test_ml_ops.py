@@ -354,6 +354,16 @@ def test_linear_coefficients_by_input_width(op, rows, n_feat, per_row, n):
 
 
 @pytest.mark.parametrize("op", ["LinearClassifier", "LinearRegressor"])
+def test_linear_coefficients_left_unused_are_reported(op):
+    # 3 rows of 4 coefficients on inputs 2 wide: onnxruntime's reading runs, and says so
+    data = _linear(op, 2, np.arange(12.0), 3)
+    sess = onnxep.InferenceSession(data, providers=["cpu"])
+    x = np.ones((2, 2), np.float32)
+    with pytest.warns(UserWarning, match=r"6 of the node's 12 coefficients are used"):
+        sess.run(None, {"X": x})
+
+
+@pytest.mark.parametrize("op", ["LinearClassifier", "LinearRegressor"])
 def test_linear_too_few_coefficients_refused(op):
     # 3 rows of 4 features take 12 coefficients; with 9 onnxruntime refuses the run too
     data = _linear(op, 4, np.ones(9), 3)

@@ -10,6 +10,7 @@ runtime a converted model is checked against computes PROBIT that way.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -192,6 +193,15 @@ class CoefficientRows:
                     f"{self._op}: the input has {features} features per row, which takes "
                     f"{need} coefficients ({self._rows} rows of {features}); the node holds "
                     f"{self._flat.size}"
+                )
+            if need < self._flat.size:
+                # onnxruntime's reading, but rarely what the model meant: said, not silent
+                warnings.warn(
+                    f"{self._op}: the input has {features} features per row, so {need} of the "
+                    f"node's {self._flat.size} coefficients are used ({self._rows} rows of "
+                    f"{features}), as onnxruntime reads them; a model whose coefficients are "
+                    f"for {self._flat.size // self._rows} features wants inputs that wide",
+                    stacklevel=2,
                 )
             w = np.ascontiguousarray(self._flat[:need].reshape(self._rows, features).T)
             self._by_width[features] = w
