@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gpu_vs_ort import _kv_dtype, _prefill_feeds, _spec  # noqa: E402
+from bench.gpu_vs_ort import genai_spec, kv_dtype_of, prefill_feeds  # noqa: E402
 
 
 def _last_logits(run, feeds: dict) -> np.ndarray:
@@ -40,7 +40,7 @@ def _onnxep(spec: dict, providers: list[str]):
     sess = onnxep.InferenceSession(spec["file"], providers=providers)
     if sess.get_providers()[0] != providers[0]:
         raise RuntimeError(f"{providers[0]} is not available: {sess.get_providers()}")
-    kv = _kv_dtype(sess.get_inputs(), spec["past_key"] % 0)
+    kv = kv_dtype_of(sess.get_inputs(), spec["past_key"] % 0)
     return kv, lambda feeds: sess.run(["logits"], feeds)[0]
 
 
@@ -52,7 +52,7 @@ def _ort(spec: dict, provider: str):
     sess = ort.InferenceSession(spec["file"], so, providers=[provider])
     if sess.get_providers()[0] != provider:
         raise RuntimeError(f"{provider} is not available: {sess.get_providers()}")
-    kv = _kv_dtype(sess.get_inputs(), spec["past_key"] % 0)
+    kv = kv_dtype_of(sess.get_inputs(), spec["past_key"] % 0)
     return kv, lambda feeds: sess.run(["logits"], feeds)[0]
 
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-max", type=int, default=16, help="longest prompt the CPU sides run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    spec = _spec(args.model_dir)
+    spec = genai_spec(args.model_dir)
     makers = {
         "onnxep-cuda": lambda: _onnxep(spec, ["cuda", "cpu"]),
         "onnxruntime-cuda": lambda: _ort(spec, "CUDAExecutionProvider"),
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             if name.endswith("-cpu") and p > args.cpu_max:
                 continue
             try:
-                got[name] = _last_logits(run, _prefill_feeds(spec, kv, p, seed=p))
+                got[name] = _last_logits(run, prefill_feeds(spec, kv, p, seed=p))
             except Exception as exc:
                 skipped.append(f"{name} prompt {p}: {type(exc).__name__}: {exc}"[:300])
         names = list(got)

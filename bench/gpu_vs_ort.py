@@ -42,7 +42,7 @@ def _cupy():
     return cupy
 
 
-def _spec(model_dir: Path) -> dict:
+def genai_spec(model_dir: Path) -> dict:
     cfg = json.loads((model_dir / "genai_config.json").read_text())
     dec = cfg["model"]["decoder"]
     return {
@@ -59,7 +59,7 @@ def _spec(model_dir: Path) -> dict:
     }
 
 
-def _kv_dtype(sess_inputs: list, name: str) -> np.dtype:
+def kv_dtype_of(sess_inputs: list, name: str) -> np.dtype:
     t = next(i.type for i in sess_inputs if i.name == name)
     return np.dtype(np.float16) if "float16" in t else np.dtype(np.float32)
 
@@ -92,7 +92,7 @@ class OnnxepSide(_Side):
         self.sess = onnxep.InferenceSession(
             spec["file"], providers=[("cuda", {"capture": capture}), "cpu"]
         )
-        self.kv_dtype = _kv_dtype(self.sess.get_inputs(), spec["past_key"] % 0)
+        self.kv_dtype = kv_dtype_of(self.sess.get_inputs(), spec["past_key"] % 0)
 
     def bind(self, ctx: int, rng: np.random.Generator) -> None:
         cp, s = self.cp, self.spec
@@ -146,7 +146,7 @@ class OrtSide(_Side):
         self.sess = ort.InferenceSession(
             spec["file"], so, providers=[("CUDAExecutionProvider", opts)]
         )
-        self.kv_dtype = _kv_dtype(self.sess.get_inputs(), spec["past_key"] % 0)
+        self.kv_dtype = kv_dtype_of(self.sess.get_inputs(), spec["past_key"] % 0)
         self.graph = graph
 
     def _view(self, value: Any, shape: tuple, dtype: Any) -> Any:
@@ -214,7 +214,7 @@ def time_decode(side: _Side, ctx: int, steps: int, warmup: int = 3) -> dict:
 # -- prefill --------------------------------------------------------------------------------
 
 
-def _prefill_feeds(spec: dict, kv_dtype: np.dtype, p: int, seed: int = 0) -> dict:
+def prefill_feeds(spec: dict, kv_dtype: np.dtype, p: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     feeds = {
         "input_ids": rng.integers(0, spec["vocab"], (1, p)).astype(np.int64),
@@ -229,7 +229,7 @@ def _prefill_feeds(spec: dict, kv_dtype: np.dtype, p: int, seed: int = 0) -> dic
 
 def time_prefill_onnxep(side: OnnxepSide, p: int, repeats: int) -> dict:
     cp = side.cp
-    feeds = _prefill_feeds(side.spec, side.kv_dtype, p)
+    feeds = prefill_feeds(side.spec, side.kv_dtype, p)
     io = side.sess.io_binding()
     for k, v in feeds.items():
         io.bind_input(k, cp.asarray(v))
@@ -248,7 +248,7 @@ def time_prefill_onnxep(side: OnnxepSide, p: int, repeats: int) -> dict:
 
 def time_prefill_ort(side: OrtSide, p: int, repeats: int) -> dict:
     ort = side.ort
-    feeds = _prefill_feeds(side.spec, side.kv_dtype, p)
+    feeds = prefill_feeds(side.spec, side.kv_dtype, p)
     io = side.sess.io_binding()
     vals = {k: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for k, v in feeds.items()}
     for k, v in vals.items():
@@ -275,8 +275,8 @@ def ort_greedy(spec: dict, prompt: np.ndarray, steps: int) -> list[int]:
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(spec["file"], so, providers=["CUDAExecutionProvider"])
-    kv_dtype = _kv_dtype(sess.get_inputs(), spec["past_key"] % 0)
-    feeds = _prefill_feeds(spec, kv_dtype, prompt.shape[1])
+    kv_dtype = kv_dtype_of(sess.get_inputs(), spec["past_key"] % 0)
+    feeds = prefill_feeds(spec, kv_dtype, prompt.shape[1])
     feeds["input_ids"] = prompt
     names = [o.name for o in sess.get_outputs()]
     out: list[int] = []
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", choices=("onnxep", "onnxruntime"))
     ap.add_argument("--sides", default="onnxep,onnxruntime,onnxruntime-nograph")
     args = ap.parse_args(argv)
-    spec = _spec(args.model_dir)
+    spec = genai_spec(args.model_dir)
     if args.memory:
         print(json.dumps(memory_in_use(args.memory, spec)))
         return 0
