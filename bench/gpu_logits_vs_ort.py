@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gpu_vs_ort import genai_spec, kv_dtype_of, prefill_feeds  # noqa: E402
+from bench.gpu_vs_ort import genai_spec, kv_dtype_of, ort_session, prefill_feeds  # noqa: E402
 
 
 def _last_logits(run, feeds: dict) -> np.ndarray:
@@ -45,11 +45,7 @@ def _onnxep(spec: dict, providers: list[str]):
 
 
 def _ort(spec: dict, provider: str):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(spec["file"], so, providers=[provider])
+    sess = ort_session(spec["file"], provider)
     if sess.get_providers()[0] != provider:
         raise RuntimeError(f"{provider} is not available: {sess.get_providers()}")
     kv = kv_dtype_of(sess.get_inputs(), spec["past_key"] % 0)

@@ -59,6 +59,16 @@ def genai_spec(model_dir: Path) -> dict:
     }
 
 
+def ort_session(file: str, provider: Any) -> Any:
+    """An onnxruntime session of ``file`` on ``provider`` (a name, or (name, options)), its
+    warnings off."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(file, so, providers=[provider])
+
+
 def kv_dtype_of(sess_inputs: list, name: str) -> np.dtype:
     t = next(i.type for i in sess_inputs if i.name == name)
     return np.dtype(np.float16) if "float16" in t else np.dtype(np.float32)
@@ -141,11 +151,7 @@ class OrtSide(_Side):
 
         self.ort = ort
         opts = {"enable_cuda_graph": "1" if graph else "0"}
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        self.sess = ort.InferenceSession(
-            spec["file"], so, providers=[("CUDAExecutionProvider", opts)]
-        )
+        self.sess = ort_session(spec["file"], ("CUDAExecutionProvider", opts))
         self.kv_dtype = kv_dtype_of(self.sess.get_inputs(), spec["past_key"] % 0)
         self.graph = graph
 
@@ -270,11 +276,8 @@ def time_prefill_ort(side: OrtSide, p: int, repeats: int) -> dict:
 
 def ort_greedy(spec: dict, prompt: np.ndarray, steps: int) -> list[int]:
     """onnxruntime-gpu, past fed back (no sharing: the plainest loop), host feeds."""
-    import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(spec["file"], so, providers=["CUDAExecutionProvider"])
+    sess = ort_session(spec["file"], "CUDAExecutionProvider")
     kv_dtype = kv_dtype_of(sess.get_inputs(), spec["past_key"] % 0)
     feeds = prefill_feeds(spec, kv_dtype, prompt.shape[1])
     feeds["input_ids"] = prompt
