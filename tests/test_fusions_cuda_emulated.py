@@ -140,6 +140,43 @@ def test_packed_swiglu_reads_gate_then_up_in_place(emulated, dt):
     _same_bits(got, _swiglu_ref(emulated, dt, g, u))
 
 
+@pytest.fixture
+def swiglu_kernels(monkeypatch):
+    """The SwiGLU kernels each launch ran, by name (``swiglu_k`` or the 16-byte ``swiglu_v``)."""
+    ran: list[str] = []
+    real = FC.kernels_for
+
+    def recorded(kernel, fn):
+        return lambda *args: ran.append(kernel) or fn(*args)
+
+    def recording(kernel, dtype):
+        return {dt: recorded(kernel, fn) for dt, fn in real(kernel, dtype).items()}
+
+    monkeypatch.setattr(FC, "kernels_for", recording)
+    return ran
+
+
+@pytest.mark.parametrize("dt", [F32, F16])
+@pytest.mark.parametrize(
+    ("cols", "offset", "vector"),
+    [(48, 0, {F32: True, F16: True}), (12, 0, {F32: True, F16: False}),
+     (48, 1, {F32: False, F16: False}), (7, 0, {F32: False, F16: False})],
+    ids=["whole-chunks", "f16-half-chunk", "misaligned", "odd"],
+)  # fmt: skip
+def test_swiglu_in_16_byte_chunks_only_where_widths_and_addresses_allow(
+    emulated, swiglu_kernels, dt, cols, offset, vector
+):
+    """Packed [gate | up] rows: 16-byte chunks when both halves' widths are whole chunks and
+    every address aligned, else one element at a time; the same bits either way."""
+    rows = 5
+    flat = _values(dt, rows * 2 * cols + offset, seed=2)
+    gu = flat[offset:].reshape(rows, 2 * cols)  # offset 1: every row one element off
+    (got,) = FC.swiglu_runner(_node("SwiGLU", dt), np, _never)(gu)
+    g, u = np.ascontiguousarray(gu[:, :cols]), np.ascontiguousarray(gu[:, cols:])
+    assert swiglu_kernels == ["swiglu_v" if vector[dt] else "swiglu_k"]
+    _same_bits(got, _swiglu_ref(emulated, dt, g, u))
+
+
 @pytest.mark.parametrize(
     ("op", "generic", "tanh", "bias"),
     [

@@ -26,6 +26,7 @@ gpu_quant = emu.gpu_test_module("test_cuda_quant")
 HOST_SHIMS = r"""
 #define __launch_bounds__(...)
 struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 // Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes y:x (x the low four).
@@ -252,3 +253,65 @@ def test_rows_past_one_launch_run_one_launch_per_eight(launches):
 def test_gemv_rows_from_the_bytes_each_path_moves(k, n, bits, act, scale, rows):
     """Qwen2.5-0.5B's MLP and LM head: wider activations make the dequantised copy dearer."""
     assert op_matmul_nbits.gemv_rows(k, n, bits, 32, act, scale) == rows
+
+
+@pytest.fixture
+def numpy_gemm(monkeypatch):
+    """cuBLAS's GEMM as NumPy (float32 products, ``beta`` times what ``out`` holds, rounded to
+    ``out``'s type), so the prefill path's dequantisation runs in the emulator; and the
+    ``vec`` flag of every dequantisation launch, in order."""
+    from onnxep.providers_cuda import blas
+
+    def gemm(a, b, trans_b=False, beta=0.0, out=None):
+        prod = a.astype(np.float32) @ (b.T if trans_b else b).astype(np.float32)
+        if beta:
+            prod += beta * out.astype(np.float32)
+        out[...] = prod.astype(out.dtype)
+        return out
+
+    monkeypatch.setattr(blas, "gemm", gemm)
+    flags: list[int] = []
+    real = op_matmul_nbits.NBitsRunner.__init__
+
+    def init(self, *args, **kw):
+        real(self, *args, **kw)
+        dequant = self.dequant
+        self.dequant = lambda grid, block, args: (
+            flags.append(int(args[-1])) or dequant(grid, block, args)
+        )
+
+    monkeypatch.setattr(op_matmul_nbits.NBitsRunner, "__init__", init)
+    return flags
+
+
+#: (case, dtype, whether K is whole packed words, so the dequantisation stores vectors)
+GEMM_CASES = [
+    ((4, 32, "packed", 200, 37), np.float16, True),  # 16-byte stores
+    ((4, 16, "packed", 72, 19), np.float32, True),  # 32 bytes: two 16-byte stores
+    ((8, 64, "float", 160, 17), np.float16, True),  # 8 bytes: one 8-byte store
+    ((8, 64, "float", 160, 17), np.float32, True),
+    ((4, 32, "packed", 1100, 50), np.float16, False),  # K ends mid-word: one value at a time
+    ((2, 32, "none", 100, 11), np.float32, False),
+]
+
+
+@pytest.mark.parametrize(("case", "dtype", "vec"), GEMM_CASES)
+def test_gemm_path_dequantises_tiles_as_the_cpu_does(case, dtype, vec, launches, numpy_gemm,
+                                                     monkeypatch):  # fmt: skip
+    """Past the GEMV's rows the weight is dequantised a tile at a time (three or more here)
+    and multiplied; whole words leave in vector stores, a ragged K one value at a time."""
+    bits, _, _, k, n = case
+    itemsize = np.dtype(dtype).itemsize
+    monkeypatch.setattr(op_matmul_nbits, "GEMM_TILE_BYTES", k * itemsize * max(1, n // 3))
+    monkeypatch.setattr(op_matmul_nbits, "GEMM_TILE_ALIGN", 4)
+    gpu_quant.check_nbits(*case, dtype, rows=(40,))
+    assert "nbits_dequant" in launches and len(numpy_gemm) >= 3
+    assert set(numpy_gemm) == {int(vec)}
+
+
+def test_gemm_tiles_that_split_n_start_on_128_rows():
+    """The LM head of Qwen2.5-1.5B (K = 1536, N = 151936, float16): 64 MiB is 21845 rows,
+    cut to 21760; a weight whose dequantised copy fits takes one tile of all N."""
+    assert op_matmul_nbits.gemm_tile(151936, 1536, 2) == 21760
+    assert op_matmul_nbits.gemm_tile(1536, 8960, 2) == 1536
+    assert op_matmul_nbits.gemm_tile(10, 1 << 26, 4) == 1  # a row beyond the budget: one row

@@ -8,7 +8,8 @@ several, and rounds where they rounded:
 * ``silu_k``: ``x * sigmoid(x)``, the sigmoid rounded first (Sigmoid then Mul);
 * ``swiglu_k``: ``(g * sigmoid(g)) * u`` rounded after each step, reading gate
   and up rows at any row stride, so the packed ``[gate | up]`` output of one
-  GEMM is read in place;
+  GEMM is read in place; ``swiglu_v`` the same 16 bytes at a time where the
+  widths and addresses allow;
 * ``gelu_k``: GELU of ``x (+ bias)`` in float32, the erf form as
   ``0.5 x erfc(-x / sqrt 2)`` or the tanh form, as the generic com.microsoft
   kernels compute them, rounded once (the bias is one value per last-axis
@@ -76,6 +77,33 @@ __global__ void swiglu_k(const T* __restrict__ g, const T* __restrict__ u, T* __
   }
 }
 
+// swiglu_k a 16-byte chunk at a time: cols, gs and us multiples of V = 16 / sizeof(T) and
+// g, u, y 16-byte aligned (the runner checks). One row/column split per chunk instead of a
+// 64-bit division and 2-byte accesses per element, which held swiglu_k to ~40% of the
+// bandwidth (2.4 of a 2000-token 1.5B prefill's 16.8 ms of kernels on the H100).
+template <typename T>
+__global__ void swiglu_v(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ y,
+                         i64 chunks, i64 cols_v, i64 gs, i64 us) {
+  constexpr int V = 16 / sizeof(T);
+  const i64 step = (i64)blockDim.x * gridDim.x;
+  for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += step) {
+    const i64 r = c / cols_v, j = (c - r * cols_v) * V;
+    const uint4 gw = load16(g + r * gs + j);
+    const uint4 uw = load16(u + r * us + j);
+    const T* gt = reinterpret_cast<const T*>(&gw);
+    const T* ut = reinterpret_cast<const T*>(&uw);
+    uint4 yw;
+    T* yt = reinterpret_cast<T*>(&yw);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float gv = to_f(gt[e]);
+      const float act = rnd<T>(gv * rnd<T>(sigmoid_f(gv)));
+      yt[e] = from_f<T>(act * to_f(ut[e]));
+    }
+    store16(y + c * V, yw);
+  }
+}
+
 // GELU of x (+ b[i % nb] when nb > 0); tanh_form picks the approximation.
 template <typename T>
 __global__ void gelu_k(const T* __restrict__ x, const T* __restrict__ b, T* __restrict__ y,
@@ -95,7 +123,7 @@ __global__ void gelu_k(const T* __restrict__ x, const T* __restrict__ b, T* __re
 }
 """
 
-KERNELS = ("rsqrt_k", "silu_k", "swiglu_k", "gelu_k")
+KERNELS = ("rsqrt_k", "silu_k", "swiglu_k", "swiglu_v", "gelu_k")
 FUSED_NAMES = tuple(f"{k}<{c}>" for k in KERNELS for c in CTYPE.values())
 
 
@@ -138,6 +166,7 @@ def swiglu_runner(node: Any, xp: Any, fallback: Runner) -> Runner:
     fns = kernels_for("swiglu_k", node.input_dtype(0))
     if not fns:
         return fallback
+    vec_fns = kernels_for("swiglu_v", node.input_dtype(0))
     contiguous = K.contiguity_test(xp)
 
     def run(gate: Any, up: Any = None) -> tuple:
@@ -156,7 +185,14 @@ def swiglu_runner(node: Any, xp: Any, fallback: Runner) -> Runner:
             cols = gate.shape[-1]
             g, u, stride = gate, up, cols
         y = xp.empty((*gate.shape[:-1], cols), gate.dtype)
-        if y.size:
+        if not y.size:
+            return (y,)
+        v = K.vector_width(gate.dtype)
+        if cols % v == 0 and stride % v == 0 and K.all_aligned((g, u, y)):
+            chunks = y.size // v
+            args = (g, u, y, np.int64(chunks), np.int64(cols // v), np.int64(stride))
+            vec_fns[gate.dtype](grid(chunks), (BLOCK,), (*args, np.int64(stride)))
+        else:
             n, c, st = np.int64(y.size), np.int64(cols), np.int64(stride)
             fn(grid(y.size), (BLOCK,), (g, u, y, n, c, st, st))
         return (y,)
