@@ -34,6 +34,7 @@ from .gqa_geometry import (
     route_decode,
     uses_decode,
 )
+from .reduce_cuda import all_aligned
 
 _OP = "GroupQueryAttention"
 # Positions of the arrays in the tuple a step takes (total_sequence_length is apart).
@@ -249,12 +250,25 @@ def plan_step(
 
     else:
         prep = fns["gqa_prepare"]
+        # the 16-byte kernel where every head row, offset, row stride and rotary split is
+        # whole chunks (the arrays' alignment is checked per call)
+        v = 16 // np.dtype(dt).itemsize
+        split = v if cfg.interleaved else 2 * v
+        prep_v = (
+            fns["gqa_prepare_v"]
+            if d % v == 0
+            and rot % split == 0
+            and all(x % v == 0 for x in (*offsets, *rows))
+            and n_new // v < 2**31
+            else None
+        )
         prep_prm = PREPARE.to_device(
             xp, n=n_new, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
             v_row=rows[2], B=b, S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, rot=rot,
             interleaved=cfg.interleaved, pos_mode=pos_mode, cache_rows=cache_rows, node=node_id,
         )  # fmt: skip
         prep_grid = (flat_grid(n_new, sms),)
+        prep_v_grid = (flat_grid(max(1, n_new // v), sms),)
         geo = plan_prefill(d)
         prm = ATTN.to_device(
             xp, bsb=bias_strides[0], bsh=bias_strides[1], bss=bias_strides[2],
@@ -272,8 +286,11 @@ def plan_step(
 
         def attend(query, key, value, kc, vc, seqlens, cos, sin, pos, bias, sink, qseq):
             qbuf, y = empty(qbuf_shape, dtype=dt), empty(y_shape, dtype=dt)
-            prep(prep_grid, (FLAT_BLOCK,), (query, key, value, qbuf, kc, vc, seqlens, qseq, cos,
-                                            sin, pos, flag, prep_prm))  # fmt: skip
+            vec = prep_v is not None and all_aligned((query, key, value, qbuf, kc, vc))
+            (prep_v if vec else prep)(
+                prep_v_grid if vec else prep_grid, (FLAT_BLOCK,),
+                (query, key, value, qbuf, kc, vc, seqlens, qseq, cos, sin, pos, flag, prep_prm),
+            )  # fmt: skip
             # the tensor-core kernel declines only arrays off a 16-byte boundary
             if fast is None or not fast(qbuf, kc, vc, seqlens, qseq, None, None, None, None,
                                         bias, sink, y):  # fmt: skip
