@@ -2,7 +2,7 @@
 post transform in one numba call) against the NumPy path it replaces on a few rows and
 against onnxruntime: every branch mode and missing-value track, every post transform and
 aggregate, base values absent, partial and full, one and several targets, float, double
-and integer inputs, 0 / 1 / few rows and the hand-over to NumPy past the walk limit."""
+and integer inputs, 0 / 1 / few rows, and many rows split over threads."""
 
 from __future__ import annotations
 
@@ -253,13 +253,55 @@ def test_rows_zero_one_and_past_the_walk_limit(monkeypatch):
             fused, numpy_path = _ours_both_paths(reg, _x(rows), monkeypatch)
             _close(fused, numpy_path)
             assert fused[0].shape == (rows, n_targets)
-    # Past the limit the NumPy path runs, and the rows' results do not depend on the path.
-    monkeypatch.setattr(tree_eval, "_COMPILED_WALKS", 30)
-    sess = onnxep.InferenceSession(data, providers=["cpu"])
-    x = _x(40)
+    # Many rows split over two threads (each row computed whole by one call): the same
+    # results as the rows run alone and as the NumPy path.
+    from onnxep.providers_cpu.ops import nn_cpu
+
+    calls = []
+
+    def counted(rows, work, fn):
+        nn_cpu.parallel_rows(rows, work, lambda r0, r1: (calls.append((r0, r1)), fn(r0, r1)))
+
+    monkeypatch.setattr(tree_eval, "_READ_COST", 1 << 24)
+    monkeypatch.setattr(tree_eval, "parallel_rows", counted)
+    so = onnxep.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = onnxep.InferenceSession(data, so, providers=["cpu"])
+    x = _x(300)
     big = sess.run(None, {"X": x})
+    assert len(calls) > 1 and sorted(calls)[0][0] == 0 and sorted(calls)[-1][1] == 300
     few = sess.run(None, {"X": x[:10]})
     _close([big[0][:10], big[1][:10]], few)
+    with monkeypatch.context() as m:
+        m.setattr(jit, "ENABLED", False)
+        _close(big, sess.run(None, {"X": x}))
+
+
+def test_tree_depths_are_each_trees_own():
+    """The compiled walk takes each tree only as deep as it goes: a stump one step, the
+    deeper trees two, a lone leaf none."""
+    from onnxep.providers_cpu.ops import tree_loops
+
+    class _Node:
+        op_type = "TreeEnsembleRegressor"
+        name = "n"
+
+        def __init__(self, attrs):
+            self.attrs = attrs
+
+        def attr(self, name, default=None):
+            return self.attrs.get(name, default)
+
+    attrs = _forest(MODES[0], "target", 1, TRACKS[0], np.random.default_rng(4))
+    f = tree_eval.from_attributes(_Node(attrs), "target", np.float32, 1)
+    assert tree_loops.tree_depths(f).tolist() == [2, 2, 1]
+    leaf = {k: v for k, v in attrs.items()}
+    leaf.update(nodes_treeids=[0], nodes_nodeids=[0], nodes_featureids=[0], nodes_modes=["LEAF"],
+                nodes_values=[0.0], nodes_truenodeids=[0], nodes_falsenodeids=[0],
+                nodes_missing_value_tracks_true=[0], target_treeids=[0], target_nodeids=[0],
+                target_ids=[0], target_weights=[1.5])  # fmt: skip
+    f = tree_eval.from_attributes(_Node(leaf), "target", np.float32, 1)
+    assert tree_loops.tree_depths(f).tolist() == [0]
 
 
 def test_fused_run_is_taken_and_refused_where_it_must_be():

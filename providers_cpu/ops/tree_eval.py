@@ -30,6 +30,7 @@ import numpy as np
 from onnxep.errors import NotSupported
 
 from .. import jit
+from .nn_cpu import parallel_rows
 
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
 MODES = {
@@ -49,10 +50,13 @@ CLASSIFY, REGRESS = range(2)  # which kernel's finish a compiled whole run does 
 _DENSE_LIMIT = 1 << 22  # leaves x targets held as a dense table up to this many entries
 _DENSE_TARGETS = 16  # beyond this many targets, weights add up through one bincount
 _BLOCK = 1 << 15  # rows x trees per block of the traversal
-# Up to this many walks (rows x trees) the compiled traversal runs (jit.py, numba): it was
-# 2.3x faster on 4 rows of 100 depth-10 trees, even at 20 rows, and 10-20% slower from
-# 40 rows on, where NumPy's level-wide gathers are the better loop.
+# Up to this many walks (rows x trees) the compiled traversal of ``leaves`` runs (jit.py,
+# numba): it was 2.3x faster on 4 rows of 100 depth-10 trees, even at 20 rows, and 10-20%
+# slower from 40 rows on, where NumPy's level-wide gathers are the better loop.
 _COMPILED_WALKS = 2048
+# A table read of a walk, in the multiply-adds ``parallel_rows`` weighs work in (a dependent
+# gather of 3-5 ns against a multiply-add's fraction of one): where a run's rows are split.
+_READ_COST = 50
 
 
 @dataclass
@@ -197,8 +201,8 @@ class Forest:
 
     def fused(self, finish: int, post: int, base: np.ndarray, agg: int = SUM) -> Any:
         """The whole run compiled (``tree_loops``: walk, sums, base values, post transform),
-        as ``run(x) -> (scores float32, label index)`` for a 2-D ``x``, which answers None
-        past ``_COMPILED_WALKS`` walks; None without numba or with EQ/MEMBER nodes."""
+        as ``run(x) -> (scores float32, label index)`` for a 2-D ``x`` of any number of rows
+        (split over the run's threads); None without numba or with EQ/MEMBER nodes."""
         if self.general or not jit.ENABLED:
             return None
         from . import tree_loops
@@ -206,20 +210,27 @@ class Forest:
         first_only = finish == REGRESS and self.n_targets == 1
         if first_only and self.w_count.size and self.w_count.min() < 1:
             return None  # a leaf without a first weight: the NumPy path says what it does
-        itab, thr, ftab = tree_loops.pack(self, finish, post, base, agg)
+        itab, nt, ftab = tree_loops.pack(self, finish, post, base, agg)
+        nt_thr = nt.view(self.thr.dtype if nt.itemsize == self.thr.itemsize else np.float64)
         loop, dtype, n_trees = tree_loops.run, self.dtype, self.n_trees
         width = 1 if first_only else self.n_targets
-        limit = _COMPILED_WALKS // max(n_trees, 1)
+        steps = max(1, n_trees * self.depth)  # table reads a row takes
 
         def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
             n_rows, n_cols = x.shape
-            if n_rows > limit or not jit.ENABLED:
+            if not jit.ENABLED:
                 return None
             if n_cols <= self.max_feature:
                 self._narrow(n_cols)
+            xc = np.ascontiguousarray(x, dtype)
             out = np.empty((n_rows, width), np.float32)
             top = np.empty(n_rows, np.intp)
-            loop(np.ascontiguousarray(x, dtype), itab, thr, ftab, out, top)
+            # Each row is computed whole by one call, so the split never changes a result.
+            parallel_rows(
+                n_rows,
+                n_rows * steps * _READ_COST,
+                lambda r0, r1: loop(xc[r0:r1], itab, nt, nt_thr, ftab, out[r0:r1], top[r0:r1]),
+            )
             return out, top
 
         return run

@@ -8,11 +8,11 @@ one call does it all, its arguments packed into four arrays (numba's dispatch co
 about 0.13 us an argument).
 
 **Tables** (built by :func:`pack`): ``itab`` (intp) is a header (``H_*``) then the
-roots, features, children, NaN slots, each leaf's first weight and weight count,
-and the weights' targets; ``thr`` the thresholds in the comparison type; ``ftab``
+roots, NaN slots, each leaf's first weight and weight count, and the weights' targets;
+``nt`` each node's feature, children and threshold (:func:`node_table`); ``ftab``
 (float64) the weights then the base values. Bounds are the builder's proof, not a
 check per read: ``Forest`` refuses children, roots and weight targets outside their
-tables, leaves without weights and cycles (``depth`` levels take every walk to a
+tables, leaves without weights and cycles (``tree_depths`` levels take every walk to a
 leaf), and the caller refuses an input narrower than the largest feature index + 1,
 so every read below is inside its table. A leaf keeps feature 0 and threshold +inf,
 so a walk that has reached it reads column 0 (present: the input has at least
@@ -41,11 +41,14 @@ if not jit.ENABLED:  # reading it imports numba, or says why not
     raise ImportError("providers_cpu.ops.tree_loops needs numba (see providers_cpu/jit.py)")
 nb = jit.nb
 
+# Rows whose walks advance together through one tree (their reads overlap; 128 walks'
+# nodes and rows stay in the L1 and L2 caches).
+_ROW_BLOCK = 128
+
 # Header of ``itab``.
 (
     H_TREES,
     H_INNER,
-    H_DEPTH,
     H_NAN_FIX,
     H_TARGETS,
     H_AGG,
@@ -54,15 +57,14 @@ nb = jit.nb
     H_POST,
     H_BASE,
     O_ROOTS,
-    O_FEAT,
-    O_KIDS,
+    O_TDEPTH,
     O_NAN,
     O_WSTART,
     O_WCOUNT,
     O_WTARGET,
     O_FBASE,
     HEADER,
-) = range(19)
+) = range(17)
 
 
 def pack(forest, finish: int, post: int, base: np.ndarray, agg: int = SUM):
@@ -83,8 +85,7 @@ def pack(forest, finish: int, post: int, base: np.ndarray, agg: int = SUM):
         n_base = n_t if len(base) == n_t else 0
     parts = [
         forest.roots,
-        forest.feat,
-        forest.kids,
+        tree_depths(forest),
         forest.nan_slot.astype(np.intp),
         forest.w_start,
         forest.w_count,
@@ -97,7 +98,6 @@ def pack(forest, finish: int, post: int, base: np.ndarray, agg: int = SUM):
     header = [
         forest.n_trees,
         forest.n_inner,
-        forest.depth,
         int(forest.nan_fix),
         n_t,
         agg,
@@ -110,7 +110,41 @@ def pack(forest, finish: int, post: int, base: np.ndarray, agg: int = SUM):
     ]
     itab = np.concatenate([np.asarray(header, np.intp), *[np.asarray(p, np.intp) for p in parts]])
     ftab = np.concatenate([forest.w_value, np.asarray(base[:n_base], np.float64)])
-    return itab, np.ascontiguousarray(forest.thr), ftab
+    return itab, node_table(forest), ftab
+
+
+def tree_depths(forest) -> np.ndarray:
+    """Levels of each tree (0 for a leaf alone): the steps its walks take to a leaf."""
+    n_inner, n_trees = forest.n_inner, forest.n_trees
+    depth = np.zeros(n_trees, np.intp)
+    node, tree = forest.roots, np.arange(n_trees, dtype=np.intp)
+    for level in range(1, forest.depth + 1):  # Forest refused cycles: depth bounds every walk
+        inner = node < n_inner
+        node, tree = node[inner], tree[inner]
+        if not node.size:
+            break
+        depth[tree] = level
+        kids = np.concatenate([forest.kids[2 * node], forest.kids[2 * node + 1]])
+        both = np.unique(np.stack([kids, np.concatenate([tree, tree])]), axis=1)
+        node, tree = both[0], both[1]
+    return depth
+
+
+def node_table(forest) -> np.ndarray:
+    """Each node's feature, its two children and its threshold's bits side by side (four
+    integers of the threshold's width: 16 bytes a node for float32 comparisons), so a step
+    of a walk reads one line, not one from each of three tables."""
+    thr = np.ascontiguousarray(forest.thr)
+    ints = np.int32 if thr.dtype == np.float32 else np.int64
+    if len(forest.feat) >= 2**31 - 1:
+        ints = np.int64
+        thr = thr.astype(np.float64)
+    nt = np.empty((len(thr), 4), ints)
+    nt[:, 0] = forest.feat
+    nt[:, 1] = forest.kids[0::2]
+    nt[:, 2] = forest.kids[1::2]
+    nt[:, 3] = thr.view(ints)
+    return nt.reshape(-1)
 
 
 @nb.njit(inline="always", nogil=True, error_model="numpy")
@@ -171,8 +205,10 @@ def _post_row(s, r, post, out):
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
-def run(x, itab, thr, ftab, out, top):
+def run(x, itab, nt, nt_thr, ftab, out, top):
     """One run of the ensemble on the rows of ``x`` (2-D, C order, the comparison type).
+    ``nt`` is :func:`node_table`'s table and ``nt_thr`` the same memory viewed as the
+    comparison type (its thresholds at ``4 * node + 3``).
 
     ``out`` (rows x targets, float32) gets the transformed scores; ``top`` (rows) the
     classifier's label index (left alone for the regressor).
@@ -180,7 +216,6 @@ def run(x, itab, thr, ftab, out, top):
     n_rows, n_cols = x.shape
     n_trees = itab[H_TREES]
     n_inner = itab[H_INNER]
-    depth = itab[H_DEPTH]
     nan_fix = itab[H_NAN_FIX] != 0
     n_t = itab[H_TARGETS]
     agg = itab[H_AGG]
@@ -188,9 +223,8 @@ def run(x, itab, thr, ftab, out, top):
     finish = itab[H_FINISH]
     post = itab[H_POST]
     n_base = itab[H_BASE]
-    roots = itab[itab[O_ROOTS] : itab[O_FEAT]]
-    feat = itab[itab[O_FEAT] : itab[O_KIDS]]
-    kids = itab[itab[O_KIDS] : itab[O_NAN]]
+    roots = itab[itab[O_ROOTS] : itab[O_TDEPTH]]
+    t_depth = itab[itab[O_TDEPTH] : itab[O_NAN]]
     nan_slot = itab[itab[O_NAN] : itab[O_WSTART]]
     w_start = itab[itab[O_WSTART] : itab[O_WCOUNT]]
     w_count = itab[itab[O_WCOUNT] : itab[O_WTARGET]]
@@ -205,42 +239,44 @@ def run(x, itab, thr, ftab, out, top):
         s[:] = np.inf
     elif agg == MAX:
         s[:] = -np.inf
-    total = n_rows * n_trees
-    block = 256
-    walk = np.empty(min(total, block), np.intp)
-    for b0 in range(0, total, block):
-        b1 = min(total, b0 + block)
-        for i in range(b0, b1):
-            walk[i - b0] = roots[i % n_trees]
-        # A block's walks advance a level at a time, so their table reads overlap.
-        for _ in range(depth):
-            for i in range(b0, b1):
-                nd = walk[i - b0]
-                v = x[i // n_trees, feat[nd]]
-                c = v > thr[nd]
-                if nan_fix and v != v:
-                    c = nan_slot[nd] != 0
-                walk[i - b0] = kids[2 * nd + (1 if c else 0)]
-        # Rows in order, each row's trees in order.
-        for i in range(b0, b1):
-            r = i // n_trees
-            leaf = walk[i - b0] - n_inner
-            k0 = w_start[leaf]
-            k1 = k0 + (1 if first_only else w_count[leaf])
-            for k in range(k0, k1):
-                j = 0 if first_only else w_target[k]
-                w = w_value[k]
-                if agg == MIN:
-                    cur = s[r, j]
-                    if cur == cur and (w != w or w < cur):
-                        s[r, j] = w
-                elif agg == MAX:
-                    cur = s[r, j]
-                    if cur == cur and (w != w or w > cur):
-                        s[r, j] = w
-                else:
-                    s[r, j] += w
-                has[r, j] = True
+    # Tree by tree over blocks of rows: one tree's nodes stay in the L1 cache while the
+    # block's walks, independent of each other, advance a level at a time so their reads
+    # overlap; each tree only as deep as it goes. Sums still add each row's trees in order.
+    walk = np.empty(min(n_rows, _ROW_BLOCK), np.intp)
+    for r0 in range(0, n_rows, _ROW_BLOCK):
+        n = min(n_rows, r0 + _ROW_BLOCK) - r0
+        for t in range(n_trees):
+            root = roots[t]
+            for i in range(n):
+                walk[i] = root
+            for _ in range(t_depth[t]):
+                for i in range(n):
+                    nd = walk[i]
+                    o = 4 * nd
+                    v = x[r0 + i, nt[o]]
+                    c = v > nt_thr[o + 3]
+                    if nan_fix and v != v:
+                        c = nan_slot[nd] != 0
+                    walk[i] = nt[o + (2 if c else 1)]
+            for i in range(n):
+                r = r0 + i
+                leaf = walk[i] - n_inner
+                k0 = w_start[leaf]
+                k1 = k0 + (1 if first_only else w_count[leaf])
+                for k in range(k0, k1):
+                    j = 0 if first_only else w_target[k]
+                    w = w_value[k]
+                    if agg == MIN:
+                        cur = s[r, j]
+                        if cur == cur and (w != w or w < cur):
+                            s[r, j] = w
+                    elif agg == MAX:
+                        cur = s[r, j]
+                        if cur == cur and (w != w or w > cur):
+                            s[r, j] = w
+                    else:
+                        s[r, j] += w
+                    has[r, j] = True
 
     for r in range(n_rows):
         if agg == AVERAGE and n_trees:
