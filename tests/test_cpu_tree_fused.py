@@ -167,6 +167,46 @@ def test_classifier_fused_matches_numpy_and_onnxruntime(modes, tracks, post, bas
         _parity(fused, _theirs(data, x), probit=post == "PROBIT")
 
 
+@pytest.mark.parametrize("one_class", [False, True])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "PROBIT"])
+@pytest.mark.parametrize("base", [0, 1, 2])
+def test_two_classes_sums_compiled(one_class, post, base, monkeypatch):
+    """Two classes: the compiled sums (and scored-class bits) under onnxruntime's two-class
+    rules, both classes weighted (scikit-learn forests) or one (LightGBM, XGBoost), with
+    0, 1 or 2 base values, against the NumPy path and onnxruntime."""
+    rng = np.random.default_rng(base * 2 + one_class)
+    attrs = _forest(MODES[1], "class", 2, TRACKS[2], rng)
+    if one_class:
+        attrs["class_ids"] = [1] * len(attrs["class_ids"])
+        attrs["class_weights"] = [abs(w) for w in attrs["class_weights"]]
+    else:  # every leaf weights both classes, as scikit-learn's forests do
+        leaves = sorted(set(zip(attrs["class_treeids"], attrs["class_nodeids"])))
+        attrs["class_treeids"] = [t for t, _ in leaves for _c in (0, 1)]
+        attrs["class_nodeids"] = [n for _, n in leaves for _c in (0, 1)]
+        attrs["class_ids"] = [0, 1] * len(leaves)
+        attrs["class_weights"] = rng.uniform(0, 1, 2 * len(leaves)).tolist()
+    if base:
+        attrs["base_values"] = [0.2, -0.1][:base]
+    data = _model(
+        "TreeEnsembleClassifier",
+        TensorProto.FLOAT,
+        [
+            helper.make_tensor_value_info("Y", TensorProto.INT64, [None]),
+            helper.make_tensor_value_info("Z", TensorProto.FLOAT, [None, 2]),
+        ],
+        post_transform=post,
+        classlabels_int64s=[3, 7],
+        **attrs,
+    )
+    x = _x(41, seed=base)
+    fused, numpy_path = _ours_both_paths(data, x, monkeypatch)
+    _close(fused, numpy_path)
+    # One class weighted with two base values: both onnxep paths differ from onnxruntime's
+    # column 0 (a known gap of the two-class rules, docs/status.md), so only each other there.
+    if not (one_class and base == 2):
+        _parity(fused, _theirs(data, x), probit=post == "PROBIT")
+
+
 @pytest.mark.parametrize("modes", range(len(MODES)))
 @pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
 @pytest.mark.parametrize("post", POSTS)
@@ -339,7 +379,7 @@ def test_narrow_input_is_refused_with_the_same_sentence(monkeypatch):
     assert str(fused.value) == str(numpy_path.value)
 
 
-@pytest.mark.parametrize("kind", ["gb3", "rf3", "rf_reg2", "gb_reg"])
+@pytest.mark.parametrize("kind", ["gb3", "rf3", "gb2", "rf2", "rf_reg2", "gb_reg"])
 def test_sklearn_ensembles(kind, monkeypatch):
     """Converted scikit-learn ensembles: boosted (one weight a leaf, SOFTMAX) and random
     forests (a weight per class on each leaf; several regression targets)."""
@@ -353,6 +393,8 @@ def test_sklearn_ensembles(kind, monkeypatch):
     est = {
         "gb3": lambda: skl.GradientBoostingClassifier(n_estimators=10, max_depth=3).fit(x, cls),
         "rf3": lambda: skl.RandomForestClassifier(n_estimators=8, max_depth=4).fit(x, cls),
+        "gb2": lambda: skl.GradientBoostingClassifier(n_estimators=10, max_depth=3).fit(x, cls > 0),
+        "rf2": lambda: skl.RandomForestClassifier(n_estimators=8, max_depth=4).fit(x, cls > 0),
         "rf_reg2": lambda: skl.RandomForestRegressor(n_estimators=6, max_depth=4).fit(
             x, np.stack([x[:, 0] * 2, x[:, 1] - x[:, 3]], axis=1)
         ),
@@ -360,7 +402,7 @@ def test_sklearn_ensembles(kind, monkeypatch):
             x, x[:, 0] * x[:, 1]
         ),
     }[kind]()
-    opts = {"zipmap": False} if kind in ("gb3", "rf3") else None
+    opts = {"zipmap": False} if kind in ("gb3", "rf3", "gb2", "rf2") else None
     model = skl2onnx.convert_sklearn(
         est, initial_types=[("X", FloatTensorType([None, 6]))],
         target_opset={"": 17, "ai.onnx.ml": 3}, options={id(est): opts} if opts else None,

@@ -33,7 +33,7 @@ from .ml_common import (
     rows_2d,
     two_columns,
 )
-from .tree_eval import CLASSIFY, Forest, compare_dtype, from_attributes
+from .tree_eval import CLASSIFY, SUMS, Forest, compare_dtype, from_attributes
 
 _INPUTS = ["float", "double", "int64", "int32"]
 
@@ -83,8 +83,7 @@ def tree_ensemble_classifier(node: NodeInfo, xp: Any):
 
     def make(dt: Any) -> Forest:
         f = from_attributes(node, "class", dt, n_classes)
-        if n_classes > 2:
-            f.run_fused = f.fused(CLASSIFY, post, base)
+        f.run_fused = f.fused(CLASSIFY if n_classes > 2 else SUMS, post, base)
         return f
 
     forest = forest_cache(make, node)
@@ -94,12 +93,14 @@ def tree_ensemble_classifier(node: NodeInfo, xp: Any):
     def run(x):
         x2 = rows_2d(np.asarray(x), "TreeEnsembleClassifier")
         f = forest(compare_dtype(x2.dtype))
-        if f.run_fused is not None:
-            # A few rows: one compiled call (walk, sums, base values, argmax, transform).
-            got = f.run_fused(x2)
-            if got is not None:
-                return labels[got[1]], got[0]
-        s, has = f.scores(f.leaves(x2))
+        got = None if f.run_fused is None else f.run_fused(x2)
+        if got is not None and n_classes > 2:
+            # One compiled call: walk, sums, base values, argmax, transform.
+            return labels[got[1]], got[0]
+        if got is not None:  # two classes: the sums compiled, onnxruntime's rules below
+            s, has = got[0], (got[1][:, None] >> np.arange(2)) & 1 == 1
+        else:
+            s, has = f.scores(f.leaves(x2))
         if n_classes > 2:
             if nb:
                 s[:, :nb] += base_nb

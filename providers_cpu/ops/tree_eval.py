@@ -45,7 +45,9 @@ MODES = {
 }
 AVERAGE, SUM, MIN, MAX = range(4)
 AGGREGATES = {"AVERAGE": AVERAGE, "SUM": SUM, "MIN": MIN, "MAX": MAX}
-CLASSIFY, REGRESS = range(2)  # which kernel's finish a compiled whole run does (tree_loops)
+# Which kernel's finish a compiled whole run does (tree_loops); SUMS: none, the raw sums and
+# which targets were scored, for the two-class rules the classifier applies itself.
+CLASSIFY, REGRESS, SUMS = range(3)
 
 _DENSE_LIMIT = 1 << 22  # leaves x targets held as a dense table up to this many entries
 _DENSE_TARGETS = 16  # beyond this many targets, weights add up through one bincount
@@ -223,7 +225,7 @@ class Forest:
             if n_cols <= self.max_feature:
                 self._narrow(n_cols)
             xc = np.ascontiguousarray(x, dtype)
-            out = np.empty((n_rows, width), np.float32)
+            out = np.empty((n_rows, width), np.float64 if finish == SUMS else np.float32)
             top = np.empty(n_rows, np.intp)
             # Each row is computed whole by one call, so the split never changes a result.
             parallel_rows(

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import jit
 from .ml_common import LOGISTIC, PROBIT, SOFTMAX, SOFTMAX_ZERO
-from .tree_eval import AVERAGE, CLASSIFY, MAX, MIN, REGRESS, SUM
+from .tree_eval import AVERAGE, CLASSIFY, MAX, MIN, REGRESS, SUM, SUMS
 
 if not jit.ENABLED:  # reading it imports numba, or says why not
     raise ImportError("providers_cpu.ops.tree_loops needs numba (see providers_cpu/jit.py)")
@@ -73,12 +73,17 @@ def pack(forest, finish: int, post: int, base: np.ndarray, agg: int = SUM):
     ``finish`` is what the run does after the sums: CLASSIFY (more than two classes: base
     values on the first classes, argmax over the scored ones, post transform) or REGRESS
     (base values when one per target, unscored targets 0, post transform; one target: its
-    first weights only, the base value when there is one, PROBIT the only transform).
+    first weights only, the base value when there is one, PROBIT the only transform) or SUMS
+    (nothing: the float64 sums, and in ``top`` a bit per scored target; at most 62 targets).
     """
     n_t = forest.n_targets
     first_only = finish == REGRESS and n_t == 1
+    if finish == SUMS and n_t > 62:
+        raise ValueError(f"the raw sums' scored-target bits hold 62 targets, not {n_t}")
     if finish == CLASSIFY:
         n_base = min(len(base), n_t)
+    elif finish == SUMS:
+        n_base = 0
     elif first_only:
         n_base = 1 if len(base) == 1 else 0
     else:
@@ -278,6 +283,15 @@ def run(x, itab, nt, nt_thr, ftab, out, top):
                         s[r, j] += w
                     has[r, j] = True
 
+    if finish == SUMS:
+        for r in range(n_rows):
+            bits = 0
+            for j in range(width):
+                out[r, j] = s[r, j]
+                if has[r, j]:
+                    bits |= 1 << j
+            top[r] = bits
+        return
     for r in range(n_rows):
         if agg == AVERAGE and n_trees:
             for j in range(width):
