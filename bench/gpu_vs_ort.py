@@ -30,6 +30,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -274,8 +275,11 @@ def time_prefill_ort(side: OrtSide, p: int, repeats: int) -> dict:
 # -- greedy tokens --------------------------------------------------------------------------
 
 
-def ort_greedy(spec: dict, prompt: np.ndarray, steps: int) -> list[int]:
-    """onnxruntime-gpu, past fed back (no sharing: the plainest loop), host feeds."""
+def ort_greedy(
+    spec: dict, prompt: np.ndarray, steps: int, probe: Callable[[], None] | None = None
+) -> list[int]:
+    """onnxruntime-gpu, past fed back (no sharing: the plainest loop), host feeds; ``probe``
+    is called after the last step, while the session and its cache still hold memory."""
 
     sess = ort_session(spec["file"], "CUDAExecutionProvider")
     kv_dtype = kv_dtype_of(sess.get_inputs(), spec["past_key"] % 0)
@@ -294,14 +298,20 @@ def ort_greedy(spec: dict, prompt: np.ndarray, steps: int) -> list[int]:
         for i in range(spec["layers"]):
             feeds[spec["past_key"] % i] = res[spec["present_key"] % i]
             feeds[spec["past_value"] % i] = res[spec["present_value"] % i]
+    if probe is not None:
+        probe()
     return out
 
 
-def onnxep_greedy(spec: dict, prompt: np.ndarray, steps: int) -> tuple[list[int], dict]:
+def onnxep_greedy(
+    spec: dict, prompt: np.ndarray, steps: int, probe: Callable[[], None] | None = None
+) -> tuple[list[int], dict]:
     import onnxep
 
     sess = onnxep.InferenceSession(spec["file"], providers=["cuda", "cpu"])
     res = onnxep.generate(sess, prompt, max_new_tokens=steps)
+    if probe is not None:
+        probe()
     return res.tokens, sess.capture_stats()
 
 
@@ -309,12 +319,17 @@ def memory_in_use(side: str, spec: dict) -> dict:
     cp = _cupy()
     free0, total = cp.cuda.runtime.memGetInfo()
     prompt = np.random.default_rng(1).integers(0, spec["vocab"], (1, 2000)).astype(np.int64)
+    seen: list[int] = []
+
+    def probe() -> None:  # while the side's session lives (it frees its memory after)
+        cp.cuda.Device().synchronize()
+        seen.append(cp.cuda.runtime.memGetInfo()[0])
+
     if side == "onnxep":
-        onnxep_greedy(spec, prompt, 32)
+        onnxep_greedy(spec, prompt, 32, probe)
     else:
-        ort_greedy(spec, prompt, 32)
-    cp.cuda.Device().synchronize()
-    free1, _ = cp.cuda.runtime.memGetInfo()
+        ort_greedy(spec, prompt, 32, probe)
+    free1 = seen[0]
     return {"side": side, "in_use_mb": (total - free1) / 2**20, "grew_mb": (free0 - free1) / 2**20}
 
 
@@ -367,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report["copy_tbs"] = copy_bandwidth()
     contexts = [int(c) for c in args.contexts.split(",") if c]
-    cap = max(contexts) + args.steps + 8
+    cap = max(contexts, default=0) + args.steps + 8  # --contexts '': prefill rows only
     sides = args.sides.split(",")
     made: dict[str, _Side] = {}
     for name in sides:
