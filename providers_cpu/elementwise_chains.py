@@ -87,9 +87,7 @@ class FuseElementwiseChains(FusionPass):
             fed = {id(v) for v in node.inputs if _fed(v)}
             while (nxt := self._next(chain[-1], graph, taken)) is not None:
                 more = fed | {
-                    id(v)
-                    for v in nxt.inputs
-                    if v is not chain[-1].outputs[0] and _fed(v)
+                    id(v) for v in nxt.inputs if v is not chain[-1].outputs[0] and _fed(v)
                 }
                 if len(more) > FED:
                     break  # the compiled pass takes FED inputs that are not constants
