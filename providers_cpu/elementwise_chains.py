@@ -26,10 +26,11 @@ from .ops.op_elementwise_chain import OPS
 _INDEX = {op: i for i, op in enumerate(OPS)}
 _BINARY = {"Add", "Sub", "Mul", "Div"}
 _FLOAT = ir.DataType.FLOAT
-#: Links a chain needs to be fused: the fused node's call costs about 3 us here (numba's
-#: dispatch, the plan lookup, the output), two small NumPy nodes about 2 (measured on the
-#: corpus's chains: docs/cpu_kernels.md).
-MIN_LINKS = 3
+#: Links a chain needs to be fused. The fused node's call costs about 3 us here (numba's
+#: dispatch, the plan lookup, the output), a small NumPy node about 1: three-link chains
+#: were faster alone but made the romanizer decoder and akiki VAD 4-6% slower in a run
+#: (docs/cpu_kernels.md); five links and more won alone and cost nothing in the runs.
+MIN_LINKS = 5
 #: Inputs that are not constants a fused node may read (chain_loops.FED, which this module
 #: does not import: that would import numba at session creation).
 FED = 4

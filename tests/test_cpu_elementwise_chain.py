@@ -11,10 +11,21 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxep
 from onnxep.providers.fusions.naming import graphs
-from onnxep.providers_cpu import jit
+from onnxep.providers_cpu import elementwise_chains, jit
+from onnxep.providers_cpu.elementwise_chains import MIN_LINKS
 
 pytest.importorskip("numba")
 OFF = onnxep.SessionOptions(disabled_rewrites=["fuse_elementwise_chains"])
+
+
+@pytest.fixture(autouse=True)
+def three_links(request, monkeypatch):
+    """Chains from three links on: the structure tests below build short chains (the
+    threshold's own test uses the real one)."""
+    if request.node.name != "test_short_chains_stay_unfused":
+        monkeypatch.setattr(elementwise_chains, "MIN_LINKS", 3)
+
+
 BINARY = ["Add", "Sub", "Mul", "Div"]
 UNARY = ["Relu", "Neg", "Abs", "Sqrt", "Reciprocal"]
 
@@ -108,7 +119,7 @@ SHAPES = [
 def test_random_chains_bit_for_bit(case, seed):
     out_shape, sides = SHAPES[case]
     rng = np.random.default_rng(seed * 31 + case)
-    model, feeds = _random_chain(rng, out_shape, sides, links=int(rng.integers(3, 9)))
+    model, feeds = _random_chain(rng, out_shape, sides, links=int(rng.integers(3, 11)))
     sess, got = _both(model, feeds)
     assert _chains(sess), "the chain was not fused"
     ref = ReferenceEvaluator(model).run(None, feeds)
@@ -129,10 +140,11 @@ def _line(ops, x_shape=(4,), c=None):
 
 def test_short_chains_stay_unfused():
     x = {"x": np.arange(4, dtype=np.float32)}
-    sess, _ = _both(_line(["Add", "Mul"]), x)
+    ops = ["Add", "Mul", "Relu", "Sub", "Div", "Neg"]
+    sess, _ = _both(_line(ops[: MIN_LINKS - 1]), x)
     assert _chains(sess) == []
-    sess, _ = _both(_line(["Add", "Mul", "Relu"]), x)
-    assert _chains(sess) == [3]
+    sess, _ = _both(_line(ops[:MIN_LINKS]), x)
+    assert _chains(sess) == [MIN_LINKS]
 
 
 def test_long_chain_is_one_node():
