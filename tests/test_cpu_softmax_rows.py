@@ -13,6 +13,8 @@ import onnxep
 from onnxep.providers_cpu import jit
 
 pytest.importorskip("numba")
+if not jit.ENABLED:
+    pytest.skip("compiled loops off here (ONNXEP_CPU_JIT=0)", allow_module_level=True)
 ort = pytest.importorskip("onnxruntime")
 
 
