@@ -48,6 +48,12 @@ def __getattr__(name: str) -> Any:
     return enabled
 
 
+def wanted() -> bool:
+    """Whether numba is installed and not switched off, without importing it (passes that
+    only pay off with a compiled kernel ask this at session creation)."""
+    return _why_not is None
+
+
 def jit_status() -> str:
     """One line for ``onnxep providers``: which loops the CPU kernels run (imports nothing)."""
     if _why_not is not None:

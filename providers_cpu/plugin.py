@@ -69,13 +69,22 @@ class CPUPlugin:
         )
         from onnxep.providers.fusions.conv_activation import EXTRA
 
-        return [
+        from . import jit
+
+        passes = [
             FuseRMSNorm(),
             FuseConvActivation(extra=EXTRA),
             FuseSiLU(),
             FuseDynamicQuantizeMatMul(),
             FuseConvIntegerToFloat(),
         ]
+        if jit.wanted():
+            # Last: the chains are what the fusions above left (a Relu after a Conv is
+            # FusedConv's). Its gain is the compiled pass, so without numba it stays off.
+            from .elementwise_chains import FuseElementwiseChains
+
+            passes.append(FuseElementwiseChains())
+        return passes
 
 
 plugin = CPUPlugin()

@@ -181,7 +181,10 @@ def test_elementwise_steps_are_called_directly():
     """The executor benchmark's chain of Adds: every step is called as NumPy's ufunc itself;
     its result is the kernel's (the first, checked run goes through the kernel)."""
     model = _chain(50)
-    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    # the chain left unfused (onnxep::ElementwiseChain would make it one step): the
+    # direct calls are what a chain too short to fuse, or numba off, runs
+    so = onnxep.SessionOptions(disabled_rewrites=["fuse_elementwise_chains"])
+    sess = onnxep.InferenceSession(model, so, providers=["cpu"])
     rep = sess.placement()
     assert (rep.direct_steps, rep.steps) == (50, 50)
     assert "steps called directly (no kernel dispatch): 50 of 50" in rep.format()
@@ -452,7 +455,11 @@ def test_in_place_only_into_dead_unshared_intermediates():
         [c, shape],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    # unfused: Mul -> Neg -> Add would be one onnxep::ElementwiseChain (its values are
+    # checked below all the same), and this is about the plan's in-place steps
+    so = onnxep.SessionOptions(disabled_rewrites=["fuse_elementwise_chains"])
+    sess = onnxep.InferenceSession(model, so, providers=["cpu"])
+    fused = onnxep.InferenceSession(model, providers=["cpu"])
     # Neg writes into Mul's result, Add into Neg's; Mul not into t, which the view shares.
     assert sess.placement().in_place_steps == 2
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -464,5 +471,6 @@ def test_in_place_only_into_dead_unshared_intermediates():
         }
         got, want = sess.run(None, feeds), theirs.run(None, feeds)
         np.testing.assert_array_equal(got[0], np.maximum(feeds["a"], 0).reshape(-1))
-        for g, w in zip(got, want):
+        for g, f, w in zip(got, fused.run(None, feeds), want):
             np.testing.assert_array_equal(g, w)
+            np.testing.assert_array_equal(f, w)

@@ -67,3 +67,49 @@ def test_an_index_out_of_range_names_it():
     # the session stays usable
     got = sess.run(None, {"x": x, "i": np.array([1, 19], np.int64)})[0]
     assert got.shape == (2, 2, 40)
+
+
+def _fed_model(x_shape, axis, idx_dtype=TensorProto.INT64):
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+            helper.make_tensor_value_info("i", idx_dtype, None),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize(
+    ("axis", "indices"),
+    [
+        (0, np.array([3, -1])),  # an embedding's token ids, one counted from the end
+        (0, np.array(-20)),
+        (0, np.array([[0, 19], [-20, 2]])),
+        (1, np.array([2, -3, 0])),
+        (-1, np.array([4])),
+        (0, np.zeros(0, np.int64)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_fed_indices_take_the_values_of_the_generic_kernel(axis, indices, dtype):
+    model = _fed_model((20, 6, 5), axis, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    x = np.random.default_rng(0).normal(size=(20, 6, 5)).astype(np.float32)
+    feeds = {"x": x, "i": indices.astype(dtype)}
+    got = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    for _ in range(2):  # the checked first run, then the generated plan
+        y = got.run(None, feeds)[0]
+        np.testing.assert_array_equal(y, np.take(x, indices, axis=axis))
+    np.testing.assert_array_equal(y, ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("bad", [np.array([1, 20]), np.array([-21, 0]), np.array(99)])
+def test_fed_index_out_of_range_names_it(bad):
+    model = _fed_model((20, 3), 0)
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    x = np.ones((20, 3), np.float32)
+    sess.run(None, {"x": x, "i": np.array([0])})
+    with pytest.raises(onnxep.errors.OnnxepError, match=r"indices value -?\d+ .* size 20"):
+        sess.run(None, {"x": x, "i": bad})

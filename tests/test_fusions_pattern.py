@@ -317,6 +317,7 @@ def test_the_cuda_plugin_contributes_the_standard_fusions_and_conv_activation():
 
 
 def test_the_cpu_provider_contributes_its_fusions():
+    from onnxep.providers_cpu import jit
     from onnxep.providers_cpu.plugin import plugin
 
     class _Named:
@@ -329,7 +330,7 @@ def test_the_cpu_provider_contributes_its_fusions():
         "fuse_silu",
         "fuse_dynamic_quantize_matmul",
         "fuse_conv_integer_to_float",
-    ]
+    ] + (["fuse_elementwise_chains"] if jit.wanted() else [])  # its gain is the compiled pass
     assert isinstance(passes[0], PatternFusionPass)
 
 

@@ -37,7 +37,10 @@ def _vi(name, dtype, shape):
 
 
 def _session(model, threads_=0):
-    so = onnxep.SessionOptions(intra_op_num_threads=threads_)
+    # the CPU's elementwise chains off: these tests time and inspect the unfused plan's steps
+    so = onnxep.SessionOptions(
+        intra_op_num_threads=threads_, disabled_rewrites=["fuse_elementwise_chains"]
+    )
     return onnxep.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
 
 

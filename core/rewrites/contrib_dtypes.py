@@ -127,6 +127,8 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     # ONNX Attention-23's types: Y and qk as Q (T1), present key as K (T1), value as V (T2)
     (EP, "Attention"): (_like(0), _like(4, 1), _like(5, 2), _like(0)),
     (EP, "ConvIntegerToFloat"): (_F32,),
+    # float32 elementwise steps; the shape is every input's broadcast
+    (EP, "ElementwiseChain"): (_like(0),),
     (EP, "FusedConv"): (_like(0),),  # com.microsoft FusedConv with more activations
     (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention
     (EP, "MatMulBias"): (_like(0),),

@@ -93,6 +93,9 @@ class FoldConstants(RewritePass):
             out = list(claim.fn(*inputs))
         except Exception:
             return None  # the run will raise it with the node's name
+        # a 0-d result may come back as a NumPy scalar (x.take of a scalar index: a Gather
+        # of one dim of a Shape), which is the 0-d array's value
+        out = [np.asarray(o) if isinstance(o, np.generic) else o for o in out]
         if len(out) < len(node.outputs) or not all(isinstance(o, np.ndarray) for o in out):
             return None
         # An output no larger than the inputs it came from (a Transpose or Cast of a

@@ -10,7 +10,9 @@ from .dead_nodes import RemoveDeadNodes
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constants import FoldConstants, FoldSubgraphConstants
 from .identity import EliminateIdentity
+from .inline_if import InlineConstantIf
 from .propagate_dtypes import PropagateContribDtypes
+from .static_shapes import InferStaticShapes
 
 
 class BasicRewrites:
@@ -22,6 +24,9 @@ class BasicRewrites:
         passes: list[Any] = [PropagateContribDtypes(), EliminateIdentity()]
         if provider is not None:
             passes += [FoldConstants(provider), FoldSubgraphConstants(provider)]
+        # After folding: shapes its constants make static (so the next round folds their
+        # Shape nodes), then the If nodes those folds decide.
+        passes += [InferStaticShapes(), InlineConstantIf()]
         # After constant folding: a BatchNormalization's statistics may come from Constant nodes.
         passes += [FoldBatchNorm(), RemoveDeadNodes()]
         return passes

@@ -14,6 +14,7 @@ from onnxep.errors import NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 
+from .. import jit
 from .ml_common import (
     PROBIT,
     CoefficientRows,
@@ -54,11 +55,18 @@ def linear_classifier(node: NodeInfo, xp: Any):
         pos = labels[1] if two else ("1" if strings else np.int64(1))
         neg = labels[0] if two else ("0" if strings else np.int64(0))
         label_dt = object if strings else np.int64
+    compiled = _compiled() if n_out > 1 else None
 
     def run(x):
         x2 = rows_2d(np.asarray(x), "LinearClassifier")
         if x2.dtype != np.float32:  # onnxruntime's product is in float32: its input too
             x2 = x2.astype(np.float32)
+        if compiled is not None and x2.size * n_out <= compiled.MAX_WORK:
+            w = weights(x2.shape[1])
+            z = np.empty((x2.shape[0], n_out), np.float32)
+            top = np.empty(x2.shape[0], np.intp)
+            compiled.classify(np.ascontiguousarray(x2), w, b64, post, z, top)
+            return labels.take(top), z
         s = x2.astype(np.float64) @ weights(x2.shape[1])
         s += b64
         if n_out == 1:
@@ -75,3 +83,12 @@ def linear_classifier(node: NodeInfo, xp: Any):
         return y, apply_post(s, post).astype(np.float32)
 
     return run
+
+
+def _compiled():
+    """The compiled run (``linear_loops``), or None without numba."""
+    if not jit.ENABLED:
+        return None
+    from . import linear_loops
+
+    return linear_loops

@@ -15,7 +15,10 @@ from onnxep.providers.ops.op_log_softmax import log_softmax_kernel as generic_lo
 from onnxep.providers.ops.op_softmax import softmax_kernel as generic
 from onnxep.providers.ops.reduce import coerced_axes
 
+from .. import jit
 from .ufuncs import BLAS_FLOATS
+
+_F32 = np.dtype(np.float32)
 
 
 def _shifted(x: np.ndarray, axis) -> np.ndarray:
@@ -43,20 +46,59 @@ def _log_softmax(x: np.ndarray, axis) -> np.ndarray:
     return s
 
 
-def _builder(make_generic, f):
+def _trailing(axes, ndim: int) -> bool:
+    """Whether ``axes`` (an int or a tuple) are the last dims of a rank-``ndim`` input."""
+    if isinstance(axes, tuple):
+        return bool(axes) and axes == tuple(range(ndim - len(axes), ndim))
+    return axes == ndim - 1
+
+
+def _rows_softmax(loops, x2: np.ndarray, out: np.ndarray) -> None:
+    loops.shift(x2, out)
+    np.exp(out, out=out)
+    loops.divide_by_sums(out)
+
+
+def _rows_log_softmax(loops, x2: np.ndarray, out: np.ndarray) -> None:
+    loops.shift(x2, out)
+    sums = np.empty((x2.shape[0], 1), _F32)
+    loops.sums(np.exp(out), sums)
+    np.log(sums, out=sums)
+    out -= sums
+
+
+def _builder(make_generic, f, rows):
     def build(node, xp):
         general = make_generic(node, xp)
         axes_for = coerced_axes(node, 1 if node.opset < 13 else -1)
+        loops = None
+        if jit.ENABLED:
+            from . import softmax_loops as loops
 
         def run(x):
             if x.dtype not in BLAS_FLOATS or x.ndim == 0:
                 return general(x)
-            return (f(x, axes_for(x.ndim)),)
+            axes = axes_for(x.ndim)
+            if (
+                loops is not None
+                and 0 < x.size <= loops.MAX_SIZE
+                and x.dtype == _F32
+                and _trailing(axes, x.ndim)
+            ):
+                # the same steps, the reductions compiled, on rows of the trailing dims
+                k = len(axes) if isinstance(axes, tuple) else 1
+                x2 = np.ascontiguousarray(x).reshape(-1, math.prod(x.shape[x.ndim - k :]))
+                out = np.empty(x.shape, _F32)
+                rows(loops, x2, out.reshape(x2.shape))
+                return (out,)
+            return (f(x, axes),)
 
         return run
 
     return build
 
 
-softmax = kernel("Softmax", since=(1, 11, 13))(_builder(generic, _softmax))
-log_softmax = kernel("LogSoftmax", since=(1, 11, 13))(_builder(generic_log, _log_softmax))
+softmax = kernel("Softmax", since=(1, 11, 13))(_builder(generic, _softmax, _rows_softmax))
+log_softmax = kernel("LogSoftmax", since=(1, 11, 13))(
+    _builder(generic_log, _log_softmax, _rows_log_softmax)
+)

@@ -1,0 +1,135 @@
+"""Softmax and LogSoftmax over the trailing dims of a small float32 input: the NumPy
+kernel's steps with its reductions compiled (numba).
+
+Imported only once ``jit.ENABLED`` has said numba is there and wanted. On a decoder step's
+few hundred logits or an attention row of a few keys the NumPy kernel (``op_softmax``) is
+two reductions with their keyword parsing, a finiteness check, subtract, exp, a sum and a
+divide: 9-11 us here against onnxruntime's 1-3. Here the row maxima and the shift are one
+compiled call, exp stays NumPy's (``np.exp`` in place), and the row sums and the division
+(or the log's subtraction) are one more.
+
+**Values**: the NumPy kernel's bits. The maximum is exact in any order (NaN wins, as in
+``np.maximum``; a maximum that is not finite shifts by 0, as there); exp and log are
+NumPy's own calls; each row's sum is NumPy's pairwise summation (``FLOAT_pairwise_sum``:
+in order under 8 elements, eight running sums up to 128, halves on multiples of 8 past
+it), added to the reduction's identity 0, as ``np.add.reduce`` over a contiguous last
+axis does (checked against it for rows of 1-4096 elements).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import jit
+
+if not jit.ENABLED:  # reading it imports numba, or says why not
+    raise ImportError("providers_cpu.ops.softmax_loops needs numba (see providers_cpu/jit.py)")
+nb = jit.nb
+
+#: Elements up to which the compiled steps run; past it the NumPy calls' own cost is small
+#: against their work (8 x 1000: the same time either way).
+MAX_SIZE = 4096
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def shift(x, out):
+    """out[r] = x[r] - max(x[r]) per row (0 for a maximum that is not finite)."""
+    r_n, c_n = x.shape
+    for r in range(r_n):
+        m = x[r, 0]
+        for c in range(1, c_n):
+            v = x[r, c]
+            if v > m or v != v:  # np.maximum: NaN wins
+                m = v
+                if v != v:
+                    break
+        if not math.isfinite(m):
+            m = np.float32(0.0)
+        for c in range(c_n):
+            out[r, c] = x[r, c] - m
+
+
+@nb.njit(inline="always", nogil=True, boundscheck=False, error_model="numpy")
+def _block(a, lo, n):
+    """FLOAT_pairwise_sum of a[lo:lo + n] for n <= 128: in order under 8, else eight
+    running sums, paired, then the rest in order."""
+    if n < 8:
+        res = np.float32(0.0)
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    top = n - n % 8
+    while i < top:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@nb.njit(nogil=True, boundscheck=False, error_model="numpy")
+def _pairwise(a, n):
+    """NumPy's FLOAT_pairwise_sum of a[:n] (float32): past 128 elements the two halves
+    (split on a multiple of 8), each summed so, then added. Its recursion walked with an
+    explicit stack (a recursive function in a disk-cached numba module crashed on load)."""
+    if n <= 128:
+        return _block(a, 0, n)
+    los = np.empty(64, np.int64)
+    ns = np.empty(64, np.int64)
+    phase = np.empty(64, np.int64)
+    vals = np.empty(64, np.float32)
+    sp = 0
+    vp = 0
+    los[0], ns[0], phase[0] = 0, n, 0
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        lo, m, ph = los[sp], ns[sp], phase[sp]
+        if m <= 128:
+            vals[vp] = _block(a, lo, m)
+            vp += 1
+        elif ph == 0:
+            m2 = m // 2
+            m2 -= m2 % 8
+            los[sp], ns[sp], phase[sp] = lo, m, 1  # add the halves' sums after both
+            los[sp + 1], ns[sp + 1], phase[sp + 1] = lo + m2, m - m2, 0
+            los[sp + 2], ns[sp + 2], phase[sp + 2] = lo, m2, 0  # the left half first
+            sp += 3
+        else:
+            vals[vp - 2] = vals[vp - 2] + vals[vp - 1]
+            vp -= 1
+    return vals[0]
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def divide_by_sums(e):
+    """e[r] /= sum(e[r]) per row, the sum as np.add.reduce gives it."""
+    r_n, c_n = e.shape
+    for r in range(r_n):
+        row = e[r]
+        s = np.float32(0.0) + _pairwise(row, c_n)
+        for c in range(c_n):
+            row[c] = row[c] / s
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def sums(e, out):
+    """out[r, 0] = sum(e[r]) per row, as np.add.reduce gives it."""
+    r_n, c_n = e.shape
+    for r in range(r_n):
+        out[r, 0] = np.float32(0.0) + _pairwise(e[r], c_n)

@@ -1,0 +1,119 @@
+"""Softmax/LogSoftmax of small float32 inputs with their reductions compiled
+(providers_cpu/ops/softmax_loops.py): the NumPy kernel's bits, and onnx.reference's and
+onnxruntime's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxep
+from onnxep.providers_cpu import jit
+
+pytest.importorskip("numba")
+if not jit.ENABLED:
+    pytest.skip("compiled loops off here (ONNXEP_CPU_JIT=0)", allow_module_level=True)
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(op, axis, opset, transpose=False):
+    nodes = [helper.make_node(op, ["t" if transpose else "x"], ["y"], axis=axis)]
+    if transpose:
+        nodes.insert(0, helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _x(shape, seed=0, special=True):
+    x = (np.random.default_rng(seed).normal(size=shape) * 6).astype(np.float32)
+    if special and x.ndim >= 2 and x.shape[0] >= 4:
+        rows = x.reshape(x.shape[0], -1)
+        rows[1, 0] = np.nan
+        rows[2, :] = -np.inf  # every element -inf: NaN out, as NumPy's kernel gives
+        rows[3, 0] = np.inf
+    return x
+
+
+def _runs(model, x, monkeypatch):
+    data = model.SerializeToString()
+    with np.errstate(all="ignore"):
+        fast = onnxep.InferenceSession(data, providers=["cpu"]).run(None, {"x": x})[0]
+        with monkeypatch.context() as m:
+            m.setattr(jit, "ENABLED", False)
+            slow = onnxep.InferenceSession(data, providers=["cpu"]).run(None, {"x": x})[0]
+    return fast, slow
+
+
+CASES = [
+    ((2, 1, 7), -1, 13),
+    ((5, 160), -1, 13),
+    ((6, 4, 5), 1, 11),  # opset 11: the dims from axis on, flattened
+    ((6, 4, 5), -1, 11),
+    ((4, 1), -1, 13),
+    ((1, 4096), -1, 13),
+    ((3, 129), -1, 13),  # pairwise sums: eight running sums, then halves
+    ((2, 1000), -1, 13),
+    ((3,), 0, 13),
+]
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape, axis, opset", CASES)
+def test_small_rows_against_numpy_reference_and_onnxruntime(op, shape, axis, opset, monkeypatch):
+    model = _model(op, axis, opset)
+    x = _x(shape)
+    fast, slow = _runs(model, x, monkeypatch)
+    assert fast.dtype == np.float32 and fast.shape == x.shape
+    assert fast.tobytes() == slow.tobytes()  # NaN's bits too
+    finite = np.isfinite(x).reshape(x.shape[0], -1).all(axis=1) if x.ndim > 1 else None
+    ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    want = theirs.run(None, {"x": x})[0]
+    keep = (
+        np.broadcast_to(finite.reshape((-1,) + (1,) * (x.ndim - 1)), x.shape)
+        if finite is not None
+        else np.ones(x.shape, bool)
+    )
+    if opset >= 13:  # onnx.reference's opset-11 kernels take the one axis, not the dims after it
+        np.testing.assert_allclose(fast[keep], ref[keep], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fast[keep], want[keep], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_large_inner_axis_and_strided_inputs_keep_numpy_bits(op, monkeypatch):
+    # past MAX_SIZE and over a leading axis: the NumPy kernel, bit for bit
+    from onnxep.providers_cpu.ops import softmax_loops
+
+    big = _x((4, softmax_loops.MAX_SIZE // 4 + 1))
+    fast, slow = _runs(_model(op, -1, 13), big, monkeypatch)
+    np.testing.assert_array_equal(fast, slow)
+    lead = _x((6, 4, 5))
+    fast, slow = _runs(_model(op, 0, 13), lead, monkeypatch)
+    np.testing.assert_array_equal(fast, slow)
+    # a transposed (strided) input takes the compiled rows on its C-order copy
+    x = _x((7, 9), special=False)
+    fast, slow = _runs(_model(op, -1, 13, transpose=True), x, monkeypatch)
+    assert fast.tobytes() == slow.tobytes()
+
+
+def test_empty_and_float64_keep_numpy(monkeypatch):
+    for x in (np.zeros((0, 5), np.float32), np.ones((2, 3), np.float64)):
+        graph = helper.make_graph(
+            [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+            "g",
+            [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), None)],
+            [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype), None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+        fast, slow = _runs(model, x, monkeypatch)
+        assert fast.dtype == x.dtype and fast.shape == x.shape
+        np.testing.assert_array_equal(fast, slow)
