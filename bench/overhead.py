@@ -4,7 +4,10 @@
 
 Each node adds a 4-element constant, so the kernels cost next to nothing and
 the time per node is what each runtime spends walking its plan (on a GPU:
-the host's cost of launching each node, executor included).
+the host's cost of launching each node, executor included). ``onnxep`` is the
+default session, where the CPU provider fuses the chain into one compiled node
+(``fuse_elementwise_chains``); ``onnxep-unfused`` has that rewrite off, so it
+walks 500 steps: the executor's own cost per node, the figure issue 23's bar is on.
 """
 
 from __future__ import annotations
@@ -44,10 +47,15 @@ def measure(n: int = 500, runs: int = 200, providers: list[str] | None = None) -
     model = chain_model(n)
     x = np.zeros(4, np.float32)
     ours = onnxep.InferenceSession(model, providers=providers or ["cpu"])
+    unfused = onnxep.InferenceSession(
+        model,
+        onnxep.SessionOptions(disabled_rewrites=["fuse_elementwise_chains"]),
+        providers=providers or ["cpu"],
+    )
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    sides = {"onnxep": ours, "onnxruntime": theirs}
+    sides = {"onnxep": ours, "onnxep-unfused": unfused, "onnxruntime": theirs}
     samples: dict[str, list[float]] = {k: [] for k in sides}
     for s in sides.values():
         for _ in range(10):
@@ -68,5 +76,6 @@ if __name__ == "__main__":
     a = ap.parse_args()
     per = measure(a.nodes, a.runs, a.providers.split(","))
     for name, us in per.items():
-        print(f"{name:12s} {us:.3f} us per node")
-    print(f"onnxep / onnxruntime: {per['onnxep'] / per['onnxruntime']:.2f}x")
+        print(f"{name:15s} {us:.3f} us per node")
+    for name in ("onnxep", "onnxep-unfused"):
+        print(f"{name} / onnxruntime: {per[name] / per['onnxruntime']:.2f}x")

@@ -162,7 +162,9 @@ def to_markdown(doc: dict) -> str:
         lines += [
             "",
             f"Executor host overhead per node (`bench/overhead.py`, a chain of 500 tiny Adds): "
-            f"onnxep {o['onnxep']:.3f} us, onnxruntime {o['onnxruntime']:.3f} us.",
+            f"onnxep {o.get('onnxep-unfused', o['onnxep']):.3f} us with the chain fusion off "
+            f"(the executor's own cost), {o['onnxep']:.3f} us with it on (one fused node), "
+            f"onnxruntime {o['onnxruntime']:.3f} us.",
         ]
     lines += [
         "",
