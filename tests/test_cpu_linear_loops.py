@@ -114,20 +114,38 @@ def test_classifier_string_labels_and_ties(monkeypatch):
     np.testing.assert_array_equal(fast[1], slow[1])
 
 
-def test_classifier_large_work_keeps_numpy(monkeypatch):
+@pytest.mark.parametrize("post", POSTS)
+def test_classifier_large_work_blas_product_compiled_finish(post, monkeypatch):
+    """Past MAX_WORK the product is BLAS's and only the intercepts, argmax and transform are
+    compiled (``finish``): the NumPy path's values and labels, and onnxruntime's."""
     from onnxep.providers_cpu.ops import linear_loops
 
-    calls = []
-    real = linear_loops.classify
-    monkeypatch.setattr(linear_loops, "classify", lambda *a: calls.append(1) or real(*a))
-    data = _classifier(64, 4, "LOGISTIC")
+    calls = {"classify": 0, "finish": 0}
+    for name in calls:
+        real = getattr(linear_loops, name)
+        monkeypatch.setattr(
+            linear_loops,
+            name,
+            lambda *a, _n=name, _f=real: calls.__setitem__(_n, calls[_n] + 1) or _f(*a),
+        )
+    data = _classifier(64, 4, post, seed=3)
     sess = onnxep.InferenceSession(data, providers=["cpu"])
     sess.run(None, {"X": _rows(4, 64, 0)})
-    assert calls
-    calls.clear()
+    assert calls == {"classify": 1, "finish": 0}
     big = _rows(linear_loops.MAX_WORK // (64 * 4) + 1, 64, 1)
-    got = sess.run(None, {"X": big})
-    assert not calls and got[1].shape == (big.shape[0], 4)
+    fast, slow = _runs(data, {"X": big}, monkeypatch)
+    assert calls["finish"] >= 1 and calls["classify"] == 1
+    np.testing.assert_array_equal(fast[0], slow[0])
+    np.testing.assert_allclose(fast[1], slow[1], rtol=1e-6, atol=1e-7, equal_nan=True)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, {"X": big})
+    finite = np.isfinite(big).all(axis=1)
+    np.testing.assert_array_equal(fast[0][finite], want[0][finite])
+    if post != "PROBIT":
+        keep = np.isfinite(want[1]) & finite[:, None]
+        for r in compare_output("Z", fast[1][keep], want[1][keep], "cpu", "onnxruntime"):
+            assert r.ok, r.describe()
 
 
 @pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])

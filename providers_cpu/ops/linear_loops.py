@@ -36,6 +36,22 @@ MAX_WORK = 1 << 16
 _LOWEST = np.float32(np.finfo(np.float32).min)
 
 
+@nb.njit(inline="always", nogil=True, error_model="numpy")
+def _finish_row(s, r, b, post, out, top):
+    """Row ``r`` of the raw scores ``s``: intercepts added, its top index, the transform."""
+    c = s.shape[1]
+    best = 0
+    m = s[r, 0] + b[0]
+    s[r, 0] = m
+    for k in range(1, c):
+        v = s[r, k] + b[k]
+        s[r, k] = v
+        if m == m and (v > m or v != v):
+            best, m = k, v
+    top[r] = best
+    _post_row(s, r, post, out)
+
+
 @nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 def classify(x, w, b, post, out, top):
     """Scores of ``x`` [N, F] (float32) by ``w`` [F, C] and ``b`` [C] (float64), the index of
@@ -50,16 +66,16 @@ def classify(x, w, b, post, out, top):
             v = np.float64(x[r, j])
             for k in range(c):
                 s[r, k] += v * w[j, k]
-        best = 0
-        m = s[r, 0] + b[0]
-        s[r, 0] = m
-        for k in range(1, c):
-            v = s[r, k] + b[k]
-            s[r, k] = v
-            if m == m and (v > m or v != v):
-                best, m = k, v
-        top[r] = best
-        _post_row(s, r, post, out)
+        _finish_row(s, r, b, post, out, top)
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def finish(s, b, post, out, top):
+    """``classify`` after the product, for scores ``s`` [N, C] (float64, changed in place)
+    that BLAS computed: on many rows the NumPy path's per-row reductions over a few classes
+    (argmax, the softmax's max and sum) cost more than the product."""
+    for r in range(s.shape[0]):
+        _finish_row(s, r, b, post, out, top)
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")

@@ -68,6 +68,11 @@ def linear_classifier(node: NodeInfo, xp: Any):
             compiled.classify(np.ascontiguousarray(x2), w, b64, post, z, top)
             return labels.take(top), z
         s = x2.astype(np.float64) @ weights(x2.shape[1])
+        if compiled is not None:
+            z = np.empty((x2.shape[0], n_out), np.float32)
+            top = np.empty(x2.shape[0], np.intp)
+            compiled.finish(s, b64, post, z, top)
+            return labels.take(top), z
         s += b64
         if n_out == 1:
             score = s[:, 0]

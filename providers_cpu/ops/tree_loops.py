@@ -172,7 +172,8 @@ def _probit(v):
 
 @nb.njit(inline="always", nogil=True, error_model="numpy")
 def _post_row(s, r, post, out):
-    """``ml_common.apply_post`` on row ``r`` of ``s``, into ``out[r]`` (float32)."""
+    """``ml_common.apply_post`` on row ``r`` of ``s``, into ``out[r]`` (float32); the row of
+    ``s`` may be overwritten."""
     n = s.shape[1]
     if post == SOFTMAX or post == SOFTMAX_ZERO:
         m = s[r, 0]
@@ -182,22 +183,28 @@ def _post_row(s, r, post, out):
                 m = v
                 if v != v:
                     break
+        # Each exponential once, kept in the row of s (the caller's scratch from here on):
+        # the same values and sums as taking them twice, at half the libm calls.
         total = 0.0
         if post == SOFTMAX:
             for c in range(n):
-                total += math.exp(s[r, c] - m)
+                e = math.exp(s[r, c] - m)
+                s[r, c] = e
+                total += e
             for c in range(n):
-                out[r, c] = math.exp(s[r, c] - m) / total
+                out[r, c] = s[r, c] / total
         else:
             em = math.exp(-m)
             for c in range(n):
                 v = s[r, c]
                 if abs(v) > 1e-7:
-                    total += math.exp(v - m)
+                    e = math.exp(v - m)
+                    total += e
+                else:
+                    e = v * em
+                s[r, c] = e
             for c in range(n):
-                v = s[r, c]
-                e = math.exp(v - m) if abs(v) > 1e-7 else v * em
-                out[r, c] = e / total
+                out[r, c] = s[r, c] / total
     elif post == LOGISTIC:
         for c in range(n):
             out[r, c] = _logistic(s[r, c])
