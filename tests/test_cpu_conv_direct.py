@@ -282,7 +282,10 @@ def test_the_rule(monkeypatch):
     f32 = np.float32
     # one thread: small convolutions, not 1x1, not grouped, float32 constant weights
     assert conv_direct.applies((3, 3), 1, 16, 144, 1024, f32, True, False, 1)
-    assert not conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 1)  # 2.4G
+    assert conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 1)  # strided
+    assert conv_direct.applies((3, 3), 1, 64, 576, 1600, f32, True, False, 1, 64)
+    # Winograd's with 128 channels or more
+    assert not conv_direct.applies((3, 3), 1, 128, 1152, 400, f32, True, False, 1, 128)
     assert not conv_direct.applies((1, 1), 1, 16, 16, 1024, f32, True, True, 1)
     assert not conv_direct.applies((3, 3), 2, 16, 72, 1024, f32, True, False, 1)
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, np.float64, True, False, 1)
@@ -290,7 +293,7 @@ def test_the_rule(monkeypatch):
     assert not conv_direct.applies((3,), 1, 16, 48, 1024, f32, True, False, 1)
     # more threads: where the compiled GEMM would run
     monkeypatch.setattr(conv_gemm, "MODE", "1")
-    assert conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 2)
+    assert conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 2, 256)
     monkeypatch.setattr(conv_direct, "MODE", "0")
     assert not conv_direct.enabled()
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, f32, True, False, 1)

@@ -55,10 +55,12 @@ __all__ = [
 # shape the kernel takes, at any thread count (tests, A/B measurements), ``0`` never.
 MODE = os.environ.get("ONNXEP_CPU_CONV_DIRECT", "auto").strip().lower()
 
-# At one thread, where the compiled GEMM does not run (``conv_gemm``), convolutions of at
-# most this many multiply-adds run here; larger 3x3 stride-1 ones keep Winograd's 16/36 of
-# the multiply-adds, others im2col + OpenBLAS (docs/cpu_kernels.md has the measurements).
-_ONE_THREAD_MAX = 1 << 25
+# At one thread, where the compiled GEMM does not run (``conv_gemm``), every shape runs
+# here but the convolutions Winograd takes with at least this many input and output
+# channels: there its 16/36 of the multiply-adds, in products long enough for OpenBLAS's
+# full rate, win (128 -> 128 3x3 at 20x20: 1.24 ms against 1.49 here; at 64 -> 64 40x40
+# 1.80 against 1.51, 16 -> 16 160x160 4.30 against 1.74: docs/cpu_kernels.md).
+_WINOGRAD_CHANNELS = 128
 
 _LANES = 8  # float32 in a ymm register: the AVX2 block (MLAS's NCHWc block there)
 _MAX_FB = 4
@@ -93,8 +95,8 @@ def status() -> str:
         return "direct Conv: off (not an AVX2 CPU without AVX-512)"
     return (
         "direct Conv: dense float32 kernels larger than 1x1 as direct sums, 8 output "
-        "channels a vector, where the compiled GEMM would run and, at one thread, up to "
-        f"{_ONE_THREAD_MAX >> 20}M multiply-adds"
+        "channels a vector, where the compiled GEMM would run and, at one thread, all but "
+        f"Winograd's 3x3 convolutions of {_WINOGRAD_CHANNELS} channels or more"
         + (" (ONNXEP_CPU_CONV_DIRECT=1)" if MODE == "1" else "")
     )
 
@@ -105,9 +107,10 @@ def session_notes() -> tuple[str, ...]:
 
 
 def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool,
-            pointwise: bool, threads: int) -> bool:  # fmt: skip
+            pointwise: bool, threads: int, winograd_channels: int = 0) -> bool:  # fmt: skip
     """Whether a 2-D convolution of this shape runs here (shape, dtype, the session's
-    thread count)."""
+    thread count); ``winograd_channels``: min(C, M) where the Winograd path would take
+    it, else 0."""
     if not (
         len(k) == 2
         and not pointwise
@@ -122,10 +125,9 @@ def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool
         return False
     if MODE == "1":
         return True
-    macs = m * ck * lsz
     if conv_gemm.runs_at(threads):
         return conv_gemm.applies(k, group, m, ck, lsz, dtype, const_weights, False, threads)
-    return macs <= _ONE_THREAD_MAX
+    return winograd_channels < _WINOGRAD_CHANNELS
 
 
 def positions(fb: int) -> int:
@@ -234,15 +236,24 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
     copy of each strided view cost 3 us of dispatch a plane on small maps; unsigned
     indices, as numba tests signed ones for wraparound on every access (3x slower)."""
     u = np.uint64
-    for t in range(table.shape[0]):
-        d0, y0, x0 = u(table[t, 0]), u(table[t, 3]), u(table[t, 4])
-        ny, nx = table[t, 1], table[t, 2]
-        for ch in range(c):
+    # channel by channel: a channel's plane is read once per phase while it is in cache
+    # (phase by phase over the whole input: 4x its traffic from L3 for stride 2)
+    for ch in range(c):
+        for t in range(table.shape[0]):
+            d0, y0, x0 = u(table[t, 0]), u(table[t, 3]), u(table[t, 4])
+            ny, nx = table[t, 1], table[t, 2]
             for i in range(ny):
                 d = d0 + u(ch * cs + i * wq)
                 src = u(ch * h * w) + (y0 + u(i * sh)) * u(w) + x0
-                for j in range(nx):
-                    b[d + u(j)] = xf[src + u(j * sw)]
+                if sw == 1:
+                    for j in range(nx):
+                        b[d + u(j)] = xf[src + u(j)]
+                elif sw == 2:  # a constant step LLVM vectorises (two-way deinterleave)
+                    for j in range(nx):
+                        b[d + u(j)] = xf[src + u(2) * u(j)]
+                else:
+                    for j in range(nx):
+                        b[d + u(j)] = xf[src + u(j * sw)]
 
 
 def _direct(wb, K, bias, b, koff, wq, oh, ow, acc, y, m, rows, u0, u1, act, lo, hi):

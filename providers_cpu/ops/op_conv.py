@@ -252,8 +252,17 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             direct_ok
             and dt == cdt
             and conv_direct.applies(
-                k, group, m, c * math.prod(k), lsz, cdt, True, pointwise, threads
-            )
+                k,
+                group,
+                m,
+                c * math.prod(k),
+                lsz,
+                cdt,
+                True,
+                pointwise,
+                threads,
+                min(c, m) if wino.applies(k, strides, dil, group, c, m, cdt) else 0,
+            )  # fmt: skip
         ):
             fused = z is None and direct_act[0] != 0
             if PLANS and z is None:
