@@ -174,34 +174,35 @@ class DirectConv(PhasePlanes):
             k_terms > k_block((g + 1) * nblocks // groups - g * nblocks // groups)
             for g in range(groups)
         )
-        self.acc = np.empty(nblocks * _LANES * oh * ow if many else 1, np.float32)
+        n = xshape[0]
+        # one set of planes and of partial sums an image: the work units of every image go
+        # to the threads at once (image by image, a batch paid a hand-off an image)
+        self.bsize = self.b.shape[0]
+        self.b = np.concatenate([self.b] * max(n, 1))
+        self.accsize = nblocks * _LANES * oh * ow if many else 1
+        self.acc = np.empty(self.accsize * max(n, 1), np.float32)
         # rows per work unit: about 8 units a channel group, each at least one row
         self.rows = max(1, -(-oh // 8))
         self.units = groups * (-(-oh // self.rows))
         self.run = jit_direct()
         self.fill_jit = _compiled["fill"]
+        self.work = n * m * k_terms * oh * ow
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> None:
+        n, c, h, w = x.shape
+        if n == 0:
+            return
         oh, ow = self.out
-        work = self.m * self.kt * oh * ow
-        run, wb, kt, bias, b, koff, wq, acc, m, rows = (
-            self.run, self.wb, self.kt, self.bias, self.b, self.koff, self.wq, self.acc,
-            self.m, self.rows,
-        )  # fmt: skip
-        act = self.act
-        fill, table, (sh, sw, wq_, cs) = self.fill_jit, self.table, self.geo
-        c, h, w = x.shape[1:]
-        xs = np.ascontiguousarray(x).reshape(x.shape[0], c * h * w)
-        for i in range(x.shape[0]):
-            fill(xs[i], c, h, w, b, table, sh, sw, wq_, cs)
-            yf = y[i].reshape(-1)
-            parallel_rows(
-                self.units,
-                work,
-                lambda u0, u1, yf=yf: run(
-                    wb, kt, bias, b, koff, wq, oh, ow, acc, yf, m, rows, u0, u1, *act
-                ),  # fmt: skip
-            )
+        fill, table, (sh, sw, wq, cs) = self.fill_jit, self.table, self.geo
+        xs = x.reshape(n, c * h * w) if x.flags.c_contiguous else x.reshape(n, -1).copy()
+        b, bsize = self.b, self.bsize
+        for i in range(n):
+            fill(xs[i], c, h, w, b[i * bsize : (i + 1) * bsize], table, sh, sw, wq, cs)
+        run, yf = self.run, y.reshape(-1)
+        args = (self.wb, self.kt, self.bias, b, bsize, self.koff, wq, oh, ow, self.acc,
+                self.accsize, yf, self.m, self.rows, self.units)  # fmt: skip
+        lo_hi = self.act
+        parallel_rows(n * self.units, self.work, lambda u0, u1: run(*args, u0, u1, *lo_hi))
 
 
 _compiled: dict[str, Any] = {}
@@ -216,8 +217,10 @@ def sizes(fb: int) -> tuple[int, ...]:
 
 
 def jit_direct() -> Any:
-    """The compiled ``run(wb, K, bias, b, koff, wq, oh, ow, acc, y, m, rows, u0, u1)``:
-    work units [u0, u1) of (channel group, ``rows`` output rows)."""
+    """The compiled ``run(wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows,
+    upi, u0, u1, act, lo, hi)``: work units [u0, u1) of (image, channel group, ``rows``
+    output rows), ``upi`` units an image; image i's planes at ``b[i bsize:]``, its partial
+    sums at ``acc[i accsize:]``, its output at ``y[i M oh ow:]``."""
     f = _compiled.get("direct")
     if f is None:
         if not jit.ENABLED:
@@ -256,7 +259,9 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
                         b[d + u(j)] = xf[src + u(j * sw)]
 
 
-def _direct(wb, K, bias, b, koff, wq, oh, ow, acc, y, m, rows, u0, u1, act, lo, hi):
+def _direct(
+    wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows, upi, u0, u1, act, lo, hi
+):
     nblocks = (m + 7) // 8
     ngroups = (nblocks + 3) // 4
     nrb = (oh + rows - 1) // rows
@@ -265,7 +270,9 @@ def _direct(wb, K, bias, b, koff, wq, oh, ow, acc, y, m, rows, u0, u1, act, lo, 
     q[_WBS] = K * 8
     q[_YS] = ys
     q[_ACT] = act
-    for u in range(u0, u1):
+    for ui in range(u0, u1):
+        img = ui // upi  # units per image
+        u = ui % upi
         grp = u // nrb
         r0 = (u % nrb) * rows
         r1 = min(oh, r0 + rows)
@@ -282,7 +289,9 @@ def _direct(wb, K, bias, b, koff, wq, oh, ow, acc, y, m, rows, u0, u1, act, lo, 
         kmax = 768 // fb
         nk = (K + kmax - 1) // kmax
         kc_max = (K + nk - 1) // nk
-        aoff0 = bo * ys
+        aoff0 = img * accsize + bo * ys
+        yimg = img * m * ys
+        bimg = img * bsize
         for k0 in range(0, K, kc_max):
             kc = min(kc_max, K - k0)
             q[_K0] = k0
@@ -300,10 +309,10 @@ def _direct(wb, K, bias, b, koff, wq, oh, ow, acc, y, m, rows, u0, u1, act, lo, 
                     elif rem <= half:
                         tw = half
                     pos = r * ow + c0
-                    q[_XB] = r * wq + c0
+                    q[_XB] = bimg + r * wq + c0
                     q[_REM] = min(rem, tw)
                     q[_AOFF] = aoff0 + pos * fb * 8
-                    q[_YOFF] = bo * ys + pos
+                    q[_YOFF] = yimg + bo * ys + pos
                     if fb == 1 and tw == 12:
                         _t1_12(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 1 and tw == 6:
