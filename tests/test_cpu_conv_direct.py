@@ -143,7 +143,7 @@ def test_kernel_bits_do_not_depend_on_the_work_split(case):
     for u in reversed(range(dc.units)):  # one unit a call, last first, as threads may
         dc.run(dc.wb, dc.kt, dc.bias, dc.b, dc.bsize, dc.koff, dc.wq, oh, ow, dc.acc,
                dc.accsize, parts.reshape(-1), dc.m, dc.rows, dc.units, u, u + 1,
-               *dc.act)  # fmt: skip
+               *dc.act, *dc.post)  # fmt: skip
     assert np.array_equal(parts[0].view(np.uint32), y_whole[0].view(np.uint32))
 
 

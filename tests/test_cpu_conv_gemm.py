@@ -25,6 +25,7 @@ def _no_direct_conv(monkeypatch):
     # these tests are about the GEMM (tests/test_cpu_conv_direct.py compares the two).
     monkeypatch.setattr(conv_direct, "MODE", "0")
 
+
 ort = pytest.importorskip("onnxruntime")
 
 needs_jit = pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled GEMM")

@@ -156,11 +156,17 @@ class DirectConv(PhasePlanes):
     work units; ``__call__(x, y)`` writes the (N, M, oh * ow) result into ``y``."""
 
     def __init__(
-        self, xshape, wblocks, k_terms, bias, k, strides, dil, pb, pe, out, act=(0, 0.0, 0.0)
-    ):
+        self, xshape, wblocks, k_terms, bias, k, strides, dil, pb, pe, out, act=(0, 0.0, 0.0),
+        post=(0, None),
+    ):  # fmt: skip
         oh, ow = out
         # (code, lo, hi): 1 Relu, 2 Clip(lo, hi) on the stored sums (``ACTIVATIONS``), 0 none
         self.act = (int(act[0]), np.float32(act[1]), np.float32(act[2]))
+        # (code, prm): another compiled activation (``jit._conv_act``'s codes and constants,
+        # ``conv_epilogue``'s) over a work unit's rows as soon as they are done, in cache
+        # and on the unit's thread; 0: none
+        prm = post[1] if post[1] is not None else np.zeros(1, np.float32)
+        self.post = (int(post[0]), np.ascontiguousarray(prm, dtype=np.float32))
         super().__init__(xshape, k, strides, dil, pb, pe, out, ow)
         self.wb = wblocks
         self.kt = k_terms
@@ -201,8 +207,8 @@ class DirectConv(PhasePlanes):
         run, yf = self.run, y.reshape(-1)
         args = (self.wb, self.kt, self.bias, b, bsize, self.koff, wq, oh, ow, self.acc,
                 self.accsize, yf, self.m, self.rows, self.units)  # fmt: skip
-        lo_hi = self.act
-        parallel_rows(n * self.units, self.work, lambda u0, u1: run(*args, u0, u1, *lo_hi))
+        act = (*self.act, *self.post)
+        parallel_rows(n * self.units, self.work, lambda u0, u1: run(*args, u0, u1, *act))
 
 
 _compiled: dict[str, Any] = {}
@@ -218,7 +224,7 @@ def sizes(fb: int) -> tuple[int, ...]:
 
 def jit_direct() -> Any:
     """The compiled ``run(wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows,
-    upi, u0, u1, act, lo, hi)``: work units [u0, u1) of (image, channel group, ``rows``
+    upi, u0, u1, act, lo, hi, post, prm)``: work units [u0, u1) of (image, channel group, ``rows``
     output rows), ``upi`` units an image; image i's planes at ``b[i bsize:]``, its partial
     sums at ``acc[i accsize:]``, its output at ``y[i M oh ow:]``."""
     f = _compiled.get("direct")
@@ -226,6 +232,8 @@ def jit_direct() -> Any:
         if not jit.ENABLED:
             raise RuntimeError("the direct Conv needs numba")
         g = globals()
+        jit.loop("conv_epilogue")  # compiles jit's helpers, ``_conv_act`` among them
+        g["_conv_act"] = vars(jit)["_conv_act"]
         for fb in range(1, _MAX_FB + 1):
             for p in sizes(fb):
                 g[f"_t{fb}_{p}"] = _make_tile(fb, p)
@@ -260,8 +268,9 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
 
 
 def _direct(
-    wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows, upi, u0, u1, act, lo, hi
-):
+    wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows, upi, u0, u1, act, lo, hi,
+    post, prm,
+):  # fmt: skip
     nblocks = (m + 7) // 8
     ngroups = (nblocks + 3) // 4
     nrb = (oh + rows - 1) // rows
@@ -338,6 +347,11 @@ def _direct(
                     elif fb == 4 and tw == 1:
                         _t4_1(wb, b, koff, bias, acc, y, q, lo, hi)
                     c0 += tw
+        if post != 0:
+            # a channel's rows r0..r1 are one run of the NCHW output
+            for ch in range(bo, min(m, bo + fb * 8)):
+                s0 = yimg + ch * ys + r0 * ow
+                _conv_act(y[s0 : s0 + (r1 - r0) * ow], post, prm)
 
 
 #: The tile's integer arguments, in its ``q`` array (int64): see ``_make_tile``
@@ -352,6 +366,9 @@ _NQ = len(_QNAMES)
 
 def _no_tile(*args):  # the intrinsics replace these before ``_direct`` is compiled
     raise NotImplementedError
+
+
+_conv_act = _no_tile  # jit's compiled helper, set before ``_direct`` is compiled
 
 
 _t1_12 = _t1_6 = _t1_3 = _t2_6 = _t2_3 = _t2_2 = _t3_4 = _t3_2 = _t3_1 = _t4_3 = _t4_2 = _t4_1 = (

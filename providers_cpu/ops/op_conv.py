@@ -123,11 +123,15 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         and conv_direct.enabled()
     )
 
-    # Relu and Clip go on as the direct kernel stores its sums (none when a Z is added first)
-    direct_act = (0, 0.0, 0.0)
+    # Relu and Clip go on as the direct kernel stores its sums, the other compiled
+    # activations over each work unit's rows when they are done (none with a Z: it is added
+    # first)
+    direct_act, direct_post = (0, 0.0, 0.0), (0, None)
     if epilogue is not None and epilogue.name in conv_direct.ACTIVATIONS:
         lohi = epilogue.params if epilogue.name == "Clip" else (0.0, 0.0)
         direct_act = (conv_direct.ACTIVATIONS[epilogue.name], *lohi)
+    elif epilogue is not None and epilogue.compiled(np.float32):
+        direct_post = (epilogue.code, epilogue.prm(np.float32))
 
     def direct_conv(xc, k, strides_, pb, pe, out, fused):
         return direct_plan(xc.shape, k, strides_, pb, pe, out, fused)(xc)
@@ -147,7 +151,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         if dc is None:
             dc = scratch.bufs[key] = conv_direct.DirectConv(
                 shape, got[0], got[1], got[2], k, strides_, dil, pb, pe, out,
-                direct_act if fused else (0, 0.0, 0.0),
+                direct_act if fused else (0, 0.0, 0.0), direct_post if fused else (0, None),
             )  # fmt: skip
         yshape = (shape[0], got[2].shape[0], *out)
         flat = (shape[0], got[2].shape[0], math.prod(out))
@@ -264,7 +268,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                 min(c, m) if wino.applies(k, strides, dil, group, c, m, cdt) else 0,
             )  # fmt: skip
         ):
-            fused = z is None and direct_act[0] != 0
+            fused = z is None and (direct_act[0] != 0 or direct_post[0] != 0)
             if PLANS and z is None:
                 # the route depends on the thread count: the plan holds it
                 core = direct_plan(xc.shape, k, strides, pb, pe, out, fused)
