@@ -73,7 +73,7 @@ class CPUPlugin:
 
         return [
             FuseRMSNorm(),
-            FuseConvActivation(extra=EXTRA),
+            FuseConvActivation(extra=EXTRA, residual=True),
             FuseSiLU(),
             FuseDynamicQuantizeMatMul(),
             FuseConvIntegerToFloat(),

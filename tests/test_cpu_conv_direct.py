@@ -143,7 +143,7 @@ def test_kernel_bits_do_not_depend_on_the_work_split(case):
     for u in reversed(range(dc.units)):  # one unit a call, last first, as threads may
         dc.run(dc.wb, dc.kt, dc.bias, dc.b, dc.bsize, dc.koff, dc.wq, oh, ow, dc.acc,
                dc.accsize, parts.reshape(-1), dc.m, dc.rows, dc.units, u, u + 1,
-               *dc.act, *dc.post)  # fmt: skip
+               *dc.act, *dc.post, np.zeros(1, np.float32), False)  # fmt: skip
     assert np.array_equal(parts[0].view(np.uint32), y_whole[0].view(np.uint32))
 
 
@@ -213,7 +213,7 @@ def _spy(monkeypatch) -> list:
     monkeypatch.setattr(
         conv_direct.DirectConv,
         "__call__",
-        lambda s, x, y: calls.append(x.shape) or real(s, x, y),
+        lambda s, x, y, z=None: calls.append(x.shape) or real(s, x, y, z),
     )
     return calls
 
@@ -323,3 +323,76 @@ def test_empty_batch():
         (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (10, 10),
     )  # fmt: skip
     dc(np.zeros((0, 8, 10, 10), np.float32), np.empty((0, 16, 100), np.float32))
+
+
+def _residual_model(z_shape, z_first=False, bias=True):
+    """x -> Conv -> Add(conv, z) -> Relu, z a second input."""
+    rng = np.random.default_rng(5)
+    c, m, hw = 8, 16, (11, 13)
+    w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    names = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b"))
+        names.append("b")
+    nodes = [
+        helper.make_node("Conv", names, ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["z", "c"] if z_first else ["c", "z"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, *hw]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, list(z_shape)),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, c, *hw)).astype(np.float32)
+    x[0, 0, 0, :2] = [np.nan, -0.0]
+    z = rng.standard_normal(z_shape).astype(np.float32)
+    return model.SerializeToString(), {"x": x, "z": z}
+
+
+def _counts(sess) -> str:
+    return next(
+        line for line in str(sess.placement()).splitlines() if "cpu/fuse_conv_activation" in line
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mode", ["1", "0"])
+@pytest.mark.parametrize("z_first", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_residual_add_relu_fuses_with_the_unfused_bits(threads, mode, z_first, bias, monkeypatch):
+    if mode == "1" and not jit.ENABLED:
+        pytest.skip("numba not installed: no direct kernel")
+    monkeypatch.setattr(conv_direct, "MODE", mode)
+    model, feeds = _residual_model((2, 16, 11, 13), z_first, bias)
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    sess = onnxep.InferenceSession(model, so, providers=["cpu"])
+    assert "conv_add_relu 1" in _counts(sess)
+    calls = _spy(monkeypatch)
+    got = sess.run(None, feeds)[0]
+    assert bool(calls) == (mode == "1")
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    so.disabled_rewrites = ["fuse_conv_activation"]
+    unfused = onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, feeds)[0]
+    assert np.array_equal(got.view(np.uint32), unfused.view(np.uint32))
+    want = theirs(model, feeds)
+    ok = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())
+
+
+def test_residual_add_relu_refuses_a_broadcast_z():
+    model, feeds = _residual_model((1, 16, 1, 1))
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert "conv_add_relu" not in _counts(sess)
+    want = theirs(model, feeds)
+    got = sess.run(None, feeds)[0]
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())

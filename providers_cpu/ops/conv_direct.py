@@ -194,7 +194,9 @@ class DirectConv(PhasePlanes):
         self.fill_jit = _compiled["fill"]
         self.work = n * m * k_terms * oh * ow
 
-    def __call__(self, x: np.ndarray, y: np.ndarray) -> None:
+    def __call__(self, x: np.ndarray, y: np.ndarray, z: np.ndarray | None = None) -> None:
+        """``y`` (N, M, oh * ow) = the convolution of ``x``, plus ``z`` (float32, ``y``'s
+        layout, C-contiguous) when given, before the activation."""
         n, c, h, w = x.shape
         if n == 0:
             return
@@ -207,11 +209,13 @@ class DirectConv(PhasePlanes):
         run, yf = self.run, y.reshape(-1)
         args = (self.wb, self.kt, self.bias, b, bsize, self.koff, wq, oh, ow, self.acc,
                 self.accsize, yf, self.m, self.rows, self.units)  # fmt: skip
-        act = (*self.act, *self.post)
+        zf = _NO_Z if z is None else z.reshape(-1)
+        act = (*self.act, *self.post, zf, z is not None)
         parallel_rows(n * self.units, self.work, lambda u0, u1: run(*args, u0, u1, *act))
 
 
 _compiled: dict[str, Any] = {}
+_NO_Z = np.zeros(1, np.float32)
 
 
 def sizes(fb: int) -> tuple[int, ...]:
@@ -224,9 +228,11 @@ def sizes(fb: int) -> tuple[int, ...]:
 
 def jit_direct() -> Any:
     """The compiled ``run(wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows,
-    upi, u0, u1, act, lo, hi, post, prm)``: work units [u0, u1) of (image, channel group, ``rows``
-    output rows), ``upi`` units an image; image i's planes at ``b[i bsize:]``, its partial
-    sums at ``acc[i accsize:]``, its output at ``y[i M oh ow:]``."""
+    upi, u0, u1, act, lo, hi, post, prm, z, has_z)``: work units [u0, u1) of (image,
+    channel group, ``rows`` output rows), ``upi`` units an image; image i's planes at
+    ``b[i bsize:]``, its partial sums at ``acc[i accsize:]``, its output at ``y[i M oh
+    ow:]``; ``z`` (``y``'s layout) added to each unit's rows when ``has_z``, then the
+    ``post`` activation."""
     f = _compiled.get("direct")
     if f is None:
         if not jit.ENABLED:
@@ -269,7 +275,7 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
 
 def _direct(
     wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows, upi, u0, u1, act, lo, hi,
-    post, prm,
+    post, prm, z, has_z,
 ):  # fmt: skip
     nblocks = (m + 7) // 8
     ngroups = (nblocks + 3) // 4
@@ -347,11 +353,25 @@ def _direct(
                     elif fb == 4 and tw == 1:
                         _t4_1(wb, b, koff, bias, acc, y, q, lo, hi)
                     c0 += tw
-        if post != 0:
+        if post != 0 or has_z:
             # a channel's rows r0..r1 are one run of the NCHW output
             for ch in range(bo, min(m, bo + fb * 8)):
                 s0 = yimg + ch * ys + r0 * ow
-                _conv_act(y[s0 : s0 + (r1 - r0) * ow], post, prm)
+                seg = y[s0 : s0 + (r1 - r0) * ow]
+                if has_z:  # FusedConv's Z, before the activation (the Add node's sum)
+                    zs = z[s0 : s0 + (r1 - r0) * ow]
+                    if post == 1:
+                        # and Relu in the same pass, as a select LLVM vectorises (the
+                        # Relu kernel's: v unless not (v > 0 or v is NaN))
+                        zero = prm[4]
+                        for j in range(seg.shape[0]):
+                            v = seg[j] + zs[j]
+                            seg[j] = v if (v > zero or v != v) else zero
+                        continue
+                    for j in range(seg.shape[0]):
+                        seg[j] = seg[j] + zs[j]
+                if post != 0:
+                    _conv_act(seg, post, prm)
 
 
 #: The tile's integer arguments, in its ``q`` array (int64): see ``_make_tile``
@@ -368,7 +388,10 @@ def _no_tile(*args):  # the intrinsics replace these before ``_direct`` is compi
     raise NotImplementedError
 
 
-_conv_act = _no_tile  # jit's compiled helper, set before ``_direct`` is compiled
+# jit's compiled helper, set before ``_direct`` is compiled. numba's disk cache keys
+# ``_direct`` on this file alone: after an edit of ``jit._conv_act`` (or of
+# ``packed_gemm.vector_codegen``), touch this file or clear the cache.
+_conv_act = _no_tile
 
 
 _t1_12 = _t1_6 = _t1_3 = _t2_6 = _t2_3 = _t2_2 = _t3_4 = _t3_2 = _t3_1 = _t4_3 = _t4_2 = _t4_1 = (

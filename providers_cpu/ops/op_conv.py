@@ -136,6 +136,28 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
     def direct_conv(xc, k, strides_, pb, pe, out, fused):
         return direct_plan(xc.shape, k, strides_, pb, pe, out, fused)(xc)
 
+    # With a Z the kernel adds it, then the compiled activation (Relu included: the
+    # epilogue's loop), over each work unit's rows
+    z_post = (0, None)
+    if epilogue is not None and epilogue.compiled(np.float32):
+        z_post = (epilogue.code, epilogue.prm(np.float32))
+
+    def direct_with_z(xc, k, strides_, pb, pe, out, z):
+        """(y, whether the activation was applied), Z added in the kernel."""
+        key = ("direct", xc.shape, "z")
+        dc = scratch.bufs.get(key)
+        if dc is None:
+            direct_plan(xc.shape, k, strides_, pb, pe, out, False)  # packs the weights
+            got = packed["direct"]
+            dc = scratch.bufs[key] = conv_direct.DirectConv(
+                xc.shape, got[0], got[1], got[2], k, strides_, dil, pb, pe, out,
+                (0, 0.0, 0.0), z_post,
+            )  # fmt: skip
+        y = np.empty((xc.shape[0], dc.m, *out), np.float32)
+        flat = (xc.shape[0], dc.m, math.prod(out))
+        dc(xc, y.reshape(flat), np.ascontiguousarray(z).reshape(flat))
+        return y, z_post[0] != 0
+
     def direct_plan(shape, k, strides_, pb, pe, out, fused):
         """``core(x) -> y`` for inputs of ``shape`` on the direct kernel."""
         got = packed.get("direct")
@@ -269,12 +291,18 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             )  # fmt: skip
         ):
             fused = z is None and (direct_act[0] != 0 or direct_post[0] != 0)
-            if PLANS and z is None:
-                # the route depends on the thread count: the plan holds it
+            if z is not None and z.shape == (n, m, *out) and z.dtype == np.float32:
+                y, applied = direct_with_z(xc, k, strides, pb, pe, out, z)
+                return finish(y, dt, None, applied=applied)
+            if PLANS:
+                # the route depends on the thread count: the plan holds it. A run with a Z
+                # (added before the activation) plans the unfused core, which serves both.
                 core = direct_plan(xc.shape, k, strides, pb, pe, out, fused)
                 epi = None if fused else epi_of(n * m * lsz, dt)
                 scratch.plans[x.shape] = (dt, core, epi, fused, threads)
                 y = core(xc)
+                if z is not None:
+                    return finish(y, dt, z)
                 if epi is not None:
                     epi(y)
                 return (y,)
