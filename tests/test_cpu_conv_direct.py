@@ -396,3 +396,30 @@ def test_residual_add_relu_refuses_a_broadcast_z():
     got = sess.run(None, feeds)[0]
     ok = np.isfinite(want)
     np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())
+
+
+def test_residual_add_relu_refuses_a_sum_used_elsewhere():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "z"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [vi("x", TensorProto.FLOAT, [1, 8, 10, 10]), vi("z", TensorProto.FLOAT, [1, 16, 10, 10])],
+        [vi("y", TensorProto.FLOAT, None), vi("s", TensorProto.FLOAT, None)],  # the sum too
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert "conv_add_relu" not in _counts(sess)
+    feeds = {
+        "x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32),
+        "z": rng.standard_normal((1, 16, 10, 10)).astype(np.float32),
+    }
+    y, s = sess.run(None, feeds)
+    assert np.array_equal(y, np.maximum(s, 0))

@@ -17,16 +17,21 @@ runs along a row's real outputs. This module does the same from the NCHW input:
   stride phase planes) is ``ConvGemm``'s, and term t of output (oh, ow) reads
   ``b[koff[t] + oh * wq + ow]`` as the GEMM's column does;
 - the weights are packed once into (M / 8, K, 8) blocks; K runs in blocks whose weight
-  slab stays in L1 (16 KB), partial sums between blocks in a channels-blocked scratch,
-  the last block's sums stored straight into the NCHW output (lane by lane);
-- a row's last tile, shorter than P, computes its missing positions on the row's last
-  position and stores only the real ones.
+  slab stays in L1 (24 KB), partial sums between blocks in a channels-blocked scratch,
+  the last block's sums stored straight into the NCHW output (lane by lane), Relu or Clip
+  applied as they are stored;
+- a row ends with a narrower tile (half or a quarter of the positions), masked: its
+  missing positions recompute the row's last one and are not stored;
+- work units (image, channel group, about an eighth of the rows) go to the threads; a
+  unit's rows then take FusedConv's Z and the other compiled activations
+  (``jit._conv_act``, the epilogue's own loop) while they are in cache.
 
 Every output is its bias, then one fused multiply-add per kernel term in term order, as
 in ``packed_gemm`` (whose K blocks also round nothing: the partial sums are float32 both
-ways): the compiled GEMM's bits, on any thread split. Used where ``conv_gemm`` would run
-(``applies``) for kernels larger than 1x1, and at one thread for the small convolutions
-where Winograd's transforms and im2col's copies cost more than they save.
+ways): the compiled GEMM's bits, on any thread split; a fused activation or Z gives the
+unfused nodes' bits. Used where ``conv_gemm`` would run (``applies``) for kernels larger
+than 1x1, and at one thread for all but Winograd's wide 3x3 convolutions, where Winograd's
+transforms and im2col's copies cost more than they save.
 """
 
 from __future__ import annotations
