@@ -292,9 +292,9 @@ def test_the_rule(monkeypatch):
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, np.float64, True, False, 1)
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, f32, False, False, 1)
     assert not conv_direct.applies((3,), 1, 16, 48, 1024, f32, True, False, 1)
-    # more threads: where the compiled GEMM would run
-    monkeypatch.setattr(conv_gemm, "MODE", "1")
-    assert conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 2, 256)
+    # more threads: the same shapes (Winograd runs at one thread only: it passes 0)
+    assert conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 2)
+    assert conv_direct.applies((3, 3), 1, 6, 36, 81, f32, True, False, 2)  # under the GEMM's
     monkeypatch.setattr(conv_direct, "MODE", "0")
     assert not conv_direct.enabled()
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, f32, True, False, 1)
@@ -423,3 +423,43 @@ def test_residual_add_relu_refuses_a_sum_used_elsewhere():
     }
     y, s = sess.run(None, feeds)
     assert np.array_equal(y, np.maximum(s, 0))
+
+
+@needs_jit
+def test_a_fused_conv_only_model_has_its_unfused_bits():
+    """The thread policy gives a FusedConv-only session two threads, the unfused Conv +
+    Sigmoid one; a small conv (under the GEMM's size) must take the same route in both."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((6, 4, 3, 3)) * 0.5).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    vi = helper.make_tensor_value_info
+    x_info, y_info = vi("x", TensorProto.FLOAT, [2, 4, 9, 9]), vi("y", TensorProto.FLOAT, None)
+    fused = helper.make_node(
+        "FusedConv", ["x", "w", "b"], ["y"], domain="com.microsoft", activation="Relu",
+        pads=[1, 1, 1, 1],
+    )  # fmt: skip
+    models = [
+        helper.make_model(
+            helper.make_graph(nodes, "g", [x_info], [y_info], inits),
+            opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ).SerializeToString()
+        for nodes in (
+            [fused],
+            [
+                helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                helper.make_node("Relu", ["c"], ["y"]),
+            ],
+        )
+    ]
+    x = {"x": (np.random.default_rng(1).standard_normal((2, 4, 9, 9)) * 3).astype(np.float32)}
+    for threads in (1, 2):
+        outs = []
+        for model in models:
+            so = onnxep.SessionOptions(intra_op_num_threads=threads)
+            so.disabled_rewrites = ["fuse_conv_activation"]
+            outs.append(onnxep.InferenceSession(model, so, providers=["cpu"]).run(None, x)[0])
+        assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    one = onnxep.InferenceSession(models[0], onnxep.SessionOptions(intra_op_num_threads=1))
+    two = onnxep.InferenceSession(models[0], onnxep.SessionOptions(intra_op_num_threads=2))
+    assert np.array_equal(one.run(None, x)[0], two.run(None, x)[0])

@@ -29,9 +29,9 @@ runs along a row's real outputs. This module does the same from the NCHW input:
 Every output is its bias, then one fused multiply-add per kernel term in term order, as
 in ``packed_gemm`` (whose K blocks also round nothing: the partial sums are float32 both
 ways): the compiled GEMM's bits, on any thread split; a fused activation or Z gives the
-unfused nodes' bits. Used where ``conv_gemm`` would run (``applies``) for kernels larger
-than 1x1, and at one thread for all but Winograd's wide 3x3 convolutions, where Winograd's
-transforms and im2col's copies cost more than they save.
+unfused nodes' bits. Used for every dense float32 kernel larger than 1x1 with constant
+weights (``applies``) but Winograd's wide 3x3 convolutions at one thread: the GEMM's,
+im2col's and the smaller Winograd shapes' copies and transforms cost more.
 """
 
 from __future__ import annotations
@@ -60,11 +60,11 @@ __all__ = [
 # shape the kernel takes, at any thread count (tests, A/B measurements), ``0`` never.
 MODE = os.environ.get("ONNXEP_CPU_CONV_DIRECT", "auto").strip().lower()
 
-# At one thread, where the compiled GEMM does not run (``conv_gemm``), every shape runs
-# here but the convolutions Winograd takes with at least this many input and output
-# channels: there its 16/36 of the multiply-adds, in products long enough for OpenBLAS's
-# full rate, win (128 -> 128 3x3 at 20x20: 1.24 ms against 1.49 here; at 64 -> 64 40x40
-# 1.80 against 1.51, 16 -> 16 160x160 4.30 against 1.74: docs/cpu_kernels.md).
+# Every shape runs here but, at one thread, the convolutions Winograd takes with at least
+# this many input and output channels: there its 16/36 of the multiply-adds, in products
+# long enough for OpenBLAS's full rate, win (128 -> 128 3x3 at 20x20: 1.24 ms against 1.49
+# here; at 64 -> 64 40x40 1.80 against 1.51, 16 -> 16 160x160 4.30 against 1.74:
+# docs/cpu_kernels.md).
 _WINOGRAD_CHANNELS = 128
 
 _LANES = 8  # float32 in a ymm register: the AVX2 block (MLAS's NCHWc block there)
@@ -100,8 +100,8 @@ def status() -> str:
         return "direct Conv: off (not an AVX2 CPU without AVX-512)"
     return (
         "direct Conv: dense float32 kernels larger than 1x1 as direct sums, 8 output "
-        "channels a vector, where the compiled GEMM would run and, at one thread, all but "
-        f"Winograd's 3x3 convolutions of {_WINOGRAD_CHANNELS} channels or more"
+        "channels a vector, but for Winograd's 3x3 convolutions of "
+        f"{_WINOGRAD_CHANNELS} channels or more at one thread"
         + (" (ONNXEP_CPU_CONV_DIRECT=1)" if MODE == "1" else "")
     )
 
@@ -130,8 +130,10 @@ def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool
         return False
     if MODE == "1":
         return True
-    if conv_gemm.runs_at(threads):
-        return conv_gemm.applies(k, group, m, ck, lsz, dtype, const_weights, False, threads)
+    # Every thread count alike, but for Winograd's own shapes (one thread only): a route
+    # that changed with the count changed the bits between a session the thread policy
+    # gives two threads and one it gives one (a FusedConv-only model against its unfused
+    # Conv + activation)
     return winograd_channels < _WINOGRAD_CHANNELS
 
 
