@@ -292,6 +292,8 @@ def test_the_rule(monkeypatch):
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, np.float64, True, False, 1)
     assert not conv_direct.applies((3, 3), 1, 16, 144, 1024, f32, False, False, 1)
     assert not conv_direct.applies((3,), 1, 16, 48, 1024, f32, True, False, 1)
+    # outputs narrower than a useful tile keep the GEMM's panels across rows
+    assert not conv_direct.applies((5, 1), 1, 512, 1280, 512, f32, True, False, 2, 0, 1)
     # more threads: the same shapes (Winograd runs at one thread only: it passes 0)
     assert conv_direct.applies((3, 3), 1, 256, 2304, 4096, f32, True, False, 2)
     assert conv_direct.applies((3, 3), 1, 6, 36, 81, f32, True, False, 2)  # under the GEMM's

@@ -67,6 +67,10 @@ MODE = os.environ.get("ONNXEP_CPU_CONV_DIRECT", "auto").strip().lower()
 # docs/cpu_kernels.md).
 _WINOGRAD_CHANNELS = 128
 
+# Tiles run along one output row: on narrower outputs they hold too few sums to hide the
+# FMA latency (a width-1 output, magika's (5, 1) conv: 4 sums a tile), where the GEMM's
+# panels run across rows
+_MIN_WIDTH = 4
 _LANES = 8  # float32 in a ymm register: the AVX2 block (MLAS's NCHWc block there)
 _MAX_FB = 4
 # Weight bytes of one K block of a tile (fb blocks x KC terms x 32 bytes): 3/4 of Zen 3's
@@ -112,12 +116,14 @@ def session_notes() -> tuple[str, ...]:
 
 
 def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool,
-            pointwise: bool, threads: int, winograd_channels: int = 0) -> bool:  # fmt: skip
+            pointwise: bool, threads: int, winograd_channels: int = 0,
+            out_w: int = _MIN_WIDTH) -> bool:  # fmt: skip
     """Whether a 2-D convolution of this shape runs here (shape, dtype, the session's
     thread count); ``winograd_channels``: min(C, M) where the Winograd path would take
-    it, else 0."""
+    it, else 0; ``out_w``: the output's width."""
     if not (
         len(k) == 2
+        and out_w >= _MIN_WIDTH
         and not pointwise
         and math.prod(k) > 1
         and group == 1

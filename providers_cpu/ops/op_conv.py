@@ -288,6 +288,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                 pointwise,
                 threads,
                 min(c, m) if wino.applies(k, strides, dil, group, c, m, cdt) else 0,
+                out[-1],
             )  # fmt: skip
         ):
             fused = z is None and (direct_act[0] != 0 or direct_post[0] != 0)
