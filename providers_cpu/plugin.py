@@ -10,6 +10,7 @@ from onnxep.providers import KernelLibrary, ProviderInfo, hookimpl
 
 from .jit import jit_status
 from .openblas_core import openblas_notes
+from .ops.conv_direct import status as conv_direct_status
 from .ops.conv_gemm import status as conv_gemm_status
 from .ops.weight_gemm import status as weight_gemm_status
 from .provider import CPUProvider
@@ -31,6 +32,7 @@ class CPUPlugin:
                     threadpoolctl_status(),
                     *openblas_notes(),
                     conv_gemm_status(),
+                    conv_direct_status(),
                     weight_gemm_status(),
                 ]
             ),
@@ -73,7 +75,7 @@ class CPUPlugin:
 
         passes = [
             FuseRMSNorm(),
-            FuseConvActivation(extra=EXTRA),
+            FuseConvActivation(extra=EXTRA, residual=True),
             FuseSiLU(),
             FuseDynamicQuantizeMatMul(),
             FuseConvIntegerToFloat(),

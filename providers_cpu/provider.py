@@ -20,6 +20,7 @@ from onnxep.errors import InvalidArgument
 from onnxep.providers import Claim, Decline, NodeInfo, Provider
 
 from .openblas_core import openblas_notes
+from .ops.conv_direct import session_notes as conv_direct_notes
 from .ops.conv_gemm import session_notes as conv_gemm_notes
 from .ops.weight_gemm import session_notes as weight_gemm_notes
 from .thread_policy import MIN_SPLIT_MACS, choose, product_macs
@@ -84,6 +85,7 @@ class CPUProvider(Provider):
             *self._thread_notes(),
             *openblas_notes(),
             *conv_gemm_notes(n),
+            *conv_direct_notes(),
             *weight_gemm_notes(n),
         ]
 

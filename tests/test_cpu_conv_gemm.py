@@ -16,7 +16,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
 from onnxep.providers_cpu import jit
-from onnxep.providers_cpu.ops import conv_gemm
+from onnxep.providers_cpu.ops import conv_direct, conv_gemm
+
+
+@pytest.fixture(autouse=True)
+def _no_direct_conv(monkeypatch):
+    # The direct kernel (conv_direct.py) takes the GEMM's non-pointwise shapes on AVX2;
+    # these tests are about the GEMM (tests/test_cpu_conv_direct.py compares the two).
+    monkeypatch.setattr(conv_direct, "MODE", "0")
+
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -312,8 +312,9 @@ def test_large_im2col_runs_in_row_blocks_on_one_thread(monkeypatch):
     """With intra_op_num_threads=1 a conv past the im2col limit runs in blocks of output
     rows, within rounding of the whole-buffer GEMM (BLAS may add in another order for
     another column count) and of onnxruntime."""
-    from onnxep.providers_cpu.ops import op_conv
+    from onnxep.providers_cpu.ops import conv_direct, op_conv
 
+    monkeypatch.setattr(conv_direct, "MODE", "0")  # it would take this small conv
     calls = []
     real = op_conv.im2col_tiled
     monkeypatch.setattr(op_conv, "im2col_tiled", lambda *a: calls.append(1) or real(*a))

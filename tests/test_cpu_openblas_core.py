@@ -55,8 +55,12 @@ def test_notes_reach_the_session_report(tmp_path):
     # This machine's own situation, whatever it is: every note is in the report (and
     # which GEMMs run at the session's thread count, where they are onnxep's own:
     # conv_gemm.py, weight_gemm.py).
-    from onnxep.providers_cpu.ops import conv_gemm, weight_gemm
+    from onnxep.providers_cpu.ops import conv_direct, conv_gemm, weight_gemm
 
     n = int(notes[0].split(":")[1].split()[0])
-    gemms = [*conv_gemm.session_notes(n), *weight_gemm.session_notes(n)]
+    gemms = [
+        *conv_gemm.session_notes(n),
+        *conv_direct.session_notes(),
+        *weight_gemm.session_notes(n),
+    ]
     assert notes[1:] == [*openblas_notes(), *gemms]

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
 from onnxep.providers_cpu import jit
-from onnxep.providers_cpu.ops import conv_gemm, op_conv
+from onnxep.providers_cpu.ops import conv_direct, conv_gemm, op_conv
 from onnxep.providers_cpu.ops import winograd as wino
 
 ort = pytest.importorskip("onnxruntime")
@@ -33,8 +33,10 @@ pytestmark = pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no
 @pytest.fixture(autouse=True)
 def _no_conv_gemm(monkeypatch):
     # The compiled Conv GEMM (conv_gemm.py) takes wide 3x3 convolutions before Winograd
-    # where OpenBLAS runs AVX2 kernels; these tests are about the Winograd path.
+    # where OpenBLAS runs AVX2 kernels, the direct kernel (conv_direct.py) small ones at
+    # one thread; these tests are about the Winograd path.
     monkeypatch.setattr(conv_gemm, "MODE", "0")
+    monkeypatch.setattr(conv_direct, "MODE", "0")
 
 
 _TYPES = {

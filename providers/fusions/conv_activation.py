@@ -203,6 +203,31 @@ def _clip_bounds(clip: ir.Node) -> tuple[float, float] | None:
     return out[0], out[1]
 
 
+class _ConvAddRelu(pattern.RewriteRuleClassBase):
+    """Conv -> Add(conv, z) -> Relu: com.microsoft FusedConv (X, W, B, Z) with Relu, as
+    onnxruntime's Conv + Add + Relu fusion emits (a residual block's last conv)."""
+
+    def pattern(self, op, x, w, z):
+        conv = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv"])
+        return op.Relu(op.Add(conv, z))
+
+    def check(self, context, x, w, conv, z, **_) -> pattern.MatchResult:
+        node = conv.producer()
+        return C.verdict(
+            _exact_floats(x),
+            C.floats(x, z),
+            # Z is added in place to the Conv's output: it must be that shape, not broadcast
+            C.same_shape(conv, z),
+            "the Conv already has a fourth input" if len(node.inputs) > 3 else None,
+        )
+
+    def rewrite(self, op, x, w, conv, z, **_):
+        node = conv.producer()
+        attrs = {name: a.value for name, a in node.attributes.items()}
+        b = node.inputs[2] if len(node.inputs) > 2 else None
+        return op.FusedConv(x, w, b, z, _domain=MS, activation="Relu", **attrs)
+
+
 class _ConvGelu(pattern.RewriteRuleClassBase):
     """Conv -> Div(conv, d) -> Erf -> Add(a) -> Mul(conv, .) -> Mul(h): Gelu (d, a, h)."""
 
@@ -236,16 +261,22 @@ class FuseConvActivation(PatternFusionPass):
 
     Exact (see module). ``extra`` names the activations of ``EXTRA`` the bound
     provider's FusedConv kernels run; the default is none (Relu and Clip only).
+    ``residual``: Conv -> Add(conv, z) -> Relu too, as FusedConv with Z (the same shape
+    as the Conv's output: added in place, then Relu; the unfused nodes' bits).
     """
 
     name = "fuse_conv_activation"
     exact = True
 
-    def __init__(self, extra: Sequence[str] = ()) -> None:
+    def __init__(self, extra: Sequence[str] = (), residual: bool = False) -> None:
         unknown = sorted(set(extra) - set(EXTRA))
         if unknown:
             raise ValueError(f"FuseConvActivation: unknown activations {unknown}; known: {EXTRA}")
-        self._extra = self.rules_key = tuple(sorted(set(extra)))
+        self._extra = tuple(sorted(set(extra)))
+        # Conv -> Add(conv, z) -> Relu into FusedConv with Z, for a provider whose FusedConv
+        # adds Z (the CPU's)
+        self._residual = residual
+        self.rules_key = (*self._extra, residual)
         super().__init__()
 
     def make_rules(self) -> Sequence[pattern.RewriteRule]:
@@ -265,6 +296,11 @@ class FuseConvActivation(PatternFusionPass):
             *(
                 pattern.RewriteRuleSet([_ConvSiLU.rule("conv_silu")], commute=True).rules
                 if "SiLU" in self._extra
+                else []
+            ),
+            *(
+                pattern.RewriteRuleSet([_ConvAddRelu.rule("conv_add_relu")], commute=True).rules
+                if self._residual
                 else []
             ),
             _ConvActivation.rule("conv_relu", act="Relu"),

@@ -31,7 +31,7 @@ from . import packed_gemm
 from .nn_cpu import parallel_rows
 from .packed_gemm import _MR, _NR, ROW_BIAS, jit_gemm, pack_weights, product
 
-__all__ = ["ConvGemm", "applies", "enabled", "pack_weights", "product", "status"]
+__all__ = ["ConvGemm", "PhasePlanes", "applies", "enabled", "pack_weights", "product", "status"]
 
 # ``ONNXEP_CPU_CONV_GEMM``: ``auto`` (default: the two rules above), ``1`` wherever numba
 # runs, at any thread count (tests, A/B measurements), ``0`` never.
@@ -157,39 +157,30 @@ def applies(
     )
 
 
-class ConvGemm:
-    """One input shape's convolution: the input's phase planes, the output block, the
-    product.
+class PhasePlanes:
+    """One input shape's columns, read from the padded input itself, with no im2col copy.
 
-    The columns are read from the padded input itself, with no im2col copy. With strides
-    (sh, sw) the padded input is split into sh * sw phase planes, plane (p, q) holding
-    the rows p, p + sh, ... and columns q, q + sw, ... (Hq = ceil(Hp / sh) by Wq =
-    ceil(Wp / sw)); output (oh, ow) of term (c, r, s) reads padded (oh sh + r dh, ow sw +
-    s dw), which is plane ((r dh) % sh, (s dw) % sw) at (oh + (r dh) // sh, ow + (s dw)
-    // sw). Over full plane rows (output column ``oh * Wq + ow``, as
+    With strides (sh, sw) the padded input is split into sh * sw phase planes, plane (p,
+    q) holding the rows p, p + sh, ... and columns q, q + sw, ... (Hq = ceil(Hp / sh) by
+    Wq = ceil(Wp / sw)); output (oh, ow) of term (c, r, s) reads padded (oh sh + r dh, ow
+    sw + s dw), which is plane ((r dh) % sh, (s dw) % sw) at (oh + (r dh) // sh, ow + (s
+    dw) // sw). Over full plane rows (output column ``oh * Wq + ow``, as
     ``op_conv.im2col_wide`` at stride 1, where there is one plane: the padded input), the
-    row of term (c, r, s) is then one run of its flat plane from ``c Hq Wq + ((r dh) //
-    sh) Wq + (s dw) // sw`` on; the columns past ``ow`` are computed and dropped. The
-    split is one copy of the input (C H W values), where im2col copied K N (2.25x that
-    for a 3x3 stride-2 convolution, through a slow strided copy). The planes' borders
-    are zeros written once. Built once per (input shape, thread); ``__call__(x, y)``
-    writes the (N, M, oh * ow) result into ``y``.
+    row of term (c, r, s) is then one run of its flat plane from ``koff[t]`` = ``c Hq Wq +
+    ((r dh) // sh) Wq + (s dw) // sw`` on (t = (c KH + r) KW + s). The split is one copy
+    of the input (C H W values), where im2col copied K N (2.25x that for a 3x3 stride-2
+    convolution, through a slow strided copy). The planes' borders are zeros written
+    once; ``b`` runs ``tail`` values past the last term's row start.
     """
 
-    def __init__(self, xshape, ap: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
+    def __init__(self, xshape, k, strides, dil, pb, pe, out, tail: int):
         c, h, w = xshape[1:]
-        self.m = bias.shape[0]
-        self.ap = ap.reshape(-1)
-        self.mp, self.k = ap.shape[0] * _MR, ap.shape[1]
         sh, sw = strides
         hp, wp = h + pb[0] + pe[0], w + pb[1] + pe[1]
         hq, wq = -(-hp // sh), -(-wp // sw)
-        oh, ow = out
         self.out = out
-        self.ncols = oh * wq
-        self.npad = -(-self.ncols // _NR) * _NR
         # A channel's plane starts an odd number of 64-byte lines after the previous one:
-        # the kernel keeps a slab of B's rows (one a channel and kernel offset) in L1,
+        # the GEMM keeps a slab of B's rows (one a channel and kernel offset) in L1,
         # and channels a power of two (or near it) apart would fall in a few of its sets
         # (magika's 1-D conv, 516-float planes: 40 GFLOP/s on two threads).
         cs = -(-(hq * wq) // 16) * 16
@@ -201,12 +192,15 @@ class ConvGemm:
             -1
         )
         # the last panel reads past the planes: zeros (their columns are dropped)
-        size = max(sh * sw * plane, int(koff.max()) + self.npad)
+        size = max(sh * sw * plane, int(koff.max()) + tail)
         self.b = np.zeros(size, np.float32)
         planes = self.b[: sh * sw * plane].reshape(sh, sw, c, cs)[..., : hq * wq]
         planes = planes.reshape(sh, sw, c, hq, wq)
-        # (destination in plane (p, q), the input's rows and columns that land there)
+        # (destination in plane (p, q), the input's rows and columns that land there), and
+        # the same as rows of (first value's offset in b, rows, columns, first input row,
+        # first input column) for compiled fills
         self.copies = []
+        table = []
         for p in range(sh):
             y0 = (p - pb[0]) % sh  # first input row whose padded row is p mod sh
             ny = len(range(y0, h, sh))
@@ -217,8 +211,35 @@ class ConvGemm:
                     r0, c0 = (y0 + pb[0]) // sh, (x0 + pb[1]) // sw
                     dst = planes[p, q, :, r0 : r0 + ny, c0 : c0 + nx]
                     self.copies.append((dst, (slice(None), slice(y0, h, sh), slice(x0, w, sw))))
+                    table.append(((p * sw + q) * plane + r0 * wq + c0, ny, nx, y0, x0))
+        self.table = np.array(table, np.int64).reshape(-1, 5)
+        self.geo = (sh, sw, wq, cs)
         self.wq = wq
         self.koff = np.ascontiguousarray(koff, dtype=np.int64)
+
+    def fill(self, xi: np.ndarray) -> None:
+        """Copy one image (C, H, W) into the planes."""
+        for dst, src in self.copies:
+            np.copyto(dst, xi[src])
+
+
+class ConvGemm(PhasePlanes):
+    """One input shape's convolution on the GEMM: the input's phase planes
+    (``PhasePlanes``), the output block, the product. Built once per (input shape,
+    thread); ``__call__(x, y)`` writes the (N, M, oh * ow) result into ``y``; the columns
+    past ``ow`` of each plane row are computed and dropped.
+    """
+
+    def __init__(self, xshape, ap: np.ndarray, bias: np.ndarray, k, strides, dil, pb, pe, out):
+        self.m = bias.shape[0]
+        self.ap = ap.reshape(-1)
+        self.mp, self.k = ap.shape[0] * _MR, ap.shape[1]
+        sw = strides[1]
+        wq = -(-(xshape[3] + pb[1] + pe[1]) // sw)
+        oh, ow = out
+        self.ncols = oh * wq
+        self.npad = -(-self.ncols // _NR) * _NR
+        super().__init__(xshape, k, strides, dil, pb, pe, out, self.npad)
         # rows past M are neither read nor written: the output is C itself where its
         # columns are the kernel's (no dropped columns, a whole number of panels)
         self.direct = self.npad == self.ncols == oh * ow
@@ -235,9 +256,7 @@ class ConvGemm:
         work = mp * k * npad
         m, (oh, ow) = self.m, self.out
         for i in range(x.shape[0]):
-            xi = x[i]
-            for dst, src in self.copies:
-                np.copyto(dst, xi[src])
+            self.fill(x[i])
             c = y[i] if self.direct else self.c
             cf = c.reshape(-1)
             parallel_rows(

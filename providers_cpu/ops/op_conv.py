@@ -29,7 +29,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 
 from .. import jit
 from ..threads import run_threads
-from . import conv_gemm, conv_pointwise
+from . import conv_direct, conv_gemm, conv_pointwise
 from . import winograd as wino
 from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -115,6 +115,76 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         cg(xc, y.reshape(y.shape[0], y.shape[1], -1))
         return y
 
+    direct_ok = (
+        group == 1
+        and integer_weights is None
+        and wconst is not None
+        and (bconst is not None or not has_bias)
+        and conv_direct.enabled()
+    )
+
+    # Relu and Clip go on as the direct kernel stores its sums, the other compiled
+    # activations over each work unit's rows when they are done (none with a Z: it is added
+    # first)
+    direct_act, direct_post = (0, 0.0, 0.0), (0, None)
+    if epilogue is not None and epilogue.name in conv_direct.ACTIVATIONS:
+        lohi = epilogue.params if epilogue.name == "Clip" else (0.0, 0.0)
+        direct_act = (conv_direct.ACTIVATIONS[epilogue.name], *lohi)
+    elif epilogue is not None and epilogue.compiled(np.float32):
+        direct_post = (epilogue.code, epilogue.prm(np.float32))
+
+    def direct_conv(xc, k, strides_, pb, pe, out, fused):
+        return direct_plan(xc.shape, k, strides_, pb, pe, out, fused)(xc)
+
+    # With a Z the kernel adds it, then the compiled activation (Relu included: the
+    # epilogue's loop), over each work unit's rows
+    z_post = (0, None)
+    if epilogue is not None and epilogue.compiled(np.float32):
+        z_post = (epilogue.code, epilogue.prm(np.float32))
+
+    def direct_with_z(xc, k, strides_, pb, pe, out, z):
+        """(y, whether the activation was applied), Z added in the kernel."""
+        key = ("direct", xc.shape, "z")
+        dc = scratch.bufs.get(key)
+        if dc is None:
+            direct_plan(xc.shape, k, strides_, pb, pe, out, False)  # packs the weights
+            got = packed["direct"]
+            dc = scratch.bufs[key] = conv_direct.DirectConv(
+                xc.shape, got[0], got[1], got[2], k, strides_, dil, pb, pe, out,
+                (0, 0.0, 0.0), z_post,
+            )  # fmt: skip
+        y = np.empty((xc.shape[0], dc.m, *out), np.float32)
+        flat = (xc.shape[0], dc.m, math.prod(out))
+        dc(xc, y.reshape(flat), np.ascontiguousarray(z).reshape(flat))
+        return y, z_post[0] != 0
+
+    def direct_plan(shape, k, strides_, pb, pe, out, fused):
+        """``core(x) -> y`` for inputs of ``shape`` on the direct kernel."""
+        got = packed.get("direct")
+        if got is None:
+            bvec = (
+                np.asarray(bconst, dtype=np.float32).reshape(-1)
+                if bconst is not None
+                else np.zeros(wconst.shape[0], np.float32)
+            )
+            got = packed["direct"] = (*conv_direct.pack_blocks(wconst), bvec)
+        key = ("direct", shape, fused)
+        dc = scratch.bufs.get(key)
+        if dc is None:
+            dc = scratch.bufs[key] = conv_direct.DirectConv(
+                shape, got[0], got[1], got[2], k, strides_, dil, pb, pe, out,
+                direct_act if fused else (0, 0.0, 0.0), direct_post if fused else (0, None),
+            )  # fmt: skip
+        yshape = (shape[0], got[2].shape[0], *out)
+        flat = (shape[0], got[2].shape[0], math.prod(out))
+
+        def core(x):
+            y = np.empty(yshape, np.float32)
+            dc(x, y.reshape(flat))
+            return y
+
+        return core
+
     def pointwise_kernel(shape):
         """The few-positions pointwise kernel (``conv_pointwise.py``) for inputs of ``shape``."""
         got = packed.get("pw")
@@ -174,8 +244,14 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
 
     def run(x, w, b=None, z=None):
         p = scratch.plans.get(x.shape) if plannable or dw_plannable else None
-        # (dtype, core, activation after core or None, core applies the activation itself)
-        if p is not None and p[0] == x.dtype and not (z is not None and p[3]):
+        # (dtype, core, activation after core or None, core applies the activation itself,
+        # the thread count the route was chosen for or None where it depends on none)
+        if (
+            p is not None
+            and p[0] == x.dtype
+            and not (z is not None and p[3])
+            and (p[4] is None or p[4] == run_threads())
+        ):
             y = p[1](x)
             if z is not None:
                 return finish(y, x.dtype, z)
@@ -198,6 +274,40 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             # empty result too.
             return finish(np.zeros((n, m, *out), cdt), dt, z)
         threads = run_threads()
+        if (
+            direct_ok
+            and dt == cdt
+            and conv_direct.applies(
+                k,
+                group,
+                m,
+                c * math.prod(k),
+                lsz,
+                cdt,
+                True,
+                pointwise,
+                threads,
+                min(c, m) if wino.applies(k, strides, dil, group, c, m, cdt) else 0,
+                out[-1],
+            )  # fmt: skip
+        ):
+            fused = z is None and (direct_act[0] != 0 or direct_post[0] != 0)
+            if z is not None and z.shape == (n, m, *out) and z.dtype == np.float32:
+                y, applied = direct_with_z(xc, k, strides, pb, pe, out, z)
+                return finish(y, dt, None, applied=applied)
+            if PLANS:
+                # the route depends on the thread count: the plan holds it. A run with a Z
+                # (added before the activation) plans the unfused core, which serves both.
+                core = direct_plan(xc.shape, k, strides, pb, pe, out, fused)
+                epi = None if fused else epi_of(n * m * lsz, dt)
+                scratch.plans[x.shape] = (dt, core, epi, fused, threads)
+                y = core(xc)
+                if z is not None:
+                    return finish(y, dt, z)
+                if epi is not None:
+                    epi(y)
+                return (y,)
+            return finish(direct_conv(xc, k, strides, pb, pe, out, fused), dt, z, applied=fused)
         if (
             gemm_ok
             and dt == cdt
@@ -295,7 +405,7 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
                 if PLANS and dw_plannable and z is None and dt == cdt:
                     # the activation inline: a plan for runs without z only
                     epi = None if inline else epi_of(n * m * lsz, dt)
-                    scratch.plans[x.shape] = (dt, dw_run, epi, inline)
+                    scratch.plans[x.shape] = (dt, dw_run, epi, inline, None)
                 return finish(dw_run(xc), dt, z, applied=inline)
             xpad = scratch.padded(xc, pb, pe)
             if depthwise_conv:
@@ -324,10 +434,10 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
         the core applies the activation itself (then a run with a Z takes the general path)."""
         y = core(x)
         if applied:
-            scratch.plans[x.shape] = (x.dtype, core, None, True)
+            scratch.plans[x.shape] = (x.dtype, core, None, True, None)
             return (y,)
         epi = None if epilogue is None else epilogue.inplace(y.size, x.dtype)
-        scratch.plans[x.shape] = (x.dtype, core, epi, False)
+        scratch.plans[x.shape] = (x.dtype, core, epi, False, None)
         if z is not None:
             return finish(y, x.dtype, z)
         if epi is not None:
