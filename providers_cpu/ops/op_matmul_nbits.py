@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from onnxep.errors import InvalidArgument, NotSupported
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import contrib as C
 
-from .. import jit
+from .. import jit, jit_nbits
 from .nn_cpu import parallel_rows
 
 #: Rows of A up to which the packed-weight loop runs (when numba is installed).
@@ -62,7 +63,10 @@ def matmul_nbits(node, xp):
     packed = None
     if static and jit.ENABLED and bits in (4, 8) and gi0 is None:
         if zp0 is None or zp0.dtype == np.uint8:
-            packed = _pack(b0, s0, zp0, n, kb, bits, block_size)
+            if int8_a and jit_nbits.usable(bits, block_size):
+                packed = _tiled(b0, s0, zp0, n, kb, bits, block_size)
+            else:
+                packed = _pack(b0, s0, zp0, n, kb, bits, block_size)
     # A float32 weight this small stays in cache between decode steps, where BLAS reads
     # it faster than the packed loop unpacks 4 bits; a larger one comes from memory.
     big = n * k * 4 >= PACKED_MIN_BYTES
@@ -132,18 +136,63 @@ def _pack(b, scales, zp, n, kb, bits, block_size):
     return p, s, np.ascontiguousarray(z.T)
 
 
-def packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
-    """(M, K) A times the packed weight: (M, N) float32, through the compiled loops."""
+class Tiled(NamedTuple):
+    """The weight in jit_nbits' layout (4 bits, level 4, AVX2)."""
+
+    p: np.ndarray  # jit_nbits.pack: (column groups, KB, record) uint8
+    has_zp: bool
+
+
+def _tiled(b, scales, zp, n, kb, bits, block_size):
+    """B, its scales and zero points packed for jit_nbits' tiles, one stream a run."""
+    blob = block_size * bits // 8
+    if b.size != n * kb * blob:
+        raise NotSupported(
+            f"MatMulNBits: B has {b.size} bytes, expected N * ceil(K / block_size) * "
+            f"{blob} = {n * kb * blob}"
+        )
+    if scales.size < n * kb:
+        raise NotSupported(f"MatMulNBits: scales has {scales.size} values, expected {n * kb}")
+    w = b.reshape(n, kb * blob)
+    s = scales.reshape(n, -1)[:, :kb].astype(np.float32)
+    z = None
+    if zp is not None:
+        z = C.unpack_bits(zp.reshape(n, -1), bits, np)
+        if z.shape[1] < kb:
+            raise NotSupported(
+                f"MatMulNBits: zero_points hold {z.shape[1]} values a row, expected {kb}"
+            )
+        z = z[:, :kb].astype(np.uint8)
+    return Tiled(jit_nbits.pack(w, s, z, block_size // 32), z is not None)
+
+
+def _blocks(a2, kb, block_size):
+    """(M, K) A as float32 (M, KB, block_size), K padded with zeros to whole blocks."""
     m, k = a2.shape
     af = a2.astype(np.float32, copy=False)
     pad = kb * block_size - k
     if pad:
         af = np.concatenate([af, np.zeros((m, pad), np.float32)], axis=1)
-    blocks = np.ascontiguousarray(af.reshape(m, kb, block_size))
-    parts = 2 if bits == 4 else 1
-    p, s, z = packed
+    return np.ascontiguousarray(af.reshape(m, kb, block_size))
+
+
+def packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
+    """(M, K) A times the packed weight: (M, N) float32, through the compiled loops."""
+    m = a2.shape[0]
+    blocks = _blocks(a2, kb, block_size)
     out = np.empty((m, n), np.float32)
     work = m * n * kb * block_size
+    if isinstance(packed, Tiled):
+        aa = np.empty((m, kb * block_size), np.uint8)
+        asg = np.empty((m, kb * block_size), np.int8)
+        asc = np.empty((m, kb), np.float32)
+        jit_nbits.loop("quantize_a")(blocks, aa, asg, asc)
+        f = jit_nbits.loop("drive", packed.has_zp, block_size // 32)
+        p = packed.p
+        parallel_rows(p.shape[0], work, lambda g0, g1: f(p, aa, asg, asc, g0, g1, out))
+        return out
+    parts = 2 if bits == 4 else 1
+    p, s, z = packed
     if int8_a:
         aq = np.empty((m, kb, parts, block_size // parts), np.int8)
         asc = np.empty((m, kb), np.float32)
@@ -164,14 +213,10 @@ def int8_round(a2, kb, block_size):
     if not jit.ENABLED:
         return C.int8_blocks(a2, block_size, np)
     m, k = a2.shape
-    af = a2.astype(np.float32, copy=False)
-    pad = kb * block_size - k
-    if pad:
-        af = np.concatenate([af, np.zeros((m, pad), np.float32)], axis=1)
     out = np.empty((m, kb, block_size), np.float32)
-    jit.loop("int8_round")(np.ascontiguousarray(af.reshape(m, kb, block_size)), out)
+    jit.loop("int8_round")(_blocks(a2, kb, block_size), out)
     out = out.reshape(m, -1)
-    return out[:, :k] if pad else out
+    return out[:, :k] if k < kb * block_size else out
 
 
 def _chunked(af, b, scales, zero_points, g_idx, qargs, n, k):

@@ -1,0 +1,282 @@
+"""MatMulNBits decode rows on AVX2: 4-bit weights times int8 A with ``vpmaddubsw``, exactly.
+
+At ``accuracy_level`` 4 A is rounded to int8 per block of K and each block's products
+add as integers. The portable loop (``jit._nbits_int``) widens every nibble to int32
+and multiplies with ``vpmulld``, one column a lane; it ran qwen2.5-0.5b's projections
+at 1.4-1.7x onnxruntime's time on Zen 3. Here a column's block of 32 k is one vector:
+its 16 bytes (even k in the low nibbles, odd k in the high ones, the weight as stored,
+not repacked) split into 32 nibbles, and A's block is stored evens first to meet them.
+
+Exactness: ``vpmaddubsw`` multiplies unsigned by signed bytes and adds pairs into int16
+with saturation. The weight's zero point comes off first, in bytes: w - z is in [-15,
+15]; ``vpsignb`` moves A's sign onto it (zero where a is zero) and the unsigned operand
+is |a| <= 127 (``rint(a * 127 / amax)`` never reaches -128), so a pair is at most 2 *
+127 * 15 = 3810 in magnitude, far inside int16; ``vpmaddwd`` by ones adds pairs into
+int32 lanes. Each lane and the block's sum are exact integers (below 2^24, exact in
+float32 too), so the block's ``sum a (w - z)`` is what the portable loop computes; only
+the float32 adding of the scaled blocks differs (eight lanes a column, added at the end).
+
+The intrinsics and the driver stay in this one file: numba's disk cache checks only the
+file that defines a compiled function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import jit
+
+_compiled: dict[str, Any] = {}
+# The tiles ``_drive`` calls (one row, two rows), set in each compiled copy's globals by loop()
+_T1 = _T2 = None
+
+
+def usable(bits: int, block_size: int) -> bool:
+    """Whether these loops run here for a weight: numba on, AVX2, 4 bits, blocks of 32 k."""
+    if bits != 4 or block_size % 32 or not jit.ENABLED:
+        return False
+    from . import jit_int8
+
+    return jit_int8.tiles() in ("avx2", "vnni")
+
+
+#: Weight columns a tile holds sums for (and packs together).
+COLS = 4
+
+
+def record_bytes(subs: int, has_zp: bool) -> int:
+    """Bytes of one group of ``COLS`` columns' block in :func:`pack`'s layout."""
+    return subs * 16 * COLS + 4 * COLS + (COLS if has_zp else 0)
+
+
+def pack(w: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, subs: int) -> np.ndarray:
+    """The weight, its scales and zero points in the order the tiles read them: for each
+    group of ``COLS`` columns (N padded with zero columns) and each block, the columns'
+    ``subs`` groups of 16 bytes (group by group, column by column), their float32 scales,
+    and their zero points when there are any; one stream, read once from start to end.
+
+    ``w`` (N, KB * subs * 16) uint8 as MatMulNBits stores it, ``scales`` (N, KB) float32,
+    ``zp`` (N, KB) uint8 or None. Returns (G, KB, record_bytes) uint8."""
+    n, row = w.shape
+    kb = scales.shape[1]
+    groups = -(-n // COLS)
+    pad = groups * COLS - n
+    if pad:
+        w = np.concatenate([w, np.zeros((pad, row), np.uint8)])
+        scales = np.concatenate([scales, np.zeros((pad, kb), np.float32)])
+        if zp is not None:
+            zp = np.concatenate([zp, np.full((pad, kb), 8, np.uint8)])
+    wg = w.reshape(groups, COLS, kb, subs, 16).transpose(0, 2, 3, 1, 4).reshape(groups, kb, -1)
+    sg = np.ascontiguousarray(scales.reshape(groups, COLS, kb).transpose(0, 2, 1), "<f4")
+    sg = sg.view(np.uint8)
+    parts = [wg, sg.reshape(groups, kb, 4 * COLS)]
+    if zp is not None:
+        parts.append(zp.reshape(groups, COLS, kb).transpose(0, 2, 1).astype(np.uint8))
+    return np.ascontiguousarray(np.concatenate(parts, axis=2))
+
+
+def _tile(rows: int, has_zp: bool, subs: int) -> Any:
+    """``tile(p, aa, asg, ascl, m0, g, out)``, a numba intrinsic: for the ``rows`` rows
+    of A from ``m0`` and the ``COLS`` weight columns of group ``g`` (those inside
+    ``out``),
+
+        out[m0 + r, n] = sum over blocks kb of
+            float32(sum_k a[m0 + r, k] (w[n, k] - z[n, kb])) * (scale[n, kb] * ascl[r, kb])
+
+    ``p`` (G, KB, record) uint8 is :func:`pack`'s layout (k = 2j in a 16-byte group's
+    byte j low nibble, 2j + 1 in its high one; z 8 when not ``has_zp``); ``aa`` and
+    ``asg`` (M, KB * subs * 32) are |a| as uint8 and a as int8, each 32 k evens first,
+    ``ascl`` (M, KB) A's block scales. The rows x COLS sums are eight float32 lanes each,
+    in registers across the blocks, added at the end."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    names = ("p", "aa", "asg", "ascl", "m0", "g", "out")
+    arrays = ("p", "aa", "asg", "ascl", "out")
+    cols = COLS
+    wbytes = subs * 16 * cols
+
+    def codegen(context, builder, signature, args):
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
+        i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
+        f32 = ir.FloatType()
+        v16b, v32b = ir.VectorType(i8, 16), ir.VectorType(i8, 32)
+        v16w, v8d, v8f = ir.VectorType(i16, 16), ir.VectorType(i32, 8), ir.VectorType(f32, 8)
+        mod = builder.module
+        psign = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(v32b, [v32b, v32b]), "llvm.x86.avx2.psign.b"
+        )
+        maddubs = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(v16w, [v32b, v32b]), "llvm.x86.avx2.pmadd.ub.sw"
+        )
+        maddwd = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(v8d, [v16w, v16w]), "llvm.x86.avx2.pmadd.wd"
+        )
+        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(v8f, [v8f] * 3), "llvm.fma.v8f32")
+
+        def c64(v):
+            return ir.Constant(i64, v)
+
+        def arg(k):
+            return context.cast(builder, val[k], ty[k], types.intp)
+
+        m0, g = arg("m0"), arg("g")
+        kbn = builder.extract_value(arr["p"].shape, 1)
+        rec = builder.extract_value(arr["p"].strides, 1)  # bytes: uint8
+        lda = builder.extract_value(arr["aa"].strides, 0)
+        lds = builder.udiv(builder.extract_value(arr["ascl"].strides, 0), c64(4))
+        ldo = builder.udiv(builder.extract_value(arr["out"].strides, 0), c64(4))
+        ncols = builder.extract_value(arr["out"].shape, 1)
+
+        def load(k, off, vty, align=1):
+            p = builder.bitcast(builder.gep(arr[k].data, [off]), vty.as_pointer())
+            return builder.load(p, align=align)
+
+        undef8f = ir.Constant(v8f, ir.Undefined)
+        zero8 = ir.Constant(ir.VectorType(i32, 8), [0] * 8)
+
+        def splat_f(x):
+            return builder.shuffle_vector(
+                builder.insert_element(undef8f, x, ir.Constant(i32, 0)), undef8f, zero8
+            )
+
+        undef32b = ir.Constant(v32b, ir.Undefined)
+        zero32 = ir.Constant(ir.VectorType(i32, 32), [0] * 32)
+        low4 = ir.Constant(v16b, [15] * 16)
+        by4 = ir.Constant(v16b, [4] * 16)
+        eights = ir.Constant(v32b, [8] * 32)
+        ones = ir.Constant(v16w, [1] * 16)
+        concat = ir.Constant(ir.VectorType(i32, 32), list(range(32)))
+        fzero = ir.Constant(v8f, [0.0] * 8)
+
+        rowoff = [builder.mul(builder.add(m0, c64(r)), lda) for r in range(rows)]
+        sclrow = [builder.mul(builder.add(m0, c64(r)), lds) for r in range(rows)]
+        gbase = builder.mul(builder.mul(g, kbn), rec)
+        acc = [
+            [cgutils.alloca_once_value(builder, fzero) for _ in range(cols)] for _ in range(rows)
+        ]
+        with cgutils.for_range(builder, kbn) as lk:
+            kb = lk.index
+            base = builder.add(gbase, builder.mul(kb, rec))
+            if has_zp:
+                zs = []
+                for c in range(cols):
+                    zb = load("p", builder.add(base, c64(wbytes + 4 * cols + c)), i8)
+                    one = builder.insert_element(undef32b, zb, ir.Constant(i32, 0))
+                    zs.append(builder.shuffle_vector(one, undef32b, zero32))
+            else:
+                zs = [eights] * cols
+            isum = [[None] * cols for _ in range(rows)]
+            for si in range(subs):  # unrolled: a block's groups of 32 k
+                aoff = builder.mul(builder.add(builder.mul(kb, c64(subs)), c64(si)), c64(32))
+                mags = [load("aa", builder.add(rowoff[r], aoff), v32b) for r in range(rows)]
+                sgns = [load("asg", builder.add(rowoff[r], aoff), v32b) for r in range(rows)]
+                for c in range(cols):
+                    wb = load("p", builder.add(base, c64(si * 16 * cols + 16 * c)), v16b)
+                    lo = builder.and_(wb, low4)
+                    hi = builder.lshr(wb, by4)
+                    wv = builder.sub(builder.shuffle_vector(lo, hi, concat), zs[c])
+                    for r in range(rows):
+                        pairs = builder.call(maddubs, [mags[r], builder.call(psign, [wv, sgns[r]])])
+                        q = builder.call(maddwd, [pairs, ones])
+                        isum[r][c] = q if isum[r][c] is None else builder.add(isum[r][c], q)
+            scs = [
+                splat_f(load("p", builder.add(base, c64(wbytes + 4 * c)), f32)) for c in range(cols)
+            ]
+            for r in range(rows):
+                ar = splat_f(load("ascl", builder.add(sclrow[r], kb), f32, align=4))
+                for c in range(cols):
+                    f = builder.sitofp(isum[r][c], v8f)
+                    sv = builder.fmul(scs[c], ar)
+                    builder.store(builder.call(fma, [f, sv, builder.load(acc[r][c])]), acc[r][c])
+
+        def lanes(idx):
+            return ir.Constant(ir.VectorType(i32, 4), idx)
+
+        for c in range(cols):
+            col = builder.add(builder.mul(g, c64(cols)), c64(c))
+            with builder.if_then(builder.icmp_signed("<", col, ncols)):
+                for r in range(rows):
+                    v = builder.load(acc[r][c])
+                    s4 = builder.fadd(
+                        builder.shuffle_vector(v, v, lanes([0, 1, 2, 3])),
+                        builder.shuffle_vector(v, v, lanes([4, 5, 6, 7])),
+                    )
+                    s2 = builder.fadd(s4, builder.shuffle_vector(s4, s4, lanes([2, 3, 0, 1])))
+                    s1 = builder.fadd(
+                        builder.extract_element(s2, ir.Constant(i32, 0)),
+                        builder.extract_element(s2, ir.Constant(i32, 1)),
+                    )
+                    o = builder.add(builder.mul(builder.add(m0, c64(r)), ldo), col)
+                    builder.store(s1, builder.gep(arr["out"].data, [o]))
+        return context.get_dummy_value()
+
+    def typer(typingctx, p, aa, asg, ascl, m0, g, out):
+        return types.void(p, aa, asg, ascl, m0, g, out), codegen
+
+    return intrinsic(typer)
+
+
+def _quantize_a(blocks, aa, asg, ascl):
+    """A (M, KB, BS) float32 rounded to int8 per block, ``rint(a * 127 / amax)`` (as
+    ``jit._quantize_a`` and ``contrib.int8_blocks``): ``asg`` (M, KB BS) the int8 values,
+    each 32 k evens first (the low nibbles they meet), ``aa`` their magnitudes as uint8,
+    ``ascl`` (M, KB) the block scales ``amax / 127``."""
+    m_rows, kb_n, bs = blocks.shape
+    for m in range(m_rows):
+        for kb in range(kb_n):
+            blk = blocks[m, kb]
+            amax = np.float32(0.0)
+            for j in range(bs):
+                v = abs(blk[j])
+                if v > amax:
+                    amax = v
+            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            base = kb * bs
+            for j in range(bs):
+                q = np.int32(np.rint(blk[j] * inv))
+                t = j % 32
+                at = base + (j - t) + (t % 2) * 16 + t // 2
+                asg[m, at] = q
+                aa[m, at] = abs(q)
+            ascl[m, kb] = amax / np.float32(127.0)
+
+
+def _drive(p, aa, asg, ascl, g0, g1, out):
+    """out[:, COLS g0 : COLS g1] (columns inside ``out``) through the tiles: rows of A in
+    pairs, the last one alone when their count is odd."""
+    m_rows = aa.shape[0]
+    for m0 in range(0, m_rows - 1, 2):
+        for g in range(g0, g1):
+            _T2(p, aa, asg, ascl, m0, g, out)
+    if m_rows % 2:
+        for g in range(g0, g1):
+            _T1(p, aa, asg, ascl, m_rows - 1, g, out)
+
+
+def loop(name: str, has_zp: bool = False, subs: int = 1) -> Any:
+    """``"quantize_a"``, or ``"drive"`` (its tiles reading zero points when ``has_zp``,
+    for blocks of ``subs`` groups of 32 k), compiled on first use."""
+    import types as pytypes
+
+    if not jit.ENABLED:  # also imports numba into jit.nb
+        raise RuntimeError(f"jit_nbits.loop({name!r}): compiled loops are off here")
+    key = f"{name}_{int(has_zp)}_{subs}" if name == "drive" else name
+    f = _compiled.get(key)
+    if f is None:
+        if name == "quantize_a":
+            src = _quantize_a
+        else:
+            g = dict(globals())
+            g["_T1"], g["_T2"] = _tile(1, has_zp, subs), _tile(2, has_zp, subs)
+            # a copy reading its own tiles, under a name of its own for the disk cache
+            src = pytypes.FunctionType(_drive.__code__, g, _drive.__name__)
+            src.__qualname__ = key
+        f = _compiled[key] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(src)
+    return f
