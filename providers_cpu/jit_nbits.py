@@ -46,35 +46,193 @@ def usable(bits: int, block_size: int) -> bool:
 COLS = 4
 
 
-def record_bytes(subs: int, has_zp: bool) -> int:
-    """Bytes of one group of ``COLS`` columns' block in :func:`pack`'s layout."""
-    return subs * 16 * COLS + 4 * COLS + (COLS if has_zp else 0)
-
-
 def pack(w: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, subs: int) -> np.ndarray:
-    """The weight, its scales and zero points in the order the tiles read them: for each
-    group of ``COLS`` columns (N padded with zero columns) and each block, the columns'
-    ``subs`` groups of 16 bytes (group by group, column by column), their float32 scales,
-    and their zero points when there are any; one stream, read once from start to end.
+    """The weight, its scales and zero points in the order the tiles read them: one record
+    for each group of ``COLS`` columns (N padded with zero columns) and each step of K,
+    read once from start to end.
+
+    Blocks of 32 k (``subs`` 1) go two at a time (K padded to an even count of blocks):
+    a record is each column's 32 bytes (the two blocks, as stored), their float32 scales
+    (two a column) and, when there are any, their zero points (two a column). Longer
+    blocks go one at a time: each column's ``subs`` groups of 16 bytes (group by group,
+    column by column), one scale a column, one zero point a column.
 
     ``w`` (N, KB * subs * 16) uint8 as MatMulNBits stores it, ``scales`` (N, KB) float32,
-    ``zp`` (N, KB) uint8 or None. Returns (G, KB, record_bytes) uint8."""
+    ``zp`` (N, KB) uint8 or None. Returns (G, steps, record bytes) uint8."""
     n, row = w.shape
     kb = scales.shape[1]
     groups = -(-n // COLS)
     pad = groups * COLS - n
-    if pad:
-        w = np.concatenate([w, np.zeros((pad, row), np.uint8)])
-        scales = np.concatenate([scales, np.zeros((pad, kb), np.float32)])
-        if zp is not None:
-            zp = np.concatenate([zp, np.full((pad, kb), 8, np.uint8)])
-    wg = w.reshape(groups, COLS, kb, subs, 16).transpose(0, 2, 3, 1, 4).reshape(groups, kb, -1)
-    sg = np.ascontiguousarray(scales.reshape(groups, COLS, kb).transpose(0, 2, 1), "<f4")
-    sg = sg.view(np.uint8)
-    parts = [wg, sg.reshape(groups, kb, 4 * COLS)]
+    per = 2 if subs == 1 else 1  # blocks a record
+    kpad = -kb % per
+    w = np.pad(w, ((0, pad), (0, 16 * kpad)))
+    scales = np.pad(scales.astype(np.float32), ((0, pad), (0, kpad)))
+    steps = (kb + kpad) // per
+    if subs == 1:
+        wg = w.reshape(groups, COLS, steps, 32).transpose(0, 2, 1, 3)
+    else:
+        wg = w.reshape(groups, COLS, steps, subs, 16).transpose(0, 2, 3, 1, 4)
+    parts = [wg.reshape(groups, steps, -1)]
+    sg = scales.reshape(groups, COLS, steps, per).transpose(0, 2, 1, 3)
+    parts.append(np.ascontiguousarray(sg, "<f4").view(np.uint8).reshape(groups, steps, -1))
     if zp is not None:
-        parts.append(zp.reshape(groups, COLS, kb).transpose(0, 2, 1).astype(np.uint8))
+        zp = np.pad(zp, ((0, pad), (0, kpad)), constant_values=8)
+        zg = zp.reshape(groups, COLS, steps, per).transpose(0, 2, 1, 3)
+        parts.append(zg.astype(np.uint8).reshape(groups, steps, -1))
     return np.ascontiguousarray(np.concatenate(parts, axis=2))
+
+
+def _tile_pairs(rows: int, has_zp: bool) -> Any:
+    """:func:`_tile` for blocks of 32 k, two blocks a step (``pack``'s records with
+    ``subs`` 1): each column's 32 bytes are one load, their low nibbles the two blocks'
+    even k and the high ones their odd k; A is stored to match (``_quantize_a`` with
+    ``pairs``: per 64 k, both blocks' evens then both blocks' odds). The even and odd
+    products add as int16 (each at most 2 * 127 * 15, their sum 7620), one ``vpmaddwd``
+    makes int32 lanes 0-3 the first block's and 4-7 the second's, and one multiply-add
+    scales both blocks: 17 instructions for two blocks of a column where two single-block
+    steps take 22 (no cross-lane insert either)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    names = ("p", "aa", "asg", "ascl", "m0", "g", "out")
+    arrays = ("p", "aa", "asg", "ascl", "out")
+    cols = COLS
+    wbytes = 32 * cols
+
+    def codegen(context, builder, signature, args):
+        val = dict(zip(names, args))
+        ty = dict(zip(names, signature.args))
+        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
+        i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
+        f32 = ir.FloatType()
+        v32b = ir.VectorType(i8, 32)
+        v16w, v8d, v8f = ir.VectorType(i16, 16), ir.VectorType(i32, 8), ir.VectorType(f32, 8)
+        v2f, v2b = ir.VectorType(f32, 2), ir.VectorType(i8, 2)
+        mod = builder.module
+        psign = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(v32b, [v32b, v32b]), "llvm.x86.avx2.psign.b"
+        )
+        maddubs = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(v16w, [v32b, v32b]), "llvm.x86.avx2.pmadd.ub.sw"
+        )
+        maddwd = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(v8d, [v16w, v16w]), "llvm.x86.avx2.pmadd.wd"
+        )
+        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(v8f, [v8f] * 3), "llvm.fma.v8f32")
+
+        def c64(v):
+            return ir.Constant(i64, v)
+
+        def arg(k):
+            return context.cast(builder, val[k], ty[k], types.intp)
+
+        m0, g = arg("m0"), arg("g")
+        steps = builder.extract_value(arr["p"].shape, 1)
+        rec = builder.extract_value(arr["p"].strides, 1)  # bytes: uint8
+        lda = builder.extract_value(arr["aa"].strides, 0)
+        lds = builder.udiv(builder.extract_value(arr["ascl"].strides, 0), c64(4))
+        ldo = builder.udiv(builder.extract_value(arr["out"].strides, 0), c64(4))
+        ncols = builder.extract_value(arr["out"].shape, 1)
+
+        def load(k, off, vty, align=1):
+            p = builder.bitcast(builder.gep(arr[k].data, [off]), vty.as_pointer())
+            return builder.load(p, align=align)
+
+        halves8 = ir.Constant(ir.VectorType(i32, 8), [0] * 4 + [1] * 4)
+        halves32 = ir.Constant(ir.VectorType(i32, 32), [0] * 16 + [1] * 16)
+        low4 = ir.Constant(v32b, [15] * 32)
+        by4 = ir.Constant(v16w, [4] * 16)
+        eights = ir.Constant(v32b, [8] * 32)
+        ones = ir.Constant(v16w, [1] * 16)
+        fzero = ir.Constant(v8f, [0.0] * 8)
+
+        rowoff = [builder.mul(builder.add(m0, c64(r)), lda) for r in range(rows)]
+        sclrow = [builder.mul(builder.add(m0, c64(r)), lds) for r in range(rows)]
+        gbase = builder.mul(builder.mul(g, steps), rec)
+        acc = [
+            [cgutils.alloca_once_value(builder, fzero) for _ in range(cols)] for _ in range(rows)
+        ]
+        with cgutils.for_range(builder, steps) as lk:
+            u = lk.index
+            base = builder.add(gbase, builder.mul(u, rec))
+            aoff = builder.mul(u, c64(64))
+            ev = [
+                (
+                    load("aa", builder.add(rowoff[r], aoff), v32b),
+                    load("asg", builder.add(rowoff[r], aoff), v32b),
+                )
+                for r in range(rows)
+            ]
+            aoff2 = builder.add(aoff, c64(32))
+            od = [
+                (
+                    load("aa", builder.add(rowoff[r], aoff2), v32b),
+                    load("asg", builder.add(rowoff[r], aoff2), v32b),
+                )
+                for r in range(rows)
+            ]
+            avs = []
+            for r in range(rows):
+                two = load("ascl", builder.add(sclrow[r], builder.mul(u, c64(2))), v2f, align=4)
+                avs.append(builder.shuffle_vector(two, two, halves8))
+            for c in range(cols):
+                wb = load("p", builder.add(base, c64(32 * c)), v32b)
+                lo = builder.and_(wb, low4)
+                hi = builder.and_(
+                    builder.bitcast(builder.lshr(builder.bitcast(wb, v16w), by4), v32b), low4
+                )
+                if has_zp:
+                    zz = load("p", builder.add(base, c64(wbytes + 8 * cols + 2 * c)), v2b)
+                    zv = builder.shuffle_vector(zz, zz, halves32)
+                else:
+                    zv = eights
+                lo = builder.sub(lo, zv)
+                hi = builder.sub(hi, zv)
+                two = load("p", builder.add(base, c64(wbytes + 8 * c)), v2f)
+                sv = builder.shuffle_vector(two, two, halves8)
+                for r in range(rows):
+                    p0 = builder.call(maddubs, [ev[r][0], builder.call(psign, [lo, ev[r][1]])])
+                    p1 = builder.call(maddubs, [od[r][0], builder.call(psign, [hi, od[r][1]])])
+                    q = builder.call(maddwd, [builder.add(p0, p1), ones])
+                    f = builder.sitofp(q, v8f)
+                    sc = builder.fmul(sv, avs[r])
+                    builder.store(builder.call(fma, [f, sc, builder.load(acc[r][c])]), acc[r][c])
+        _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, arr["out"].data)
+        return context.get_dummy_value()
+
+    def typer(typingctx, p, aa, asg, ascl, m0, g, out):
+        return types.void(p, aa, asg, ascl, m0, g, out), codegen
+
+    return intrinsic(typer)
+
+
+def _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, out):
+    """out[m0 + r, cols g + c] = the sum of acc[r][c]'s eight lanes, for columns < ncols."""
+    from llvmlite import ir
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def lanes(idx):
+        return ir.Constant(ir.VectorType(i32, 4), idx)
+
+    for c in range(cols):
+        col = builder.add(builder.mul(g, ir.Constant(i64, cols)), ir.Constant(i64, c))
+        with builder.if_then(builder.icmp_signed("<", col, ncols)):
+            for r in range(rows):
+                v = builder.load(acc[r][c])
+                s4 = builder.fadd(
+                    builder.shuffle_vector(v, v, lanes([0, 1, 2, 3])),
+                    builder.shuffle_vector(v, v, lanes([4, 5, 6, 7])),
+                )
+                s2 = builder.fadd(s4, builder.shuffle_vector(s4, s4, lanes([2, 3, 0, 1])))
+                s1 = builder.fadd(
+                    builder.extract_element(s2, ir.Constant(i32, 0)),
+                    builder.extract_element(s2, ir.Constant(i32, 1)),
+                )
+                o = builder.add(builder.mul(builder.add(m0, ir.Constant(i64, r)), ldo), col)
+                builder.store(s1, builder.gep(out, [o]))
 
 
 def _tile(rows: int, has_zp: bool, subs: int) -> Any:
@@ -196,25 +354,7 @@ def _tile(rows: int, has_zp: bool, subs: int) -> Any:
                     sv = builder.fmul(scs[c], ar)
                     builder.store(builder.call(fma, [f, sv, builder.load(acc[r][c])]), acc[r][c])
 
-        def lanes(idx):
-            return ir.Constant(ir.VectorType(i32, 4), idx)
-
-        for c in range(cols):
-            col = builder.add(builder.mul(g, c64(cols)), c64(c))
-            with builder.if_then(builder.icmp_signed("<", col, ncols)):
-                for r in range(rows):
-                    v = builder.load(acc[r][c])
-                    s4 = builder.fadd(
-                        builder.shuffle_vector(v, v, lanes([0, 1, 2, 3])),
-                        builder.shuffle_vector(v, v, lanes([4, 5, 6, 7])),
-                    )
-                    s2 = builder.fadd(s4, builder.shuffle_vector(s4, s4, lanes([2, 3, 0, 1])))
-                    s1 = builder.fadd(
-                        builder.extract_element(s2, ir.Constant(i32, 0)),
-                        builder.extract_element(s2, ir.Constant(i32, 1)),
-                    )
-                    o = builder.add(builder.mul(builder.add(m0, c64(r)), ldo), col)
-                    builder.store(s1, builder.gep(arr["out"].data, [o]))
+        _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, arr["out"].data)
         return context.get_dummy_value()
 
     def typer(typingctx, p, aa, asg, ascl, m0, g, out):
@@ -223,11 +363,13 @@ def _tile(rows: int, has_zp: bool, subs: int) -> Any:
     return intrinsic(typer)
 
 
-def _quantize_a(blocks, aa, asg, ascl):
+def _quantize_a(blocks, aa, asg, ascl, pairs):
     """A (M, KB, BS) float32 rounded to int8 per block, ``rint(a * 127 / amax)`` (as
-    ``jit._quantize_a`` and ``contrib.int8_blocks``): ``asg`` (M, KB BS) the int8 values,
-    each 32 k evens first (the low nibbles they meet), ``aa`` their magnitudes as uint8,
-    ``ascl`` (M, KB) the block scales ``amax / 127``."""
+    ``jit._quantize_a`` and ``contrib.int8_blocks``): ``asg`` (M, >= KB BS) the int8
+    values, each 32 k evens first (the low nibbles they meet), ``aa`` their magnitudes as
+    uint8, ``ascl`` (M, >= KB) the block scales ``amax / 127``. With ``pairs`` (blocks of
+    32), blocks 2u and 2u + 1 are stored as 2u's evens, 2u + 1's evens, 2u's odds, 2u + 1's
+    odds (:func:`_tile`'s 64-k steps)."""
     m_rows, kb_n, bs = blocks.shape
     for m in range(m_rows):
         for kb in range(kb_n):
@@ -241,8 +383,11 @@ def _quantize_a(blocks, aa, asg, ascl):
             base = kb * bs
             for j in range(bs):
                 q = np.int32(np.rint(blk[j] * inv))
-                t = j % 32
-                at = base + (j - t) + (t % 2) * 16 + t // 2
+                if pairs:
+                    at = (kb // 2) * 64 + (j % 2) * 32 + (kb % 2) * 16 + j // 2
+                else:
+                    t = j % 32
+                    at = base + (j - t) + (t % 2) * 16 + t // 2
                 asg[m, at] = q
                 aa[m, at] = abs(q)
             ascl[m, kb] = amax / np.float32(127.0)
@@ -274,7 +419,10 @@ def loop(name: str, has_zp: bool = False, subs: int = 1) -> Any:
             src = _quantize_a
         else:
             g = dict(globals())
-            g["_T1"], g["_T2"] = _tile(1, has_zp, subs), _tile(2, has_zp, subs)
+            if subs == 1:
+                g["_T1"], g["_T2"] = _tile_pairs(1, has_zp), _tile_pairs(2, has_zp)
+            else:
+                g["_T1"], g["_T2"] = _tile(1, has_zp, subs), _tile(2, has_zp, subs)
             # a copy reading its own tiles, under a name of its own for the disk cache
             src = pytypes.FunctionType(_drive.__code__, g, _drive.__name__)
             src.__qualname__ = key

@@ -183,10 +183,13 @@ def packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
     out = np.empty((m, n), np.float32)
     work = m * n * kb * block_size
     if isinstance(packed, Tiled):
-        aa = np.empty((m, kb * block_size), np.uint8)
-        asg = np.empty((m, kb * block_size), np.int8)
-        asc = np.empty((m, kb), np.float32)
-        jit_nbits.loop("quantize_a")(blocks, aa, asg, asc)
+        pairs = block_size == 32
+        kbp = kb + kb % 2 if pairs else kb  # blocks of 32 go two at a time
+        # zeros past K: A's padding block multiplies nothing (vpsignb by 0)
+        aa = np.zeros((m, kbp * block_size), np.uint8)
+        asg = np.zeros((m, kbp * block_size), np.int8)
+        asc = np.zeros((m, kbp), np.float32)
+        jit_nbits.loop("quantize_a")(blocks, aa, asg, asc, pairs)
         f = jit_nbits.loop("drive", packed.has_zp, block_size // 32)
         p = packed.p
         parallel_rows(p.shape[0], work, lambda g0, g1: f(p, aa, asg, asc, g0, g1, out))
