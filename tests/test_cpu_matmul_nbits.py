@@ -294,3 +294,22 @@ def test_avx2_tiles_instructions():
     ops = re.findall(r"^\s+(v\w+)", "\n".join(f.inspect_asm().values()), re.MULTILINE)
     for op in ("vpsignb", "vpmaddubsw", "vpmaddwd", "vcvtdq2ps", "vfmadd231ps"):
         assert op in ops, op
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_avx2_tiles_split_over_threads_same_bits(rows, monkeypatch):
+    """Column groups split over two threads give the one-thread result bit for bit (each
+    column is summed whole by one tile), columns past N untouched by the padded group."""
+    _tiles_here()
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    model = _nbits_model(256, 203, 4, 32, 4, True, seed=3)
+    a = np.random.default_rng(rows).standard_normal((rows, 256)).astype(np.float32)
+    one = onnxep.InferenceSession(
+        model, onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
+    ).run(None, {"a": a})[0]
+    monkeypatch.setattr(kern, "TILE_WORK", 1 << 30)  # every product past the split point
+    two = onnxep.InferenceSession(
+        model, onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
+    ).run(None, {"a": a})[0]
+    assert one.shape == (rows, 203) and one.tobytes() == two.tobytes()
