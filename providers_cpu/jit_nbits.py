@@ -3,16 +3,19 @@
 At ``accuracy_level`` 4 A is rounded to int8 per block of K and each block's products
 add as integers. The portable loop (``jit._nbits_int``) widens every nibble to int32
 and multiplies with ``vpmulld``, one column a lane; it ran qwen2.5-0.5b's projections
-at 1.4-1.7x onnxruntime's time on Zen 3. Here a column's block of 32 k is one vector:
-its 16 bytes (even k in the low nibbles, odd k in the high ones, the weight as stored,
-not repacked) split into 32 nibbles, and A's block is stored evens first to meet them.
+at 1.4-1.7x onnxruntime's time on Zen 3. Here a column's 32 or 64 k are one vector: the
+stored bytes (even k in the low nibbles, odd k in the high ones) split into nibbles, and
+A is rounded into the matching order once per run. :func:`pack` lays the weight, its
+scales and zero points out as one stream, four columns a record, read start to end.
 
 Exactness: ``vpmaddubsw`` multiplies unsigned by signed bytes and adds pairs into int16
 with saturation. The weight's zero point comes off first, in bytes: w - z is in [-15,
 15]; ``vpsignb`` moves A's sign onto it (zero where a is zero) and the unsigned operand
 is |a| <= 127 (``rint(a * 127 / amax)`` never reaches -128), so a pair is at most 2 *
 127 * 15 = 3810 in magnitude, far inside int16; ``vpmaddwd`` by ones adds pairs into
-int32 lanes. Each lane and the block's sum are exact integers (below 2^24, exact in
+int32 lanes. Without zero points the nibbles (0-15, unsigned) multiply A's signed bytes
+directly and 8 * sum(a) comes off the int16 pairs. Each lane and the block's sum are exact
+integers (below 2^24, exact in
 float32 too), so the block's ``sum a (w - z)`` is what the portable loop computes; only
 the float32 adding of the scaled blocks differs (eight lanes a column, added at the end).
 
@@ -90,7 +93,12 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
     products add as int16 (each at most 2 * 127 * 15, their sum 7620), one ``vpmaddwd``
     makes int32 lanes 0-3 the first block's and 4-7 the second's, and one multiply-add
     scales both blocks: 17 instructions for two blocks of a column where two single-block
-    steps take 22 (no cross-lane insert either)."""
+    steps take 22 (no cross-lane insert either).
+
+    Without zero points (8, the middle) the nibbles multiply A's signed bytes directly
+    (unsigned by signed: at most 2 * 15 * 127 a pair, no sign moves, no byte subtract),
+    and 8 * (each pair's sum of A), made once a row for all columns, comes off the int16
+    pairs (|7620 + 4064| fits): 14 instructions, the same exact integers."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -158,21 +166,21 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
             u = lk.index
             base = builder.add(gbase, builder.mul(u, rec))
             aoff = builder.mul(u, c64(64))
-            ev = [
-                (
-                    load("aa", builder.add(rowoff[r], aoff), v32b),
-                    load("asg", builder.add(rowoff[r], aoff), v32b),
-                )
-                for r in range(rows)
-            ]
             aoff2 = builder.add(aoff, c64(32))
-            od = [
-                (
-                    load("aa", builder.add(rowoff[r], aoff2), v32b),
-                    load("asg", builder.add(rowoff[r], aoff2), v32b),
-                )
-                for r in range(rows)
-            ]
+            ev = [load("asg", builder.add(rowoff[r], aoff), v32b) for r in range(rows)]
+            od = [load("asg", builder.add(rowoff[r], aoff2), v32b) for r in range(rows)]
+            if has_zp:
+                ev_mag = [load("aa", builder.add(rowoff[r], aoff), v32b) for r in range(rows)]
+                od_mag = [load("aa", builder.add(rowoff[r], aoff2), v32b) for r in range(rows)]
+            else:
+                # the zero point 8's share, 8 * (a pair's sum), once a row for all columns
+                mid = [
+                    builder.add(
+                        builder.call(maddubs, [eights, ev[r]]),
+                        builder.call(maddubs, [eights, od[r]]),
+                    )
+                    for r in range(rows)
+                ]
             avs = []
             for r in range(rows):
                 two = load("ascl", builder.add(sclrow[r], builder.mul(u, c64(2))), v2f, align=4)
@@ -183,19 +191,23 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
                 hi = builder.and_(
                     builder.bitcast(builder.lshr(builder.bitcast(wb, v16w), by4), v32b), low4
                 )
+                two = load("p", builder.add(base, c64(wbytes + 8 * c)), v2f)
+                sv = builder.shuffle_vector(two, two, halves8)
                 if has_zp:
                     zz = load("p", builder.add(base, c64(wbytes + 8 * cols + 2 * c)), v2b)
                     zv = builder.shuffle_vector(zz, zz, halves32)
-                else:
-                    zv = eights
-                lo = builder.sub(lo, zv)
-                hi = builder.sub(hi, zv)
-                two = load("p", builder.add(base, c64(wbytes + 8 * c)), v2f)
-                sv = builder.shuffle_vector(two, two, halves8)
+                    lo = builder.sub(lo, zv)
+                    hi = builder.sub(hi, zv)
                 for r in range(rows):
-                    p0 = builder.call(maddubs, [ev[r][0], builder.call(psign, [lo, ev[r][1]])])
-                    p1 = builder.call(maddubs, [od[r][0], builder.call(psign, [hi, od[r][1]])])
-                    q = builder.call(maddwd, [builder.add(p0, p1), ones])
+                    if has_zp:
+                        p0 = builder.call(maddubs, [ev_mag[r], builder.call(psign, [lo, ev[r]])])
+                        p1 = builder.call(maddubs, [od_mag[r], builder.call(psign, [hi, od[r]])])
+                        pairs = builder.add(p0, p1)
+                    else:
+                        p0 = builder.call(maddubs, [lo, ev[r]])
+                        p1 = builder.call(maddubs, [hi, od[r]])
+                        pairs = builder.sub(builder.add(p0, p1), mid[r])
+                    q = builder.call(maddwd, [pairs, ones])
                     f = builder.sitofp(q, v8f)
                     sc = builder.fmul(sv, avs[r])
                     builder.store(builder.call(fma, [f, sc, builder.load(acc[r][c])]), acc[r][c])
