@@ -6,7 +6,9 @@ float32 weights moves eight times the bytes of the 4-bit ones, so with numba
 packed weights, split by output columns over the run's threads. At
 ``accuracy_level`` 4 it rounds A to int8 per block of K (``rint(a * 127 / amax)``,
 as onnxruntime's CPU kernel and the generic kernel do) and sums each block's
-products as integers, exactly, before scaling.
+products as integers, exactly, before scaling: for 4-bit weights on AVX2 in
+``jit_nbits``' tiles (``vpmaddubsw``, the weight packed once into one stream),
+otherwise in ``jit._nbits_int``.
 
 Longer inputs (prefill) run one BLAS GEMM against the float32 weight, made
 once: at session creation when there is no packed loop, on the first such run
