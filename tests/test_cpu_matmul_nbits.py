@@ -132,3 +132,184 @@ def test_compiled_int8_rounding_is_the_generic_one_bit_for_bit(k):
     a[1, :32] = 0  # an all-zero block
     got = kern.int8_round(a, -(-k // 32), 32)
     assert got.tobytes() == contrib.int8_blocks(a, 32, np).tobytes()
+
+
+# --- jit_nbits: level 4, 4-bit decode rows on AVX2 (vpmaddubsw tiles over packed records)
+
+
+def _nbits_model(k, n, bits, block, level, zp, seed=0):
+    """One MatMulNBits node with random weights (every nibble value), scales and zero points."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    kb = -(-k // block)
+    b = rng.integers(0, 256, size=(n, kb, block * bits // 8), dtype=np.uint8)
+    s = (rng.random(n * kb, dtype=np.float32) * 0.02 + 0.001).astype(np.float32)
+    inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(s, "s")]
+    if zp:
+        z = rng.integers(0, 256, size=(n * -(-kb * bits // 8),), dtype=np.uint8)
+        inits.append(numpy_helper.from_array(z, "z"))
+    node = helper.make_node(
+        "MatMulNBits",
+        ["a", "b", "s"] + (["z"] if zp else []),
+        ["y"],
+        domain="com.microsoft",
+        K=k,
+        N=n,
+        bits=bits,
+        block_size=block,
+        accuracy_level=level,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [None, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, n])],
+        initializer=inits,
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+def _tiles_here():
+    from onnxep.providers_cpu import jit_nbits
+
+    if not jit_nbits.usable(4, 32):
+        pytest.skip("no numba or no AVX2 here: the AVX2 tiles do not run")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize(
+    "k,n,block,zp",
+    [
+        (200, 13, 32, False),  # K not whole blocks, an odd count of them (a padded pair), N odd
+        (200, 13, 32, True),
+        (64, 1, 32, True),  # one column: a group of four mostly padding
+        (96, 7, 64, False),  # blocks of 64: one block a record
+        (300, 6, 128, True),
+        (896, 20, 32, True),
+    ],
+)
+def test_avx2_tiles_match_onnxruntime(k, n, block, zp, rows, monkeypatch):
+    _tiles_here()
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    monkeypatch.setattr(kern, "PACKED_MIN_BYTES", 0)
+    model = _nbits_model(k, n, 4, block, 4, zp, seed=k + n)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want_s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    a = np.random.default_rng(rows).standard_normal((rows, k)).astype(np.float32)
+    a[0, :32] = 0  # an all-zero block of A
+    got, want = sess.run(None, {"a": a})[0], want_s.run(None, {"a": a})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize(
+    "k,n,block", [(64, 4, 32), (96, 5, 32), (33, 9, 32), (256, 3, 64), (384, 7, 128)]
+)
+@pytest.mark.parametrize("zp", [False, True], ids=["sym", "zp"])
+def test_avx2_tile_sums_are_exact(m, k, n, block, zp):
+    """Integer A at +-127 (block scale 1), nibbles at 0 and 15, zero points at 0 and 15:
+    every product pair at vpmaddubsw's largest (2 * 127 * 15) and even + odd at 7620 in int16.
+    With weight scales 1 the output is the integer sum, exactly."""
+    _tiles_here()
+    from onnxep.providers_cpu import jit_nbits
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    rng = np.random.default_rng(m * k + n)
+    kb = -(-k // block)
+    a = rng.choice(np.array([-127, 127, -126, 3], np.float32), size=(m, k))
+    a[:, ::block] = 127  # each block's largest magnitude 127: A's scale is 1, q = a
+    nib = rng.choice(np.array([0, 15], np.uint8), size=(n, kb * block))
+    nib[:, k:] = rng.integers(0, 16, size=(n, kb * block - k))  # past K: must not count
+    w = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+    z = rng.choice(np.array([0, 15], np.uint8), size=(n, kb)) if zp else None
+    packed = kern.Tiled(jit_nbits.pack(w, np.ones((n, kb), np.float32), z, block // 32), zp)
+    got = kern.packed_matmul(a, packed, n, kb, 4, block, True)
+    zz = (z if zp else np.full((n, kb), 8)).astype(np.int64)
+    wq = nib[:, :k].astype(np.int64) - np.repeat(zz, block, axis=1)[:, :k]
+    want = a.astype(np.int64) @ wq.T
+    assert np.abs(want).max() < 1 << 24  # exact in float32 too
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_avx2_tiles_run_for_level_4_only(monkeypatch):
+    """Level 4, 4 bits: the tiles (jit_nbits' packed records); level 0 and 8 bits: the
+    portable loop, on its transposed copy; both match onnxruntime above and in the
+    quantizer-model tests."""
+    _tiles_here()
+    from onnxep.providers_cpu import jit_nbits
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    monkeypatch.setattr(kern, "PACKED_MIN_BYTES", 0)
+    seen = []
+    real = jit_nbits.loop
+    monkeypatch.setattr(jit_nbits, "loop", lambda *a, **kw: seen.append(a[0]) or real(*a, **kw))
+    a = np.ones((1, 64), np.float32)
+    for bits, level in [(4, 4), (4, 0), (8, 4)]:
+        seen.clear()
+        onnxep.InferenceSession(_nbits_model(64, 8, bits, 32, level, False), providers=["cpu"]).run(
+            None, {"a": a}
+        )
+        assert ("drive" in seen) == (bits == 4 and level == 4), (bits, level, seen)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("bits,level,zp", [(8, 4, True), (8, 0, False), (4, 0, True)])
+def test_portable_loop_paths_match_onnxruntime(bits, level, zp, rows, monkeypatch):
+    """8-bit weights and level 0 stay on the portable packed loop (K not whole blocks, N odd)."""
+    if not jit.ENABLED:
+        pytest.skip("numba not installed")
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    monkeypatch.setattr(kern, "PACKED_MIN_BYTES", 0)
+    model = _nbits_model(200, 13, bits, 32, level, zp, seed=bits)
+    a = np.random.default_rng(rows).standard_normal((rows, 200)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    got = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"a": a})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=2e-5 * np.abs(want[0]).max())
+
+
+def test_avx2_tiles_instructions():
+    """The compiled tiles multiply with vpmaddubsw after vpsignb (the exact form) and vpmaddwd."""
+    _tiles_here()
+    import re
+
+    from onnxep.providers_cpu import jit_nbits
+
+    t1 = jit_nbits._tile_pairs(1, True)  # noqa: SLF001  (the intrinsic itself)
+
+    def run(p, aa, asg, ascl, out):
+        t1(p, aa, asg, ascl, 0, 0, out)
+
+    f = jit.nb.njit(cache=False)(run)  # numba shows no code it read from its disk cache
+    p = jit_nbits.pack(np.zeros((4, 32), np.uint8), np.ones((4, 2), np.float32), None, 1)
+    f(p, np.zeros((1, 64), np.uint8), np.zeros((1, 64), np.int8), np.ones((1, 2), np.float32),
+      np.zeros((1, 4), np.float32))  # fmt: skip
+    ops = re.findall(r"^\s+(v\w+)", "\n".join(f.inspect_asm().values()), re.MULTILINE)
+    for op in ("vpsignb", "vpmaddubsw", "vpmaddwd", "vcvtdq2ps", "vfmadd231ps"):
+        assert op in ops, op
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_avx2_tiles_split_over_threads_same_bits(rows, monkeypatch):
+    """Column groups split over two threads give the one-thread result bit for bit (each
+    column is summed whole by one tile), columns past N untouched by the padded group."""
+    _tiles_here()
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    model = _nbits_model(256, 203, 4, 32, 4, True, seed=3)
+    a = np.random.default_rng(rows).standard_normal((rows, 256)).astype(np.float32)
+    one = onnxep.InferenceSession(
+        model, onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
+    ).run(None, {"a": a})[0]
+    monkeypatch.setattr(kern, "TILE_WORK", 1 << 30)  # every product past the split point
+    two = onnxep.InferenceSession(
+        model, onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
+    ).run(None, {"a": a})[0]
+    assert one.shape == (rows, 203) and one.tobytes() == two.tobytes()
