@@ -85,10 +85,16 @@ def test_help(cmd):
 
 
 def test_conformance_prints_counts_and_reasons():
-    res = onnxep("conformance", "--category", "node", "--pattern", "^test_(abs|relu|bernoulli)$")
+    # Bernoulli's draws are random: a case passes when it happens to draw the recorded values
+    # (seen once in a full run), so two of them, each listed with its reason when it fails.
+    res = onnxep(
+        "conformance", "--category", "node", "--pattern", "^test_(abs|relu|bernoulli(_double)?)$"
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "node" in res.stdout and "2 passed" in res.stdout
-    assert "FAIL [node] test_bernoulli: excluded: the output is random" in res.stdout
+    fails = res.stdout.count("excluded: the output is random")
+    assert 1 <= fails <= 2, res.stdout
+    assert f"node                   {4 - fails} passed     {fails} failed of 4" in res.stdout
+    assert "FAIL [node] test_bernoulli" in res.stdout
 
 
 # --- user errors, through onnxep.tools.cli.main: exit 2, one "onnxep: error:" line, no trace ---
