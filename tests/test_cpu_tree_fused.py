@@ -317,20 +317,23 @@ def test_rows_zero_one_and_past_the_walk_limit(monkeypatch):
         _close(big, sess.run(None, {"X": x}))
 
 
+class _Node:
+    """A TreeEnsembleRegressor node's attributes, as ``tree_eval.from_attributes`` reads them."""
+
+    op_type = "TreeEnsembleRegressor"
+    name = "n"
+
+    def __init__(self, attrs):
+        self.attrs = attrs
+
+    def attr(self, name, default=None):
+        return self.attrs.get(name, default)
+
+
 def test_tree_depths_are_each_trees_own():
     """The compiled walk takes each tree only as deep as it goes: a stump one step, the
     deeper trees two, a lone leaf none."""
     from onnxep.providers_cpu.ops import tree_loops
-
-    class _Node:
-        op_type = "TreeEnsembleRegressor"
-        name = "n"
-
-        def __init__(self, attrs):
-            self.attrs = attrs
-
-        def attr(self, name, default=None):
-            return self.attrs.get(name, default)
 
     attrs = _forest(MODES[0], "target", 1, TRACKS[0], np.random.default_rng(4))
     f = tree_eval.from_attributes(_Node(attrs), "target", np.float32, 1)
@@ -348,16 +351,6 @@ def test_fused_run_is_taken_and_refused_where_it_must_be():
     """Classifiers of more than two classes and regressors without EQ/NEQ/MEMBER nodes get the
     compiled run; an ensemble with BRANCH_EQ keeps the NumPy path."""
     from onnxep.providers_cpu.ops import ml_common
-
-    class _Node:
-        op_type = "TreeEnsembleRegressor"
-        name = "n"
-
-        def __init__(self, attrs):
-            self.attrs = attrs
-
-        def attr(self, name, default=None):
-            return self.attrs.get(name, default)
 
     attrs = _forest(MODES[0], "target", 2, TRACKS[0], np.random.default_rng(1))
     f = tree_eval.from_attributes(_Node(attrs), "target", np.float32, 2)
