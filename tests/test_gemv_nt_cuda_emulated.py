@@ -75,6 +75,10 @@ CASES = [
     ((7,), 41, 10),
     ((8,), 96, 17),
     ((), 33, 9),
+    # long rows over few outputs: several warps share an output (k_split 2 to 8)
+    ((3,), 1100, 6),
+    ((2,), 4096, 24),
+    ((1,), 2048, 40),
 ]
 
 
@@ -132,7 +136,9 @@ def swiglu_k(y, dtype):
 
 @pytest.mark.parametrize("dtype", [F16, F32], ids=["f16", "f32"])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["", "bias"])
-@pytest.mark.parametrize(("lead", "k", "h"), [((1,), 64, 8), ((3,), 37, 5), ((8,), 160, 12)])
+@pytest.mark.parametrize(
+    ("lead", "k", "h"), [((1,), 64, 8), ((3,), 37, 5), ((8,), 160, 12), ((2,), 2048, 8)]
+)
 def test_swiglu_epilogue_rounds_as_the_unfused_swiglu(lead, k, h, with_bias, dtype, emulated):
     gemv = G.GemvNT(np, dtype)
     a, wt, bias = _operands(lead, k, 2 * h, dtype, seed=3)
@@ -212,6 +218,21 @@ def test_routing_rule_follows_parallelism_not_shapes():
     # a smaller device takes fewer outputs
     assert G.use_warps(1, 20000, sms) and not G.use_warps(1, 20000, 40)
     assert not G.use_warps(G.GEMV_NT_MAX_M + 1, 16, sms) and not G.use_warps(0, 16, sms)
+
+
+def test_long_rows_over_few_outputs_split_across_warps():
+    sms = 132
+    # a 1.5B decode step's down projection (1536 rows of 8960): 4 warps a row
+    assert G.k_split(1536, 8960 // 8, sms) == 4
+    # gate and up (17920 rows of 1536) already fill the device: a warp a row
+    assert G.k_split(17920, 1536 // 8, sms) == 1
+    # every slice keeps MIN_SLICE_CHUNKS, and the split stays within one block
+    assert G.k_split(4, 40 * G.MIN_SLICE_CHUNKS, sms) == G.BLOCK // G.WARP
+    assert G.k_split(4, 2 * G.MIN_SLICE_CHUNKS - 1, sms) == 1
+    for rows, chunks in [(1, 1), (896, 608), (2048, 192), (10**6, 10**4)]:
+        split = G.k_split(rows, chunks, sms)
+        assert split in (1, 2, 4, 8)
+        assert split == 1 or rows * split <= sms * G.WARPS_PER_SM
 
 
 def test_takes_refuses_what_is_not_its_case(emulated):

@@ -21,8 +21,11 @@ from . import reduce_cuda as K
 from .reduce_source import CTYPE
 
 BLOCK = 256
-#: Values each thread of a block should compare before another block shares the row.
-PER_THREAD = 64
+#: Values each thread of a block should compare before another block shares the row: few,
+#: so a vocabulary row spreads over most SMs (the merge is one more block's work).
+PER_THREAD = 8
+#: Loads a thread has in flight at once.
+AM_BATCH = 8
 
 ARGMAX_BODY = r"""
 // Whether (v, i) beats (bv, bi): NaN first (lowest index), then larger, then lower index.
@@ -76,9 +79,20 @@ __global__ void argmax_rows(const T* __restrict__ x, i64 rows, i64 n, i64 row_st
   const T* row = x + r * row_stride;
   float v = -pos_inf();
   i64 i = (i64)0x7fffffffffffffffLL;
-  for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-    const float xv = to_f(row[j]);
-    if (am_better(xv, j, v, i)) { v = xv; i = j; }
+  // AM_BATCH loads issued before the first comparison: one load's latency a batch, not one
+  // per value (a thread's values were a chain of dependent round trips: 31 us a 152k row)
+  for (i64 j0 = lo + threadIdx.x; j0 < hi; j0 += (i64)AM_BATCH * blockDim.x) {
+    float xs[AM_BATCH];
+#pragma unroll
+    for (int u = 0; u < AM_BATCH; ++u) {
+      const i64 j = j0 + (i64)u * blockDim.x;
+      xs[u] = j < hi ? to_f(row[j]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < AM_BATCH; ++u) {
+      const i64 j = j0 + (i64)u * blockDim.x;
+      if (j < hi && am_better(xs[u], j, v, i)) { v = xs[u]; i = j; }
+    }
   }
   am_block(&v, &i, sv, si);
   if (bpr == 1) {
@@ -121,7 +135,7 @@ ARGMAX_NAMES = tuple(f"argmax_rows<{c}>" for c in CTYPE.values())
 def source() -> str:
     """The kernels' source past ``reduce_source.PRIMITIVES`` (read at build time, so the
     emulator can stand its own :data:`SHFL_I64` in)."""
-    return SHFL_I64 + ARGMAX_BODY
+    return f"#define AM_BATCH {AM_BATCH}\n" + SHFL_I64 + ARGMAX_BODY
 
 
 def blocks_per_row(n: int, rows: int, sms: int) -> int:

@@ -118,22 +118,29 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
                         const T* __restrict__ bias, T* __restrict__ y,
                         const T* __restrict__ skip, const T* __restrict__ nbias,
                         const T* __restrict__ gamma, T* __restrict__ sum_out, i64 M_, i64 N_,
-                        i64 K_, i64 has_bias, i64 skip_rows, i64 tpr, i64 nvec, double eps) {
-  const int M = (int)M_, N = (int)N_, K = (int)K_;
+                        i64 K_, i64 has_bias, i64 skip_rows, i64 tpr, i64 nvec, i64 split_,
+                        double eps) {
+  const int M = (int)M_, N = (int)N_, K = (int)K_, split = (int)split_;
   constexpr int U = 4;
   constexpr int P = SWIGLU ? 2 : 1;  // weight rows per warp
   typedef typename GemvRaw<T, V>::type Raw;
-  const int j = (int)(((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+  // `split` warps of one block share output j, each a contiguous slice of the row's chunks.
+  const int gw = (int)(((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+  const int j = gw / split, part = gw - j * split;
   const int lane = (int)threadIdx.x & 31;
+  const int chunks = K / V;  // V divides K: the host picks V = 1 otherwise
+  const int per = (chunks + split - 1) / split;
+  const int c_lo = part * per, c_hi = chunks < c_lo + per ? chunks : c_lo + per;
   // The weights are this product's bulk and no earlier kernel writes them: their lines are
   // asked for in L2 before the wait, so under programmatic dependent launch they stream in
   // while the kernel before (the one writing A) still runs.
   pdl_trigger();
-  if (j < N) {
+  if (j < N && c_lo < c_hi) {
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const char* lo = reinterpret_cast<const char*>(w + (i64)(j + p * N) * K);
-      const char* hi = lo + (i64)K * sizeof(T);
+      const char* row = reinterpret_cast<const char*>(w + (i64)(j + p * N) * K);
+      const char* lo = row + (i64)c_lo * V * sizeof(T);
+      const char* hi = row + (i64)c_hi * V * sizeof(T);
       for (const char* q = lo - (reinterpret_cast<unsigned long long>(lo) & 127) + lane * 128;
            q < hi; q += 32 * 128)
         prefetch_l2(q);
@@ -148,29 +155,31 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
     __syncthreads();
     a = sa;
   }
-  if (j >= N) return;  // j is the same for the whole warp: no shuffle loses a lane
+  // j is the same for the whole warp: no shuffle loses a lane. A warp past N returns only
+  // after the block's barrier below (where split > 1 every warp reaches it).
+  const bool live = j < N;
   const T* rows[P];
 #pragma unroll
-  for (int p = 0; p < P; ++p) rows[p] = w + (i64)(j + p * N) * K;
+  for (int p = 0; p < P; ++p) rows[p] = w + (i64)((live ? j : 0) + p * N) * K;
   float acc[P][MT];
 #pragma unroll
   for (int p = 0; p < P; ++p)
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[p][m] = 0.f;
-  const int chunks = K / V;  // V divides K: the host picks V = 1 otherwise
-  for (int c = lane; c < chunks; c += U * 32) {
+  const int c_end = live ? c_hi : c_lo;
+  for (int c = c_lo + lane; c < c_end; c += U * 32) {
     Raw r[P][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int cc = c + u * 32;
 #pragma unroll
       for (int p = 0; p < P; ++p)
-        if (cc < chunks) r[p][u] = gemv_load<T, V>(rows[p] + (i64)cc * V);
+        if (cc < c_end) r[p][u] = gemv_load<T, V>(rows[p] + (i64)cc * V);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int cc = c + u * 32;
-      if (cc < chunks) {
+      if (cc < c_end) {
         float wv[P][V];
 #pragma unroll
         for (int p = 0; p < P; ++p) gemv_unpack<T, V>(r[p][u], wv[p]);
@@ -194,6 +203,24 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) acc[p][m] += shfl_xor(acc[p][m], off);
+  if (split > 1) {  // the slices' sums meet in the output's first warp, in slice order
+    __shared__ float red[BLOCK_WARPS][2][GEMV_NT_MT];
+    const int warp = (int)threadIdx.x >> 5;
+    if (lane == 0) {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) red[warp][p][m] = acc[p][m];
+    }
+    __syncthreads();
+    if (part != 0) return;
+    for (int s = 1; s < split; ++s)
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[p][m] += red[warp + s][p][m];
+  }
+  if (!live) return;
   // Every lane holds the sums; lane m stores row m.
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
@@ -213,6 +240,8 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
   }
 }
 """.replace("SIGMOID_EXPR", EW.UNARY["sigmoid"])
+    .replace("BLOCK_WARPS", str(BLOCK // WARP))
+    .replace("GEMV_NT_MT", str(max(ROW_TILES)))
 )
 
 
@@ -251,6 +280,28 @@ def use_warps(m: int, outputs: int, sms: int) -> bool:
     return 1 <= m <= GEMV_NT_MAX_M and m * outputs <= MAX_WAVES * sms * WARPS_PER_SM
 
 
+#: The fewest 16-byte chunks of a row a warp's slice keeps (two loads a lane): below it the
+#: slices' merge costs more than the latency it hides.
+MIN_SLICE_CHUNKS = 64
+
+
+def k_split(rows: int, chunks: int, sms: int) -> int:
+    """Warps sharing one output (1, 2, 4 or 8, all in one block): a GEMV with few, long
+    weight rows (a decode step's down projection: 1536 rows of 8960) leaves most of the
+    device's warp slots empty with a warp per row, each streaming its row in turn, so the
+    rows are split while the warps still fit one wave of resident warps and each slice keeps
+    :data:`MIN_SLICE_CHUNKS`. ``rows``: the weight's rows (a SwiGLU's gate and up rows both,
+    so the fused and the unfused product split alike and sum in the same order)."""
+    split = 1
+    while (
+        split < BLOCK // WARP
+        and rows * split * 2 <= sms * WARPS_PER_SM
+        and chunks // (split * 2) >= MIN_SLICE_CHUNKS
+    ):
+        split *= 2
+    return split
+
+
 class GemvNT:
     """The warp-per-output launches of one node; :meth:`takes` says which products are its
     case (the caller runs cuBLAS on the others)."""
@@ -276,7 +327,7 @@ class GemvNT:
         stream = stream_ptr_fn()
         # dependent: gemv_nt waits (pdl_wait) before it reads A or writes anything
         launchers = {
-            (dt, name): Launcher(fn, "p" * 8 + "q" * 7 + "d", dependent=True)
+            (dt, name): Launcher(fn, "p" * 8 + "q" * 8 + "d", dependent=True)
             for dt in dtypes
             for name, fn in self.fns[dt].items()
         }
@@ -307,8 +358,10 @@ class GemvNT:
             m *= d
         v = vector_width(dt) if vec else 1
         name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, 0>"
-        grid = -(-cols * WARP // BLOCK)
-        return name, grid, (m, cols, k, int(not no_bias), 1, 32, 0, 0.0), (*lead, cols)
+        split = k_split(n, k // vector_width(dt), self.sms)
+        grid = -(-cols * split * WARP // BLOCK)
+        ints = (m, cols, k, int(not no_bias), 1, 32, 0, split, 0.0)
+        return name, grid, ints, (*lead, cols)
 
     def takes(self, a: Any, wt: Any, swiglu: bool = False) -> bool:
         """Whether ``a @ wt.T`` is this kernel's case: one float16/float32 dtype, ``wt`` a
@@ -355,13 +408,14 @@ class GemvNT:
         for d in lead:
             m *= d
         y = xp.empty((*lead, cols), dt)
-        grid = -(-cols * WARP // BLOCK)
+        split = k_split(n, k // vector_width(dt), self.sms)
+        grid = -(-cols * split * WARP // BLOCK)
         # A is read from the staged rows (aligned); x's own alignment picks nvec
         vec = (k * dt.itemsize) % 16 == 0 and K.all_aligned((wt,))
         skip, skip_rows, nbias, gamma, sum_out, eps = norm
         nvec = k % vector_width(dt) == 0 and K.all_aligned((a, skip, nbias, gamma, sum_out))
         extra = (skip, nbias, gamma, sum_out)
-        tail, smem = (skip_rows, K.row_threads(k), int(nvec), eps), m * k * dt.itemsize
+        tail, smem = (skip_rows, K.row_threads(k), int(nvec), split, eps), m * k * dt.itemsize
         v = vector_width(dt) if vec else 1
         name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, {int(norm is not None)}>"
         ints = (m, cols, k, int(bias is not None), *tail)
