@@ -129,16 +129,17 @@ __device__ __forceinline__ void tc_scores(float (*s)[ROWS / 4], const unsigned (
 // and V (vw[k] = key (k>>1)*8 + 2t + (k&1), channels [g*D/8, +D/8)); keys at or past `end`
 // read as zeros (rows past a row's length may hold anything: NaN times a zero weight would
 // still be NaN).
+// `skip`: a key read as zeros here (the new row, not yet written: tc_patch_k/v fill it in).
 template <typename T, int D>
 __device__ __forceinline__ void tc_load_k(unsigned (*kw)[D / 8], const T* kb, long long ks,
-                                          int j0, int end, int g, int t) {
+                                          int j0, int end, int g, int t, int skip = -1) {
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
     const int key = j0 + n * 8 + g;
 #pragma unroll
     for (int q = 0; q < D / 32; ++q) {
       uint4 u = make_uint4(0u, 0u, 0u, 0u);
-      if (key < end) u = tc_load(kb + key * ks + t * (D / 4) + 8 * q);
+      if (key < end && key != skip) u = tc_load(kb + key * ks + t * (D / 4) + 8 * q);
       kw[n][4 * q] = u.x;
       kw[n][4 * q + 1] = u.y;
       kw[n][4 * q + 2] = u.z;
@@ -149,14 +150,47 @@ __device__ __forceinline__ void tc_load_k(unsigned (*kw)[D / 8], const T* kb, lo
 
 template <typename T, int D>
 __device__ __forceinline__ void tc_load_v(unsigned (*vw)[D / 16], const T* vb, long long ks,
-                                          int j0, int end, int g, int t) {
+                                          int j0, int end, int g, int t, int skip = -1) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int key = j0 + (k >> 1) * 8 + 2 * t + (k & 1);
 #pragma unroll
     for (int q = 0; q < D / 64; ++q) {
       uint4 u = make_uint4(0u, 0u, 0u, 0u);
-      if (key < end) u = tc_load(vb + key * ks + g * (D / 8) + 8 * q);
+      if (key < end && key != skip) u = tc_load(vb + key * ks + g * (D / 8) + 8 * q);
+      vw[k][4 * q] = u.x;
+      vw[k][4 * q + 1] = u.y;
+      vw[k][4 * q + 2] = u.z;
+      vw[k][4 * q + 3] = u.w;
+    }
+  }
+}
+
+// The words of key `key` in a tile loaded from j0 (tc_load_k/v's layout), taken from the row
+// staged in shared memory (kn, vn: D halves each).
+template <typename T, int D>
+__device__ __forceinline__ void tc_patch(unsigned (*kw)[D / 8], unsigned (*vw)[D / 16],
+                                         const T* kn, const T* vn, int j0, int key, int g,
+                                         int t) {
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    if (j0 + n * 8 + g != key) continue;
+#pragma unroll
+    for (int q = 0; q < D / 32; ++q) {
+      const uint4 u = *reinterpret_cast<const uint4*>(kn + t * (D / 4) + 8 * q);
+      kw[n][4 * q] = u.x;
+      kw[n][4 * q + 1] = u.y;
+      kw[n][4 * q + 2] = u.z;
+      kw[n][4 * q + 3] = u.w;
+    }
+  }
+  if (vw == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (j0 + (k >> 1) * 8 + 2 * t + (k & 1) != key) continue;
+#pragma unroll
+    for (int q = 0; q < D / 64; ++q) {
+      const uint4 u = *reinterpret_cast<const uint4*>(vn + g * (D / 8) + 8 * q);
       vw[k][4 * q] = u.x;
       vw[k][4 * q + 1] = u.y;
       vw[k][4 * q + 2] = u.z;
@@ -259,7 +293,8 @@ __device__ __forceinline__ void tc_accumulate(TcState<D, ROWS>& st, const unsign
 // in qs; score(s, j0) masks and scales a tile's raw products in place (the op's rules). The
 // next tile's loads are in flight while one computes where the registers allow it (two named
 // buffers, so they stay registers); at D = 256 Q is re-read per tile and V loaded once the
-// scores no longer need K's. `first` holds tile `warp`'s loads, issued by the caller.
+// scores no longer need K's. k0/v0 hold tile `warp`'s loads (tc_first_loads: K, and V where
+// D <= 128), issued by the caller before it staged Q.
 template <typename T, int D, int ROWS, typename Score>
 __device__ __forceinline__ void tc_stream(TcState<D, ROWS>& st, const unsigned* qs,
                                           const T* kb, const T* vb, long long kss,
@@ -306,12 +341,11 @@ __device__ __forceinline__ void tc_stream(TcState<D, ROWS>& st, const unsigned* 
   } else {
     for (int it = warp; it < ntiles; it += NW) {
       const int j0 = js + it * 16;
-      tc_load_k<T, D>(k0, kb, kss, j0, je, g, t);
-      if (QREG) {
-        tc_load_v<T, D>(v0, vb, vss, j0, je, g, t);
-      } else {
-        tc_q_words<D, ROWS>(qa, qb, qs, g, t);
+      if (it != warp) {
+        tc_load_k<T, D>(k0, kb, kss, j0, je, g, t);
+        if (QREG) tc_load_v<T, D>(v0, vb, vss, j0, je, g, t);
       }
+      if (!QREG) tc_q_words<D, ROWS>(qa, qb, qs, g, t);
       tc_scores<D, ROWS>(s, qa, qb, k0);
       score(s, j0);
       tc_online<D, ROWS>(st, pa, s);
@@ -324,15 +358,17 @@ __device__ __forceinline__ void tc_stream(TcState<D, ROWS>& st, const unsigned* 
   }
 }
 
-// The first tile's loads of warp `warp` (tc_stream's double-buffered path), issued early.
+// The first tile's loads of warp `warp` (K, and V where tc_stream keeps it with K: D <= 128),
+// issued as soon as the block knows its keys, so they are in flight while Q is staged. `skip`
+// as tc_load_k's.
 template <typename T, int D, int ROWS>
 __device__ __forceinline__ void tc_first_loads(unsigned (*k0)[D / 8], unsigned (*v0)[D / 16],
                                                const T* kb, const T* vb, long long kss,
-                                               long long vss, int js, int je) {
+                                               long long vss, int js, int je, int skip = -1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (D * ROWS <= ONNXEP_TC_DOUBLE_MAX && js + warp * 16 < je) {
-    tc_load_k<T, D>(k0, kb, kss, js + warp * 16, je, lane >> 2, lane & 3);
-    tc_load_v<T, D>(v0, vb, vss, js + warp * 16, je, lane >> 2, lane & 3);
+  if (js + warp * 16 < je) {
+    tc_load_k<T, D>(k0, kb, kss, js + warp * 16, je, lane >> 2, lane & 3, skip);
+    if (D <= 128) tc_load_v<T, D>(v0, vb, vss, js + warp * 16, je, lane >> 2, lane & 3, skip);
   }
 }
 
@@ -471,8 +507,12 @@ struct NoSink {
 
 // GroupQueryAttention's single-token decode (see the module's docstring). Block (split c, KV
 // head hk x row group rg, batch b), 4 warps; query heads h0 + r, r < nrow (h0 = hk*G +
-// rg*rows). The new token's K/V row (position P = T - Q) is written first by the blocks whose
-// slice holds it.
+// rg*rows). The new token's K/V row (position P = T - Q) is written by the blocks whose slice
+// holds it. At a short context a step's attention is a chain of dependent loads, so each
+// link is issued as early as it can be: the first tile's K and V right after the lengths
+// (the new row, not yet written, skipped), Q and the new row with the rotary tables
+// together (16 bytes a thread where `vec`: the host checked the heads, offsets, row strides,
+// the rotary split and the arrays' alignment), and the new row taken from shared memory.
 template <typename T, int D, int ROWS>
 __global__ void __launch_bounds__(128) gqa_decode_tc(
     const T* __restrict__ qsrc, const T* __restrict__ ksrc, const T* __restrict__ vsrc,
@@ -480,9 +520,10 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
     const T* __restrict__ cosc, const T* __restrict__ sinc,
     const long long* __restrict__ pos_ids, const T* __restrict__ bias,
     const T* __restrict__ sink, float* __restrict__ part, T* __restrict__ y, int* flag,
-    const GqaDecode* __restrict__ prm) {
+    const GqaDecode* __restrict__ prm, int vec) {
   extern __shared__ float smem[];
   tc_pdl_trigger();
+  constexpr int V = 16 / sizeof(T), U = D / V;  // 16-byte chunks of a head row
   const long long k_off = prm->k_off, v_off = prm->v_off;
   const long long q_row = prm->q_row, k_row = prm->k_row, v_row = prm->v_row;
   const int B = prm->B, nh = prm->nh, nkv = prm->nkv, C = prm->C;
@@ -496,6 +537,8 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   unsigned* qs = reinterpret_cast<unsigned*>(smem);  // ROWS x D halves
   float* ms = smem + ROWS * D / 2;
   float* xs = ms + 8 * ROWS;
+  T* kn = reinterpret_cast<T*>(xs + 2 * (D / 8) * (ROWS / 4) * 32);  // the new K row, rotated
+  T* vn = kn + D;                                                     // and its V row
 
   int Tb, Qb, Pb;
   batch_lengths(seqlens_k, q_seqlens, b, 1, Tb, Qb, Pb);
@@ -505,33 +548,69 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
     if (rot > 0 && Qb > 0)
       gqa_check_position(flag, node, pos_mode, pos_ids, b, B, 1, 0, row, cache_rows);
   }
-  const long long p = rope_row(rope_position(pos_mode, pos_ids, b, 1, 0, row), cache_rows);
   const long long kv0 = ((long long)b * nkv + hk) * C * D;
   const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
   const int chunk = split_chunk(kv_end, nsplit, prm->ktile);
   const int nsb = imax(1, (kv_end + chunk - 1) / chunk);  // splits this row uses
-  if (Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1)) {
-    const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
-    const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      kc[kv0 + row * D + d] = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p);
-      vc[kv0 + row * D + d] = vh[d];
+  const bool writer = Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1);
+  if (c >= nsb && !writer) return;  // a split this row does not use
+  const int js = c * chunk, je = imin(kv_end, js + chunk);
+  T* kb = kc + kv0;
+  T* vb = vc + kv0;
+  const int skip = writer ? (int)row : -1;
+  unsigned k0[2][D / 8], v0[4][D / 16];
+  if (c < nsb) tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je, skip);
+  const long long p = rope_row(rope_position(pos_mode, pos_ids, b, 1, 0, row), cache_rows);
+  const T* cr = cosc + p * (rot >> 1);
+  const T* sr = sinc + p * (rot >> 1);
+  const T* qb0 = qsrc + (long long)b * q_row + (long long)h0 * D;
+  const T* kh = ksrc + k_off + (long long)b * k_row + (long long)hk * D;
+  const T* vh = vsrc + v_off + (long long)b * v_row + (long long)hk * D;
+  T* qh = reinterpret_cast<T*>(qs);
+  if (vec) {  // Q's rows, then (the writer) the new K row, then its V row, a chunk a thread
+    const int nq = ROWS * U, n = nq + (writer ? 2 * U : 0);
+    for (int idx = threadIdx.x; idx < n; idx += blockDim.x) {
+      const int r = idx / U, d0 = (idx - r * U) * V;
+      if (r < ROWS && r >= nrow) {
+        *reinterpret_cast<uint4*>(qh + r * D + d0) = make_uint4(0u, 0u, 0u, 0u);
+        continue;
+      }
+      const bool is_v = r == ROWS + 1;
+      const T* head = r < ROWS ? qb0 + (long long)r * D : is_v ? vh : kh;
+      uint4 w = *reinterpret_cast<const uint4*>(head + d0);
+      if (!is_v && d0 < rot) {
+        const int half = rot >> 1, pd = interleaved ? d0 : d0 < half ? d0 + half : d0 - half;
+        w = rope_chunk<T>(w, *reinterpret_cast<const uint4*>(head + pd), cr, sr, d0, half,
+                          interleaved);
+      }
+      if (r < ROWS) {
+        *reinterpret_cast<uint4*>(qh + r * D + d0) = w;
+      } else {
+        *reinterpret_cast<uint4*>((is_v ? vn : kn) + d0) = w;
+        *reinterpret_cast<uint4*>((is_v ? vb : kb) + row * D + d0) = w;
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
+      const int r = idx / D, d = idx - r * D;
+      qh[idx] = r < nrow ? rotated<T>(qb0 + (long long)r * D, d, rot, interleaved, cosc, sinc, p)
+                         : from_f<T>(0.f);
+    }
+    if (writer) {
+      for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        const T kv = rotated<T>(kh, d, rot, interleaved, cosc, sinc, p), vv = vh[d];
+        kn[d] = kv;
+        vn[d] = vv;
+        kb[row * D + d] = kv;
+        vb[row * D + d] = vv;
+      }
     }
   }
-  if (c >= nsb) return;  // a split this row does not use
-  const int js = c * chunk, je = imin(kv_end, js + chunk);
-  const T* kb = kc + kv0;
-  const T* vb = vc + kv0;
-  unsigned k0[2][D / 8], v0[4][D / 16];
-  __syncthreads();  // the new row is written: the first tile's loads may start
-  tc_first_loads<T, D, ROWS>(k0, v0, kb, vb, D, D, js, je);  // in flight while Q is staged
-  T* qh = reinterpret_cast<T*>(qs);
-  for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx - r * D;
-    const T* src = qsrc + (long long)b * q_row + (long long)(h0 + (r < nrow ? r : 0)) * D;
-    qh[idx] = r < nrow ? rotated<T>(src, d, rot, interleaved, cosc, sinc, p) : from_f<T>(0.f);
-  }
-  __syncthreads();  // Q staged
+  __syncthreads();  // Q and the new row staged (and written: later tiles load it from L2)
+  if (c >= nsb) return;
+  if (writer && js + (threadIdx.x >> 5) * 16 <= row && row < js + (threadIdx.x >> 5) * 16 + 16)
+    tc_patch<T, D>(k0, D <= 128 ? v0 : nullptr, kn, vn, js + (threadIdx.x >> 5) * 16, (int)row,
+                   (threadIdx.x & 31) >> 2, threadIdx.x & 3);
   TcState<D, ROWS> st;
   const GqaTcScore<T, ROWS> score{prm, bias, row, je, nrow, h0, b};
   tc_stream<T, D, ROWS>(st, qs, kb, vb, D, D, js, je, k0, v0, score);

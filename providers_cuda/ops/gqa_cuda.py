@@ -112,6 +112,42 @@ __device__ __forceinline__ T rotated(const T* head, int d, int rot, int interlea
   return from_f<T>(rope_channel<T>(head, d, rot, interleaved, cosc + off, sinc + off, 1.0f));
 }
 
+// One 16-byte chunk of a head row at channel d0 < rot after rotary, from the chunk (own),
+// the cos/sin row cr/sr (rot/2 values each) and, without interleaving, the chunk it pairs
+// with (partner: channels d0 +- rot/2); interleaved pairs lie inside the chunk. The same
+// arithmetic as rope_channel (each product rounded), so the same bits as `rotated`.
+template <typename T>
+__device__ __forceinline__ uint4 rope_chunk(const uint4& own, const uint4& partner,
+                                            const T* cr, const T* sr, int d0, int half,
+                                            int interleaved) {
+  constexpr int V = 16 / sizeof(T);
+  const T* a = reinterpret_cast<const T*>(&own);
+  const T* b = reinterpret_cast<const T*>(&partner);
+  uint4 ow;
+  T* o = reinterpret_cast<T*>(&ow);
+  if (interleaved) {
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      const float c = to_f(cr[d0 / 2 + j]), sn = to_f(sr[d0 / 2 + j]);
+      const float x1 = to_f(a[2 * j]), x2 = to_f(a[2 * j + 1]);
+      o[2 * j] = from_f<T>(__fsub_rn(__fmul_rn(c, x1), __fmul_rn(sn, x2)));
+      o[2 * j + 1] = from_f<T>(__fadd_rn(__fmul_rn(sn, x1), __fmul_rn(c, x2)));
+    }
+  } else {
+    const bool first = d0 < half;
+    const int i0 = first ? d0 : d0 - half;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float c = to_f(cr[i0 + e]), sn = to_f(sr[i0 + e]);
+      // x1: the first half's channel, x2: the second's
+      const float x1 = to_f(first ? a[e] : b[e]), x2 = to_f(first ? b[e] : a[e]);
+      o[e] = from_f<T>(first ? __fsub_rn(__fmul_rn(c, x1), __fmul_rn(sn, x2))
+                             : __fadd_rn(__fmul_rn(sn, x1), __fmul_rn(c, x2)));
+    }
+  }
+  return ow;
+}
+
 // A batch row's lengths against the step's limits, checked once per row: seqlens_k within
 // -1 .. kv_limit - 1 (the tokens attended must fit the cache of C rows and a bias' key
 // columns), query_seqlens within 0 .. min(S, T). The kernels read nothing past their
@@ -270,33 +306,13 @@ __global__ void __launch_bounds__(256) gqa_prepare_v(
     const T* cr = cosc + p * half;
     const T* sr = sinc + p * half;
     const uint4 aw = *reinterpret_cast<const uint4*>(head + d0);
-    const T* a = reinterpret_cast<const T*>(&aw);
-    uint4 ow;
-    T* o = reinterpret_cast<T*>(&ow);
     if (interleaved) {
-#pragma unroll
-      for (int j = 0; j < V / 2; ++j) {
-        const float c = to_f(cr[d0 / 2 + j]), sn = to_f(sr[d0 / 2 + j]);
-        const float x1 = to_f(a[2 * j]), x2 = to_f(a[2 * j + 1]);
-        o[2 * j] = from_f<T>(__fsub_rn(__fmul_rn(c, x1), __fmul_rn(sn, x2)));
-        o[2 * j + 1] = from_f<T>(__fadd_rn(__fmul_rn(sn, x1), __fmul_rn(c, x2)));
-      }
-      *reinterpret_cast<uint4*>(dst + d0) = ow;
+      *reinterpret_cast<uint4*>(dst + d0) = rope_chunk<T>(aw, aw, cr, sr, d0, half, 1);
       continue;
     }
     const uint4 bw = *reinterpret_cast<const uint4*>(head + d0 + half);
-    const T* bv = reinterpret_cast<const T*>(&bw);
-    uint4 pw;
-    T* po = reinterpret_cast<T*>(&pw);
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float c = to_f(cr[d0 + e]), sn = to_f(sr[d0 + e]);
-      const float x1 = to_f(a[e]), x2 = to_f(bv[e]);
-      o[e] = from_f<T>(__fsub_rn(__fmul_rn(c, x1), __fmul_rn(sn, x2)));
-      po[e] = from_f<T>(__fadd_rn(__fmul_rn(sn, x1), __fmul_rn(c, x2)));
-    }
-    *reinterpret_cast<uint4*>(dst + d0) = ow;
-    *reinterpret_cast<uint4*>(dst + d0 + half) = pw;
+    *reinterpret_cast<uint4*>(dst + d0) = rope_chunk<T>(aw, bw, cr, sr, d0, half, 0);
+    *reinterpret_cast<uint4*>(dst + d0 + half) = rope_chunk<T>(bw, aw, cr, sr, d0 + half, half, 0);
   }
 }
 

@@ -165,8 +165,11 @@ def plan_decode_tc(b: int, nh: int, nkv: int, d: int, capacity: int, sms: int) -
     rows, nrg, tile_rows = tc_rows(nh // nkv)
     want = max(1, math.ceil(TC_BLOCKS_PER_SM * sms / max(1, b * nkv * nrg)))
     nsplit = max(1, min(want, math.ceil(capacity / TC_SPLIT_KEYS)))
-    # staged Q (fp16), the warps' maxes and sums, two warps' output fragments
-    floats = tile_rows * d // 2 + 2 * TC_WARPS * tile_rows + 2 * (d // 8) * (tile_rows // 4) * 32
+    # staged Q (fp16), the warps' maxes and sums, two warps' output fragments, the new K and
+    # V rows (fp16)
+    floats = (
+        tile_rows * d // 2 + 2 * TC_WARPS * tile_rows + 2 * (d // 8) * (tile_rows // 4) * 32 + d
+    )
     # the merge: the splits' weights and sums, then a warp reduction's 32 floats and the
     # split groups' partial sums, 4 per thread (decode_tc_cuda.tc_merge_row)
     merge = 2 * nsplit + 32 + 4 * TcDecodeGeometry.merge_threads

@@ -194,6 +194,14 @@ def plan_step(
     y_shape = (b, s, nh * d)
     empty, ascontig = xp.empty, xp.ascontiguousarray
 
+    # the 16-byte kernels' case: head rows, offsets, row strides and the rotary split are
+    # whole chunks (the arrays' alignment is checked per call)
+    v = 16 // np.dtype(dt).itemsize
+    chunked = (
+        d % v == 0
+        and rot % (v if cfg.interleaved else 2 * v) == 0
+        and all(x % v == 0 for x in (*offsets, *rows))
+    )
     route = None  # the route of the decode or the prefill kernel
     if uses_decode(s):
 
@@ -240,8 +248,12 @@ def plan_step(
                                        sink, qseq)  # fmt: skip
                 y = empty(y_shape, dtype=dt)
                 part = empty(part_n, dtype=np.float32) if part_n else None
+                vec = (
+                    chunked
+                    and not (array_address(query) | array_address(key) | array_address(value)) % 16
+                )
                 decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
-                                     bias, sink, part, y, flag, prm),
+                                     bias, sink, part, y, flag, prm, np.int32(vec)),
                        shared_mem=geo.smem)  # fmt: skip
                 if part_n:  # rows held by one split were written by the decode kernel
                     merge(merge_grid, merge_block, (seqlens, sink, part, y, prm),
@@ -250,18 +262,7 @@ def plan_step(
 
     else:
         prep = fns["gqa_prepare"]
-        # the 16-byte kernel where every head row, offset, row stride and rotary split is
-        # whole chunks (the arrays' alignment is checked per call)
-        v = 16 // np.dtype(dt).itemsize
-        split = v if cfg.interleaved else 2 * v
-        prep_v = (
-            fns["gqa_prepare_v"]
-            if d % v == 0
-            and rot % split == 0
-            and all(x % v == 0 for x in (*offsets, *rows))
-            and n_new // v < 2**31
-            else None
-        )
+        prep_v = fns["gqa_prepare_v"] if chunked and n_new // v < 2**31 else None
         prep_prm = PREPARE.to_device(
             xp, n=n_new, k_off=offsets[0], v_off=offsets[1], q_row=rows[0], k_row=rows[1],
             v_row=rows[2], B=b, S=s, nh=nh, nkv=nkv, D=d, C=cap, kv_limit=kv_limit, rot=rot,

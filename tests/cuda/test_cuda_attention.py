@@ -104,7 +104,8 @@ def gqa_feeds(rng, b, s, nh, nkv, hd, past_lens, cap, attrs, extras, dt):
     f["seqlens_k"] = (tot - 1).astype(np.int32)
     f["total_sequence_length"] = np.array(total, np.int32)
     if attrs.get("do_rotary"):
-        rot = hd // 2 if "half_rot" in extras else hd
+        # rot_off_chunk: a rotary split that is not whole 16-byte chunks (the scalar staging)
+        rot = hd // 2 if "half_rot" in extras else hd - 24 if "rot_off_chunk" in extras else hd
         f["cos_cache"], f["sin_cache"] = rope_cache(max(64, total + s + 4), rot, dt)
     if "position_ids" in extras:
         f["position_ids"] = (tot[:, None] - s + np.arange(s)[None, :] + 2).astype(np.int64)

@@ -52,6 +52,8 @@ DECODE_CASES = [
     ("h64_g7_total_is_capacity", 2, 14, 2, 64, [10, 200], 512, {"do_rotary": 1},
      ("fp16", "total_is_capacity")),  # fmt: skip
     ("h128_fresh_cache", 2, 4, 2, 128, [70, 5], None, {}, ("fp16",)),
+    ("h64_g7_rotary_off_chunks", 2, 14, 2, 64, [40, 7], 64, {"do_rotary": 1},
+     ("fp16", "rot_off_chunk")),  # fmt: skip
     ("h64_query_seqlens", 2, 4, 2, 64, [90, 0], 128, {}, ("fp16", "query_seqlens")),
     # the CUDA-core kernel: float32, and a head size the tensor-core kernel does not take
     ("fp32_h64_split", 1, 14, 2, 64, [299], 320, {"do_rotary": 1}, ()),
