@@ -331,7 +331,17 @@ def main() -> None:
     ap.add_argument(
         "--cold", action="store_true", help="each call its own weight copy: no L2 reuse"
     )
+    ap.add_argument(
+        "--fill-warps",
+        type=int,
+        help="an experiment: nbits_mma_cuda's FILL_WARPS_PER_SM (16) for this run, the warps "
+        "an SM should have before a tile's k-steps are split among several",
+    )
     args = ap.parse_args()
+    if args.fill_warps:
+        from onnxep.providers_cuda.ops import nbits_mma_cuda
+
+        nbits_mma_cuda.FILL_WARPS_PER_SM = args.fill_warps
     wanted = set(args.cases.split(","))
     if args.cold:
         wanted &= COLD_CASES
