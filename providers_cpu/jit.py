@@ -844,11 +844,14 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
                         inner[q] = src[q]
                     first = False
                 else:
-                    # ``|``, not ``or``: no branch per value, so LLVM vectorises the select
+                    # Two selects, each stored: a single ``v if v > m or v != v else m`` into
+                    # the array it reads became a conditional store, which LLVM leaves
+                    # scalar on AVX2 (16K values: 13 us against 3). The same values: NaN wins.
                     for q in range(wd):
                         v = src[q]
                         m = inner[q]
-                        inner[q] = v if (v > m) | (v != v) else m
+                        g = v if v > m else m
+                        inner[q] = g if v == v else v
             if first:  # no input row in this window
                 for q in range(wd):
                     inner[q] = low
@@ -862,7 +865,8 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
                     for ox in range(ow):
                         v = sj[ox]
                         m = dst[ox]
-                        dst[ox] = v if (v > m) | (v != v) else m
+                        g = v if v > m else m
+                        dst[ox] = g if v == v else v
             else:
                 # Split the row into its sw phases, each contiguous (ph[p][q] = tmp[q*sw + p]):
                 # every window column is then a contiguous run of one phase, and the maxima
@@ -881,7 +885,8 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
                     for ox in range(ow):
                         v = sj[ox]
                         m = dst[ox]
-                        dst[ox] = v if (v > m) | (v != v) else m
+                        g = v if v > m else m
+                        dst[ox] = g if v == v else v
 
 
 def _nearest_2d(x, ih, iw, r0, r1, out):
