@@ -889,12 +889,16 @@ def _max_pool_2d(x, geo, low, r0, r1, out):
                         dst[ox] = g if v == v else v
 
 
-def _nearest_2d(x, ih, iw, r0, r1, out):
+def _nearest_2d(x, ih, iw, doubled, r0, r1, out):
     """Nearest-neighbour resize of planes r0..r1 over their last two axes: ``out[p, i, j] =
     x[p, ih[i], iw[j]]``, ``x`` (planes, H, W), ``out`` (planes, OH, OW). An output row whose
     source row is the previous one's (every row of an integer upscale but the first of
-    its run) is a copy of that row, not a second gather."""
+    its run) is a copy of that row, not a second gather. ``doubled``: ``iw[j]`` is ``j //
+    2`` over the whole row (a 2x upscale of W), written as two stores of each source value,
+    which LLVM vectorises with shuffles; a gather of ``iw`` stays scalar on AVX2 (96 x 40 x
+    40 -> 80 x 80: 183 us against 102)."""
     oh, ow = out.shape[1], out.shape[2]
+    w = x.shape[2]
     for p in range(r0, r1):
         plane = x[p]
         dplane = out[p]
@@ -904,6 +908,12 @@ def _nearest_2d(x, ih, iw, r0, r1, out):
                 prev = dplane[i - 1]
                 for j in range(ow):
                     dst[j] = prev[j]
+            elif doubled:
+                src = plane[ih[i]]
+                for q in range(w):
+                    v = src[q]
+                    dst[2 * q] = v
+                    dst[2 * q + 1] = v
             else:
                 src = plane[ih[i]]
                 for j in range(ow):
