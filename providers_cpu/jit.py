@@ -172,11 +172,15 @@ def _conv_act(row, code, prm):
     n = row.shape[0]
     zero = prm[4]
     one = prm[5]
+    # Relu, Clip and LeakyRelu store every value times ``one`` (prm[5], 1.0 at run time):
+    # a store of the value just loaded, where the activation keeps it, LLVM turns into a
+    # masked store (AVX2 vmaskmovps, microcoded on Zen 3: 16K values 8.2 us against 1.6).
+    # x * 1 is x, -0 and NaN included.
     if code == 1:
         for i in range(n):
             v = row[i]
-            if not (v > zero or v != v):
-                row[i] = zero
+            g = v if (v > zero) | (v != v) else zero
+            row[i] = g * one
     elif code == 2:
         lo = prm[0]
         hi = prm[1]
@@ -186,7 +190,7 @@ def _conv_act(row, code, prm):
                 v = lo
             if v > hi:
                 v = hi
-            row[i] = v
+            row[i] = v * one
     elif code == 3:
         al = prm[0]
         be = prm[1]
@@ -214,8 +218,7 @@ def _conv_act(row, code, prm):
         al = prm[0]
         for i in range(n):
             v = row[i]
-            if v < zero:
-                row[i] = v * al
+            row[i] = v * (al if v < zero else one)
     elif code == 7:
         # x * (erf(x / d) + a) * h, erf the CPU's float32 rational approximation
         # (op_erf.erf32: clamp to +-4, P(x^2) * x / Q(x^2) by Horner, a rounding per
