@@ -923,8 +923,43 @@ def _nearest_2d(x, ih, iw, doubled, r0, r1, out):
                     dst[j] = src[iw[j]]
 
 
+def _depth_to_space_2d(cols, bias, has_bias, kh, kw, r0, r1, out):
+    """ConvTranspose with kernel == stride: planes r0..r1 (image * channel) of ``out`` (P,
+    H * KH, W * KW) from ``cols`` (P, KH * KW, H, W), ``out[p, i KH + a, j KW + b] = cols[p,
+    a KW + b, i, j]`` (+ ``bias[p % M]``, M = bias.shape[0], when ``has_bias``: the same sum
+    as adding it after). Each output row is written once, left to right; a 2-wide kernel
+    as two stores a source value, which LLVM vectorises with shuffles (NumPy's four strided
+    copies moved a value at a time: 24 x 16 x 24 in 52 us)."""
+    h, w = cols.shape[2], cols.shape[3]
+    m = bias.shape[0]
+    for p in range(r0, r1):
+        src = cols[p]
+        dst = out[p]
+        bv = bias[p % m] if has_bias else bias[0]
+        for i in range(h):
+            for a in range(kh):
+                orow = dst[i * kh + a]
+                if kw == 2:
+                    s0 = src[a * 2, i]
+                    s1 = src[a * 2 + 1, i]
+                    if has_bias:
+                        for j in range(w):
+                            orow[2 * j] = s0[j] + bv
+                            orow[2 * j + 1] = s1[j] + bv
+                    else:
+                        for j in range(w):
+                            orow[2 * j] = s0[j]
+                            orow[2 * j + 1] = s1[j]
+                else:
+                    for b in range(kw):
+                        sb = src[a * kw + b, i]
+                        for j in range(w):
+                            v = sb[j]
+                            orow[j * kw + b] = v + bv if has_bias else v
+
+
 _HELPERS = {"_conv_act": _conv_act}
-_SOURCES.update(nearest_2d=_nearest_2d)
+_SOURCES.update(nearest_2d=_nearest_2d, depth_to_space_2d=_depth_to_space_2d)
 _SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_pool_2d=_max_pool_2d)
 _SOURCES.update(depthwise_2d_cl=_depthwise_2d_cl)
 

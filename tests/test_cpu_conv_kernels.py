@@ -448,3 +448,55 @@ def test_conv_transpose_tiles_equal_the_phase_planes(k, sp):
     got = ct.depth_to_space(cols, k, sp, out)
     want = ct.col2im_phases(cols, k, k, [1] * len(k), sp, out, [0] * len(k), out)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled depth-to-space")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "k,sp", [((2, 2), (16, 24)), ((2, 2), (3, 5)), ((3, 2), (5, 7)), ((1, 3), (4, 1))]
+)
+@pytest.mark.parametrize("bias", [False, True])
+def test_compiled_depth_to_space_equals_the_strided_copies(k, sp, bias, dtype):
+    """The compiled kernel == stride placement (two stores a value for 2-wide kernels), with
+    the bias added as each value is placed, gives the strided copies' bits plus the bias
+    added after; NaN, -0 and infinities placed as they are."""
+    from onnxep.providers_cpu.ops import op_conv_transpose as ct
+
+    rng = np.random.default_rng(0)
+    cols = rng.standard_normal((2, 3, int(np.prod(k)), *sp)).astype(dtype)
+    cols.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    out = [v * kk for v, kk in zip(sp, k)]
+    b = rng.standard_normal(3).astype(dtype) if bias else None
+    want = ct.depth_to_space(cols, k, sp, out)
+    if bias:
+        want += b.reshape(1, 3, 1, 1)
+    got = ct.depth_to_space_2d(cols, k, out, b)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_transpose_2x2_stride_2_with_bias_against_onnxruntime(threads):
+    """rapidocr-v6-det's upsampling shape through a session (the compiled placement where
+    numba runs) against onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((24, 24, 2, 2)).astype(np.float32) * 0.1
+    b = rng.standard_normal(24).astype(np.float32)
+    node = helper.make_node(
+        "ConvTranspose", ["x", "W", "B"], ["y"], kernel_shape=[2, 2], strides=[2, 2]
+    )
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 16, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 9
+    x = rng.standard_normal((1, 24, 16, 24)).astype(np.float32)
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    got = onnxep.InferenceSession(model.SerializeToString(), so, providers=["cpu"]).run(
+        None, {"x": x}
+    )[0]
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
