@@ -223,3 +223,35 @@ def test_other_providers_get_relu_and_clip_only():
     assert names == {"conv_relu", "conv_clip"}
     with pytest.raises(ValueError, match="unknown activations"):
         FuseConvActivation(extra=["Swish"])
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "name,params",
+    [("Relu", None), ("Clip", [-0.0, 6.0]), ("Clip", [-1.5, 0.0]), ("LeakyRelu", [0.1])],
+)
+def test_store_every_value_activations_keep_the_bits(name, params, dtype):
+    """Relu, Clip and LeakyRelu store each value times one (no masked store): the bits of
+    the nodes' own definitions, NaN, -0, infinities and subnormals included, on rows longer
+    than a vector and on a remainder."""
+    from onnxep.providers_cpu.ops.conv_epilogue import Epilogue
+
+    t = np.dtype(dtype).type
+    special = [np.nan, -0.0, 0.0, -1.0, 2.0, -np.inf, np.inf, 1e-45, -1e-45, 7.0, -2.0]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 61)).astype(dtype)
+    x.reshape(-1)[: len(special) * 5 : 5] = special
+    if name == "Relu":
+        want = np.where((x > 0) | np.isnan(x), x, t(0))
+    elif name == "LeakyRelu":
+        want = np.where(x < 0, x * t(params[0]), x)
+    else:
+        lo, hi = t(params[0]), t(params[1])
+        want = x.copy()
+        want[want < lo] = lo
+        want[want > hi] = hi
+    ep = Epilogue(name, params)
+    got = x.copy()
+    jit.loop("conv_epilogue")(got, np.zeros(1, dtype), False, ep.code, ep.prm(dtype), 0, 3)
+    assert got.tobytes() == want.astype(dtype).tobytes()

@@ -384,6 +384,56 @@ def test_compiled_max_pool_2d_equals_the_numpy_path(shape, k, s, d, pads, ceil, 
         np.testing.assert_array_equal(got[0][finite], ref.run(None, {"x": x})[0][finite])
 
 
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled 2-D MaxPool")
+@pytest.mark.parametrize(
+    "shape,k,s,pads",
+    [
+        ((1, 16, 10, 10), (5, 5), (1, 1), (2, 2, 2, 2)),  # SPPF on a 10x10 map
+        ((1, 3, 40, 40), (2, 2), (1, 1), (0, 0, 1, 1)),  # SAME_UPPER 2x2
+        ((2, 5, 2, 96), (2, 2), (2, 2), (0, 0, 0, 0)),  # phases
+        ((1, 2, 33, 70), (3, 3), (1, 1), (1, 1, 1, 1)),  # rows past one vector, a remainder
+    ],
+)
+def test_compiled_max_pool_2d_keeps_first_of_ties_and_nan(shape, k, s, pads):
+    """The vectorised select (two selects, each stored) is the old one value for value: a
+    NaN anywhere in the window wins, a tie (-0 against +0) keeps the value met first (window
+    rows in order, then columns), and infinities pass through."""
+    from onnxep.providers_cpu.ops import op_max_pool
+
+    rng = np.random.default_rng(1)
+    x = rng.choice(
+        np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5], np.float32), size=shape
+    )
+    kh, kw = k
+    sh, sw = s
+    pt, pl, pb, pr = pads
+    oh = (shape[2] + pt + pb - kh) // sh + 1
+    ow = (shape[3] + pl + pr - kw) // sw + 1
+    got = op_max_pool.max_pool_2d(x, list(k), list(s), [1, 1], [pt, pl], [oh, ow])
+    xp = np.full((*shape[:2], shape[2] + pt + pb, shape[3] + pl + pr), -np.inf, np.float32)
+    xp[:, :, pt : pt + shape[2], pl : pl + shape[3]] = x
+    want = np.empty_like(got)
+    for n in range(shape[0]):
+        for c in range(shape[1]):
+            for oy in range(oh):
+                # the rows inside the plane, in order, then the columns, as the loop does
+                rows = [oy * sh + i for i in range(kh) if 0 <= oy * sh + i - pt < shape[2]]
+                for ox in range(ow):
+                    cols = [ox * sw + j for j in range(kw)]
+                    acc = []
+                    for j in cols:
+                        m = xp[n, c, rows[0], j] if rows else np.float32(-np.inf)
+                        for r in rows[1:]:
+                            v = xp[n, c, r, j]
+                            m = v if (v > m or v != v) else m
+                        acc.append(m)
+                    m = acc[0]
+                    for v in acc[1:]:
+                        m = v if (v > m or v != v) else m
+                    want[n, c, oy, ox] = m
+    assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize(
     "k,sp", [((2, 2), (16, 24)), ((3, 2), (5, 7)), ((4,), (6,)), ((2, 1, 2), (3, 4, 5))]
 )
@@ -398,3 +448,55 @@ def test_conv_transpose_tiles_equal_the_phase_planes(k, sp):
     got = ct.depth_to_space(cols, k, sp, out)
     want = ct.col2im_phases(cols, k, k, [1] * len(k), sp, out, [0] * len(k), out)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="numba not installed: no compiled depth-to-space")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "k,sp", [((2, 2), (16, 24)), ((2, 2), (3, 5)), ((3, 2), (5, 7)), ((1, 3), (4, 1))]
+)
+@pytest.mark.parametrize("bias", [False, True])
+def test_compiled_depth_to_space_equals_the_strided_copies(k, sp, bias, dtype):
+    """The compiled kernel == stride placement (two stores a value for 2-wide kernels), with
+    the bias added as each value is placed, gives the strided copies' bits plus the bias
+    added after; NaN, -0 and infinities placed as they are."""
+    from onnxep.providers_cpu.ops import op_conv_transpose as ct
+
+    rng = np.random.default_rng(0)
+    cols = rng.standard_normal((2, 3, int(np.prod(k)), *sp)).astype(dtype)
+    cols.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    out = [v * kk for v, kk in zip(sp, k)]
+    b = rng.standard_normal(3).astype(dtype) if bias else None
+    want = ct.depth_to_space(cols, k, sp, out)
+    if bias:
+        want += b.reshape(1, 3, 1, 1)
+    got = ct.depth_to_space_2d(cols, k, out, b)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_transpose_2x2_stride_2_with_bias_against_onnxruntime(threads):
+    """rapidocr-v6-det's upsampling shape through a session (the compiled placement where
+    numba runs) against onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((24, 24, 2, 2)).astype(np.float32) * 0.1
+    b = rng.standard_normal(24).astype(np.float32)
+    node = helper.make_node(
+        "ConvTranspose", ["x", "W", "B"], ["y"], kernel_shape=[2, 2], strides=[2, 2]
+    )
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 16, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 9
+    x = rng.standard_normal((1, 24, 16, 24)).astype(np.float32)
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    got = onnxep.InferenceSession(model.SerializeToString(), so, providers=["cpu"]).run(
+        None, {"x": x}
+    )[0]
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -102,6 +102,16 @@ CASES = {
     "3-D input (a 1-D signal) upsampled": dict(shape=(2, 4, 9), scales=[1, 1, 2]),
     "5-D input, last two axes": dict(shape=(1, 2, 3, 4, 5), scales=[1, 1, 1, 2, 2]),
     "float64": dict(shape=(1, 3, 4, 5), scales=[1, 1, 2, 3], elem=F64),
+    # 2x widths: j // 2 takes the two-store loop (odd width, float64), round_prefer_ceil's
+    # map (1, 1, 2, 2, ...) is not j // 2 and keeps the gather
+    "2x odd width, half_pixel": dict(shape=(1, 5, 3, 7), scales=[1, 1, 2, 2]),
+    "2x float64": dict(shape=(2, 3, 4, 9), scales=[1, 1, 2, 2], elem=F64),
+    "2x asymmetric round_prefer_ceil": dict(
+        shape=(1, 4, 5, 6),
+        scales=[1, 1, 2, 2],
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="round_prefer_ceil",
+    ),
 }
 
 
@@ -169,3 +179,37 @@ def test_without_numba_the_generic_kernel_runs(monkeypatch):
         got = sess.run(None, {"x": x})[0]
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+@needs_jit
+@pytest.mark.parametrize(
+    "mode,nearest,want",
+    [
+        ("asymmetric", "floor", True),
+        ("half_pixel", "round_prefer_floor", True),
+        ("asymmetric", "round_prefer_ceil", False),
+    ],
+)
+def test_the_two_store_loop_runs_where_columns_are_j_over_2(mode, nearest, want, monkeypatch):
+    """A 2x width whose column map is j // 2 runs the two-store loop (``doubled``), any other
+    map the gather; both give the generic kernel's bits."""
+    shape = (1, 3, 4, 10)
+    model = _model(
+        shape, F32, scales=[1, 1, 2, 2], coordinate_transformation_mode=mode, nearest_mode=nearest
+    )
+    x = _data(shape, F32)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    first = sess.run(None, {"x": x})[0]
+    seen: list = []
+    real = jit.loop
+
+    def loop(name):
+        f = real(name)
+        if name != "nearest_2d":
+            return f
+        return lambda *a: seen.append(a[3]) or f(*a)
+
+    monkeypatch.setattr(jit, "loop", loop)
+    got = sess.run(None, {"x": x})[0]
+    assert seen == [want]
+    assert got.tobytes() == first.tobytes()

@@ -24,9 +24,12 @@ from onnxep.providers.ops.nn import compute_dtype
 from onnxep.providers.ops.op_conv_transpose import conv_transpose as generic_conv_transpose
 from onnxep.providers.ops.op_conv_transpose import conv_transpose_setup
 
+from .. import jit
 from ..threads import run_threads
 from . import conv_gemm
-from .nn_cpu import Scratch
+from .nn_cpu import Scratch, parallel_rows
+
+_COMPILED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @kernel("ConvTranspose", since=(1, 11, 22))
@@ -102,6 +105,9 @@ def conv_transpose(node, xp):
                 cols = np.matmul(wt, xg).reshape(n, m, kk, *in_sp)
         out_sp = [f - b0 - e0 for f, b0, e0 in zip(full, pb, pe)]
         if offsets_tile(k, strides, dil, pb, pe, in_sp, out_sp):
+            if rank == 2 and cols.dtype in _COMPILED and jit.ENABLED:
+                # the bias goes on as each value is placed (the same sum as after)
+                return (depth_to_space_2d(cols, k, out_sp, b).astype(dt, copy=False),)
             y = depth_to_space(cols, k, in_sp, out_sp)
         else:
             y = col2im_phases(cols, k, strides, dil, in_sp, full, pb, out_sp)
@@ -122,6 +128,23 @@ def offsets_tile(k, strides, dil, pb, pe, in_sp, out_sp) -> bool:
         and not any(pe)
         and list(out_sp) == [v * s for v, s in zip(in_sp, strides)]
     )
+
+
+def depth_to_space_2d(cols, k, out_sp, b=None):
+    """``depth_to_space`` of a 2-D kernel, plus the bias ``b`` (M,) when given, in one compiled
+    pass (``jit._depth_to_space_2d``) over the run's threads."""
+    n, m, kk, h, w = cols.shape
+    c3 = np.ascontiguousarray(cols).reshape(n * m, kk, h, w)
+    y = np.empty((n * m, *out_sp), dtype=cols.dtype)
+    bias = (
+        np.zeros(1, cols.dtype)
+        if b is None
+        else np.ascontiguousarray(np.asarray(b, dtype=cols.dtype).reshape(-1))
+    )
+    f = jit.loop("depth_to_space_2d")
+    kh, kw = k
+    parallel_rows(n * m, y.size, lambda r0, r1: f(c3, bias, b is not None, kh, kw, r0, r1, y))
+    return y.reshape(n, m, *out_sp)
 
 
 def depth_to_space(cols, k, in_sp, out_sp):

@@ -26,7 +26,7 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _LIMIT = 64  # remembered keys, emptied when full (a model has a few shapes per node)
 
 
-def _last_two(plan, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+def _last_two(plan, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, bool] | None:
     """The row and column source indices when ``plan`` only gathers axes rank-2, rank-1."""
     rank = len(shape)
     if plan.outside or rank < 3:
@@ -39,7 +39,8 @@ def _last_two(plan, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | N
     ih, iw = (np.ascontiguousarray(index[a], dtype=np.intp) for a in (rank - 2, rank - 1))
     if not (ih.size and iw.size):
         return None
-    return ih, iw
+    doubled = iw.size == 2 * shape[-1] and bool((iw == np.arange(iw.size) // 2).all())
+    return ih, iw, doubled
 
 
 def nearest_run(xp, attrs: generic.ResizeAttrs):
@@ -62,13 +63,13 @@ def nearest_run(xp, attrs: generic.ResizeAttrs):
             return out
         if got is False or not jit.ENABLED:
             return general(x, roi, scales, sizes)
-        ih, iw = got
+        ih, iw, doubled = got
         lead = x.shape[:-2]
         planes = x.size // (x.shape[-2] * x.shape[-1])
         x3 = np.ascontiguousarray(x).reshape(planes, x.shape[-2], x.shape[-1])
         y = np.empty((planes, ih.size, iw.size), x.dtype)
         f = jit.loop("nearest_2d")
-        parallel_rows(planes, y.size, lambda r0, r1: f(x3, ih, iw, r0, r1, y))
+        parallel_rows(planes, y.size, lambda r0, r1: f(x3, ih, iw, doubled, r0, r1, y))
         return (y.reshape(*lead, ih.size, iw.size),)
 
     return run
