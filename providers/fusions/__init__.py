@@ -27,6 +27,7 @@ from .rsqrt import FuseRsqrt
 from .shared_input_matmuls import FuseSharedInputMatMuls
 from .silu import FuseSiLU
 from .skip_rms_norm import FuseSkipRMSNorm
+from .step_gemms import FuseStepGemms
 from .swiglu import FuseSwiGLU
 from .transposed_weights import FuseTransposedWeights
 
@@ -82,6 +83,7 @@ __all__ = [
     "FuseSharedInputMatMuls",
     "FuseSiLU",
     "FuseSkipRMSNorm",
+    "FuseStepGemms",
     "FuseSwiGLU",
     "FuseTransposedWeights",
     "PatternFusionPass",
