@@ -62,11 +62,13 @@ class CPUPlugin:
         # product's epilogue, not an int32 tensor, a float copy and two more passes). The
         # other fusions' gain is one kernel launch instead of several, which NumPy does not
         # have. An unrolled RNN's per-step input projections become one Gemm (the weight
-        # read once, not once a step).
+        # read once, not once a step), and an unrolled LSTM cell's eleven small gate nodes
+        # one compiled node.
         from onnxep.providers.fusions import (
             FuseConvActivation,
             FuseConvIntegerToFloat,
             FuseDynamicQuantizeMatMul,
+            FuseLSTMCell,
             FuseRMSNorm,
             FuseSiLU,
             FuseStepGemms,
@@ -82,6 +84,7 @@ class CPUPlugin:
             FuseDynamicQuantizeMatMul(),
             FuseConvIntegerToFloat(),
             FuseStepGemms(),
+            FuseLSTMCell(),
         ]
         if jit.wanted():
             # Last: the chains are what the fusions above left (a Relu after a Conv is

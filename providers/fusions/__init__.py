@@ -17,6 +17,7 @@ from .dynamic_quantize_matmul import FuseDynamicQuantizeMatMul
 from .gelu import FuseGelu
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
+from .lstm_cell import FuseLSTMCell
 from .matmul_bias import FuseMatMulBias
 from .norm_matmul import FuseNormMatMul
 from .pattern_pass import PatternFusionPass
@@ -75,6 +76,7 @@ __all__ = [
     "FuseGelu",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",
+    "FuseLSTMCell",
     "FuseMatMulBias",
     "FuseNormMatMul",
     "FuseQuantizedSwiGLU",
