@@ -4,7 +4,8 @@
 
 Three sessions in one process (onnxep with every pass, onnxep with ``--off`` passes
 switched off through ``SessionOptions.disabled_rewrites``, onnxruntime) run one after
-the other per round, so a load change on a shared machine hits all three alike. Prints
+the other per round, in an order that turns each round, so a load change on a shared
+machine hits all three alike. Prints
 each side's median and the median of each onnxep side's ratio to the onnxruntime run
 of the same round.
 """
@@ -61,8 +62,12 @@ def main() -> None:
         for _ in range(3):
             s.run(None, inputs)
     samples: dict[str, list[float]] = {k: [] for k in sides}
-    for _ in range(args.runs):
-        for k, s in sides.items():
+    names = list(sides)
+    for i in range(args.runs):
+        # the order turns each round: the side run right after onnxruntime reads colder
+        # caches (a null A/B, one pass off that never fires, read 1.22 against 1.08)
+        for k in names[i % 3 :] + names[: i % 3]:
+            s = sides[k]
             t0 = time.perf_counter()
             s.run(None, inputs)
             samples[k].append(time.perf_counter() - t0)
