@@ -61,13 +61,17 @@ class CPUPlugin:
         # an 8-bit product's or convolution's rescale (float32 written by the integer
         # product's epilogue, not an int32 tensor, a float copy and two more passes). The
         # other fusions' gain is one kernel launch instead of several, which NumPy does not
-        # have.
+        # have. An unrolled RNN's per-step input projections become one Gemm (the weight
+        # read once, not once a step), and an unrolled LSTM cell's eleven small gate nodes
+        # one compiled node.
         from onnxep.providers.fusions import (
             FuseConvActivation,
             FuseConvIntegerToFloat,
             FuseDynamicQuantizeMatMul,
+            FuseLSTMCell,
             FuseRMSNorm,
             FuseSiLU,
+            FuseStepGemms,
         )
         from onnxep.providers.fusions.conv_activation import EXTRA
 
@@ -79,6 +83,8 @@ class CPUPlugin:
             FuseSiLU(),
             FuseDynamicQuantizeMatMul(),
             FuseConvIntegerToFloat(),
+            FuseStepGemms(),
+            FuseLSTMCell(),
         ]
         if jit.wanted():
             # Last: the chains are what the fusions above left (a Relu after a Conv is

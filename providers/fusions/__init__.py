@@ -17,6 +17,7 @@ from .dynamic_quantize_matmul import FuseDynamicQuantizeMatMul
 from .gelu import FuseGelu
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
+from .lstm_cell import FuseLSTMCell
 from .matmul_bias import FuseMatMulBias
 from .norm_matmul import FuseNormMatMul
 from .pattern_pass import PatternFusionPass
@@ -27,6 +28,7 @@ from .rsqrt import FuseRsqrt
 from .shared_input_matmuls import FuseSharedInputMatMuls
 from .silu import FuseSiLU
 from .skip_rms_norm import FuseSkipRMSNorm
+from .step_gemms import FuseStepGemms
 from .swiglu import FuseSwiGLU
 from .transposed_weights import FuseTransposedWeights
 
@@ -74,6 +76,7 @@ __all__ = [
     "FuseGelu",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",
+    "FuseLSTMCell",
     "FuseMatMulBias",
     "FuseNormMatMul",
     "FuseQuantizedSwiGLU",
@@ -82,6 +85,7 @@ __all__ = [
     "FuseSharedInputMatMuls",
     "FuseSiLU",
     "FuseSkipRMSNorm",
+    "FuseStepGemms",
     "FuseSwiGLU",
     "FuseTransposedWeights",
     "PatternFusionPass",
