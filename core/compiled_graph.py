@@ -107,7 +107,7 @@ def compile_graph(
         check_fallback(placed, ctx.providers[0])
     builder = PlanBuilder(ctx.providers, ctx.const)
     if ctx.shape_cache:
-        builder.shape_nodes = shape_derived_nodes(placed, graph.outputs)
+        builder.shape_nodes = shape_derived_nodes(placed, graph.outputs, outer)
     input_slots = [builder.bind_input(v) for v in graph.inputs]
     input_slots += [builder.bind_input(v) for v in outer]
     for p in placed:
