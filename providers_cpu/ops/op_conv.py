@@ -29,7 +29,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 
 from .. import jit
 from ..threads import run_threads
-from . import conv_direct, conv_gemm, conv_pointwise
+from . import conv_direct, conv_gemm, conv_pointwise, conv_short
 from . import winograd as wino
 from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -361,6 +361,13 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             if aug is not None and big and out[0] > 1 and run_threads() == 1:
                 return finish(im2col_tiled(scratch, xc, aug.w, k, strides, dil, pb, pe, out), dt, z)
             plan = plan and not big
+            if aug is not None and dt == cdt and conv_short.applies(k, group, lsz, cdt):
+                # a short signal's conv: windows, product, bias and Relu in one call
+                relu = z is None and epilogue is not None and epilogue.name == "Relu"
+                core = conv_short.plan(aug.w, (n, m, *out), k[0], strides[0], dil[0], pb[0], relu)
+                if plan:
+                    return keep(x, core, z, applied=relu)
+                return finish(core(xc), dt, z, applied=relu)
             if aug is not None and n == 1 and len(out) == 2 and strides == [1, 1]:
                 how = strategy.get(x.shape)
                 if how is None:
