@@ -92,7 +92,7 @@ def test_relu_as_stored_and_special_values():
     assert (plain[0, :, 2] == -1).all()
 
 
-def test_which_convs_take_it():
+def test_which_convs_take_it(monkeypatch):
     assert conv_short.applies([3], 1, 1, np.float32)
     assert conv_short.applies([256], 1, conv_short.MAX_POSITIONS, np.float32)
     assert not conv_short.applies([3], 1, conv_short.MAX_POSITIONS + 1, np.float32)
@@ -100,6 +100,8 @@ def test_which_convs_take_it():
     assert not conv_short.applies([3], 2, 2, np.float32)  # grouped
     assert not conv_short.applies([3], 1, 2, np.float64)
     assert not conv_short.applies([3], 1, 0, np.float32)
+    monkeypatch.setattr(conv_short, "ENABLED", False)
+    assert not conv_short.applies([3], 1, 1, np.float32)
 
 
 def _model(c, m, k, attrs, relu, bias=True):

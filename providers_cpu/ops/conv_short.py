@@ -25,6 +25,8 @@ from .. import jit
 
 #: more positions an image and SGEMM's own kernels fit (few_columns.MAX_COLUMNS)
 MAX_POSITIONS = 6
+#: off: the im2col plan takes these convs (tests of that path switch it off)
+ENABLED = True
 
 _loop: Any = None
 
@@ -32,7 +34,8 @@ _loop: Any = None
 def applies(k: list[int], group: int, positions: int, dtype: Any) -> bool:
     """Whether a conv of kernel ``k`` with ``positions`` outputs an image runs here."""
     return (
-        len(k) == 1
+        ENABLED
+        and len(k) == 1
         and group == 1
         and 0 < positions <= MAX_POSITIONS
         and np.dtype(dtype) == np.float32
