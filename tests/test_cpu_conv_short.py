@@ -133,6 +133,8 @@ def _model(c, m, k, attrs, relu, bias=True):
         (1, 258, 256, {"strides": [128]}, (576, 640, 832, 2000)),  # 2000: past the bound
         (8, 4, 3, {"pads": [2, 0], "dilations": [2]}, (3, 5)),
         (16, 8, 3, {"auto_pad": "SAME_UPPER", "strides": [2]}, (5, 8)),
+        (128, 1, 1, {}, (1, 3, 6, 7)),  # a VAD decoder's pointwise conv; 7: past the bound
+        (64, 24, 1, {"strides": [2]}, (1, 4, 11)),
     ],
 )
 @pytest.mark.parametrize("relu", [False, True])

@@ -10,7 +10,9 @@ into rows (the padding as zeros, the bias as a last 1), runs ``recurrent_loops.m
 (few_columns' loop) and stores the outputs, Relu applied as they are stored.
 
 The route is by shape and dtype alone: float32 with numba, one group, constant weights
-and bias, 1-D, at most ``MAX_POSITIONS`` outputs an image. With 2 to 6 positions the rows
+and bias, 1-D, at most ``MAX_POSITIONS`` outputs an image; pointwise ones too (the
+decoders' [1, 128] x [128, 1]: conv_pointwise's 16-channel panels and its thread hand-off
+check cost more than the product). With 2 to 6 positions the rows
 and sums are few_columns' (the bits of the path it replaces, tested); one position was
 BLAS's GEMV, whose order of sums differs: within float32 rounding of it.
 """
