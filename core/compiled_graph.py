@@ -78,9 +78,15 @@ class CompiledGraph:
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     moved_to_host: int = 0
+    #: for a subgraph that only hands values on (see ``forwarded_feeds``): each output's
+    #: position among the run's feeds; None otherwise
+    forwards: tuple[int, ...] | None = None
 
     def run(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
-        return self.executor.run([*inputs, *outer] if outer else inputs)
+        feeds = [*inputs, *outer] if outer else inputs
+        if self.forwards is not None:
+            return [feeds[i] for i in self.forwards]
+        return self.executor.run(feeds)
 
     def run_on_device(self, inputs: Sequence[Any]) -> list[Any]:
         """Run, leaving each output in the memory of the provider that produced it."""
@@ -107,7 +113,7 @@ def compile_graph(
         check_fallback(placed, ctx.providers[0])
     builder = PlanBuilder(ctx.providers, ctx.const)
     if ctx.shape_cache:
-        builder.shape_nodes = shape_derived_nodes(placed, graph.outputs)
+        builder.shape_nodes = shape_derived_nodes(placed, graph.outputs, outer)
     input_slots = [builder.bind_input(v) for v in graph.inputs]
     input_slots += [builder.bind_input(v) for v in outer]
     for p in placed:
@@ -116,6 +122,7 @@ def compile_graph(
     # A subgraph runs inside its parent's run, whose contexts are already entered
     # and whose output rules cover the parent's values the subgraph returns.
     top_level = not prefix
+    forwards = None if top_level or ctx.profiler is not None else forwarded_feeds(plan)
     executor = Executor(
         plan,
         ctx.profiler,
@@ -131,4 +138,29 @@ def compile_graph(
         input_names=tuple(v.name or "" for v in graph.inputs),
         output_names=tuple(v.name or "" for v in graph.outputs),
         moved_to_host=moved,
+        forwards=forwards,
     )
+
+
+#: the generic Identity kernel's label (``plan.kernel_label``): it returns its input itself
+_IDENTITY = "onnxep.providers.ops.op_identity.identity"
+
+
+def forwarded_feeds(plan: Plan) -> tuple[int, ...] | None:
+    """Each output's feed position when the plan is host Identity steps only, else None.
+
+    Exporters write If branches that return outer values through Identity (silero VAD's
+    LSTM branch runs three such Ifs a run); the generic Identity kernel returns its input
+    itself, and a subgraph's outputs are handed over as they are (its parent guards the
+    feeds), so such a branch is its feeds in another order, without an executor call.
+    """
+    source = {slot: i for i, slot in enumerate(plan.input_slots)}
+    for step in plan.steps:
+        if step.op_type != "Identity" or not step.kernel.startswith(_IDENTITY):
+            return None
+        if len(step.inputs) != 1 or len(step.outputs) != 1 or step.inputs[0] not in source:
+            return None
+        source[step.outputs[0]] = source[step.inputs[0]]
+    if any(s not in source for s in plan.output_slots):
+        return None
+    return tuple(source[s] for s in plan.output_slots)

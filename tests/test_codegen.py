@@ -45,3 +45,58 @@ def test_shape_cache_hits_and_keys_by_shape():
                 np.testing.assert_array_equal(x, y)
     cache = sess.compiled.executor.shape_cache
     assert cache.hits >= 4 and len(cache.entries) == 2
+
+
+def test_subgraph_caches_shapes_of_the_outer_values_it_reads():
+    # An If branch that tests an outer value's rank (silero VAD's LSTM branch): the branch
+    # plan's Shape/Size/Equal glue is cached per the shapes of its inputs, outer values
+    # included, and a run with another rank takes the other answer.
+    from onnx import TensorProto, helper
+
+    ort = pytest.importorskip("onnxruntime")
+    rank_is_2 = [
+        helper.make_node("Shape", ["x"], ["sh"]),
+        helper.make_node("Size", ["sh"], ["rank"]),
+        helper.make_node("Equal", ["rank", "two"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["eqf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "eqf"], ["out"]),
+    ]
+    two = helper.make_tensor("two", TensorProto.INT64, [], [2])
+    body = helper.make_graph(
+        rank_is_2,
+        "then",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [two],
+    )
+    neg = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["o2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("o2", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["xin"], ["x"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=neg),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("xin", TensorProto.FLOAT, None),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = onnxep.InferenceSession(data, providers=["cpu"])
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    branch = next(g for g in sess.compiled.graphs[1:] if len(g.plan.steps) > 1)
+    cached = {s.op_type for s in branch.plan.steps if s.shape_only}
+    assert {"Shape", "Size", "Equal", "Cast"} <= cached
+    assert not any(s.shape_only for s in branch.plan.steps if s.op_type == "Mul")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        for shape in ((2, 3), (2, 3, 1), (4, 1), (5,)):
+            f = {"c": np.array(True), "xin": rng.standard_normal(shape).astype(np.float32)}
+            np.testing.assert_array_equal(sess.run(None, f)[0], theirs.run(None, f)[0])
+    assert branch.executor.shape_cache.hits >= 6

@@ -96,6 +96,25 @@ def test_relu_turns_negative_zero_into_positive_zero():
     assert not np.signbit(y[:3]).any() and np.isnan(y[3])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [0, 1, 5, 16, 127, 1024, 1025, 5000])
+def test_relu_small_and_large_the_same_bits(dtype, size):
+    # up to op_relu.SMALL values one np.maximum, past it clip + 0: the same bits either way
+    from onnxep.providers_cpu.ops import op_relu
+    from onnxep.providers_cpu.ops.ufuncs import clip_ufunc
+
+    base = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45, 3.5, -2.0])
+    x = np.resize(base, size).astype(dtype).reshape(1, size)
+    want = clip_ufunc(x, 0, np.inf) + 0.0
+    relu = op_relu._relu  # noqa: SLF001  (the direct call the plan makes)
+    got = relu(x)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    if size:
+        strided = np.resize(base, 2 * size).astype(dtype)[::2]
+        want = clip_ufunc(strided, 0, np.inf) + 0.0
+        assert relu(strided).tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
 @pytest.mark.parametrize(
     "bounds", [(0, 6), (-1, None), (None, 2), (None, None), (3, 1), (0, np.inf), (-np.inf, 1)]

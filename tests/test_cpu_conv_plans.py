@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxep
 from onnxep.providers_cpu import jit
-from onnxep.providers_cpu.ops import conv_pointwise, nn_cpu, op_conv
+from onnxep.providers_cpu.ops import conv_pointwise, conv_short, nn_cpu, op_conv
 from onnxep.providers_cpu.ops.conv_epilogue import Epilogue
 
 _ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
@@ -120,8 +120,10 @@ def test_planned_runs_equal_the_general_path_with_and_without_numba(compiled, th
 
 def test_a_planned_run_makes_no_decision_again(monkeypatch):
     """After a shape's first run, its runs go through the plan: no GEMM tuning lookup."""
-    # the BLAS route's plans (few positions take conv_pointwise's kernel: its own tests)
+    # the BLAS route's plans (few positions take conv_pointwise's and conv_short's kernels:
+    # their own tests)
     monkeypatch.setattr(conv_pointwise, "ENABLED", False)
+    monkeypatch.setattr(conv_short, "ENABLED", False)
     calls = []
     pick = nn_cpu.TunedMatmul.pick
     monkeypatch.setattr(

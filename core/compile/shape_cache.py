@@ -62,10 +62,18 @@ def _is_const(v: ir.Value) -> bool:
 
 
 def shape_derived_nodes(
-    placed: Sequence[PlacedNode], graph_outputs: Sequence[ir.Value]
+    placed: Sequence[PlacedNode],
+    graph_outputs: Sequence[ir.Value],
+    outer: Sequence[ir.Value] = (),
 ) -> set[int]:
-    """``id(node)`` of every node whose outputs depend only on the input shapes."""
-    static: set[int] = set()  # values whose shape follows from the input shapes
+    """``id(node)`` of every node whose outputs depend only on the input shapes.
+
+    ``outer``: the enclosing scope's values a subgraph reads. Its plan takes them as
+    inputs after its own, so their shapes are in the cache key as the inputs' are (silero
+    VAD's LSTM branch tests the rank of an outer value on every run).
+    """
+    roots = {id(v) for v in outer}
+    static: set[int] = set(roots)  # values whose shape follows from the input shapes
     derived: set[int] = set()  # values that follow from the input shapes
     outputs = {id(v) for v in graph_outputs}
     nodes: set[int] = set()

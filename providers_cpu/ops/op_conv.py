@@ -29,7 +29,7 @@ from onnxep.providers.ops.op_conv import conv_setup
 
 from .. import jit
 from ..threads import run_threads
-from . import conv_direct, conv_gemm, conv_pointwise
+from . import conv_direct, conv_gemm, conv_pointwise, conv_short
 from . import winograd as wino
 from .depthwise import channels_last, depthwise, depthwise_2d_runner, transposed_weights
 from .nn_cpu import Scratch, TunedMatmul, probe_like, same_bits, window_view
@@ -318,6 +318,15 @@ def build_conv(node, post=None, integer_weights=None, epilogue=None):
             if up is None:
                 up = packed["wino_gemm"] = wino.pack_filters(u)
             return finish(wino.winograd(scratch, xc, u, bvec, pb, pe, out, up), dt, z)
+        if plannable and dt == cdt and conv_short.applies(k, group, lsz, cdt):
+            # A short 1-D signal's conv, pointwise or not: windows, product, bias and Relu in
+            # one call (conv_pointwise's panels and hand-off cost more than a VAD decoder's
+            # [1, 128] x [128, 1] product)
+            relu = z is None and epilogue is not None and epilogue.name == "Relu"
+            core = conv_short.plan(aug.w, (n, m, *out), k[0], strides[0], dil[0], pb[0], relu)
+            if PLANS:
+                return keep(x, core, z, applied=relu)
+            return finish(core(xc), dt, z, applied=relu)
         # A pointwise conv on a few positions keeps its own kernel at any thread count: the
         # GEMM's 16-column panels would be mostly padding (rapidocr-v6-det's [768, 384] x
         # [384, 6]: 145 us on the GEMM against 60 on the few-position kernel)
