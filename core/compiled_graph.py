@@ -161,6 +161,9 @@ def forwarded_feeds(plan: Plan) -> tuple[int, ...] | None:
         if len(step.inputs) != 1 or len(step.outputs) != 1 or step.inputs[0] not in source:
             return None
         source[step.outputs[0]] = source[step.inputs[0]]
-    if any(s not in source for s in plan.output_slots):
+    # An output listed twice is copied by the executor's rules (aliasing: the caller may
+    # write into one and not the other), so such a branch keeps its executor.
+    outs = plan.output_slots
+    if len(set(outs)) != len(outs) or any(s not in source for s in outs):
         return None
     return tuple(source[s] for s in plan.output_slots)
