@@ -131,6 +131,9 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     (EP, "ElementwiseChain"): (_like(0),),
     (EP, "FusedConv"): (_like(0),),  # com.microsoft FusedConv with more activations
     (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention
+    # h and c in the cell state's type; no shape: the NumPy path broadcasts as the
+    # unfused nodes did
+    (EP, "LSTMCell"): (_like(1), _like(1)),
     (EP, "MatMulBias"): (_like(0),),
     (EP, "MatMulNBits"): (_like(0),),  # as com.microsoft's (half N with swiglu)
     (EP, "MatMulNT"): (_like(0),),  # A's type; the width is Wt's rows (or half, with swiglu)
