@@ -1,4 +1,5 @@
-"""Evaluate nodes whose inputs are all constants, and Shape/Size of static shapes.
+"""Evaluate nodes whose inputs are all constants, Shape/Size of static shapes, and a
+Gather of a Shape's static dims.
 
 Folding runs the host provider's own kernels, so a folded value is exactly
 what the node would have computed at run time. ``FoldConstants`` folds the
@@ -79,6 +80,10 @@ class FoldConstants(RewritePass):
             return None
         if node.domain in ("", "ai.onnx") and node.op_type in ("Shape", "Size"):
             return self._shape_fold(node)
+        if node.domain in ("", "ai.onnx") and node.op_type == "Gather" and SHAPE_DIMS:
+            dims = _shape_dims(node)
+            if dims is not None:
+                return dims
         try:
             inputs = [_const(v) for v in node.inputs]
         except LookupError:
@@ -124,6 +129,11 @@ class FoldConstants(RewritePass):
     @staticmethod
     def _replace(graph: ir.Graph, node: ir.Node, values: list) -> None:
         olds = list(node.outputs)
+        # a folded node read from another node (a Gather of a Shape's static dims): that
+        # node loses this use, so dead-node removal can take it
+        for i, v in enumerate(node.inputs):
+            if v is not None and v.producer() is not None:
+                node.replace_input_with(i, None)
         graph.remove(node, safe=False)
         for o, arr in zip(olds, values):
             if not o.uses():
@@ -137,6 +147,54 @@ class FoldConstants(RewritePass):
             new.shape = ir.Shape(arr.shape)
             o.replace_all_uses_with(new)
             graph.register_initializer(new)
+
+
+#: Whether a Gather of a Shape's static dims folds (an A/B switch for the benchmarks).
+SHAPE_DIMS = True
+
+
+def _shape_dims(node: ir.Node) -> list | None:
+    """``Gather(Shape(x), i)`` (axis 0, ``i`` constant) when the dims it picks are static,
+    though others of x's are not: torch's ``chunk`` of a [batch, 3H] Gemm output computes
+    its Slice bounds from ``Shape(y)[1]`` (a GRU cell's gates), which left those Slices'
+    starts and ends run-time values, their chains of Add/Div/Mul too. onnxruntime folds
+    the same (its Shape of partially known dims). The dims are those onnx's inference
+    gave at load; the feeds' fixed dims are checked at run time."""
+    data = node.inputs[0] if node.inputs else None
+    shape_node = data.producer() if data is not None else None
+    if (
+        shape_node is None
+        or shape_node.op_type != "Shape"
+        or shape_node.domain not in ("", "ai.onnx")
+        or len(node.inputs) < 2
+    ):
+        return None
+    axis = node.attributes.get("axis")
+    x = shape_node.inputs[0]
+    if (axis is not None and axis.value != 0) or x is None or x.shape is None:
+        return None
+    try:
+        index = _const(node.inputs[1])
+    except LookupError:
+        return None
+    if index is None or index.dtype.kind not in "iu":
+        return None
+    dims = list(x.shape.dims)
+    rank = len(dims)
+    start = shape_node.attributes.get("start")
+    end = shape_node.attributes.get("end")
+    s = start.value if start is not None else 0
+    e = end.value if end is not None else rank
+    s = min(max(s + rank if s < 0 else s, 0), rank)
+    e = min(max(e + rank if e < 0 else e, 0), rank)
+    dims = dims[s:e]
+    picked = []
+    for i in index.reshape(-1).tolist():
+        i = i + len(dims) if i < 0 else i
+        if not 0 <= i < len(dims) or not isinstance(dims[i], int):
+            return None  # out of range (the run says so) or not static
+        picked.append(int(dims[i]))
+    return [np.array(picked, dtype=np.int64).reshape(index.shape)]
 
 
 def _no_subgraph(*_: Any) -> Any:

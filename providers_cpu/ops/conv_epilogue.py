@@ -7,8 +7,9 @@ rows); without it, the NumPy ufuncs of those nodes, over blocks of the output th
 fit in L2 (the multi-pass activations then stay in cache). Sigmoid and SiLU on float32
 run the CPU Sigmoid's own compiled loop (``logistic.py``: no libm ``exp``), inline as
 the others, or through ``logistic`` where the NumPy path runs, so both routes keep the
-unfused nodes' bits. Tanh always takes NumPy's ufunc: a compiled ``tanh`` is a scalar
-libm call per value.
+unfused nodes' bits. Tanh runs the CPU Tanh kernel's function (``tanh.py``) on the
+output's blocks: not inline (numba's ``math.tanh`` is a scalar libm call per value), but
+the same bits as the unfused node.
 
 Names (``FusedConv``'s ``activation`` and ``activation_params``):
 
@@ -36,6 +37,7 @@ from .. import jit
 from .logistic import logistic
 from .nn_cpu import parallel_rows
 from .op_erf import ERF_P32, ERF_Q32, erf32
+from .tanh import tanh
 from .ufuncs import clip_ufunc
 
 #: Compiled codes of ``jit._conv_act``; 0: the NumPy ufuncs only.
@@ -212,7 +214,7 @@ class Epilogue:
         elif name == "LeakyRelu":
             np.multiply(y, p[0], out=y, where=y < 0)
         elif name == "Tanh":
-            np.tanh(y, out=y)
+            tanh(y, out=y)
         elif name in ("Sigmoid", "SiLU"):
             # the CPU Sigmoid / SiLU kernels' own function: their bits, compiled or not
             logistic(y, mul=name == "SiLU", out=y)

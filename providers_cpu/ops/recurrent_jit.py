@@ -63,6 +63,13 @@ def transposed_w(W: np.ndarray) -> np.ndarray:
 #: call's own cost dominates.
 LOOP_PROJECTION_ROWS = 8
 
+#: Up to this many rows the input projection takes the compiled GEMM (``weight_products``)
+#: at any thread count, where its rule runs it at two: OpenBLAS packs the whole weight on
+#: every call, which a few rows do not pay back (one thread, Zen 3: [10, 256] x [256, 384]
+#: 42 against 54 us, [14, 256] x [256, 384] 56 against 62, [10, 512] x [512, 2048] 314
+#: against 545), and a session's second BLAS thread waits on a busy core.
+PACKED_ROWS = 16
+
 
 def run(
     op: str,
@@ -167,8 +174,11 @@ def project_rows(
 ) -> None:
     """``proj[d] = rows @ Wt[d] (+ bias[d])`` for every direction: the compiled GEMM
     (``weight_products``) where its rule says, BLAS otherwise."""
+    threads = run_threads()
+    if rows.shape[0] <= PACKED_ROWS:
+        threads = max(threads, 2)
     for d in range(Wt.shape[0]):
-        if packed is not None and packed[d].fits(rows, run_threads()):
+        if packed is not None and packed[d].fits(rows, threads):
             packed[d](rows, None if bias is None else bias[d], out=proj[d])
             continue
         np.matmul(rows, Wt[d], out=proj[d])
