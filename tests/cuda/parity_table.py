@@ -6,7 +6,7 @@ TABLE = {
     "::Acosh": [("test_acosh", "float32"), ("test_acosh", "float16")],
     "::Add": [
         ("test_add", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_fp16_expanded", "float16"),
         ("test_attention_3d_causal_expanded", "float32"),
         ("test_add_uint8", "float32"),
     ],
@@ -132,6 +132,7 @@ TABLE = {
     "::Div": [
         ("test_div", "float32"),
         ("test_celu_float16_expanded", "float16"),
+        ("test_flexattention_soft_cap_expanded_ver26", "float32"),
         ("test_div_int32_trunc", "float32"),
     ],
     "::Dropout": [("test_dropout_default", "float32"), ("test_dropout_default", "float16")],
@@ -140,7 +141,7 @@ TABLE = {
     "::Elu": [("test_elu", "float32"), ("test_celu_float16_expanded", "float16")],
     "::Equal": [
         ("test_greater_equal_bcast_expanded", "float32"),
-        ("test_affine_grid_2d_align_corners_expanded", "float32"),
+        ("test_affine_grid_3d_align_corners_expanded", "float32"),
         ("test_equal", "float32"),
         ("test_equal_uint8", "float32"),
     ],
@@ -152,18 +153,14 @@ TABLE = {
     ],
     "::Expand": [
         ("test_expand_dim_changed", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_causal_fp16_expanded", "float16"),
         ("test_flexattention_double_expanded_ver26", "float32"),
     ],
     "::EyeLike": [("test_eyelike_populate_off_main_diagonal", "float32")],
     "::Flatten": [("test_flatten_axis0", "float32"), ("test_flatten_axis0", "float16")],
     "::Floor": [("test_floor", "float32"), ("test_floor", "float16")],
     "::GRU": [("test_gru_batchwise", "float32"), ("test_gru_batchwise", "float16")],
-    "::Gather": [
-        ("test_gather_0", "float32"),
-        ("test_flexattention_causal_mask_expanded_ver26", "float32"),
-        ("test_gather_0", "float16"),
-    ],
+    "::Gather": [("test_gather_0", "float32"), ("test_gather_0", "float16")],
     "::GatherElements": [
         ("test_gather_elements_0", "float32"),
         ("test_gather_elements_0", "float16"),
@@ -190,9 +187,9 @@ TABLE = {
     ],
     "::GreaterOrEqual": [
         ("test_greater_equal", "float32"),
-        ("test_flexattention_causal_mask_expanded_ver26", "float32"),
         ("test_greater_equal_uint8", "float32"),
         ("test_greater_equal_int8", "float32"),
+        ("test_greater_equal_int16", "float32"),
         ("test_greater_equal", "float16"),
     ],
     "::GridSample": [("test_gridsample", "float32"), ("test_gridsample", "float16")],
@@ -207,7 +204,7 @@ TABLE = {
     "::Hardmax": [("test_hardmax_axis_0", "float32"), ("test_hardmax_axis_0", "float16")],
     "::Identity": [
         ("test_identity", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_causal_fp16_expanded", "float16"),
         ("test_clip_default_int8_inbounds_expanded", "float32"),
     ],
     "::If": [("test_if", "float32")],
@@ -226,7 +223,7 @@ TABLE = {
     "::LeakyRelu": [("test_leakyrelu", "float32"), ("test_leakyrelu", "float16")],
     "::Less": [
         ("test_less", "float32"),
-        ("test_attention_3d_causal_expanded", "float32"),
+        ("test_attention_4d_causal_nonpad_attn_mask_composition_expanded", "float32"),
         ("test_less_uint8", "float32"),
         ("test_less_int8", "float32"),
         ("test_less", "float16"),
@@ -256,7 +253,7 @@ TABLE = {
     "::LpPool": [("test_lppool_1d_default", "float32"), ("test_lppool_1d_default", "float16")],
     "::MatMul": [
         ("test_matmul_1d_1d", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_causal_fp16_expanded", "float16"),
         ("test_flexattention_double_expanded_ver26", "float32"),
     ],
     "::MatMulInteger": [("test_matmulinteger", "float32")],
@@ -293,7 +290,7 @@ TABLE = {
     ],
     "::Mul": [
         ("test_mul", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_causal_fp16_expanded", "float16"),
         ("test_mul_uint8", "float32"),
         ("test_flexattention_double_expanded_ver26", "float32"),
     ],
@@ -352,7 +349,7 @@ TABLE = {
     ],
     "::ReduceMax": [
         ("test_reduce_max_default_axes_keepdim_example", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded", "float16"),
         ("test_reduce_max_bool_inputs", "float32"),
     ],
     "::ReduceMean": [
@@ -380,7 +377,7 @@ TABLE = {
     "::Relu": [("test_relu", "float32"), ("test_relu", "float16")],
     "::Reshape": [
         ("test_reshape_allowzero_reordered", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_causal_fp16_expanded", "float16"),
         ("test_flexattention_double_expanded_ver26", "float32"),
     ],
     "::Resize": [
@@ -428,7 +425,7 @@ TABLE = {
     "::Softmax": [
         ("test_softmax_axis_0", "float32"),
         ("test_attention_4d_causal_fp16_expanded", "float16"),
-        ("test_attention_local_window_gqa_rank4_mask_expanded", "float32"),
+        ("test_flexattention_double_expanded_ver26", "float32"),
     ],
     "::SoftmaxCrossEntropyLoss": [
         ("test_sce_NCd1_mean_weight_negative_ii", "float32"),
@@ -471,13 +468,13 @@ TABLE = {
     ],
     "::Transpose": [
         ("test_transpose_all_permutations_0", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_causal_fp16_expanded", "float16"),
         ("test_flexattention_double_expanded_ver26", "float32"),
     ],
     "::Trilu": [("test_tril", "float32")],
     "::Unsqueeze": [
         ("test_unsqueeze_axis_0", "float32"),
-        ("test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded", "float16"),
+        ("test_attention_4d_fp16_expanded", "float16"),
         ("test_attention_3d_causal_expanded", "float32"),
         ("test_flexattention_double_expanded_ver26", "float32"),
     ],
@@ -598,16 +595,7 @@ TABLE = {
         ("custom:onnxep::NormMatMulNT", "float32"),
         ("custom:onnxep::NormMatMulNT", "float16"),
     ],
-    "onnxep::Rsqrt": [
-        ("custom:onnxep::Rsqrt", "float32"),
-        ("custom:onnxep::Rsqrt", "float16"),
-    ],
-    "onnxep::SiLU": [
-        ("custom:onnxep::SiLU", "float32"),
-        ("custom:onnxep::SiLU", "float16"),
-    ],
-    "onnxep::SwiGLU": [
-        ("custom:onnxep::SwiGLU", "float32"),
-        ("custom:onnxep::SwiGLU", "float16"),
-    ],
+    "onnxep::Rsqrt": [("custom:onnxep::Rsqrt", "float32"), ("custom:onnxep::Rsqrt", "float16")],
+    "onnxep::SiLU": [("custom:onnxep::SiLU", "float32"), ("custom:onnxep::SiLU", "float16")],
+    "onnxep::SwiGLU": [("custom:onnxep::SwiGLU", "float32"), ("custom:onnxep::SwiGLU", "float16")],
 }
