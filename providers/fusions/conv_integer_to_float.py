@@ -25,16 +25,12 @@ import onnx_ir as ir
 
 from ..ops.fused import DOMAIN
 from .graph_edits import take_over
+from .graph_reads import other_operand
 from .naming import graphs
 from .quantized_swiglu import attribute_values, is_op
 from .reporting import ANOTHER_CONSUMER, GRAPH_OUTPUT, ReportingFusionPass, no_kernel
 
 FLOAT, INT32 = ir.DataType.FLOAT, ir.DataType.INT32
-
-
-def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
-    a, b = node.inputs[0], node.inputs[1]
-    return b if a is v else a
 
 
 def _reader(v: ir.Value, domain: str, op: str) -> ir.Node | None:
@@ -82,8 +78,8 @@ class FuseConvIntegerToFloat(ReportingFusionPass):
         nodes = [conv, *([add] if add is not None else []), cast, mul]
         if not all(self.owns(n) for n in nodes):
             return False  # another provider's
-        addend = None if add is None else _other(add, acc)
-        scale = _other(mul, cast.outputs[0])
+        addend = None if add is None else other_operand(add, acc)
+        scale = other_operand(mul, cast.outputs[0])
         why = (
             _escape(acc, add if add is not None else cast)
             or (None if add is None else _escape(summed, cast))

@@ -33,26 +33,13 @@ import onnx_ir as ir
 
 from . import rule_checks as C
 from .graph_edits import take_over
+from .graph_reads import other_operand, sole_reader
 from .naming import graphs
 from .quantized_swiglu import is_op
 from .reporting import ANOTHER_CONSUMER, GRAPH_OUTPUT, ReportingFusionPass, no_kernel
 
 MS = "com.microsoft"
 FLOAT = ir.DataType.FLOAT
-
-
-def _only_use(v: ir.Value) -> ir.Node | None:
-    """The one node reading ``v`` (read once, not a graph output), else None."""
-    uses = v.uses()
-    if len(uses) != 1 or v.is_graph_output():
-        return None
-    return uses[0].node
-
-
-def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
-    """The operand of a two-input node that is not ``v``."""
-    a, b = node.inputs[0], node.inputs[1]
-    return b if a is v else a
 
 
 def _size(v: ir.Value | None) -> int | None:
@@ -108,7 +95,7 @@ class FuseDynamicQuantizeMatMul(ReportingFusionPass):
         b_zp = mmi.inputs[3] if len(mmi.inputs) > 3 else None
         n = C.dim(b, -1)
         n = n if isinstance(n, int) else None
-        bias = None if bias_add is None else _other(bias_add, mul.outputs[0])
+        bias = None if bias_add is None else other_operand(bias_add, mul.outputs[0])
         dql = a.producer()
         quantized_here = (
             dql is not None
@@ -121,7 +108,7 @@ class FuseDynamicQuantizeMatMul(ReportingFusionPass):
             a_scale = dql.outputs[1]
         else:
             a_scale = next((v for v in scales.inputs if _size(v) == 1), None)
-        b_scale = None if a_scale is None else _other(scales, a_scale)
+        b_scale = None if a_scale is None else other_operand(scales, a_scale)
         why = (
             _escape(mmi.outputs[0], cast)
             or _escape(cast.outputs[0], mul)
@@ -191,14 +178,14 @@ def _chain(mmi: ir.Node):
         mul = use.node
         if not is_op(mul, "", "Mul") or len(mul.inputs) != 2:
             continue
-        scales = _other(mul, f).producer()
+        scales = other_operand(mul, f).producer()
         if scales is not None and is_op(scales, "", "Mul") and len(scales.inputs) == 2:
             break
     else:
         return None
-    add = _only_use(mul.outputs[0])
+    add = sole_reader(mul.outputs[0])
     if add is not None and is_op(add, "", "Add") and len(add.inputs) == 2:
-        bias = _other(add, mul.outputs[0])
+        bias = other_operand(add, mul.outputs[0])
         if C.const(bias) is not None and bias.dtype == FLOAT and (C.rank(bias) or 0) <= 1:
             return cast, mul, scales, add
     return cast, mul, scales, None

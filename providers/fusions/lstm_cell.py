@@ -31,29 +31,13 @@ import onnx_ir as ir
 from ..ops.fused import DOMAIN
 from . import rule_checks as C
 from .graph_edits import take_over
+from .graph_reads import other_operand, sole_reader
 from .naming import Names, graphs
 from .reporting import SPANS_PROVIDERS, ReportingFusionPass, no_kernel
 
 
 def _is(node: ir.Node | None, op: str) -> bool:
     return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
-
-
-def _sole_use(v: ir.Value) -> ir.Node | None:
-    uses = v.uses()
-    if len(uses) != 1 or v.is_graph_output():
-        return None
-    return uses[0].node
-
-
-def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
-    """The other operand of a binary node one of whose operands is ``v``."""
-    a, b = node.inputs[0], node.inputs[1]
-    if a is v:
-        return b
-    if b is v:
-        return a
-    return None
 
 
 def _four_equal(split: ir.Node, x: ir.Value) -> bool:
@@ -82,7 +66,7 @@ def match(split: ir.Node) -> dict[str, Any] | None:
     x = split.inputs[0]
     if x is None or x.dtype != ir.DataType.FLOAT or not _four_equal(split, x):
         return None
-    acts = [_sole_use(v) for v in split.outputs]
+    acts = [sole_reader(v) for v in split.outputs]
     if any(n is None or len(n.inputs) != 1 for n in acts):
         return None
     kinds = [n.op_type if n.domain in ("", "ai.onnx") else "" for n in acts]
@@ -90,32 +74,32 @@ def match(split: ir.Node) -> dict[str, Any] | None:
         return None
     g_pos = kinds.index("Tanh")
     sig = {acts[k].outputs[0]: k for k in range(4) if k != g_pos}
-    mul_ig = _sole_use(acts[g_pos].outputs[0])
+    mul_ig = sole_reader(acts[g_pos].outputs[0])
     if not _is(mul_ig, "Mul"):
         return None
-    s_i = _other(mul_ig, acts[g_pos].outputs[0])
-    if s_i not in sig or _sole_use(s_i) is not mul_ig:
+    s_i = other_operand(mul_ig, acts[g_pos].outputs[0])
+    if s_i not in sig or sole_reader(s_i) is not mul_ig:
         return None
-    add_c = _sole_use(mul_ig.outputs[0])
+    add_c = sole_reader(mul_ig.outputs[0])
     if not _is(add_c, "Add"):
         return None
-    mul_fc = _other(add_c, mul_ig.outputs[0])
+    mul_fc = other_operand(add_c, mul_ig.outputs[0])
     mul_fc = None if mul_fc is None else mul_fc.producer()
-    if not _is(mul_fc, "Mul") or _sole_use(mul_fc.outputs[0]) is not add_c:
+    if not _is(mul_fc, "Mul") or sole_reader(mul_fc.outputs[0]) is not add_c:
         return None
     s_f = next((v for v in mul_fc.inputs if v in sig and v is not s_i), None)
-    if s_f is None or _sole_use(s_f) is not mul_fc:
+    if s_f is None or sole_reader(s_f) is not mul_fc:
         return None
-    c_prev = _other(mul_fc, s_f)
+    c_prev = other_operand(mul_fc, s_f)
     c = add_c.outputs[0]
     tanh_c = [u.node for u in c.uses() if _is(u.node, "Tanh")]
     if len(tanh_c) != 1:
         return None
-    mul_h = _sole_use(tanh_c[0].outputs[0])
+    mul_h = sole_reader(tanh_c[0].outputs[0])
     if not _is(mul_h, "Mul"):
         return None
-    s_o = _other(mul_h, tanh_c[0].outputs[0])
-    if s_o not in sig or s_o in (s_i, s_f) or _sole_use(s_o) is not mul_h:
+    s_o = other_operand(mul_h, tanh_c[0].outputs[0])
+    if s_o not in sig or s_o in (s_i, s_f) or sole_reader(s_o) is not mul_h:
         return None
     if c_prev is None or c_prev.dtype != ir.DataType.FLOAT:
         return None
@@ -124,7 +108,7 @@ def match(split: ir.Node) -> dict[str, Any] | None:
     add = x.producer()
     if (
         _is(add, "Add")
-        and _sole_use(x) is split
+        and sole_reader(x) is split
         and all(v is not None and v.dtype == ir.DataType.FLOAT for v in add.inputs)
         and C.same_shape(add.inputs[0], add.inputs[1]) is None
     ):
