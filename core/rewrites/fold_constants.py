@@ -117,13 +117,7 @@ class FoldConstants(RewritePass):
         dims = [int(d) for d in x.shape.dims]
         if node.op_type == "Size":
             return [np.array(int(np.prod(dims)), dtype=np.int64)]
-        rank = len(dims)
-        start = node.attributes.get("start")
-        end = node.attributes.get("end")
-        s = start.value if start is not None else 0
-        e = end.value if end is not None else rank
-        s = min(max(s + rank if s < 0 else s, 0), rank)
-        e = min(max(e + rank if e < 0 else e, 0), rank)
+        s, e = _shape_span(node, len(dims))
         return [np.array(dims[s:e], dtype=np.int64)]
 
     @staticmethod
@@ -180,13 +174,7 @@ def _shape_dims(node: ir.Node) -> list | None:
     if index is None or index.dtype.kind not in "iu":
         return None
     dims = list(x.shape.dims)
-    rank = len(dims)
-    start = shape_node.attributes.get("start")
-    end = shape_node.attributes.get("end")
-    s = start.value if start is not None else 0
-    e = end.value if end is not None else rank
-    s = min(max(s + rank if s < 0 else s, 0), rank)
-    e = min(max(e + rank if e < 0 else e, 0), rank)
+    s, e = _shape_span(shape_node, len(dims))
     dims = dims[s:e]
     picked = []
     for i in index.reshape(-1).tolist():
@@ -195,6 +183,15 @@ def _shape_dims(node: ir.Node) -> list | None:
             return None  # out of range (the run says so) or not static
         picked.append(int(dims[i]))
     return [np.array(picked, dtype=np.int64).reshape(index.shape)]
+
+
+def _shape_span(node: ir.Node, rank: int) -> tuple[int, int]:
+    """The dims a Shape node returns (its start and end, clamped as opset 15 says)."""
+    start = node.attributes.get("start")
+    end = node.attributes.get("end")
+    s = start.value if start is not None else 0
+    e = end.value if end is not None else rank
+    return min(max(s + rank if s < 0 else s, 0), rank), min(max(e + rank if e < 0 else e, 0), rank)
 
 
 def _no_subgraph(*_: Any) -> Any:
