@@ -101,6 +101,9 @@ def test_matches_numpy_in_one_launch(lead, k, n, with_bias, dtype, emulated, mon
     assert name.startswith(
         f"gemv_nt<{G.CTYPE[np.dtype(dtype)]}, {16 // np.dtype(dtype).itemsize if vec else 1},"
     )
+    # only a launch whose outputs split runs the instantiation with the slices' merge
+    split = G.k_split(n, k // (16 // np.dtype(dtype).itemsize), gemv.sms)
+    assert name.endswith(f", {int(split > 1)}>")
 
 
 def test_a_misaligned_weight_runs_the_scalar_loads(emulated, monkeypatch):
@@ -112,7 +115,7 @@ def test_a_misaligned_weight_runs_the_scalar_loads(emulated, monkeypatch):
     shifted[...] = wt
     got = gemv(a, shifted)
     np.testing.assert_allclose(got.astype(np.float64), _reference(a, wt, None), **_tol(F16))
-    assert names == ["gemv_nt<__half, 1, 2, 0, 0>"]
+    assert names == ["gemv_nt<__half, 1, 2, 0, 0, 0>"]
 
 
 def _tol(dtype):

@@ -95,10 +95,10 @@ def launches(monkeypatch):
 
 
 def _normalising(name: str) -> bool:
-    """Whether a launched instantiation has the norm prologue (gemv_nt's last template
+    """Whether a launched instantiation has the norm prologue (gemv_nt's fifth template
     argument, nbits_mma's seventh)."""
     args = name[name.index("<") + 1 : -1].split(", ")
-    return (args[-1] if name.startswith("gemv_nt") else args[6]) == "1"
+    return args[4 if name.startswith("gemv_nt") else 6] == "1"
 
 
 def _session(path, off=()):

@@ -113,14 +113,16 @@ __device__ __forceinline__ void nt_stage_norm(const T* __restrict__ x, const T* 
 // N being the output width H), reading a[m, :] alongside. With NORM, a is the norm's input x
 // and every block first stages its rows normalised in shared memory (skip, nbias, gamma,
 // sum_out, skip_rows, tpr, nvec and eps as norm_rows takes them), then reads A there.
-template <typename T, int V, int MT, int SWIGLU, int NORM>
+// SPLIT: whether `split_` warps share an output; the launches that never split compile
+// without the slice arithmetic and the merge (their registers and loop as before k_split).
+template <typename T, int V, int MT, int SWIGLU, int NORM, int SPLIT>
 __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
                         const T* __restrict__ bias, T* __restrict__ y,
                         const T* __restrict__ skip, const T* __restrict__ nbias,
                         const T* __restrict__ gamma, T* __restrict__ sum_out, i64 M_, i64 N_,
                         i64 K_, i64 has_bias, i64 skip_rows, i64 tpr, i64 nvec, i64 split_,
                         double eps) {
-  const int M = (int)M_, N = (int)N_, K = (int)K_, split = (int)split_;
+  const int M = (int)M_, N = (int)N_, K = (int)K_, split = SPLIT ? (int)split_ : 1;
   constexpr int U = 4;
   constexpr int P = SWIGLU ? 2 : 1;  // weight rows per warp
   typedef typename GemvRaw<T, V>::type Raw;
@@ -155,8 +157,9 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
     __syncthreads();
     a = sa;
   }
-  // j is the same for the whole warp: no shuffle loses a lane. A warp past N returns only
-  // after the block's barrier below (where split > 1 every warp reaches it).
+  // j is the same for the whole warp: no shuffle loses a lane. Where outputs split, a warp
+  // past N returns only after the block's barrier below (every warp reaches it).
+  if (!SPLIT && j >= N) return;
   const bool live = j < N;
   const T* rows[P];
 #pragma unroll
@@ -203,7 +206,7 @@ __global__ void gemv_nt(const T* __restrict__ a, const T* __restrict__ w,
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) acc[p][m] += shfl_xor(acc[p][m], off);
-  if (split > 1) {  // the slices' sums meet in the output's first warp, in slice order
+  if (SPLIT && split > 1) {  // the slices' sums meet in the output's first warp, in slice order
     __shared__ float red[BLOCK_WARPS][2][GEMV_NT_MT];
     const int warp = (int)threadIdx.x >> 5;
     if (lane == 0) {
@@ -250,7 +253,12 @@ def kernel_names(dtype: Any, norm: bool = False) -> tuple[str, ...]:
     c = CTYPE[np.dtype(dtype)]
     vecs = (vector_width(dtype), 1)
     tiles = [(v, mt) for v in vecs for mt in ROW_TILES]
-    return tuple(f"gemv_nt<{c}, {v}, {mt}, {s}, {int(norm)}>" for v, mt in tiles for s in (0, 1))
+    return tuple(
+        f"gemv_nt<{c}, {v}, {mt}, {s}, {int(norm)}, {p}>"
+        for v, mt in tiles
+        for s in (0, 1)
+        for p in (0, 1)
+    )
 
 
 GEMV_NT_NAMES = tuple(n for dt in CTYPE for norm in (False, True) for n in kernel_names(dt, norm))
@@ -357,8 +365,8 @@ class GemvNT:
         for d in lead:
             m *= d
         v = vector_width(dt) if vec else 1
-        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, 0>"
         split = k_split(n, k // vector_width(dt), self.sms)
+        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, 0, {int(split > 1)}>"
         grid = -(-cols * split * WARP // BLOCK)
         ints = (m, cols, k, int(not no_bias), 1, 32, 0, split, 0.0)
         return name, grid, ints, (*lead, cols)
@@ -417,7 +425,7 @@ class GemvNT:
         extra = (skip, nbias, gamma, sum_out)
         tail, smem = (skip_rows, K.row_threads(k), int(nvec), split, eps), m * k * dt.itemsize
         v = vector_width(dt) if vec else 1
-        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, {int(norm is not None)}>"
+        name = f"gemv_nt<{CTYPE[dt]}, {v}, {row_tile(m)}, {int(swiglu)}, 1, {int(split > 1)}>"
         ints = (m, cols, k, int(bias is not None), *tail)
         self._launch(dt, name, grid, (a, wt, bias_arg, y, *extra), ints, smem)
         return y
