@@ -239,3 +239,50 @@ def test_many_splits_merge_in_groups(nh, hd, cuda_gqa, emulator, monkeypatch):
     want = cpu_gqa(node, np)(*[f[n].copy() if n else None for n in names])
     got = cuda_gqa(node, emulated_xp())(*[f[n].copy() if n else None for n in names])
     gpu.assert_matches_cpu(got, want, np.float16, f"{nh} heads of {hd}")
+
+
+@pytest.mark.parametrize(
+    ("d", "threads", "sink"), [(64, 64, False), (128, 512, True), (64, 512, False)]
+)
+def test_merge_over_many_splits_matches_float64(d, threads, sink, emulator):
+    """gqa_decode_merge alone over 300 splits of synthetic partials: groups read eight splits
+    a batch and rescale their own softmax between batches (64 threads at head size 64: four
+    groups, ten batches each), splits that saw no key (max -inf) weigh nothing, a sink's
+    logit joins the denominator; against the merge in float64."""
+    from onnxep.providers_cuda.ops import decode_tc_cuda as tc
+    from onnxep.providers_cuda.ops.gqa_cuda import DECODE
+
+    rng = np.random.default_rng(d + threads)
+    nh, nsplit, ktile = 3, 300, 64
+    kv_end = nsplit * ktile  # every split used
+    m = rng.uniform(-4, 4, (nh, nsplit)).astype(np.float32)
+    m[0, :40] = -np.inf  # row 0: its first splits saw no key (whole batches of -inf)
+    m[1, 7::13] = -np.inf
+    ls = rng.uniform(0.5, 3.0, (nh, nsplit)).astype(np.float32)
+    acc = rng.standard_normal((nh, nsplit, d)).astype(np.float32)
+    part = np.concatenate([acc.ravel(), m.ravel(), ls.ravel()]).astype(np.float32)
+    sk = rng.uniform(-1, 1, nh).astype(np.float16)
+    zeros = dict.fromkeys(
+        "k_off v_off q_row k_row v_row bsb bsh bsj rows nrg rot interleaved pos_mode "
+        "cache_rows smooth window causal node scale softcap".split(),
+        0,
+    )
+    prm = DECODE.to_device(
+        np, B=1, nh=nh, nkv=1, D=d, C=kv_end, kv_limit=kv_end, nsplit=nsplit, ktile=ktile,
+        **zeros,
+    )  # fmt: skip
+    _, merge_name = tc.tc_names(d, 8)
+    source = f"#define ONNXEP_TC_DOUBLE_MAX {tc.TC_DOUBLE_MAX}\n" + tc.DECODE_TC_SOURCE
+    fn = emulator.function(source, merge_name, (merge_name,))
+    y = np.full((nh, d), np.nan, np.float16)
+    seqlens = np.array([kv_end - 1], np.int32)
+    smem = 4 * (2 * (threads // 16) + 4 * threads)
+    fn((nh,), (threads,), (seqlens, sk if sink else None, part, y, prm), shared_mem=smem)
+    m64, l64, a64 = m.astype(np.float64), ls.astype(np.float64), acc.astype(np.float64)
+    top = m64.max(axis=1, keepdims=True)
+    if sink:
+        top = np.maximum(top, sk.astype(np.float64)[:, None])
+    w = np.exp(m64 - top)
+    den = (w * l64).sum(axis=1) + (np.exp(sk.astype(np.float64) - top[:, 0]) if sink else 0)
+    want = (w[:, :, None] * a64).sum(axis=1) / den[:, None]
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-3, atol=2e-3)

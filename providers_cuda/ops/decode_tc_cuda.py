@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from .attention_cuda import params
 from .gqa_cuda import GQA_SOURCE
+from .gqa_geometry import TC_MERGE_THREADS
 
 TC_PRIMITIVES = r"""
 // d (16x8, fp32) += a (16x16, fp16) * b (16x8, fp16): mma.m16n8k16's fragments, as the PTX
@@ -727,94 +728,94 @@ __global__ void __launch_bounds__(128) att_decode_tc(
 }
 
 // The nsb splits of one output row (partials at bh of nout rows) merged into out[0, D).
-// A merge is latency, not bandwidth: each split's partial is a dependent load, 125 of them a
-// row at 32k keys. So every load is issued at once where it can be: the splits' maxes and
-// sums in one pass (into ms, 2 * nsplit floats), then the weighted sum of the partial
-// outputs by groups of D/4 threads, each thread four channels a 16-byte load, each group
-// every ng-th split eight loads at a time; the groups' sums (red + 32, ng * D <= 4 * nt
-// floats) meet in a fixed order (bit-stable).
+// A merge is latency, not bandwidth: 125 partials a row at 32k keys, each a load that the
+// next step waits for. So nothing waits for a block-wide maximum before the partials are
+// read: groups of D/4 threads (a thread four channels, one 16-byte load) take every ng-th
+// split, eight at a time with their maxes and sums loaded alongside, and keep an online
+// softmax of their own (rescaled to each batch's running maximum); the groups' (max, sum,
+// output) then meet in shared memory (red: 2 * ng + ng * D floats, ng * D <= 4 * nt) in a
+// fixed order (bit-stable), with the sink's logit where there is one.
 template <typename T>
 __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, long long nout,
                                              int nsplit, int nsb, int D, bool has_sink,
-                                             float sk, T* out, float* ms, float* red) {
+                                             float sk, T* out, float* red) {
   const long long acc_n = nout * nsplit * D;  // tc_write's layout: outputs, maxes, sums
   const float* pm = part + acc_n + bh * nsplit;
   const float* pl = part + acc_n + nout * nsplit + bh * nsplit;
   const float4* pa = reinterpret_cast<const float4*>(part + bh * nsplit * D);
-  const int nt = blockDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = nt >> 5;
-  float* ls_k = ms + nsplit;
-  float mx = ONNXEP_NEG_INF;
-  for (int k = threadIdx.x; k < nsb; k += nt) {
-    const float m = pm[k], l = pl[k];
-    ms[k] = m;
-    ls_k[k] = l;
-    mx = fmaxf(mx, m);
-  }
-  mx = warp_max(mx);
-  if (lane == 0) red[warp] = mx;
-  __syncthreads();
-  mx = ONNXEP_NEG_INF;
-  for (int w = 0; w < nw; ++w) mx = fmaxf(mx, red[w]);
-  const float mf = has_sink ? fmaxf(mx, sk) : mx;
-  float ls = 0.f;
-  for (int k = threadIdx.x; k < nsb; k += nt) {
-    const float w = ms[k] == ONNXEP_NEG_INF ? 0.f : expf(ms[k] - mf);
-    ms[k] = w;
-    ls = fmaf(w, ls_k[k], ls);
-  }
-  ls = warp_sum(ls);
-  __syncthreads();  // every warp read red[] above, and ms[] holds the weights
-  if (lane == 0) red[warp] = ls;
-  __syncthreads();
-  float lt = 0.f;
-  for (int w = 0; w < nw; ++w) lt += red[w];
-  if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
-  const bool live = mf != ONNXEP_NEG_INF && lt > 0.f;
-  const int lg = D >> 2, ng = imax(1, nt / lg);
+  const int nt = blockDim.x, lg = D >> 2, ng = imax(1, nt / lg);
   const int g = threadIdx.x / lg, c4 = threadIdx.x - g * lg;
-  float* gs = red + 32;
+  float* gm = red;
+  float* gl = red + ng;
+  float* gs = red + 2 * ng;
   if (g < ng) {
-    float4 acc[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    float M = ONNXEP_NEG_INF, L = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int k = g; k < nsb; k += 8 * ng) {
+      float m[8], l[8];
       float4 v[8];
-      float w[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int kj = k + j * ng;
-        w[j] = kj < nsb ? ms[kj] : 0.f;
-        v[j] = kj < nsb ? pa[(long long)kj * lg + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        const bool in = kj < nsb;
+        m[j] = in ? pm[kj] : ONNXEP_NEG_INF;
+        l[j] = in ? pl[kj] : 0.f;
+        v[j] = in ? pa[(long long)kj * lg + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
       }
+      float mb = M;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mb = fmaxf(mb, m[j]);
+      if (mb == ONNXEP_NEG_INF) continue;  // the group's splits so far saw no key
+      const float s = expf(M - mb);  // 0 while M is still -inf (acc and L are 0 then)
+      acc.x *= s;
+      acc.y *= s;
+      acc.z *= s;
+      acc.w *= s;
+      L *= s;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        float4& a = acc[j & 3];
-        a.x = fmaf(w[j], v[j].x, a.x);
-        a.y = fmaf(w[j], v[j].y, a.y);
-        a.z = fmaf(w[j], v[j].z, a.z);
-        a.w = fmaf(w[j], v[j].w, a.w);
+        const float w = m[j] == ONNXEP_NEG_INF ? 0.f : expf(m[j] - mb);
+        L = fmaf(w, l[j], L);
+        acc.x = fmaf(w, v[j].x, acc.x);
+        acc.y = fmaf(w, v[j].y, acc.y);
+        acc.z = fmaf(w, v[j].z, acc.z);
+        acc.w = fmaf(w, v[j].w, acc.w);
       }
+      M = mb;
+    }
+    if (c4 == 0) {
+      gm[g] = M;
+      gl[g] = L;
     }
     float* o = gs + g * D + 4 * c4;
-    o[0] = (acc[0].x + acc[1].x) + (acc[2].x + acc[3].x);
-    o[1] = (acc[0].y + acc[1].y) + (acc[2].y + acc[3].y);
-    o[2] = (acc[0].z + acc[1].z) + (acc[2].z + acc[3].z);
-    o[3] = (acc[0].w + acc[1].w) + (acc[2].w + acc[3].w);
+    o[0] = acc.x;
+    o[1] = acc.y;
+    o[2] = acc.z;
+    o[3] = acc.w;
   }
   __syncthreads();
   for (int d = threadIdx.x; d < D; d += nt) {
-    float a = 0.f;
-    for (int j = 0; j < ng; ++j) a += gs[j * D + d];
+    float mx = ONNXEP_NEG_INF;
+    for (int j = 0; j < ng; ++j) mx = fmaxf(mx, gm[j]);
+    const float mf = has_sink ? fmaxf(mx, sk) : mx;
+    float lt = 0.f, a = 0.f;
+    for (int j = 0; j < ng; ++j) {
+      const float w = gm[j] == ONNXEP_NEG_INF ? 0.f : expf(gm[j] - mf);
+      lt = fmaf(w, gl[j], lt);
+      a = fmaf(w, gs[j * D + d], a);
+    }
+    if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
+    const bool live = mf != ONNXEP_NEG_INF && lt > 0.f;
     out[d] = from_f<T>(live ? a / lt : 0.f);
   }
 }
 
 // GroupQueryAttention's rows held by several splits, one block per row b * nh + h.
 template <typename T>
-__global__ void __launch_bounds__(128) gqa_decode_merge(
+__global__ void __launch_bounds__(TC_MERGE_THREADS) gqa_decode_merge(
     const int* __restrict__ seqlens_k, const T* __restrict__ sink,
     const float* __restrict__ part, T* __restrict__ y, const GqaDecode* __restrict__ prm) {
-  extern __shared__ float smem[];  // 2 * nsplit weights and sums, then 32 + 512 floats of scratch
+  extern __shared__ float smem[];  // tc_merge_row's groups: maxes, sums and outputs
   tc_pdl_trigger();
   const int nh = prm->nh, D = prm->D, nsplit = prm->nsplit;
   const long long bh = blockIdx.x;
@@ -826,12 +827,12 @@ __global__ void __launch_bounds__(128) gqa_decode_merge(
   const bool has_sink = sink != nullptr || prm->smooth != 0;
   const float sk = sink != nullptr ? to_f(sink[h]) : 0.f;
   tc_merge_row<T>(part, bh, (long long)prm->B * nh, nsplit, nsb, D, has_sink, sk, y + bh * D,
-                  smem, smem + 2 * nsplit);
+                  smem);
 }
 
 // Attention's rows held by several splits, one block per row b * nh + h.
 template <typename T, int D>
-__global__ void __launch_bounds__(128) att_decode_merge(
+__global__ void __launch_bounds__(TC_MERGE_THREADS) att_decode_merge(
     const long long* __restrict__ nonpad, const float* __restrict__ part, T* __restrict__ y,
     const AttDecode* __restrict__ prm) {
   extern __shared__ float smem[];
@@ -846,10 +847,10 @@ __global__ void __launch_bounds__(128) att_decode_merge(
   const int nsb = imax(1, (hi - lo + chunk - 1) / chunk);
   if (nsb <= 1) return;  // att_decode_tc wrote the row
   tc_merge_row<T>(part, bh, (long long)prm->B * nh, nsplit, nsb, D, false, 0.f,
-                  y + b * prm->ysb + h * prm->ysh, smem, smem + 2 * nsplit);
+                  y + b * prm->ysb + h * prm->ysh, smem);
 }
 """
-)
+).replace("TC_MERGE_THREADS", str(TC_MERGE_THREADS))
 
 
 def tc_names(d: int, rows: int) -> tuple[str, str]:

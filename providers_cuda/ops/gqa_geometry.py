@@ -95,6 +95,9 @@ TC_MIN_CAPABILITY = 80
 TC_MAX_ROWS = 16
 TC_WARPS = 4
 TC_SPLIT_KEYS = TC_WARPS * 16
+#: Threads of the merge's one block a row: 16 to 32 groups of D/4 threads at head size 64 or
+#: 128, so a row's 125 to 250 splits are read in one batch of loads a thread.
+TC_MERGE_THREADS = 512
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class TcDecodeGeometry:
     merge_smem: int  # gqa_decode_merge's
 
     threads = 32 * TC_WARPS
-    merge_threads = 128
+    merge_threads = TC_MERGE_THREADS
 
 
 def tc_rows(group: int) -> tuple[int, int, int]:
@@ -170,9 +173,9 @@ def plan_decode_tc(b: int, nh: int, nkv: int, d: int, capacity: int, sms: int) -
     floats = (
         tile_rows * d // 2 + 2 * TC_WARPS * tile_rows + 2 * (d // 8) * (tile_rows // 4) * 32 + d
     )
-    # the merge: the splits' weights and sums, then a warp reduction's 32 floats and the
-    # split groups' partial sums, 4 per thread (decode_tc_cuda.tc_merge_row)
-    merge = 2 * nsplit + 32 + 4 * TcDecodeGeometry.merge_threads
+    # the merge's split groups (decode_tc_cuda.tc_merge_row): a max and a sum each, and
+    # their outputs, 4 floats a thread; at most one group per 16 threads (head size >= 64)
+    merge = 2 * (TC_MERGE_THREADS // 16) + 4 * TC_MERGE_THREADS
     return TcDecodeGeometry(rows, nrg, tile_rows, nsplit, 4 * floats, 4 * merge)
 
 
