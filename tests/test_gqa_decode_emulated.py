@@ -276,7 +276,7 @@ def test_merge_over_many_splits_matches_float64(d, threads, sink, emulator):
     fn = emulator.function(source, merge_name, (merge_name,))
     y = np.full((nh, d), np.nan, np.float16)
     seqlens = np.array([kv_end - 1], np.int32)
-    smem = 4 * (2 * (threads // 16) + 4 * threads)
+    smem = 4 * (3 * (threads // 16) + 1 + 4 * threads)
     fn((nh,), (threads,), (seqlens, sk if sink else None, part, y, prm), shared_mem=smem)
     m64, l64, a64 = m.astype(np.float64), ls.astype(np.float64), acc.astype(np.float64)
     top = m64.max(axis=1, keepdims=True)

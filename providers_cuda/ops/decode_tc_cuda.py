@@ -733,8 +733,8 @@ __global__ void __launch_bounds__(128) att_decode_tc(
 // read: groups of D/4 threads (a thread four channels, one 16-byte load) take every ng-th
 // split, eight at a time with their maxes and sums loaded alongside, and keep an online
 // softmax of their own (rescaled to each batch's running maximum); the groups' (max, sum,
-// output) then meet in shared memory (red: 2 * ng + ng * D floats, ng * D <= 4 * nt) in a
-// fixed order (bit-stable), with the sink's logit where there is one.
+// output) then meet in shared memory (red: 3 * ng + 1 + ng * D floats, ng * D <= 4 * nt) in
+// a fixed order (bit-stable), with the sink's logit where there is one.
 template <typename T>
 __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, long long nout,
                                              int nsplit, int nsb, int D, bool has_sink,
@@ -794,19 +794,33 @@ __device__ __forceinline__ void tc_merge_row(const float* part, long long bh, lo
     o[3] = acc.w;
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < D; d += nt) {
+  // The groups' weights and the sum once, by warp 0 (a thread per group), so each channel
+  // below is ng multiply-adds out of shared memory: not ng exponentials a channel.
+  float* gw = gs + ng * D;  // ng weights, then the total sum (0 where nothing is live)
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
     float mx = ONNXEP_NEG_INF;
-    for (int j = 0; j < ng; ++j) mx = fmaxf(mx, gm[j]);
+    for (int j = lane; j < ng; j += 32) mx = fmaxf(mx, gm[j]);
+    mx = warp_max(mx);
     const float mf = has_sink ? fmaxf(mx, sk) : mx;
-    float lt = 0.f, a = 0.f;
-    for (int j = 0; j < ng; ++j) {
+    float lt = 0.f;
+    for (int j = lane; j < ng; j += 32) {
       const float w = gm[j] == ONNXEP_NEG_INF ? 0.f : expf(gm[j] - mf);
+      gw[j] = w;
       lt = fmaf(w, gl[j], lt);
-      a = fmaf(w, gs[j * D + d], a);
     }
-    if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
-    const bool live = mf != ONNXEP_NEG_INF && lt > 0.f;
-    out[d] = from_f<T>(live ? a / lt : 0.f);
+    lt = warp_sum(lt);
+    if (lane == 0) {
+      if (has_sink && mf != ONNXEP_NEG_INF) lt += expf(sk - mf);
+      gw[ng] = mf != ONNXEP_NEG_INF && lt > 0.f ? lt : 0.f;
+    }
+  }
+  __syncthreads();
+  const float lt = gw[ng];
+  for (int d = threadIdx.x; d < D; d += nt) {
+    float a = 0.f;
+    for (int j = 0; j < ng; ++j) a = fmaf(gw[j], gs[j * D + d], a);
+    out[d] = from_f<T>(lt > 0.f ? a / lt : 0.f);
   }
 }
 

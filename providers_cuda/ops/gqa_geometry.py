@@ -173,9 +173,10 @@ def plan_decode_tc(b: int, nh: int, nkv: int, d: int, capacity: int, sms: int) -
     floats = (
         tile_rows * d // 2 + 2 * TC_WARPS * tile_rows + 2 * (d // 8) * (tile_rows // 4) * 32 + d
     )
-    # the merge's split groups (decode_tc_cuda.tc_merge_row): a max and a sum each, and
-    # their outputs, 4 floats a thread; at most one group per 16 threads (head size >= 64)
-    merge = 2 * (TC_MERGE_THREADS // 16) + 4 * TC_MERGE_THREADS
+    # the merge's split groups (decode_tc_cuda.tc_merge_row): a max, a sum and a weight
+    # each, the total, and their outputs, 4 floats a thread; at most one group per 16
+    # threads (head size >= 64)
+    merge = 3 * (TC_MERGE_THREADS // 16) + 1 + 4 * TC_MERGE_THREADS
     return TcDecodeGeometry(rows, nrg, tile_rows, nsplit, 4 * floats, 4 * merge)
 
 
