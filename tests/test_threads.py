@@ -296,3 +296,19 @@ def test_parallel_rows_raises_a_chunks_error():
 
     with blas_threads(2), pytest.raises(ValueError, match="chunk 40"):
         nn_cpu.parallel_rows(64, 1 << 30, fn)
+
+
+def test_the_session_splits_from_the_bound_the_kernels_split_at():
+    """A session gets every core only where some product is large enough for the
+    provider's own kernels to split it: under that bound a second thread split nothing of
+    ours and only moved pointwise convs to the compiled GEMM, run on one thread."""
+    from onnxep.providers_cpu.ops import nn_cpu
+    from onnxep.providers_cpu.thread_policy import MIN_SPLIT_MACS, choose
+
+    assert MIN_SPLIT_MACS == nn_cpu._PARALLEL_MIN  # noqa: SLF001  (the two bounds are one)
+    assert choose(MIN_SPLIT_MACS - 1, 2) == 1
+    assert choose(MIN_SPLIT_MACS, 2) == 2
+    # a 128 x 256 x 256 product (8.4M): one thread now, every core at 256^3
+    mid = onnxep.InferenceSession(_gemm_model(128, 256, 256), providers=["cpu"])
+    assert mid.providers[0].blas_thread_count == 1
+    assert "8.39M multiply-adds, under the 16.8M a split needs" in _cpu_note(mid)
