@@ -63,11 +63,12 @@ class CPUPlugin:
         # other fusions' gain is one kernel launch instead of several, which NumPy does not
         # have. An unrolled RNN's per-step input projections become one Gemm (the weight
         # read once, not once a step), and an unrolled LSTM cell's eleven small gate nodes
-        # one compiled node.
+        # one compiled node, and a GRU cell's sixteen likewise.
         from onnxep.providers.fusions import (
             FuseConvActivation,
             FuseConvIntegerToFloat,
             FuseDynamicQuantizeMatMul,
+            FuseGRUCell,
             FuseLSTMCell,
             FuseRMSNorm,
             FuseSiLU,
@@ -85,6 +86,7 @@ class CPUPlugin:
             FuseConvIntegerToFloat(),
             FuseStepGemms(),
             FuseLSTMCell(),
+            FuseGRUCell(),
         ]
         if jit.wanted():
             # Last: the chains are what the fusions above left (a Relu after a Conv is

@@ -332,6 +332,7 @@ def test_the_cpu_provider_contributes_its_fusions():
         "fuse_conv_integer_to_float",
         "fuse_step_gemms",
         "fuse_lstm_cell",
+        "fuse_gru_cell",
     ] + (["fuse_elementwise_chains"] if jit.wanted() else [])  # its gain is the compiled pass
     assert isinstance(passes[0], PatternFusionPass)
 

@@ -15,6 +15,7 @@ from .conv_activation import FuseConvActivation
 from .conv_integer_to_float import FuseConvIntegerToFloat
 from .dynamic_quantize_matmul import FuseDynamicQuantizeMatMul
 from .gelu import FuseGelu
+from .gru_cell import FuseGRUCell
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
 from .lstm_cell import FuseLSTMCell
@@ -74,6 +75,7 @@ __all__ = [
     "FuseConvIntegerToFloat",
     "FuseDynamicQuantizeMatMul",
     "FuseGelu",
+    "FuseGRUCell",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",
     "FuseLSTMCell",
