@@ -326,6 +326,7 @@ def test_the_cpu_provider_contributes_its_fusions():
     passes = plugin.onnxep_graph_rewrites(provider=_Named(), level="extended")
     assert [p.name for p in passes] == [
         "fuse_rms_norm",
+        "fuse_layer_norm",
         "fuse_conv_activation",
         "fuse_silu",
         "fuse_dynamic_quantize_matmul",

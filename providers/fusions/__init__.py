@@ -16,6 +16,7 @@ from .conv_integer_to_float import FuseConvIntegerToFloat
 from .dynamic_quantize_matmul import FuseDynamicQuantizeMatMul
 from .gelu import FuseGelu
 from .gru_cell import FuseGRUCell
+from .layer_norm import FuseLayerNorm
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
 from .lstm_cell import FuseLSTMCell
@@ -76,6 +77,7 @@ __all__ = [
     "FuseDynamicQuantizeMatMul",
     "FuseGelu",
     "FuseGRUCell",
+    "FuseLayerNorm",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",
     "FuseLSTMCell",
