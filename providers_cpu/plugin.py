@@ -55,19 +55,22 @@ class CPUPlugin:
     def onnxep_graph_rewrites(self, provider: Any, level: str) -> Any:
         if level != "extended" or provider is None or provider.name != "cpu":
             return None
-        # The RMS norm, Conv + activation (every activation the CPU FusedConv runs,
-        # conv_epilogue: it runs on the Conv's output in cache, which saves a pass or
-        # several over memory and an allocation), x * Sigmoid(x) (one buffer, not two) and
-        # an 8-bit product's or convolution's rescale (float32 written by the integer
-        # product's epilogue, not an int32 tensor, a float copy and two more passes). The
-        # other fusions' gain is one kernel launch instead of several, which NumPy does not
-        # have. An unrolled RNN's per-step input projections become one Gemm (the weight
-        # read once, not once a step), and an unrolled LSTM cell's eleven small gate nodes
-        # one compiled node.
+        # The RMS and layer norms (reductions and elementwise nodes as one kernel), Conv +
+        # activation (every activation the CPU FusedConv runs, conv_epilogue: it runs on
+        # the Conv's output in cache, which saves a pass or several over memory and an
+        # allocation), x * Sigmoid(x) (one buffer, not two) and an 8-bit product's or
+        # convolution's rescale (float32 written by the integer product's epilogue, not an
+        # int32 tensor, a float copy and two more passes). The other fusions' gain is one
+        # kernel launch instead of several, which NumPy does not have. An unrolled RNN's
+        # per-step input projections become one Gemm (the weight read once, not once a
+        # step), and an unrolled LSTM cell's eleven small gate nodes one compiled node, a
+        # GRU cell's sixteen likewise.
         from onnxep.providers.fusions import (
             FuseConvActivation,
             FuseConvIntegerToFloat,
             FuseDynamicQuantizeMatMul,
+            FuseGRUCell,
+            FuseLayerNorm,
             FuseLSTMCell,
             FuseRMSNorm,
             FuseSiLU,
@@ -79,12 +82,14 @@ class CPUPlugin:
 
         passes = [
             FuseRMSNorm(),
+            FuseLayerNorm(),
             FuseConvActivation(extra=EXTRA, residual=True),
             FuseSiLU(),
             FuseDynamicQuantizeMatMul(),
             FuseConvIntegerToFloat(),
             FuseStepGemms(),
             FuseLSTMCell(),
+            FuseGRUCell(),
         ]
         if jit.wanted():
             # Last: the chains are what the fusions above left (a Relu after a Conv is

@@ -90,7 +90,9 @@ def test_small_rows_against_numpy_reference_and_onnxruntime(op, shape, axis, ops
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 def test_large_inner_axis_and_strided_inputs_keep_numpy_bits(op, monkeypatch):
-    # past MAX_SIZE and over a leading axis: the NumPy kernel, bit for bit
+    # past MAX_SIZE and over a leading axis: the NumPy kernel, bit for bit (a large
+    # Softmax takes the compiled exp only while every row's maximum is finite: these rows
+    # hold +inf and -inf-only rows, so the whole call is NumPy's)
     from onnxep.providers_cpu.ops import softmax_loops
 
     big = _x((4, softmax_loops.MAX_SIZE // 4 + 1))
@@ -117,3 +119,50 @@ def test_empty_and_float64_keep_numpy(monkeypatch):
         fast, slow = _runs(model, x, monkeypatch)
         assert fast.dtype == x.dtype and fast.shape == x.shape
         np.testing.assert_array_equal(fast, slow)
+
+
+def _float64_softmax(x, k=1):
+    rows = x.reshape(-1, int(np.prod(x.shape[x.ndim - k :]))).astype(np.float64)
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis", "opset", "k"),
+    [
+        ((1, 10, 6625), -1, 13, 1),  # a text recogniser's classes
+        ((3, 4097), -1, 13, 1),
+        ((5000, 1), -1, 13, 1),  # rows of one value: 1 each
+        ((2, 3, 1500), 1, 11, 2),  # opset 11: the trailing dims flattened
+        ((9000, 3), -1, 13, 1),
+    ],
+)
+def test_large_softmax_compiled_exp_against_float64_numpy_and_onnxruntime(
+    shape, axis, opset, k, monkeypatch
+):
+    x = _x(shape, special=False) * np.float32(3)
+    model = _model("Softmax", axis, opset)
+    fast, slow = _runs(model, x, monkeypatch)
+    assert fast.dtype == np.float32 and fast.shape == x.shape
+    want = _float64_softmax(x, k)
+    np.testing.assert_allclose(fast, want, rtol=2e-5, atol=1e-7)
+    np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-7)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(fast, ref.run(None, {"x": x})[0], rtol=2e-5, atol=1e-7)
+
+
+def test_large_softmax_special_values(monkeypatch):
+    from onnxep.providers_cpu.ops import softmax_loops
+
+    n = softmax_loops.MAX_SIZE // 4 + 1
+    x = _x((5, n), special=False)
+    x[0, 3] = np.nan  # a NaN row: all NaN, as NumPy's kernel gives
+    x[1, :7] = -np.inf  # -inf entries in a finite row: 0
+    x[2, 0] = 200.0  # the rest more than 88 below the maximum: 0, the maximum 1
+    x[3, 5] = np.float32(-1e30)
+    fast, slow = _runs(_model("Softmax", -1, 13), x, monkeypatch)
+    assert np.isnan(fast[0]).all() and np.isnan(slow[0]).all()
+    assert (fast[1, :7] == 0).all()
+    assert fast[2, 0] == 1 and (fast[2, 1:] == 0).all()
+    assert fast[3, 5] == 0
+    np.testing.assert_allclose(fast[1:], slow[1:], rtol=2e-5, atol=1e-7)

@@ -326,12 +326,14 @@ def test_the_cpu_provider_contributes_its_fusions():
     passes = plugin.onnxep_graph_rewrites(provider=_Named(), level="extended")
     assert [p.name for p in passes] == [
         "fuse_rms_norm",
+        "fuse_layer_norm",
         "fuse_conv_activation",
         "fuse_silu",
         "fuse_dynamic_quantize_matmul",
         "fuse_conv_integer_to_float",
         "fuse_step_gemms",
         "fuse_lstm_cell",
+        "fuse_gru_cell",
     ] + (["fuse_elementwise_chains"] if jit.wanted() else [])  # its gain is the compiled pass
     assert isinstance(passes[0], PatternFusionPass)
 

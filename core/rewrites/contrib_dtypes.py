@@ -130,6 +130,9 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     # float32 elementwise steps; the shape is every input's broadcast
     (EP, "ElementwiseChain"): (_like(0),),
     (EP, "FusedConv"): (_like(0),),  # com.microsoft FusedConv with more activations
+    # h in the previous state's type; no shape: the NumPy path broadcasts as the unfused
+    # nodes did
+    (EP, "GRUCell"): (_like(2),),
     (EP, "GatedLinearAttention"): (_like(0), _like(3, 0)),  # as LinearAttention
     # h and c in the cell state's type; no shape: the NumPy path broadcasts as the
     # unfused nodes did

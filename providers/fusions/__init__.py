@@ -15,6 +15,8 @@ from .conv_activation import FuseConvActivation
 from .conv_integer_to_float import FuseConvIntegerToFloat
 from .dynamic_quantize_matmul import FuseDynamicQuantizeMatMul
 from .gelu import FuseGelu
+from .gru_cell import FuseGRUCell
+from .layer_norm import FuseLayerNorm
 from .linear_attention_gates import FuseLinearAttentionGates
 from .linear_attention_l2_norm import FuseLinearAttentionL2Norm
 from .lstm_cell import FuseLSTMCell
@@ -74,6 +76,8 @@ __all__ = [
     "FuseConvIntegerToFloat",
     "FuseDynamicQuantizeMatMul",
     "FuseGelu",
+    "FuseGRUCell",
+    "FuseLayerNorm",
     "FuseLinearAttentionGates",
     "FuseLinearAttentionL2Norm",
     "FuseLSTMCell",

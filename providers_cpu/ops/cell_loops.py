@@ -43,3 +43,22 @@ def lstm_cell(a, b, c0, order, h, c):
                 cr[k] = s + sigmoid32(gi[k]) * tanh32(gg[k])
             for k in range(H):
                 hr[k] = sigmoid32(go[k]) * tanh32(cr[k])
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, fastmath=_CELL, error_model="numpy")
+def gru_cell(gi, gh, h0, offsets, h):
+    """Rows of ``gi`` and ``gh`` hold the r, z and n blocks at ``offsets`` (those of ``gi``
+    then of ``gh``); ``h0`` [batch, H] the previous state. Writes ``h = (1 - z) * n + z *
+    h0`` with ``r``, ``z`` the logistic of the blocks' sums and ``n = tanh(gi_n + r *
+    gh_n)`` (the reset gate scaling ``gh``'s block, as torch's GRU)."""
+    H = h.shape[1]
+    ir, iz, i_n = offsets[0], offsets[1], offsets[2]
+    hr, hz, h_n = offsets[3], offsets[4], offsets[5]
+    one = gi.dtype.type(1)
+    for b in range(h.shape[0]):
+        a, g, p, o = gi[b], gh[b], h0[b], h[b]
+        for k in range(H):
+            r = sigmoid32(a[ir + k] + g[hr + k])
+            z = sigmoid32(a[iz + k] + g[hz + k])
+            n = tanh32(a[i_n + k] + r * g[h_n + k])
+            o[k] = (one - z) * n + z * p[k]

@@ -1,4 +1,5 @@
-"""LayerNormalization on NumPy: float32 over the last axis in a few in-place passes."""
+"""LayerNormalization: float32 over the last axis in one compiled pass per row (numba,
+norm_loops.py), else in a few in-place NumPy passes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import numpy as np
 
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_layer_normalization import layer_normalization as generic
+
+from .. import jit
+
+_EMPTY = np.empty(0, np.float32)
 
 
 # onnxruntime registers its own kernel in the default domain below opset 17 (the op was a
@@ -28,6 +33,15 @@ def layer_normalization(node, xp):
             or (bias is not None and (bias.shape != (d,) or bias.dtype != np.float32))
         ):
             return general(x, scale, bias)
+        if not x.size:  # no rows, or rows of nothing (whose mean is no number)
+            return (np.empty(x.shape, np.float32),)
+        if jit.ENABLED:
+            from .norm_loops import layer_norm_rows
+
+            x2 = np.ascontiguousarray(x).reshape(-1, d)
+            out = np.empty(x.shape, np.float32)
+            layer_norm_rows(x2, scale, _EMPTY if bias is None else bias, eps, out.reshape(-1, d))
+            return (out,)
         c = x - x.mean(axis=-1, keepdims=True)
         var = np.einsum("...i,...i->...", c, c)[..., None]
         var *= np.float32(1.0 / d)
