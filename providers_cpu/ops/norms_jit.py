@@ -5,14 +5,14 @@ node. NumPy needs six to nine calls for one RMSNorm (square-sum, scale, add, sqr
 reciprocal, two products, the residual add), each 1-2.5 us of dispatch on a 2-core Zen 3
 against nanoseconds of arithmetic: SkipSimplifiedLayerNormalization took 20 us a node,
 LpNormalization 22, GatedRMSNorm 41, LinearAttentionGate 24 on the tiny hybrid decoder
-(onnxruntime's: 8, 5, 20, 9). Here each is one numba call over C-contiguous float32 rows
+(onnxruntime's: 8, 5, 20, 9). Here each is one numba call over float32 rows
 (about 1.2 us of dispatch): docs/cpu_kernels.md, "Tiny decoders".
 
 Sums of squares and absolute values accumulate in float64 and the scale is rounded to
 float32 once per row, so results are within an ulp or two of the NumPy passes (which
 sum in float32, pairwise). Activations use float32 ``exp`` per value.
 
-Callers check dtypes, shapes and contiguity; every function here assumes them. Without
+Callers check dtypes and shapes; every function here assumes them. Without
 numba (``jit.ENABLED`` false) nothing here is called.
 """
 
@@ -34,10 +34,11 @@ def enabled() -> bool:
 
 
 def rows_ok(*arrays: np.ndarray) -> bool:
-    """Every array float32 and C-contiguous (so ``reshape`` gives views and the loops
-    read memory in order)."""
+    """Every array float32. Any strides: the loops take strided arrays as they are (a
+    decode loop's state is a view into its capacity buffer), and a ``reshape`` copies
+    only where it must."""
     for a in arrays:
-        if a.dtype != _F32 or not a.flags.c_contiguous:
+        if a.dtype != _F32:
             return False
     return True
 
@@ -65,7 +66,7 @@ def rms(
     """``(rms_norm(s) * w, s)`` with ``s = x + skip + bias`` (``s`` None without a skip).
 
     ``x`` and ``skip`` of one shape, ``w`` and ``bias`` 1-D of the last dim, all float32
-    and C-contiguous."""
+    (any strides)."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
     y = np.empty(x.shape, _F32)
