@@ -81,7 +81,7 @@ def mat_mul(node, xp):
                 if weight is not None and few_rows.compiled(a2):
                     bt = weight.transposed
                 y = few_rows.rows_times(a2, b, bt)
-                return (y.reshape(*a.shape[:-1], b.shape[-1]),)
+                return (y.reshape(a.shape[:-1] + (b.shape[1],)),)
             # the product's size first: run_threads() asks the OS for the affinity mask,
             # 1 us of a decode step's 5 us MatMul
             if packed is not None and packed.worth(a2) and packed.fits(a2, run_threads()):
