@@ -72,7 +72,7 @@ def group_query_attention(node: NodeInfo, xp):
             or p < 0
             or total != t
             or past_len != p
-            or (lens != lens[0]).any()
+            or (lens.size > 1 and (lens != lens[0]).any())
             or (do_rotary and p + s > cos.shape[0])  # the general kernel names the position
         ):
             return general(query, key, value, past_k, past_v, seqlens_k, total_len, cos, sin, *rest)
