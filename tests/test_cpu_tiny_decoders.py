@@ -312,3 +312,12 @@ def test_rotary_position_past_the_cache_is_named():
     sess = onnxep.InferenceSession(model, providers=["cpu"])
     with pytest.raises(BoundsError, match="position 8"):
         sess.run(None, {"x": ins["x"], "pos": ins["pos"]})
+
+
+def test_rms_of_empty_rows():
+    """Rows of no elements: nothing to normalize (the NumPy path divides by the width)."""
+    x = np.zeros((2, 0), np.float32)
+    ins = {"x": x, "skip": x.copy(), "gamma": np.zeros(0, np.float32)}
+    model = _model("SkipSimplifiedLayerNormalization", ins, ["y", "", "", "s"], {"epsilon": 1e-6})
+    y, s = onnxep.InferenceSession(model, providers=["cpu"]).run(None, ins)
+    assert y.shape == s.shape == (2, 0) and y.dtype == s.dtype == np.float32

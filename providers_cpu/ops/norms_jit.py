@@ -68,6 +68,9 @@ def rms(
     ``x`` and ``skip`` of one shape, ``w`` and ``bias`` 1-D of the last dim, all float32
     (any strides)."""
     k = x.shape[-1]
+    if x.size == 0:  # no rows, or rows of nothing: nothing to normalize
+        s = None if skip is None else np.empty(x.shape, _F32)
+        return np.empty(x.shape, _F32), s
     x2 = x.reshape(-1, k)
     y = np.empty(x.shape, _F32)
     if skip is None:

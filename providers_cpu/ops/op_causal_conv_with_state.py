@@ -52,7 +52,7 @@ def causal_conv_with_state(node, xp):
             return general(x, weight, bias, past_state)
         b, c = x.shape[0], x.shape[1]
         k = weight.shape[-1]
-        if weight.size != c * k:
+        if k < 1 or weight.size != c * k:
             return general(x, weight, bias, past_state)
         s_len = state_len or (k - 1) * dilation
         if s_len < (k - 1) * dilation or (bias is not None and bias.size != c):

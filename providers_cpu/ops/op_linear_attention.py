@@ -43,11 +43,11 @@ def linear_attention(node, xp):
             return False
         bsz, _, qh = query.shape
         dk = qh // hq
-        if dk * hq != qh or key.shape[:2] != (bsz, 1) or value.shape[:2] != (bsz, 1):
+        if dk == 0 or dk * hq != qh or key.shape[:2] != (bsz, 1) or value.shape[:2] != (bsz, 1):
             return False
         nk = key.shape[2] // dk
         dv = value.shape[2] // hkv
-        if nk == 0 or nk * dk != key.shape[2] or dv * hkv != value.shape[2] or hkv % nk:
+        if nk == 0 or dv == 0 or nk * dk != key.shape[2] or dv * hkv != value.shape[2] or hkv % nk:
             return False
         if not rows_ok(query, key, value):
             return False
