@@ -62,8 +62,8 @@ def jit_status() -> str:
         f"compiled loops: numba {metadata.version('numba')} (depthwise Conv, Winograd Conv "
         "tiles, fused Conv activations, pooling windows, MatMulNBits on packed weights, "
         "tree-ensemble runs, few-column Conv products, LSTM/GRU/RNN/DynamicQuantizeLSTM "
-        "sequences, nearest-neighbour Resize, 8-bit products on AVX-512 VNNI or AVX2 tiles; "
-        "compiled on first use)"
+        "sequences, nearest-neighbour Resize, 8-bit products on AVX-512 VNNI or AVX2 tiles, "
+        "row norms and decode-step attention, convolution and rotary; compiled on first use)"
     )
 
 

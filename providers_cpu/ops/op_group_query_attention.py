@@ -17,6 +17,9 @@ from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.attention import default_scale, rotate, split_qkv
 from onnxep.providers.ops.op_group_query_attention import group_query_attention as generic
 
+from .. import jit
+from . import gqa_decode_jit
+
 
 @kernel(
     "GroupQueryAttention",
@@ -44,6 +47,7 @@ def group_query_attention(node: NodeInfo, xp):
     do_rotary = bool(node.attr("do_rotary", 0))
     interleaved = bool(node.attr("rotary_interleaved", 0))
     group = nh // nkv
+    compiled = jit.ENABLED
 
     def run(
         query,
@@ -68,10 +72,26 @@ def group_query_attention(node: NodeInfo, xp):
             or p < 0
             or total != t
             or past_len != p
-            or (lens != lens[0]).any()
+            or (lens.size > 1 and (lens != lens[0]).any())
             or (do_rotary and p + s > cos.shape[0])  # the general kernel names the position
         ):
             return general(query, key, value, past_k, past_v, seqlens_k, total_len, cos, sin, *rest)
+        if s == 1 and compiled:
+            rows = _head_rows(query, key, value, past_k, past_v, nh, nkv)
+            if rows is not None and do_rotary and not _rotary_ok(cos, sin, rows[0].shape[2]):
+                rows = None
+            if rows is not None:
+                hd = rows[0].shape[-1]
+                y, present_k, present_v = gqa_decode_jit.token(
+                    *rows,
+                    past_k,
+                    past_v,
+                    cos[p] if do_rotary else None,
+                    sin[p] if do_rotary else None,
+                    interleaved,
+                    scale_attr if scale_attr else default_scale(hd),
+                )
+                return (y, present_k, present_v, None)
         q, k, v = split_qkv(np, query, key, value, nh, nkv)
         hd = q.shape[-1]
         if do_rotary:
@@ -100,3 +120,45 @@ def group_query_attention(node: NodeInfo, xp):
         return (y, present_k, present_v, None)
 
     return run
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _head_rows(query, key, value, past_k, past_v, nh, nkv):
+    """One token's q (B, nh, D), k and v (B, nkv, D) as views of the packed or separate
+    inputs, when everything is float32 and the caches have the new rows' heads and size;
+    else None."""
+    b = query.shape[0]
+    if key is None:
+        width = query.shape[2] // (nh + 2 * nkv)
+        qkv = query.reshape(b, nh + 2 * nkv, width)
+        q, k, v = qkv[:, :nh], qkv[:, nh : nh + nkv], qkv[:, nh + nkv :]
+    else:
+        q = query.reshape(b, nh, -1)
+        k = key.reshape(b, nkv, -1)
+        v = value.reshape(b, nkv, -1)
+    d = q.shape[2]
+    if k.shape[2] != d or v.shape[2] != d or query.dtype != _F32 or k.dtype != _F32:
+        return None
+    if v.dtype != _F32:
+        return None
+    if past_k is not None:
+        if past_v is None or past_k.dtype != _F32 or past_v.dtype != _F32:
+            return None
+        if past_k.shape != past_v.shape or past_k.shape[1] != nkv or past_k.shape[3] != d:
+            return None
+    elif past_v is not None:
+        return None
+    return q, k, v
+
+
+def _rotary_ok(cos, sin, d: int) -> bool:
+    """float32 cos/sin tables whose rotated width fits a head."""
+    return (
+        cos.ndim == 2
+        and sin.shape == cos.shape
+        and cos.dtype == _F32
+        and sin.dtype == _F32
+        and 2 * cos.shape[1] <= d
+    )

@@ -16,10 +16,14 @@ from onnxep.providers.ops.op_rotary_embedding_contrib import (
     rotary_embedding_contrib as generic,
 )
 
+from .. import jit
+from . import rotary_jit
 from .rotary_cpu import cache_rows, rotate_into
 
 _FLOATS = ("float", "float16", "bfloat16")
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
+_F32 = np.dtype(np.float32)
+_I64 = np.dtype(np.int64)
 
 
 @kernel("RotaryEmbedding", since=1, domain="com.microsoft", dtypes=_FLOATS)
@@ -51,6 +55,20 @@ def rotary_embedding_contrib(node: NodeInfo, xp):
         rot = rot_attr or hd
         if half != rot // 2 or sin.shape != cos.shape:
             return general(x, pos, cos, sin)  # it names what does not fit
+        compiled = jit.ENABLED and ct == _F32 and cos.dtype == _F32 and sin.dtype == _F32
+        if compiled and rot <= hd and cos.ndim == 2 and pos.dtype.kind in "iu":
+            ids = pos if pos.dtype == _I64 else pos.astype(np.int64)
+            y = np.empty(x.shape, _F32)
+            if x.ndim == 4:  # (B, N, S, H) seen as (B, S, N, H)
+                xv, yv = x.transpose(0, 2, 1, 3), y.transpose(0, 2, 1, 3)
+            else:
+                xv, yv = x4, y.reshape(x4.shape)
+            counted = pos.ndim == 1
+            if rotary_jit.rotate(
+                xv, yv, ids.reshape(1, 1) if counted else ids, counted, cos, sin, interleaved, rot
+            ):
+                return (y,)
+            # a row outside the cache: the path below names it
         if pos.ndim == 2:
             ids, where = pos.astype(np.int64), position_ids_where
         else:

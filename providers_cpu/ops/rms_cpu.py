@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import norms_jit
+
 
 def rms_scaled(s: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """s / sqrt(mean(s^2, -1) + eps) * w, for float32 ``s`` and 1-D ``w``."""
+    if norms_jit.enabled() and norms_jit.rows_ok(s, w):
+        return norms_jit.rms(s, w, eps)[0]
     ms = np.einsum("...i,...i->...", s, s)[..., None]
     ms *= np.float32(1.0 / s.shape[-1])
     ms += np.float32(eps)

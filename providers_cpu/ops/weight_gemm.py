@@ -117,6 +117,10 @@ class WeightGemm:
         CPU never makes them) and shared by every node with the same weight."""
         return self.weight.layout(("weight_gemm", self.trans), _panel_layout(self.trans))
 
+    def worth(self, a: np.ndarray) -> bool:
+        """The cheap half of :meth:`fits`: ``a``'s product has enough multiply-adds."""
+        return a.shape[0] * self.k * self.n >= MIN_MACS
+
     def fits(self, a: np.ndarray, threads: int) -> bool:
         """A 2-D float32 ``a`` of this K, a product big enough, where the rule says."""
         m = a.shape[0] if a.ndim == 2 else 0
