@@ -254,7 +254,8 @@ def test_avx2_tiles_run_for_level_4_only(monkeypatch):
         onnxep.InferenceSession(_nbits_model(64, 8, bits, 32, level, False), providers=["cpu"]).run(
             None, {"a": a}
         )
-        assert ("drive" in seen) == (bits == 4 and level == 4), (bits, level, seen)
+        tiles = any(name in ("matvec", "drive_shared") for name in seen)
+        assert tiles == (bits == 4 and level == 4), (bits, level, seen)
 
 
 @pytest.mark.parametrize("rows", [1, 3])
@@ -308,7 +309,8 @@ def test_avx2_tiles_split_over_threads_same_bits(rows, monkeypatch):
     one = onnxep.InferenceSession(
         model, onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
     ).run(None, {"a": a})[0]
-    monkeypatch.setattr(kern, "TILE_WORK", 1 << 30)  # every product past the split point
+    monkeypatch.setattr(kern, "SHARED_MIN_BYTES", 0)  # every product shared
+    monkeypatch.setattr(kern, "ADAPT", False)
     two = onnxep.InferenceSession(
         model, onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
     ).run(None, {"a": a})[0]
