@@ -36,12 +36,17 @@ def feeds_for(path: str, past: int) -> dict:
 
     m = onnx.load(path, load_external_data=False)
     feeds = {"input_ids": np.array([[42]], np.int64)}
+    config = Path(path).with_name("genai_config.json")
+    # a symbolic head size: genai_config.json's
+    head_size = (
+        json.loads(config.read_text())["model"]["decoder"]["head_size"] if config.exists() else 0
+    )
     for i in m.graph.input:
         if i.name == "attention_mask":
             feeds[i.name] = np.ones((1, past + 1), np.int64)
         elif i.name.startswith("past_key_values."):
             dims = [d.dim_value for d in i.type.tensor_type.shape.dim]
-            heads, hd = dims[1], dims[3]
+            heads, hd = dims[1], dims[3] or head_size
             rng = np.random.default_rng(len(feeds))
             feeds[i.name] = rng.standard_normal((1, heads, past, hd)).astype(np.float32)
     return feeds
