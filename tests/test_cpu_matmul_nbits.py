@@ -310,7 +310,6 @@ def test_avx2_tiles_split_over_threads_same_bits(rows, monkeypatch):
         model, onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
     ).run(None, {"a": a})[0]
     monkeypatch.setattr(kern, "SHARED_MIN_BYTES", 0)  # every product shared
-    monkeypatch.setattr(kern, "ADAPT", False)
     two = onnxep.InferenceSession(
         model, onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
     ).run(None, {"a": a})[0]
@@ -382,17 +381,15 @@ def test_shared_helper_starting_late_touches_nothing():
     assert (out == 7.0).all() and state[0] == 5
 
 
-@pytest.mark.parametrize("adapt", [True, False])
 @pytest.mark.parametrize("rows", [1, 4])
-def test_shared_runs_match_one_thread_sessions(adapt, rows, monkeypatch):
-    """Two-thread sessions, every weight shared (or chosen by pace), over many runs: the
+def test_shared_runs_match_one_thread_sessions(rows, monkeypatch):
+    """Two-thread sessions, every weight shared, over many runs: the
     one-thread session's bits each time, with a bias and K not whole blocks."""
     _tiles_here()
     from onnxep.providers_cpu.ops import op_matmul_nbits as kern
 
     monkeypatch.setattr(kern, "SHARED_MIN_BYTES", 0)
     monkeypatch.setattr(kern, "SHARED_CHUNK_BYTES", 512)
-    monkeypatch.setattr(kern, "ADAPT", adapt)
     model = _nbits_model_bias(300, 211, zp=True)
     a = np.random.default_rng(rows).standard_normal((rows, 300)).astype(np.float32)
     one = onnxep.InferenceSession(
@@ -422,26 +419,6 @@ def _nbits_model_bias(k, n, zp):
     return m.SerializeToString()
 
 
-def test_pace_choice_follows_the_faster_way(monkeypatch):
-    """Each size tries both ways first, then runs the faster, the other every EXPLORE calls."""
-    from onnxep.providers_cpu.ops import nbits_threads as nt
-
-    monkeypatch.setattr(nt, "_pace", {})
-    size = 3 << 20
-    first = [nt.choose(size), nt.choose(size)]
-    assert first[0] is True  # no shared figure yet
-    nt.record(size, True, 1e-3)
-    assert nt.choose(size) is False  # no one-thread figure yet
-    nt.record(size, False, 4e-3)
-    picks = [nt.choose(size) for _ in range(2 * nt.EXPLORE)]
-    assert picks.count(False) == 2 and picks.count(True) == 2 * nt.EXPLORE - 2
-    for _ in range(20):  # one thread becomes faster: the choice follows
-        nt.record(size, False, 1e-4)
-    picks = [nt.choose(size) for _ in range(2 * nt.EXPLORE)]
-    assert picks.count(True) == 2
-    assert nt.choose(1 << 10) is True  # another size class keeps its own figures
-
-
 def test_shared_after_fork_in_child():
     """A forked child (no helper threads of its own yet) runs shared products correctly."""
     _tiles_here()
@@ -462,7 +439,7 @@ def test_shared_after_fork_in_child():
 def _child_product(a, packed, kb):
     from onnxep.providers_cpu.ops import op_matmul_nbits as kern
 
-    kern.SHARED_MIN_BYTES, kern.ADAPT = 0, False
+    kern.SHARED_MIN_BYTES = 0
     return kern.packed_matmul(a, packed, 300, kb, 4, 32, True)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 
 _lock = threading.Lock()
 _queues: list[queue.SimpleQueue] = []
@@ -68,42 +67,3 @@ def run_shared(f, args: tuple, threads: int) -> None:
     for q in helpers(threads - 1):
         q.put((f, (*args, False)))
     f(*args, True)
-
-
-#: Every this many calls of a size, the way that is not the faster so far runs once, so
-#: the choice follows the machine's load.
-EXPLORE = 8
-_ALPHA = 0.25  # weight of the newest call in each way's moving average
-# size class (bit length of the weight's bytes) -> [calls, one thread s/B, shared s/B]
-_pace: dict[int, list] = {}
-
-
-def choose(nbytes: int) -> bool:
-    """Whether this call should share its chunks with the helpers (else one thread).
-
-    Two threads read a weight faster only when the second core is free and the memory
-    has bandwidth to spare: on the shared 2-core test machine under load, a decode step
-    of qwen2.5-0.5b ran 0.70-0.79x onnxruntime's time with its projections on one thread
-    and 0.87-0.91x shared. Which way wins changes with the load, so each size of weight
-    keeps both ways' moving average of seconds a byte and runs the faster, trying the
-    other every ``EXPLORE`` calls. Only the time depends on it: the bits are the same."""
-    st = _pace.get(nbytes.bit_length())
-    if st is None:
-        st = _pace[nbytes.bit_length()] = [0, None, None]
-    st[0] += 1
-    one, two = st[1], st[2]
-    if one is None or two is None:
-        return two is None
-    best = two < one
-    return (not best) if st[0] % EXPLORE == 0 else best
-
-
-def record(nbytes: int, shared: bool, seconds: float) -> None:
-    st = _pace[nbytes.bit_length()]
-    i = 2 if shared else 1
-    per = seconds / nbytes
-    st[i] = per if st[i] is None else st[i] + _ALPHA * (per - st[i])
-
-
-def clock() -> float:
-    return time.perf_counter()

@@ -7,8 +7,9 @@ packed weights, split by output columns over the run's threads. At
 ``accuracy_level`` 4 it rounds A to int8 per block of K (``rint(a * 127 / amax)``,
 as onnxruntime's CPU kernel and the generic kernel do) and sums each block's
 products as integers, exactly, before scaling: for 4-bit weights on AVX2 in
-``jit_nbits``' tiles (``vpmaddubsw``, the weight packed once into one stream),
-otherwise in ``jit._nbits_int``.
+``jit_nbits``' tiles (``vpmaddubsw``, the weight packed once into one stream; a large
+weight's column groups shared with ``nbits_threads``' helpers), otherwise in
+``jit._nbits_int``.
 
 Longer inputs (prefill) run one BLAS GEMM against the float32 weight, made
 once: at session creation when there is no packed loop, on the first such run
@@ -215,31 +216,23 @@ SHARED_MIN_BYTES = 1 << 20
 #: enough that taking one is nothing, small enough that the chunk a late helper holds (the
 #: caller writes it again) is little work.
 SHARED_CHUNK_BYTES = 64 << 10
-#: Whether shared runs choose between one thread and the helpers by their measured pace
-#: (``nbits_threads.choose``); off, every run from ``SHARED_MIN_BYTES`` shares.
-ADAPT = True
 
 
 def _tiles(a2, packed, kb, block_size, out):
     """``out`` = A times the weight on jit_nbits' tiles, on one thread or shared."""
     p, subs, pairs = packed.p, block_size // 32, block_size == 32
     n = min(run_threads(), p.shape[0])
-    big = n > 1 and p.nbytes >= SHARED_MIN_BYTES
-    split = big and (not ADAPT or nbits_threads.choose(p.nbytes))
-    t0 = nbits_threads.clock()
-    if not split:
+    if n <= 1 or p.nbytes < SHARED_MIN_BYTES:
         jit_nbits.loop("matvec", packed.has_zp, subs)(a2, p, kb, block_size, pairs, out)
-    else:
-        aa, asg, asc = jit_nbits.loop("quantize_a")(a2, kb, block_size, pairs)
-        chunks = min(p.shape[0], max(4 * n, p.nbytes // SHARED_CHUNK_BYTES))
-        state = np.zeros(1 + chunks, np.int64)
-        # a helper that finishes after this returns writes (the same bits) into mine, never out
-        mine = np.empty_like(out)
-        f = jit_nbits.loop("drive_shared", packed.has_zp, subs)
-        nbits_threads.run_shared(f, (p, aa, asg, asc, state, chunks, mine), n)
-        out[...] = mine
-    if big and ADAPT:
-        nbits_threads.record(p.nbytes, split, nbits_threads.clock() - t0)
+        return
+    aa, asg, asc = jit_nbits.loop("quantize_a")(a2, kb, block_size, pairs)
+    chunks = min(p.shape[0], max(4 * n, p.nbytes // SHARED_CHUNK_BYTES))
+    state = np.zeros(1 + chunks, np.int64)
+    # a helper that finishes after this returns writes (the same bits) into mine, never out
+    mine = np.empty_like(out)
+    f = jit_nbits.loop("drive_shared", packed.has_zp, subs)
+    nbits_threads.run_shared(f, (p, aa, asg, asc, state, chunks, mine), n)
+    out[...] = mine
 
 
 def int8_round(a2, kb, block_size):
