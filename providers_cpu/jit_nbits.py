@@ -457,8 +457,9 @@ def _atomic_add() -> Any:
 def _drive_shared(p, aa, asg, ascl, state, chunks, out, caller):
     """:func:`_drive` over ``chunks`` even ranges of column groups, each taken by whichever
     thread calling this with the same ``state`` asks first (``state[0]`` counts the chunks
-    taken, ``state[1 + c]`` is 1 once chunk c is written). No Python runs between chunks,
-    so a descheduled thread never holds a GIL the others need.
+    taken; ``state[1 + c]`` is nonzero once chunk c is written: 1 added by a helper, 2 by
+    the caller, which the tests read). No Python runs between chunks, so a descheduled
+    thread never holds a GIL the others need.
 
     The ``caller`` never waits for a helper: once every chunk is taken it writes again
     those a helper took and has not finished (a helper descheduled mid-chunk on a busy
