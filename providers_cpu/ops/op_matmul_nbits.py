@@ -32,7 +32,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import contrib as C
 
 from .. import jit, jit_nbits
-from ..threads import run_threads
+from ..threads import cpu_count, run_threads
 from . import nbits_threads
 from .nn_cpu import parallel_rows
 
@@ -221,7 +221,8 @@ SHARED_CHUNK_BYTES = 64 << 10
 def _tiles(a2, packed, kb, block_size, out):
     """``out`` = A times the weight on jit_nbits' tiles, on one thread or shared."""
     p, subs, pairs = packed.p, block_size // 32, block_size == 32
-    n = min(run_threads(), p.shape[0])
+    # more threads than cores only queue behind each other (parallel_rows' pool is capped so)
+    n = min(run_threads(), cpu_count(), p.shape[0])
     if n <= 1 or p.nbytes < SHARED_MIN_BYTES:
         jit_nbits.loop("matvec", packed.has_zp, subs)(a2, p, kb, block_size, pairs, out)
         return
