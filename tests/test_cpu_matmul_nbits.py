@@ -254,7 +254,8 @@ def test_avx2_tiles_run_for_level_4_only(monkeypatch):
         onnxep.InferenceSession(_nbits_model(64, 8, bits, 32, level, False), providers=["cpu"]).run(
             None, {"a": a}
         )
-        assert ("drive" in seen) == (bits == 4 and level == 4), (bits, level, seen)
+        tiles = any(name in ("matvec", "drive_shared") for name in seen)
+        assert tiles == (bits == 4 and level == 4), (bits, level, seen)
 
 
 @pytest.mark.parametrize("rows", [1, 3])
@@ -308,8 +309,164 @@ def test_avx2_tiles_split_over_threads_same_bits(rows, monkeypatch):
     one = onnxep.InferenceSession(
         model, onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
     ).run(None, {"a": a})[0]
-    monkeypatch.setattr(kern, "TILE_WORK", 1 << 30)  # every product past the split point
+    monkeypatch.setattr(kern, "SHARED_MIN_BYTES", 0)  # every product shared
     two = onnxep.InferenceSession(
         model, onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
     ).run(None, {"a": a})[0]
     assert one.shape == (rows, 203) and one.tobytes() == two.tobytes()
+
+
+# --- the tiles shared with helper threads (nbits_threads, jit_nbits._drive_shared)
+
+
+def _packed_case(k, n, block, zp, rows, seed=0):
+    from onnxep.providers_cpu import jit_nbits
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    rng = np.random.default_rng(seed)
+    kb = -(-k // block)
+    w = rng.integers(0, 256, size=(n, kb * block // 2), dtype=np.uint8)
+    s = (rng.random((n, kb), dtype=np.float32) * 0.02 + 0.001).astype(np.float32)
+    z = rng.integers(0, 16, size=(n, kb), dtype=np.uint8) if zp else None
+    packed = kern.Tiled(jit_nbits.pack(w, s, z, block // 32), zp)
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    return a, packed, kb
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+@pytest.mark.parametrize(
+    "k,n,block,zp", [(200, 203, 32, True), (896, 77, 32, False), (320, 41, 64, True)]
+)
+def test_shared_driver_same_bits_as_one_thread(k, n, block, zp, rows):
+    """The caller alone, the caller re-writing chunks "taken" by a helper that never ran,
+    and real helpers: all give the one-thread bits, and the caller records who wrote what."""
+    _tiles_here()
+    from onnxep.providers_cpu import jit_nbits
+    from onnxep.providers_cpu.ops import nbits_threads
+
+    a, packed, kb = _packed_case(k, n, block, zp, rows, seed=k + n)
+    subs, pairs = block // 32, block == 32
+    one = np.empty((rows, n), np.float32)
+    jit_nbits.loop("matvec", zp, subs)(a, packed.p, kb, block, pairs, one)
+    aa, asg, asc = jit_nbits.loop("quantize_a")(a, kb, block, pairs)
+    f = jit_nbits.loop("drive_shared", zp, subs)
+    chunks = min(packed.p.shape[0], 7)
+    for taken in (0, chunks):  # none taken yet; all taken by a helper that never finishes
+        state = np.zeros(1 + chunks, np.int64)
+        state[0] = taken
+        out = np.full((rows, n), np.nan, np.float32)
+        f(packed.p, aa, asg, asc, state, chunks, out, True)
+        assert out.tobytes() == one.tobytes()
+        assert (state[1:] == 2).all()  # every chunk written by the caller
+    for _ in range(20):
+        state = np.zeros(1 + chunks, np.int64)
+        out = np.full((rows, n), np.nan, np.float32)
+        nbits_threads.run_shared(f, (packed.p, aa, asg, asc, state, chunks, out), 2)
+        assert out.tobytes() == one.tobytes()
+        assert (state[1:] != 0).all()
+
+
+def test_shared_helper_starting_late_touches_nothing():
+    """A helper that runs after the caller took every chunk returns at once (the buffer a
+    late helper could write is the run's own, never the node's output)."""
+    _tiles_here()
+    from onnxep.providers_cpu import jit_nbits
+
+    a, packed, kb = _packed_case(64, 16, 32, False, 1)
+    aa, asg, asc = jit_nbits.loop("quantize_a")(a, kb, 32, True)
+    f = jit_nbits.loop("drive_shared", False, 1)
+    state = np.array([4, 2, 2, 2, 2], np.int64)  # 4 chunks, all taken and written
+    out = np.full((1, 16), 7.0, np.float32)
+    f(packed.p, aa, asg, asc, state, 4, out, False)
+    assert (out == 7.0).all() and state[0] == 5
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_shared_runs_match_one_thread_sessions(rows, monkeypatch):
+    """Two-thread sessions, every weight shared, over many runs: the
+    one-thread session's bits each time, with a bias and K not whole blocks."""
+    _tiles_here()
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    monkeypatch.setattr(kern, "SHARED_MIN_BYTES", 0)
+    monkeypatch.setattr(kern, "SHARED_CHUNK_BYTES", 512)
+    model = _nbits_model_bias(300, 211, zp=True)
+    a = np.random.default_rng(rows).standard_normal((rows, 300)).astype(np.float32)
+    one = onnxep.InferenceSession(
+        model, onnxep.SessionOptions(intra_op_num_threads=1), providers=["cpu"]
+    )
+    two = onnxep.InferenceSession(
+        model, onnxep.SessionOptions(intra_op_num_threads=2), providers=["cpu"]
+    )
+    want = one.run(None, {"a": a})[0]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ref = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    np.testing.assert_allclose(want, ref, rtol=1e-4, atol=2e-5 * np.abs(ref).max())
+    for _ in range(30):
+        assert two.run(None, {"a": a})[0].tobytes() == want.tobytes()
+
+
+def _nbits_model_bias(k, n, zp):
+    """_nbits_model's MatMulNBits (4 bits, blocks of 32, level 4) with a bias input."""
+    m = onnx.load_from_string(_nbits_model(k, n, 4, 32, 4, zp, seed=k))
+    node = m.graph.node[0]
+    while len(node.input) < 5:
+        node.input.append("")
+    node.input.append("bias")
+    bias = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    m.graph.initializer.append(onnx.numpy_helper.from_array(bias, "bias"))
+    return m.SerializeToString()
+
+
+def test_shared_after_fork_in_child():
+    """A forked child (no helper threads of its own yet) runs shared products correctly."""
+    _tiles_here()
+    import multiprocessing as mp
+
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+    a, packed, kb = _packed_case(256, 300, 32, True, 1, seed=5)
+    want = kern.packed_matmul(a, packed, 300, kb, 4, 32, True)  # helpers started here
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply(_child_product, (a, packed, kb))
+    assert got.tobytes() == want.tobytes()
+
+
+def _child_product(a, packed, kb):
+    from onnxep.providers_cpu.ops import op_matmul_nbits as kern
+
+    kern.SHARED_MIN_BYTES = 0
+    return kern.packed_matmul(a, packed, 300, kb, 4, 32, True)
+
+
+@pytest.mark.parametrize("k", [1, 31, 33, 64, 95])
+@pytest.mark.parametrize("pairs", [True, False])
+def test_quantize_a_pads_past_k_with_zeros(k, pairs):
+    """The rounding reads A (M, K) itself: K short of whole blocks (odd K too) leaves zeros
+    past K, and each block's values and scale are contrib.int8_blocks'."""
+    if not jit.ENABLED:
+        pytest.skip("numba not installed")
+    from onnxep.providers.ops import contrib
+    from onnxep.providers_cpu import jit_nbits
+
+    a = np.random.default_rng(k).standard_normal((3, k)).astype(np.float32)
+    kb = -(-k // 32)
+    aa, asg, asc = jit_nbits.loop("quantize_a")(a, kb, 32, pairs)
+    assert asg.shape[1] == 32 * (kb + kb % 2 if pairs else kb)
+    assert np.count_nonzero(asg) <= 3 * k
+    assert (aa == np.abs(asg.astype(np.int16))).all()
+    got = np.zeros((3, kb * 32), np.float32)
+    for b in range(kb):
+        for j in range(32):
+            at = (
+                (b // 2) * 64 + (j % 2) * 32 + (b % 2) * 16 + j // 2
+                if pairs
+                else (b * 32 + (j % 2) * 16 + j // 2)
+            )
+            got[:, b * 32 + j] = asg[:, at] * asc[:, b]
+    want = contrib.int8_blocks(a, 32, np)
+    np.testing.assert_array_equal(got[:, :k], want)

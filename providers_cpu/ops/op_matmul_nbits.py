@@ -7,8 +7,9 @@ packed weights, split by output columns over the run's threads. At
 ``accuracy_level`` 4 it rounds A to int8 per block of K (``rint(a * 127 / amax)``,
 as onnxruntime's CPU kernel and the generic kernel do) and sums each block's
 products as integers, exactly, before scaling: for 4-bit weights on AVX2 in
-``jit_nbits``' tiles (``vpmaddubsw``, the weight packed once into one stream),
-otherwise in ``jit._nbits_int``.
+``jit_nbits``' tiles (``vpmaddubsw``, the weight packed once into one stream; a large
+weight's column groups shared with ``nbits_threads``' helpers), otherwise in
+``jit._nbits_int``.
 
 Longer inputs (prefill) run one BLAS GEMM against the float32 weight, made
 once: at session creation when there is no packed loop, on the first such run
@@ -31,18 +32,14 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops import contrib as C
 
 from .. import jit, jit_nbits
+from ..threads import cpu_count, run_threads
+from . import nbits_threads
 from .nn_cpu import parallel_rows
 
 #: Rows of A up to which the packed-weight loop runs (when numba is installed).
 PACKED_ROWS = 8
 CHUNK_BYTES = 64 << 20
 PACKED_MIN_BYTES = 1 << 20
-#: parallel_rows' work a multiply-add of the AVX2 tiles counts for. Its split point
-#: (nn_cpu._PARALLEL_MIN, 16M multiply-adds, set for float convolutions) is about 500 us
-#: of these tiles on one core ([1, 896] x [896, 4864] takes 135 us). At 4, qwen2.5-0.5b's
-#: 896 x 4864 and 4864 x 896 projections split over two threads: a decode step 0.83-0.97x
-#: onnxruntime's time against 1.27-1.59x unscaled (three interleaved rounds, loaded machine).
-TILE_WORK = 4
 
 
 def float_limit() -> int:
@@ -189,21 +186,12 @@ def _blocks(a2, kb, block_size):
 def packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
     """(M, K) A times the packed weight: (M, N) float32, through the compiled loops."""
     m = a2.shape[0]
-    blocks = _blocks(a2, kb, block_size)
     out = np.empty((m, n), np.float32)
-    work = m * n * kb * block_size
     if isinstance(packed, Tiled):
-        pairs = block_size == 32
-        kbp = kb + kb % 2 if pairs else kb  # blocks of 32 go two at a time
-        # zeros past K: A's padding block multiplies nothing (vpsignb by 0)
-        aa = np.zeros((m, kbp * block_size), np.uint8)
-        asg = np.zeros((m, kbp * block_size), np.int8)
-        asc = np.zeros((m, kbp), np.float32)
-        jit_nbits.loop("quantize_a")(blocks, aa, asg, asc, pairs)
-        f = jit_nbits.loop("drive", packed.has_zp, block_size // 32)
-        p = packed.p
-        parallel_rows(p.shape[0], work * TILE_WORK, lambda g0, g1: f(p, aa, asg, asc, g0, g1, out))
+        _tiles(np.ascontiguousarray(a2, np.float32), packed, kb, block_size, out)
         return out
+    blocks = _blocks(a2, kb, block_size)
+    work = m * n * kb * block_size
     parts = 2 if bits == 4 else 1
     p, s, z = packed
     if int8_a:
@@ -219,6 +207,33 @@ def packed_matmul(a2, packed, n, kb, bits, block_size, int8_a):
         f = jit.loop("nbits_float")
         parallel_rows(n, work, lambda n0, n1: f(a4, p, s, z, n0, n1, out))
     return out
+
+
+#: Weights (packed bytes) from which the tiles may share a run's column groups with the
+#: helper threads (``nbits_threads``): below it the hand-off is a fair part of the product.
+SHARED_MIN_BYTES = 1 << 20
+#: A shared run's chunks: about this many packed bytes each (at least 4 a thread), few
+#: enough that taking one is nothing, small enough that the chunk a late helper holds (the
+#: caller writes it again) is little work.
+SHARED_CHUNK_BYTES = 64 << 10
+
+
+def _tiles(a2, packed, kb, block_size, out):
+    """``out`` = A times the weight on jit_nbits' tiles, on one thread or shared."""
+    p, subs, pairs = packed.p, block_size // 32, block_size == 32
+    # more threads than cores only queue behind each other (parallel_rows' pool is capped so)
+    n = min(run_threads(), cpu_count(), p.shape[0])
+    if n <= 1 or p.nbytes < SHARED_MIN_BYTES:
+        jit_nbits.loop("matvec", packed.has_zp, subs)(a2, p, kb, block_size, pairs, out)
+        return
+    aa, asg, asc = jit_nbits.loop("quantize_a")(a2, kb, block_size, pairs)
+    chunks = min(p.shape[0], max(4 * n, p.nbytes // SHARED_CHUNK_BYTES))
+    state = np.zeros(1 + chunks, np.int64)
+    # a helper that finishes after this returns writes (the same bits) into mine, never out
+    mine = np.empty_like(out)
+    f = jit_nbits.loop("drive_shared", packed.has_zp, subs)
+    nbits_threads.run_shared(f, (p, aa, asg, asc, state, chunks, mine), n)
+    out[...] = mine
 
 
 def int8_round(a2, kb, block_size):
