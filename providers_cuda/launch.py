@@ -179,31 +179,41 @@ class Launcher:
         return slot[0], slot[1]
 
     def __call__(
-        self, grid: int, block: int, args: tuple, stream: int, shared_mem: int = 0
+        self,
+        grid: int | tuple[int, ...],
+        block: int,
+        args: tuple,
+        stream: int,
+        shared_mem: int = 0,
     ) -> None:
         """Queue the kernel on ``stream`` (a raw handle) with ``shared_mem`` bytes of dynamic
-        shared memory; ``args`` follow the signature."""
+        shared memory; ``grid``: blocks, or a tuple of up to three dimensions (x, y, z);
+        ``args`` follow the signature."""
         launch = self._launch
         if launch is None:
             self._cupy_call(grid, block, args, shared_mem)
             return
+        gx, gy, gz = (grid, 1, 1) if type(grid) is int else (*grid, 1, 1)[:3]
         buf, extra = self._packed()
         self._pack(buf, 0, *args)
         if self._launch_ex is not None:
             cfg = self._config()
-            cfg.gridDimX, cfg.blockDimX = grid, block
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX = gx, gy, gz, block
             cfg.sharedMemBytes, cfg.hStream = shared_mem, stream
             rc = self._launch_ex(ctypes.byref(cfg), self._ptr, None, extra)
             if rc:
                 raise RuntimeError(f"cuLaunchKernelEx failed with CUDA error {rc}")
             return
-        rc = launch(self._ptr, grid, 1, 1, block, 1, 1, shared_mem, stream, None, extra)
+        rc = launch(self._ptr, gx, gy, gz, block, 1, 1, shared_mem, stream, None, extra)
         if rc:
             raise RuntimeError(f"cuLaunchKernel failed with CUDA error {rc}")
 
-    def _cupy_call(self, grid: int, block: int, args: tuple, shared_mem: int = 0) -> None:
+    def _cupy_call(
+        self, grid: int | tuple[int, ...], block: int, args: tuple, shared_mem: int = 0
+    ) -> None:
         import numpy as np
 
         conv = {"p": np.uint64, "q": np.int64, "d": np.float64, "i": np.int32, "f": np.float32}
         values = tuple(conv[c](a) for c, a in zip(self.signature, args))
-        self.function((grid,), (block,), values, shared_mem=shared_mem)
+        dims = (grid,) if type(grid) is int else tuple(grid)
+        self.function(dims, (block,), values, shared_mem=shared_mem)

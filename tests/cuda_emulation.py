@@ -311,6 +311,7 @@ inline unsigned tc_perm(unsigned x, unsigned y, unsigned s) {
 inline void tc_order() {}
 // One launch at a time: no kernel after it to let start early.
 inline void tc_pdl_trigger() {}
+inline void tc_pdl_wait() {}
 """
 
 _LAUNCH = r"""

@@ -11,6 +11,8 @@ reach; the device bounds check of the tensor-core kernel; ONNX Attention's singl
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from cuda_emulation import Emulator, available, emulated_xp
@@ -286,3 +288,62 @@ def test_merge_over_many_splits_matches_float64(d, threads, sink, emulator):
     den = (w * l64).sum(axis=1) + (np.exp(sk.astype(np.float64) - top[:, 0]) if sink else 0)
     want = (w[:, :, None] * a64).sum(axis=1) / den[:, None]
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
+def test_driver_launch_signatures_match_the_kernels(emulator, monkeypatch):
+    """On a GPU the decode and merge kernels go through ``launch.Launcher`` as programmatic
+    dependents, which packs 8-byte arguments by a signature string: it must be the kernels'
+    own (the emulator reads it from the C parameters)."""
+    import types
+
+    from onnxep.providers_cuda import elementwise, launch, nvrtc
+    from onnxep.providers_cuda.ops import decode_tc_cuda as tc
+
+    made = []
+
+    class Recorder:
+        def __init__(self, fn, signature, dependent=False):
+            codes = {"long long": "q", "int": "i", "float": "f", "double": "d"}
+            real = "".join("p" if t.endswith("*") else codes[t] for t, _ in fn.params)
+            made.append((fn.name, real, signature))
+            assert dependent, "the decode kernels wait (tc_pdl_wait): launched as dependents"
+
+    monkeypatch.setattr(nvrtc, "function", emulator.function)
+    monkeypatch.setattr(launch, "Launcher", Recorder)
+    monkeypatch.setattr(elementwise, "stream_ptr_fn", lambda: lambda: 0)
+    cupy_like = types.SimpleNamespace(__name__="cupy")
+    for names in (tc.tc_names(128, 16), tc.att_names(64, 8)):
+        calls = tc.tc_kernels(names, cupy_like)
+        assert all(callable(c) for c in calls)
+    assert len(made) == 4
+    for name, real, packed in made:
+        assert packed == real, name
+
+
+def _kernel_body(source: str, name: str) -> tuple[list[str], str]:
+    """A ``__global__`` kernel's parameter names and its body, from the source."""
+    head = re.search(rf"__global__ void __launch_bounds__\(\w+\) {name}\(", source)
+    params = source[head.end() : source.index(") {", head.end())]
+    names = [re.findall(r"(\w+)\s*$", p.strip())[0] for p in params.split(",")]
+    body = source[source.index(") {", head.end()) :]
+    return names, body[: body.index("\n}\n")]
+
+
+@pytest.mark.parametrize(
+    "name", ["gqa_decode_tc", "att_decode_tc", "gqa_decode_merge", "att_decode_merge"]
+)
+def test_the_decode_kernels_wait_before_they_touch_what_earlier_kernels_write(name):
+    """Launched as programmatic dependents, the decode kernels and their merges may start while
+    the kernel before them (the Q/K/V GEMV, the decode kernel) still runs: before
+    ``tc_pdl_wait`` they may only read the parameter block, which the host wrote when the node
+    was built. No other parameter (Q, K, V, caches, lengths, positions, partials, outputs) is
+    named before the wait, and the trigger comes first."""
+    from onnxep.providers_cuda.ops import decode_tc_cuda as tc
+
+    params, body = _kernel_body(tc.DECODE_TC_SOURCE, name)
+    wait = body.index("tc_pdl_wait();")
+    before = body[:wait]
+    assert "tc_pdl_trigger();" in before
+    named = {p for p in params if p != "prm" and re.search(rf"\b{p}\b", before)}
+    assert not named, f"{name} uses {sorted(named)} before tc_pdl_wait"
+    assert "[" not in before.replace("smem[]", ""), "no memory but prm's before the wait"

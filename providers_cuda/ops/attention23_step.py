@@ -297,7 +297,7 @@ def _tc_decode(xp, sms, b, hq, hkv, d, total, qst, kst, vst, yst, mst, past, cfg
         nonpad_offset=int(nonpad_offset), nsplit=geo.nsplit, rows=geo.rows, nrg=geo.nrg,
         ktile=TC_SPLIT_KEYS, scale=scale, softcap=cfg.softcap,
     )  # fmt: skip
-    attn, merge = tc_kernels(att_names(d, geo.tile_rows))
+    attn, merge = tc_kernels(att_names(d, geo.tile_rows), xp)
     grid, block = (geo.nsplit, hkv * geo.nrg, b), (geo.threads,)
     merge_grid, merge_block = (b * hq,), (geo.merge_threads,)
     part_n = b * hq * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0

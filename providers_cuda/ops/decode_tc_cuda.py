@@ -41,6 +41,11 @@ the tests' emulator (``tests/cuda_emulation.py``) swaps it for host versions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
 from .attention_cuda import params
 from .gqa_cuda import GQA_SOURCE
 from .gqa_geometry import TC_MERGE_THREADS
@@ -80,13 +85,21 @@ __device__ __forceinline__ unsigned tc_perm(unsigned x, unsigned y, unsigned s) 
 }
 // A point the compiler moves no memory access across.
 __device__ __forceinline__ void tc_order() { asm volatile("" ::: "memory"); }
-// Lets the next kernel, where it is launched as a programmatic dependent (the GEMV of the
-// attention output: launch.Launcher(dependent=True)), start now: it prefetches its weights,
-// then waits for this kernel's results itself. No kernel launched without that attribute is
-// affected; a no-op before sm_90.
+// Lets the next kernel, where it is launched as a programmatic dependent (the merge, the GEMV
+// of the attention output: launch.Launcher(dependent=True)), start now: it prefetches what no
+// kernel of the step writes, then waits for this kernel's results itself. No kernel launched
+// without that attribute is affected; a no-op before sm_90.
 __device__ __forceinline__ void tc_pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// These kernels are launched as programmatic dependents themselves: nothing an earlier kernel
+// writes (Q, K, V, the lengths, positions, caches, outputs) is read or written before this;
+// only the parameter block, which the host wrote when the node was built, comes before it.
+__device__ __forceinline__ void tc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 """
@@ -521,7 +534,7 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
     const T* __restrict__ cosc, const T* __restrict__ sinc,
     const long long* __restrict__ pos_ids, const T* __restrict__ bias,
     const T* __restrict__ sink, float* __restrict__ part, T* __restrict__ y, int* flag,
-    const GqaDecode* __restrict__ prm, int vec) {
+    const GqaDecode* __restrict__ prm, long long vec) {
   extern __shared__ float smem[];
   tc_pdl_trigger();
   constexpr int V = 16 / sizeof(T), U = D / V;  // 16-byte chunks of a head row
@@ -531,6 +544,8 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   const int kv_limit = prm->kv_limit, nsplit = prm->nsplit, rows = prm->rows, nrg = prm->nrg;
   const int rot = prm->rot, interleaved = prm->interleaved, pos_mode = prm->pos_mode;
   const int cache_rows = prm->cache_rows, smooth = prm->smooth, node = prm->node;
+  const int ktile = prm->ktile;
+  tc_pdl_wait();
   const int G = nh / nkv;
   const int b = blockIdx.z, hk = blockIdx.y / nrg, rg = blockIdx.y - (blockIdx.y / nrg) * nrg;
   const int c = blockIdx.x;
@@ -551,7 +566,7 @@ __global__ void __launch_bounds__(128) gqa_decode_tc(
   }
   const long long kv0 = ((long long)b * nkv + hk) * C * D;
   const int kv_end = imax(0, imin(imin(Tb, kv_limit), C));
-  const int chunk = split_chunk(kv_end, nsplit, prm->ktile);
+  const int chunk = split_chunk(kv_end, nsplit, ktile);
   const int nsb = imax(1, (kv_end + chunk - 1) / chunk);  // splits this row uses
   const bool writer = Qb > 0 && row >= 0 && row < C && c == imin((int)(row / chunk), nsplit - 1);
   if (c >= nsb && !writer) return;  // a split this row does not use
@@ -693,6 +708,7 @@ __global__ void __launch_bounds__(128) att_decode_tc(
   tc_pdl_trigger();
   const int B = prm->B, nh = prm->nh, nkv = prm->nkv, nsplit = prm->nsplit, rows = prm->rows;
   const int nrg = prm->nrg, G = nh / nkv;
+  tc_pdl_wait();
   const int b = blockIdx.z, hk = blockIdx.y / nrg, rg = blockIdx.y - (blockIdx.y / nrg) * nrg;
   const int c = blockIdx.x;
   const int h0 = hk * G + rg * rows, nrow = imin(rows, G - rg * rows);
@@ -831,16 +847,18 @@ __global__ void __launch_bounds__(TC_MERGE_THREADS) gqa_decode_merge(
     const float* __restrict__ part, T* __restrict__ y, const GqaDecode* __restrict__ prm) {
   extern __shared__ float smem[];  // tc_merge_row's groups: maxes, sums and outputs
   tc_pdl_trigger();
-  const int nh = prm->nh, D = prm->D, nsplit = prm->nsplit;
+  const int nh = prm->nh, D = prm->D, nsplit = prm->nsplit, B = prm->B;
+  const int kv_limit = prm->kv_limit, C = prm->C, ktile = prm->ktile, smooth = prm->smooth;
+  tc_pdl_wait();
   const long long bh = blockIdx.x;
   const int b = (int)(bh / nh), h = (int)(bh - (long long)b * nh);
-  const int kv_end = imax(0, imin(imin(seqlens_k[b] + 1, prm->kv_limit), prm->C));
-  const int chunk = split_chunk(kv_end, nsplit, prm->ktile);
+  const int kv_end = imax(0, imin(imin(seqlens_k[b] + 1, kv_limit), C));
+  const int chunk = split_chunk(kv_end, nsplit, ktile);
   const int nsb = imax(1, (kv_end + chunk - 1) / chunk);
   if (nsb <= 1) return;  // gqa_decode_tc wrote the row
-  const bool has_sink = sink != nullptr || prm->smooth != 0;
+  const bool has_sink = sink != nullptr || smooth != 0;
   const float sk = sink != nullptr ? to_f(sink[h]) : 0.f;
-  tc_merge_row<T>(part, bh, (long long)prm->B * nh, nsplit, nsb, D, has_sink, sk, y + bh * D,
+  tc_merge_row<T>(part, bh, (long long)B * nh, nsplit, nsb, D, has_sink, sk, y + bh * D,
                   smem);
 }
 
@@ -852,6 +870,7 @@ __global__ void __launch_bounds__(TC_MERGE_THREADS) att_decode_merge(
   extern __shared__ float smem[];
   tc_pdl_trigger();
   const int nh = prm->nh, nsplit = prm->nsplit;
+  tc_pdl_wait();
   const long long bh = blockIdx.x;
   const int b = (int)(bh / nh), h = (int)(bh - (long long)b * nh);
   long long pos;
@@ -883,10 +902,47 @@ def att_names(d: int, rows: int) -> tuple[str, str]:
 TC_DOUBLE_MAX = 512
 
 
-def tc_kernels(names: tuple[str, str]) -> tuple:
+#: The kernels' parameters as ``launch.Launcher`` packs them (8 bytes each: pointers, and
+#: gqa_decode_tc's ``vec`` as int64), by kernel name up to its template arguments.
+TC_SIGNATURES = {
+    "gqa_decode_tc": "p" * 16 + "q",
+    "gqa_decode_merge": "p" * 5,
+    "att_decode_tc": "p" * 10,
+    "att_decode_merge": "p" * 4,
+}
+
+
+def tc_kernels(names: tuple[str, str], xp: Any = None) -> tuple:
     """(decode, merge) of ``names`` compiled: a module of those two instantiations only (each
-    pair costs about a second of NVRTC, so only what a node uses)."""
+    pair costs about a second of NVRTC, so only what a node uses). Each is called as CuPy calls
+    a kernel, ``fn(grid, block, args, shared_mem=...)``. With CuPy as ``xp`` the launches go
+    through the driver as programmatic dependents (:func:`dependent_launch`): both kernels
+    wait (``tc_pdl_wait``) before they touch what an earlier kernel writes."""
     from onnxep.providers_cuda import nvrtc
 
     source = f"#define ONNXEP_TC_DOUBLE_MAX {int(TC_DOUBLE_MAX)}\n" + DECODE_TC_SOURCE
-    return tuple(nvrtc.function(source, n, names) for n in names)
+    fns = tuple(nvrtc.function(source, n, names) for n in names)
+    if getattr(xp, "__name__", "") != "cupy":  # the tests' emulator calls them itself
+        return fns
+    return tuple(dependent_launch(f, TC_SIGNATURES[n.split("<")[0]]) for f, n in zip(fns, names))
+
+
+def dependent_launch(fn: Any, signature: str) -> Callable[..., None]:
+    """``fn`` (a compiled kernel) called as CuPy calls one, launched by ``launch.Launcher``
+    with the programmatic-dependent attribute: arrays become their device pointers, ``None``
+    a null pointer, numbers the integers of ``signature``."""
+    from ..elementwise import stream_ptr_fn
+    from ..launch import Launcher
+
+    launcher = Launcher(fn, signature, dependent=True)
+    stream = stream_ptr_fn()
+
+    def call(grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        values = tuple(
+            0 if a is None else int(a) if isinstance(a, int | np.integer) else a.data.ptr
+            for a in args
+        )
+        launcher(grid, block[0], values, stream(), shared_mem)
+
+    call.launcher = launcher  # type: ignore[attr-defined]
+    return call

@@ -237,7 +237,7 @@ def plan_step(
             core_attend = attend
             geo = plan_decode_tc(b, nh, nkv, d, kv_limit, sms)
             prm = decode_params(geo.nsplit, geo.rows, geo.nrg, TC_SPLIT_KEYS)
-            decode, merge = tc_kernels(tc_names(d, geo.tile_rows))
+            decode, merge = tc_kernels(tc_names(d, geo.tile_rows), xp)
             grid, block = (geo.nsplit, nkv * geo.nrg, b), (geo.threads,)
             merge_grid, merge_block = (b * nh,), (geo.merge_threads,)
             part_n = b * nh * geo.nsplit * (d + 2) if geo.nsplit > 1 else 0
@@ -253,7 +253,7 @@ def plan_step(
                     and not (array_address(query) | array_address(key) | array_address(value)) % 16
                 )
                 decode(grid, block, (query, key, value, kc, vc, seqlens, qseq, cos, sin, pos,
-                                     bias, sink, part, y, flag, prm, np.int32(vec)),
+                                     bias, sink, part, y, flag, prm, np.int64(vec)),
                        shared_mem=geo.smem)  # fmt: skip
                 if part_n:  # rows held by one split were written by the decode kernel
                     merge(merge_grid, merge_block, (seqlens, sink, part, y, prm),
