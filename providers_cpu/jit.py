@@ -16,8 +16,10 @@ provider's thread pool can run several at once.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -65,6 +67,29 @@ def jit_status() -> str:
         "sequences, nearest-neighbour Resize, 8-bit products on AVX-512 VNNI or AVX2 tiles, "
         "row norms and decode-step attention, convolution and rotary; compiled on first use)"
     )
+
+
+def lazy(fn: Callable, *, helpers: tuple[str, ...] = (), **options: Any) -> Callable[[], Any]:
+    """A getter of ``fn`` compiled by numba: compiled on the getter's first call (cached
+    on disk, without the GIL, no bounds checks, plus ``options`` such as ``fastmath``),
+    the same function after. ``helpers`` names functions of ``fn``'s module that it calls:
+    numba looks a callee up in the module's globals when it compiles the caller, so each is
+    compiled there first (with the same options). Raises RuntimeError where the compiled
+    loops are off: callers ask ``ENABLED`` before they take this path."""
+
+    @functools.cache
+    def get() -> Any:
+        enabled = globals().get("ENABLED")
+        if not (__getattr__("ENABLED") if enabled is None else enabled):  # imports numba
+            raise RuntimeError(f"{fn.__module__}.{fn.__name__}: compiled loops are off here")
+        opts = dict(cache=True, nogil=True, boundscheck=False) | options
+        space = fn.__globals__
+        for name in helpers:
+            if not hasattr(space[name], "py_func"):  # not a numba dispatcher yet
+                space[name] = nb.njit(**opts)(space[name])
+        return nb.njit(**opts)(fn)
+
+    return get
 
 
 _compiled: dict[str, Any] = {}
