@@ -17,10 +17,12 @@ provider's thread pool can run several at once.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,20 +127,45 @@ def loop(name: str) -> Any:
         if name in ("depthwise_2d_cl", "depthwise_2d"):
             _make_dw_tiles()
             globals()["_VB"] = vector_bytes()
-        for helper, src in _HELPERS.items():
-            # A loop calls a helper through this module's globals: compiled, before the loop.
-            if globals()[helper] is src:
-                # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
-                # every divisor, which keeps LLVM from vectorising the loop
-                globals()[helper] = nb.njit(
-                    cache=True,
-                    nogil=True,
-                    boundscheck=False,
-                    error_model="numpy",
-                    **_HELPER_OPTIONS.get(helper, {}),
-                )(src)
+        _compile_helpers()
         f = _compiled[name] = nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
     return f
+
+
+def helper(name: str) -> Any:
+    """The compiled helper ``name`` (``int8_scales``), for a loop in another module that
+    calls it: set it in the globals the loop is compiled with, and carry
+    :func:`source_digest` in the loop's cache name."""
+    _compile_helpers()
+    return globals()["_" + name]
+
+
+def _compile_helpers() -> None:
+    for helper, src in _HELPERS.items():
+        # A loop calls a helper through this module's globals: compiled, before the loop.
+        if globals()[helper] is src:
+            # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
+            # every divisor, which keeps LLVM from vectorising the loop
+            globals()[helper] = nb.njit(
+                cache=True,
+                nogil=True,
+                boundscheck=False,
+                error_model="numpy",
+                **_HELPER_OPTIONS.get(helper, {}),
+            )(src)
+
+
+def source_digest() -> str:
+    """A digest of this file, for the cache names of compiled loops elsewhere that call its
+    helpers: numba's disk cache checks only the file that defines a loop, so an edited
+    helper would otherwise come back inside a stale one."""
+    global _digest
+    if _digest is None:
+        _digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    return _digest
+
+
+_digest: str | None = None
 
 
 def _depthwise_rows(planes, term_plane, term_off, w, mult, r0, r1, out):
@@ -989,6 +1016,19 @@ _SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_po
 _SOURCES.update(depthwise_2d_cl=_depthwise_2d_cl)
 
 
+def _int8_scales(row, lo, n):
+    """(amax / 127, 127 / amax) over one block of A, ``row[lo:lo + n]`` (float32): the size
+    of its int8 steps and the factor that rounds it to them (127 for a block of zeros), as
+    ``contrib.int8_blocks``. Inlined (``_HELPER_OPTIONS``) with the caller's error model."""
+    amax = np.float32(0.0)
+    for j in range(n):
+        v = abs(row[lo + j])
+        if v > amax:
+            amax = v
+    inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+    return amax / np.float32(127.0), inv
+
+
 def _quantize_a(blocks, aq, asc, asum):
     """A (M, KB, BS) float32 rounded to int8 per block: ``rint(a * 127 / amax)``.
 
@@ -1002,18 +1042,13 @@ def _quantize_a(blocks, aq, asc, asum):
     for m in range(m_rows):
         for kb in range(kb_n):
             blk = blocks[m, kb]
-            amax = np.float32(0.0)
-            for j in range(bs):
-                v = abs(blk[j])
-                if v > amax:
-                    amax = v
-            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            scale, inv = _int8_scales(blk, 0, bs)
             tot = 0
             for j in range(bs):
                 q = np.int32(np.rint(blk[j] * inv))
                 aq[m, kb, j % parts, j // parts] = q
                 tot += q
-            asc[m, kb] = amax / np.float32(127.0)
+            asc[m, kb] = scale
             asum[m, kb] = tot
 
 
@@ -1097,16 +1132,14 @@ def _int8_round(blocks, out):
     for m in range(m_rows):
         for kb in range(kb_n):
             blk = blocks[m, kb]
-            amax = np.float32(0.0)
-            for j in range(bs):
-                v = abs(blk[j])
-                if v > amax:
-                    amax = v
-            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
-            scale = amax / np.float32(127.0)
+            scale, inv = _int8_scales(blk, 0, bs)
             o = out[m, kb]
             for j in range(bs):
                 o[j] = np.rint(blk[j] * inv) * scale
+
+
+_HELPERS["_int8_scales"] = _int8_scales
+_HELPER_OPTIONS["_int8_scales"] = {"inline": "always"}
 
 
 def _window_axis(x, k, s, d, total, out):
