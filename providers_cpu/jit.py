@@ -133,9 +133,9 @@ def loop(name: str) -> Any:
 
 
 def helper(name: str) -> Any:
-    """The compiled helper ``name`` (``int8_scales``), for a loop in another module that
-    calls it: set it in the globals the loop is compiled with, and carry
-    :func:`source_digest` in the loop's cache name."""
+    """The compiled helper ``name`` (``int8_scales``, ``exp_reduced``), for a loop in
+    another module that calls it: set it in the globals the loop is compiled with, and
+    carry :func:`source_digest` in the loop's cache name."""
     _compile_helpers()
     return globals()["_" + name]
 
@@ -1362,23 +1362,14 @@ _LG_BIAS = np.int32(127 + 64)
 _LG_SHIFT = np.int32(23)
 
 
-def _logistic_value(w):
-    """sigmoid(w) on float32, without a libm ``exp`` call.
-
-    u = exp(-|w|) in (0, 1] by range reduction (-|w| = k ln 2 + r, k an integer, |r| <=
-    ln(2)/2, exp(r) a degree-6 polynomial, 2**k from exponent bits as 2**(k + 64) * 2**-64
-    because k reaches -128, below float32's normal range), then one division: 1 / (1 +
-    u) for w >= 0, u / (1 + u) below, so small results keep their relative accuracy (no
-    1 - s is formed). Plain float32 operations and no table, so LLVM vectorises the
-    loops it is inlined into; compiled with contraction only (``_HELPER_OPTIONS``): the
-    multiply-adds become the same FMAs wherever it is inlined, so a fused Conv's
-    activation has the Sigmoid node's bits. As 1 / (1 + exp(-w)): NaN stays NaN, +inf
-    and large w give 1, -inf and w below -88.72283 (where float32 exp(-w) overflows)
-    give 0, and from there to -87.3 the results are subnormal, as there.
-    """
-    t = -abs(w)
-    if t < _LG_LOW:
-        t = _LG_LOW
+def _exp_reduced(t):
+    """exp(t) for float32 t in [-88.72283, 0] (NaN stays NaN) without a libm call, 2e-7
+    relative: t = k ln 2 + r (k an integer, |r| <= ln(2)/2, ln 2 in two parts), exp(r) a
+    degree-6 polynomial, 2**k from exponent bits as 2**(k + 64) * 2**-64 because k
+    reaches -128, below float32's normal range. Callers clamp t (``_logistic_value``,
+    softmax_loops' ``exp_nonpositive``). Compiled with contraction only
+    (``_HELPER_OPTIONS``) and not inlined at numba's level: the multiply-adds are the same
+    FMAs in every loop LLVM inlines it into, whatever that loop's own fast-math flags."""
     kf = t * _LG_LOG2E + _LG_ROUND
     kf = kf - _LG_ROUND
     r = t - kf * _LG_LN2_HI
@@ -1393,7 +1384,25 @@ def _logistic_value(w):
     if not (kf >= _LG_KMIN):
         kf = _LG_ZERO
     scale = np.int32((np.int32(kf) + _LG_BIAS) << _LG_SHIFT).view(np.float32)
-    u = (p * scale) * _LG_TINY
+    return (p * scale) * _LG_TINY
+
+
+def _logistic_value(w):
+    """sigmoid(w) on float32, without a libm ``exp`` call.
+
+    u = exp(-|w|) in (0, 1] (``_exp_reduced``), then one division: 1 / (1 + u) for w >= 0,
+    u / (1 + u) below, so small results keep their relative accuracy (no 1 - s is formed).
+    Plain float32 operations and no table, so LLVM vectorises the loops it is inlined
+    into; compiled with contraction only (``_HELPER_OPTIONS``): the
+    multiply-adds become the same FMAs wherever it is inlined, so a fused Conv's
+    activation has the Sigmoid node's bits. As 1 / (1 + exp(-w)): NaN stays NaN, +inf
+    and large w give 1, -inf and w below -88.72283 (where float32 exp(-w) overflows)
+    give 0, and from there to -87.3 the results are subnormal, as there.
+    """
+    t = -abs(w)
+    if t < _LG_LOW:
+        t = _LG_LOW
+    u = _exp_reduced(t)
     num = _LG_ONE if w >= _LG_ZERO else u
     s = num / (_LG_ONE + u)
     if w < _LG_LOW:
@@ -1427,7 +1436,11 @@ def _logistic_span(x, out, alpha, mul, r0, r1):
 
 
 _HELPERS.update(
-    _logistic_value=_logistic_value, _logistic=_logistic, _logistic_inplace=_logistic_inplace
+    _exp_reduced=_exp_reduced,
+    _logistic_value=_logistic_value,
+    _logistic=_logistic,
+    _logistic_inplace=_logistic_inplace,
 )
 _HELPER_OPTIONS["_logistic_value"] = {"fastmath": {"contract"}}
+_HELPER_OPTIONS["_exp_reduced"] = {"fastmath": {"contract"}}
 _SOURCES["logistic_span"] = _logistic_span
