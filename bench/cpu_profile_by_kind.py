@@ -14,10 +14,8 @@ by shape.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,10 +43,10 @@ def _shape(v):
 
 def profile(name: str, runs: int, threads: int, top: int) -> None:
     import onnx
-    import onnxruntime as ort
     from real_models import CORPUS, feeds, fetch
 
     import onnxep
+    from bench.cpu_profiles import ort_kernel_trace
 
     model = next(m for m in CORPUS if m.name == name)
     path = fetch(model)
@@ -74,23 +72,11 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
         if e["cat"] == "Node":
             ours[e["name"]].append(float(e["dur"]))
 
-    with tempfile.TemporaryDirectory() as tmp:
-        oso = ort.SessionOptions()
-        oso.intra_op_num_threads = threads
-        oso.log_severity_level = 4
-        oso.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        oso.enable_profiling = True
-        oso.profile_file_prefix = str(Path(tmp) / "ort")
-        theirs_s = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
-        for _ in range(runs):
-            theirs_s.run(None, inputs)
-        trace = json.loads(Path(theirs_s.end_profiling()).read_text())
     theirs: dict[str, list[float]] = defaultdict(list)
     targs: dict[str, dict] = {}
-    for e in trace:
-        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-            theirs[e["name"]].append(float(e["dur"]))
-            targs[e["name"]] = e["args"]
+    for e in ort_kernel_trace(path, inputs, runs, threads):
+        theirs[e["name"]].append(float(e["dur"]))
+        targs[e["name"]] = e["args"]
 
     def ort_kind(a: dict) -> str:
         op = a.get("op_name", "?")

@@ -1,6 +1,6 @@
 """What the CPU comparison scripts share (cpu_profile_decode.py, cpu_profile_vs_ort.py,
-cpu_nbits_ab.py): onnxruntime sessions that log nothing, each side's per-node kernel
-times from its own profiler, and the per-op-type table.
+cpu_profile_by_kind.py, cpu_nbits_ab.py): onnxruntime sessions that log nothing, each
+side's per-node kernel times from its own profiler, and the per-op-type table.
 
 Kernel times per op type are the sum of each node's median over the runs, not of means:
 on a shared machine one descheduled run makes a node's mean tens of times its usual time
@@ -56,18 +56,27 @@ def onnxep_events(path: str | Path, feeds: dict, runs: int, threads: int = 0) ->
     ]
 
 
-def ort_events(path: str | Path, feeds: dict, runs: int, threads: int = 0) -> list[Event]:
-    """Each node's kernel time over ``runs`` profiled onnxruntime runs (pool threads not
-    spinning)."""
+def ort_kernel_trace(path: str | Path, feeds: dict, runs: int, threads: int = 0) -> list[dict]:
+    """onnxruntime's profiler events for each node's kernel over ``runs`` runs (pool
+    threads not spinning): ``name``, ``dur`` (us) and ``args`` (``op_name``,
+    ``input_type_shape``, ...)."""
     with tempfile.TemporaryDirectory() as tmp:
         sess = ort_session(path, threads, spin=False, profile_dir=tmp)
         for _ in range(runs):
             sess.run(None, feeds)
         trace = json.loads(Path(sess.end_profiling()).read_text())
     return [
-        (e["name"], e["args"].get("op_name", "?"), float(e["dur"]))
+        e
         for e in trace
         if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
+    ]
+
+
+def ort_events(path: str | Path, feeds: dict, runs: int, threads: int = 0) -> list[Event]:
+    """Each node's kernel time over ``runs`` profiled onnxruntime runs."""
+    return [
+        (e["name"], e["args"].get("op_name", "?"), float(e["dur"]))
+        for e in ort_kernel_trace(path, feeds, runs, threads)
     ]
 
 
