@@ -45,14 +45,12 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
     import onnx
     from real_models import CORPUS, feeds, fetch
 
-    import onnxep
-    from bench.cpu_profiles import ort_kernel_trace
+    from bench.cpu_profiles import node_events, ort_kernel_trace, profiled_session
 
     model = next(m for m in CORPUS if m.name == name)
     path = fetch(model)
     inputs = feeds(model, onnx.load(str(path), load_external_data=False))
-    so = onnxep.SessionOptions(intra_op_num_threads=threads, enable_profiling=True)
-    sess = onnxep.InferenceSession(str(path), so, providers=["cpu"])
+    sess = profiled_session(path, threads)
     kind, desc = {}, {}
     for n in sess.compiled.model.graph:
         w = _shape(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] is not None else None
@@ -62,15 +60,9 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
             k = _conv_kind(w, g.value if g is not None else 1)
         kind[n.name] = k
         desc[n.name] = (n.op_type, _shape(n.inputs[0]) if n.inputs else None, w)
-    for _ in range(5):
-        sess.run(None, inputs)
-    sess.profiler._events.clear()  # noqa: SLF001  (bench tool: drop the warm-up runs)
-    for _ in range(runs):
-        sess.run(None, inputs)
     ours: dict[str, list[float]] = defaultdict(list)
-    for e in sess.profiler.events:
-        if e["cat"] == "Node":
-            ours[e["name"]].append(float(e["dur"]))
+    for node, _, us in node_events(sess, inputs, runs):
+        ours[node].append(us)
 
     theirs: dict[str, list[float]] = defaultdict(list)
     targs: dict[str, dict] = {}

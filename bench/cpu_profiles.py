@@ -38,12 +38,17 @@ def ort_session(path: str | Path, threads: int = 0, spin: bool = True, profile_d
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def onnxep_events(path: str | Path, feeds: dict, runs: int, threads: int = 0) -> list[Event]:
-    """Each node run of ``runs`` profiled onnxep CPU runs, after five unrecorded ones."""
+def profiled_session(path: str | Path, threads: int = 0) -> Any:
+    """An onnxep CPU session with its profiler on, ``threads`` intra-op threads."""
     import onnxep
 
     so = onnxep.SessionOptions(intra_op_num_threads=threads, enable_profiling=True)
-    sess = onnxep.InferenceSession(str(path), so, providers=["cpu"])
+    return onnxep.InferenceSession(str(path), so, providers=["cpu"])
+
+
+def node_events(sess: Any, feeds: dict, runs: int) -> list[Event]:
+    """Each node run of ``runs`` runs of the profiled onnxep session ``sess``, after five
+    unrecorded ones."""
     for _ in range(5):
         sess.run(None, feeds)
     sess.profiler._events.clear()  # noqa: SLF001  (bench tool: drop the warm-up runs)
@@ -54,6 +59,11 @@ def onnxep_events(path: str | Path, feeds: dict, runs: int, threads: int = 0) ->
         for e in sess.profiler.events
         if e.get("cat") == "Node"
     ]
+
+
+def onnxep_events(path: str | Path, feeds: dict, runs: int, threads: int = 0) -> list[Event]:
+    """:func:`node_events` of a fresh profiled session on ``path``."""
+    return node_events(profiled_session(path, threads), feeds, runs)
 
 
 def ort_kernel_trace(path: str | Path, feeds: dict, runs: int, threads: int = 0) -> list[dict]:
