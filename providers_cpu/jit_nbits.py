@@ -37,7 +37,7 @@ from . import jit
 _compiled: dict[str, Any] = {}
 # The tiles ``_drive`` calls (one row, two rows), set in each compiled copy's globals by loop()
 _T1 = _T2 = None
-# The A rounding and the one-thread driver _matvec calls, set the same way
+# The A rounding and the one-thread driver _matvec (and _drive_shared: _D) call, set the same way
 _Q = _D = None
 # The chunk counter's atomic add (_atomic_add), set the same way
 _ADD = None
@@ -456,7 +456,6 @@ def _drive_shared(p, aa, asg, ascl, state, chunks, out, caller):
     ``out`` after the caller returned, which is why ``out`` must be the run's private
     buffer, never the node's output."""
     groups = p.shape[0]
-    m_rows = aa.shape[0]
     taking = True  # chunks from the counter; then (the caller) the unwritten ones
     scan = 0
     while True:
@@ -471,14 +470,7 @@ def _drive_shared(p, aa, asg, ascl, state, chunks, out, caller):
                 return
             c = scan
             scan += 1
-        g0 = groups * c // chunks
-        g1 = groups * (c + 1) // chunks
-        for m0 in range(0, m_rows - 1, 2):
-            for g in range(g0, g1):
-                _T2(p, aa, asg, ascl, m0, g, out)
-        if m_rows % 2:
-            for g in range(g0, g1):
-                _T1(p, aa, asg, ascl, m_rows - 1, g, out)
+        _D(p, aa, asg, ascl, groups * c // chunks, groups * (c + 1) // chunks, out)
         _ADD(state, 1 + c, 2 if caller else 1)
 
 
@@ -511,6 +503,8 @@ def loop(name: str, has_zp: bool = False, subs: int = 1) -> Any:
             else:
                 g["_T1"], g["_T2"] = _tile(1, has_zp, subs), _tile(2, has_zp, subs)
             g["_ADD"] = _atomic_add()
+            if name == "drive_shared":  # a chunk is _drive's run over its column groups
+                g["_D"] = loop("drive", has_zp, subs)
             body = _drive_shared if name == "drive_shared" else _drive
             # a copy reading its own tiles, under a name of its own for the disk cache
             src = pytypes.FunctionType(body.__code__, g, body.__name__)
