@@ -141,17 +141,17 @@ def helper(name: str) -> Any:
 
 
 def _compile_helpers() -> None:
-    for helper, src in _HELPERS.items():
+    for name, src in _HELPERS.items():
         # A loop calls a helper through this module's globals: compiled, before the loop.
-        if globals()[helper] is src:
+        if globals()[name] is src:
             # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
             # every divisor, which keeps LLVM from vectorising the loop
-            globals()[helper] = nb.njit(
+            globals()[name] = nb.njit(
                 cache=True,
                 nogil=True,
                 boundscheck=False,
                 error_model="numpy",
-                **_HELPER_OPTIONS.get(helper, {}),
+                **_HELPER_OPTIONS.get(name, {}),
             )(src)
 
 
