@@ -46,17 +46,14 @@ def main() -> None:
     ap.add_argument("--past", type=int, default=16)
     a = ap.parse_args()
 
-    import onnxruntime as ort
-
     import onnxep
     from bench.cpu_nbits_decode import feeds_for
+    from bench.cpu_profiles import ort_session
     from onnxep.providers_cpu.ops import op_matmul_nbits as kern
 
     feeds = feeds_for(a.model, a.past)
     ours = onnxep.InferenceSession(a.model, providers=["cpu"])
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    theirs = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
+    theirs = ort_session(a.model)
     after = kern._tiles  # noqa: SLF001 (swapped per step, restored after)
 
     def with_tiles(fn):

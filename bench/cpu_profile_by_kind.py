@@ -14,10 +14,8 @@ by shape.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,16 +43,14 @@ def _shape(v):
 
 def profile(name: str, runs: int, threads: int, top: int) -> None:
     import onnx
-    import onnxruntime as ort
     from real_models import CORPUS, feeds, fetch
 
-    import onnxep
+    from bench.cpu_profiles import node_events, ort_kernel_trace, profiled_session
 
     model = next(m for m in CORPUS if m.name == name)
     path = fetch(model)
     inputs = feeds(model, onnx.load(str(path), load_external_data=False))
-    so = onnxep.SessionOptions(intra_op_num_threads=threads, enable_profiling=True)
-    sess = onnxep.InferenceSession(str(path), so, providers=["cpu"])
+    sess = profiled_session(path, threads)
     kind, desc = {}, {}
     for n in sess.compiled.model.graph:
         w = _shape(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] is not None else None
@@ -64,33 +60,15 @@ def profile(name: str, runs: int, threads: int, top: int) -> None:
             k = _conv_kind(w, g.value if g is not None else 1)
         kind[n.name] = k
         desc[n.name] = (n.op_type, _shape(n.inputs[0]) if n.inputs else None, w)
-    for _ in range(5):
-        sess.run(None, inputs)
-    sess.profiler._events.clear()  # noqa: SLF001  (bench tool: drop the warm-up runs)
-    for _ in range(runs):
-        sess.run(None, inputs)
     ours: dict[str, list[float]] = defaultdict(list)
-    for e in sess.profiler.events:
-        if e["cat"] == "Node":
-            ours[e["name"]].append(float(e["dur"]))
+    for node, _, us in node_events(sess, inputs, runs):
+        ours[node].append(us)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        oso = ort.SessionOptions()
-        oso.intra_op_num_threads = threads
-        oso.log_severity_level = 4
-        oso.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        oso.enable_profiling = True
-        oso.profile_file_prefix = str(Path(tmp) / "ort")
-        theirs_s = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
-        for _ in range(runs):
-            theirs_s.run(None, inputs)
-        trace = json.loads(Path(theirs_s.end_profiling()).read_text())
     theirs: dict[str, list[float]] = defaultdict(list)
     targs: dict[str, dict] = {}
-    for e in trace:
-        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-            theirs[e["name"]].append(float(e["dur"]))
-            targs[e["name"]] = e["args"]
+    for e in ort_kernel_trace(path, inputs, runs, threads):
+        theirs[e["name"]].append(float(e["dur"]))
+        targs[e["name"]] = e["args"]
 
     def ort_kind(a: dict) -> str:
         op = a.get("op_name", "?")

@@ -16,9 +16,13 @@ provider's thread pool can run several at once.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import os
+from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,6 +71,29 @@ def jit_status() -> str:
     )
 
 
+def lazy(fn: Callable, *, helpers: tuple[str, ...] = (), **options: Any) -> Callable[[], Any]:
+    """A getter of ``fn`` compiled by numba: compiled on the getter's first call (cached
+    on disk, without the GIL, no bounds checks, plus ``options`` such as ``fastmath``),
+    the same function after. ``helpers`` names functions of ``fn``'s module that it calls:
+    numba looks a callee up in the module's globals when it compiles the caller, so each is
+    compiled there first (with the same options). Raises RuntimeError where the compiled
+    loops are off: callers ask ``ENABLED`` before they take this path."""
+
+    @functools.cache
+    def get() -> Any:
+        enabled = globals().get("ENABLED")
+        if not (__getattr__("ENABLED") if enabled is None else enabled):  # imports numba
+            raise RuntimeError(f"{fn.__module__}.{fn.__name__}: compiled loops are off here")
+        opts = dict(cache=True, nogil=True, boundscheck=False) | options
+        space = fn.__globals__
+        for name in helpers:
+            if not hasattr(space[name], "py_func"):  # not a numba dispatcher yet
+                space[name] = nb.njit(**opts)(space[name])
+        return nb.njit(**opts)(fn)
+
+    return get
+
+
 _compiled: dict[str, Any] = {}
 _vector_bytes: int | None = None
 
@@ -100,20 +127,45 @@ def loop(name: str) -> Any:
         if name in ("depthwise_2d_cl", "depthwise_2d"):
             _make_dw_tiles()
             globals()["_VB"] = vector_bytes()
-        for helper, src in _HELPERS.items():
-            # A loop calls a helper through this module's globals: compiled, before the loop.
-            if globals()[helper] is src:
-                # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
-                # every divisor, which keeps LLVM from vectorising the loop
-                globals()[helper] = nb.njit(
-                    cache=True,
-                    nogil=True,
-                    boundscheck=False,
-                    error_model="numpy",
-                    **_HELPER_OPTIONS.get(helper, {}),
-                )(src)
+        _compile_helpers()
         f = _compiled[name] = nb.njit(cache=True, nogil=True, boundscheck=False)(_SOURCES[name])
     return f
+
+
+def helper(name: str) -> Any:
+    """The compiled helper ``name`` (``int8_scales``, ``exp_reduced``), for a loop in
+    another module that calls it: set it in the globals the loop is compiled with, and
+    carry :func:`source_digest` in the loop's cache name."""
+    _compile_helpers()
+    return globals()["_" + name]
+
+
+def _compile_helpers() -> None:
+    for name, src in _HELPERS.items():
+        # A loop calls a helper through this module's globals: compiled, before the loop.
+        if globals()[name] is src:
+            # IEEE division (x / 0 is inf, as NumPy's): Python's error model tests
+            # every divisor, which keeps LLVM from vectorising the loop
+            globals()[name] = nb.njit(
+                cache=True,
+                nogil=True,
+                boundscheck=False,
+                error_model="numpy",
+                **_HELPER_OPTIONS.get(name, {}),
+            )(src)
+
+
+def source_digest() -> str:
+    """A digest of this file, for the cache names of compiled loops elsewhere that call its
+    helpers: numba's disk cache checks only the file that defines a loop, so an edited
+    helper would otherwise come back inside a stale one."""
+    global _digest
+    if _digest is None:
+        _digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    return _digest
+
+
+_digest: str | None = None
 
 
 def _depthwise_rows(planes, term_plane, term_off, w, mult, r0, r1, out):
@@ -964,6 +1016,19 @@ _SOURCES.update(depthwise_2d=_depthwise_2d, conv_epilogue=_conv_epilogue, max_po
 _SOURCES.update(depthwise_2d_cl=_depthwise_2d_cl)
 
 
+def _int8_scales(row, lo, n):
+    """(amax / 127, 127 / amax) over one block of A, ``row[lo:lo + n]`` (float32): the size
+    of its int8 steps and the factor that rounds it to them (127 for a block of zeros), as
+    ``contrib.int8_blocks``. Inlined (``_HELPER_OPTIONS``) with the caller's error model."""
+    amax = np.float32(0.0)
+    for j in range(n):
+        v = abs(row[lo + j])
+        if v > amax:
+            amax = v
+    inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+    return amax / np.float32(127.0), inv
+
+
 def _quantize_a(blocks, aq, asc, asum):
     """A (M, KB, BS) float32 rounded to int8 per block: ``rint(a * 127 / amax)``.
 
@@ -977,18 +1042,13 @@ def _quantize_a(blocks, aq, asc, asum):
     for m in range(m_rows):
         for kb in range(kb_n):
             blk = blocks[m, kb]
-            amax = np.float32(0.0)
-            for j in range(bs):
-                v = abs(blk[j])
-                if v > amax:
-                    amax = v
-            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            scale, inv = _int8_scales(blk, 0, bs)
             tot = 0
             for j in range(bs):
                 q = np.int32(np.rint(blk[j] * inv))
                 aq[m, kb, j % parts, j // parts] = q
                 tot += q
-            asc[m, kb] = amax / np.float32(127.0)
+            asc[m, kb] = scale
             asum[m, kb] = tot
 
 
@@ -1072,16 +1132,14 @@ def _int8_round(blocks, out):
     for m in range(m_rows):
         for kb in range(kb_n):
             blk = blocks[m, kb]
-            amax = np.float32(0.0)
-            for j in range(bs):
-                v = abs(blk[j])
-                if v > amax:
-                    amax = v
-            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
-            scale = amax / np.float32(127.0)
+            scale, inv = _int8_scales(blk, 0, bs)
             o = out[m, kb]
             for j in range(bs):
                 o[j] = np.rint(blk[j] * inv) * scale
+
+
+_HELPERS["_int8_scales"] = _int8_scales
+_HELPER_OPTIONS["_int8_scales"] = {"inline": "always"}
 
 
 def _window_axis(x, k, s, d, total, out):
@@ -1304,23 +1362,14 @@ _LG_BIAS = np.int32(127 + 64)
 _LG_SHIFT = np.int32(23)
 
 
-def _logistic_value(w):
-    """sigmoid(w) on float32, without a libm ``exp`` call.
-
-    u = exp(-|w|) in (0, 1] by range reduction (-|w| = k ln 2 + r, k an integer, |r| <=
-    ln(2)/2, exp(r) a degree-6 polynomial, 2**k from exponent bits as 2**(k + 64) * 2**-64
-    because k reaches -128, below float32's normal range), then one division: 1 / (1 +
-    u) for w >= 0, u / (1 + u) below, so small results keep their relative accuracy (no
-    1 - s is formed). Plain float32 operations and no table, so LLVM vectorises the
-    loops it is inlined into; compiled with contraction only (``_HELPER_OPTIONS``): the
-    multiply-adds become the same FMAs wherever it is inlined, so a fused Conv's
-    activation has the Sigmoid node's bits. As 1 / (1 + exp(-w)): NaN stays NaN, +inf
-    and large w give 1, -inf and w below -88.72283 (where float32 exp(-w) overflows)
-    give 0, and from there to -87.3 the results are subnormal, as there.
-    """
-    t = -abs(w)
-    if t < _LG_LOW:
-        t = _LG_LOW
+def _exp_reduced(t):
+    """exp(t) for float32 t in [-88.72283, 0] (NaN stays NaN) without a libm call, 2e-7
+    relative: t = k ln 2 + r (k an integer, |r| <= ln(2)/2, ln 2 in two parts), exp(r) a
+    degree-6 polynomial, 2**k from exponent bits as 2**(k + 64) * 2**-64 because k
+    reaches -128, below float32's normal range. Callers clamp t (``_logistic_value``,
+    softmax_loops' ``exp_nonpositive``). Compiled with contraction only
+    (``_HELPER_OPTIONS``) and not inlined at numba's level: the multiply-adds are the same
+    FMAs in every loop LLVM inlines it into, whatever that loop's own fast-math flags."""
     kf = t * _LG_LOG2E + _LG_ROUND
     kf = kf - _LG_ROUND
     r = t - kf * _LG_LN2_HI
@@ -1335,7 +1384,25 @@ def _logistic_value(w):
     if not (kf >= _LG_KMIN):
         kf = _LG_ZERO
     scale = np.int32((np.int32(kf) + _LG_BIAS) << _LG_SHIFT).view(np.float32)
-    u = (p * scale) * _LG_TINY
+    return (p * scale) * _LG_TINY
+
+
+def _logistic_value(w):
+    """sigmoid(w) on float32, without a libm ``exp`` call.
+
+    u = exp(-|w|) in (0, 1] (``_exp_reduced``), then one division: 1 / (1 + u) for w >= 0,
+    u / (1 + u) below, so small results keep their relative accuracy (no 1 - s is formed).
+    Plain float32 operations and no table, so LLVM vectorises the loops it is inlined
+    into; compiled with contraction only (``_HELPER_OPTIONS``): the
+    multiply-adds become the same FMAs wherever it is inlined, so a fused Conv's
+    activation has the Sigmoid node's bits. As 1 / (1 + exp(-w)): NaN stays NaN, +inf
+    and large w give 1, -inf and w below -88.72283 (where float32 exp(-w) overflows)
+    give 0, and from there to -87.3 the results are subnormal, as there.
+    """
+    t = -abs(w)
+    if t < _LG_LOW:
+        t = _LG_LOW
+    u = _exp_reduced(t)
     num = _LG_ONE if w >= _LG_ZERO else u
     s = num / (_LG_ONE + u)
     if w < _LG_LOW:
@@ -1369,7 +1436,11 @@ def _logistic_span(x, out, alpha, mul, r0, r1):
 
 
 _HELPERS.update(
-    _logistic_value=_logistic_value, _logistic=_logistic, _logistic_inplace=_logistic_inplace
+    _exp_reduced=_exp_reduced,
+    _logistic_value=_logistic_value,
+    _logistic=_logistic,
+    _logistic_inplace=_logistic_inplace,
 )
 _HELPER_OPTIONS["_logistic_value"] = {"fastmath": {"contract"}}
+_HELPER_OPTIONS["_exp_reduced"] = {"fastmath": {"contract"}}
 _SOURCES["logistic_span"] = _logistic_span

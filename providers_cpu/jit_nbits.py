@@ -20,11 +20,14 @@ float32 too), so the block's ``sum a (w - z)`` is what the portable loop compute
 the float32 adding of the scaled blocks differs (eight lanes a column, added at the end).
 
 The intrinsics and the driver stay in this one file: numba's disk cache checks only the
-file that defines a compiled function.
+file that defines a compiled function. A's rounding takes its block scales from jit.py's
+``int8_scales`` (the portable loops' too), so its cache name and matvec's carry
+``jit.source_digest()``.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -34,10 +37,12 @@ from . import jit
 _compiled: dict[str, Any] = {}
 # The tiles ``_drive`` calls (one row, two rows), set in each compiled copy's globals by loop()
 _T1 = _T2 = None
-# The A rounding and the one-thread driver _matvec calls, set the same way
+# The A rounding and the one-thread driver _matvec (and _drive_shared: _D) call, set the same way
 _Q = _D = None
 # The chunk counter's atomic add (_atomic_add), set the same way
 _ADD = None
+# A block's int8 scales (jit's ``int8_scales``), set in _quantize_a's compiled copy's globals
+_SCALES = None
 
 
 def usable(bits: int, block_size: int) -> bool:
@@ -89,20 +94,13 @@ def pack(w: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, subs: int) ->
     return np.ascontiguousarray(np.concatenate(parts, axis=2))
 
 
-def _tile_pairs(rows: int, has_zp: bool) -> Any:
-    """:func:`_tile` for blocks of 32 k, two blocks a step (``pack``'s records with
-    ``subs`` 1): each column's 32 bytes are one load, their low nibbles the two blocks'
-    even k and the high ones their odd k; A is stored to match (``_quantize_a`` with
-    ``pairs``: per 64 k, both blocks' evens then both blocks' odds). The even and odd
-    products add as int16 (each at most 2 * 127 * 15, their sum 7620), one ``vpmaddwd``
-    makes int32 lanes 0-3 the first block's and 4-7 the second's, and one multiply-add
-    scales both blocks: 17 instructions for two blocks of a column where two single-block
-    steps take 22 (no cross-lane insert either).
-
-    Without zero points (8, the middle) the nibbles multiply A's signed bytes directly
-    (unsigned by signed: at most 2 * 15 * 127 a pair, no sign moves, no byte subtract),
-    and 8 * (each pair's sum of A), made once a row for all columns, comes off the int16
-    pairs (|7620 + 4064| fits): 14 instructions, the same exact integers."""
+def _tile_intrinsic(rows: int, steps_loop) -> Any:
+    """A tile, ``tile(p, aa, asg, ascl, m0, g, out)`` as a numba intrinsic (see
+    :func:`_tile`), from what both layouts share: the arguments as LLVM values, the AVX2
+    intrinsics, each row's offsets into A and its scales, the rows x ``COLS`` sums (eight
+    float32 lanes each, in registers across the steps) and their store at the end.
+    ``steps_loop(t)`` emits the loop over ``p``'s steps into ``t.acc`` (``t``: a namespace
+    of the rest)."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -111,7 +109,6 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
     names = ("p", "aa", "asg", "ascl", "m0", "g", "out")
     arrays = ("p", "aa", "asg", "ascl", "out")
     cols = COLS
-    wbytes = 32 * cols
 
     def codegen(context, builder, signature, args):
         val = dict(zip(names, args))
@@ -121,7 +118,6 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
         f32 = ir.FloatType()
         v32b = ir.VectorType(i8, 32)
         v16w, v8d, v8f = ir.VectorType(i16, 16), ir.VectorType(i32, 8), ir.VectorType(f32, 8)
-        v2f, v2b = ir.VectorType(f32, 2), ir.VectorType(i8, 2)
         mod = builder.module
         psign = cgutils.get_or_insert_function(
             mod, ir.FunctionType(v32b, [v32b, v32b]), "llvm.x86.avx2.psign.b"
@@ -152,23 +148,73 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
             p = builder.bitcast(builder.gep(arr[k].data, [off]), vty.as_pointer())
             return builder.load(p, align=align)
 
-        halves8 = ir.Constant(ir.VectorType(i32, 8), [0] * 4 + [1] * 4)
-        halves32 = ir.Constant(ir.VectorType(i32, 32), [0] * 16 + [1] * 16)
-        low4 = ir.Constant(v32b, [15] * 32)
-        by4 = ir.Constant(v16w, [4] * 16)
-        eights = ir.Constant(v32b, [8] * 32)
-        ones = ir.Constant(v16w, [1] * 16)
         fzero = ir.Constant(v8f, [0.0] * 8)
-
         rowoff = [builder.mul(builder.add(m0, c64(r)), lda) for r in range(rows)]
         sclrow = [builder.mul(builder.add(m0, c64(r)), lds) for r in range(rows)]
         gbase = builder.mul(builder.mul(g, steps), rec)
         acc = [
             [cgutils.alloca_once_value(builder, fzero) for _ in range(cols)] for _ in range(rows)
         ]
-        with cgutils.for_range(builder, steps) as lk:
+        t = SimpleNamespace(
+            builder=builder,
+            types=(i8, i16, i32, i64, f32),
+            vectors=(v32b, v16w, v8d, v8f),
+            intrinsics=(psign, maddubs, maddwd, fma),
+            c64=c64,
+            load=load,
+            ones=ir.Constant(v16w, [1] * 16),
+            steps=steps,
+            rec=rec,
+            gbase=gbase,
+            rowoff=rowoff,
+            sclrow=sclrow,
+            acc=acc,
+        )
+        steps_loop(t)
+        _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, arr["out"].data)
+        return context.get_dummy_value()
+
+    def typer(typingctx, p, aa, asg, ascl, m0, g, out):
+        return types.void(p, aa, asg, ascl, m0, g, out), codegen
+
+    return intrinsic(typer)
+
+
+def _tile_pairs(rows: int, has_zp: bool) -> Any:
+    """:func:`_tile` for blocks of 32 k, two blocks a step (``pack``'s records with
+    ``subs`` 1): each column's 32 bytes are one load, their low nibbles the two blocks'
+    even k and the high ones their odd k; A is stored to match (``_quantize_a`` with
+    ``pairs``: per 64 k, both blocks' evens then both blocks' odds). The even and odd
+    products add as int16 (each at most 2 * 127 * 15, their sum 7620), one ``vpmaddwd``
+    makes int32 lanes 0-3 the first block's and 4-7 the second's, and one multiply-add
+    scales both blocks: 17 instructions for two blocks of a column where two single-block
+    steps take 22 (no cross-lane insert either).
+
+    Without zero points (8, the middle) the nibbles multiply A's signed bytes directly
+    (unsigned by signed: at most 2 * 15 * 127 a pair, no sign moves, no byte subtract),
+    and 8 * (each pair's sum of A), made once a row for all columns, comes off the int16
+    pairs (|7620 + 4064| fits): 14 instructions, the same exact integers."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    cols = COLS
+    wbytes = 32 * cols
+
+    def steps_loop(t):
+        builder, c64, load, ones, acc = t.builder, t.c64, t.load, t.ones, t.acc
+        i8, i16, i32, i64, f32 = t.types
+        v32b, v16w, v8d, v8f = t.vectors
+        psign, maddubs, maddwd, fma = t.intrinsics
+        rowoff, sclrow, rec = t.rowoff, t.sclrow, t.rec
+        v2f, v2b = ir.VectorType(f32, 2), ir.VectorType(i8, 2)
+        halves8 = ir.Constant(ir.VectorType(i32, 8), [0] * 4 + [1] * 4)
+        halves32 = ir.Constant(ir.VectorType(i32, 32), [0] * 16 + [1] * 16)
+        low4 = ir.Constant(v32b, [15] * 32)
+        by4 = ir.Constant(v16w, [4] * 16)
+        eights = ir.Constant(v32b, [8] * 32)
+        with cgutils.for_range(builder, t.steps) as lk:
             u = lk.index
-            base = builder.add(gbase, builder.mul(u, rec))
+            base = builder.add(t.gbase, builder.mul(u, rec))
             aoff = builder.mul(u, c64(64))
             aoff2 = builder.add(aoff, c64(32))
             ev = [load("asg", builder.add(rowoff[r], aoff), v32b) for r in range(rows)]
@@ -215,13 +261,8 @@ def _tile_pairs(rows: int, has_zp: bool) -> Any:
                     f = builder.sitofp(q, v8f)
                     sc = builder.fmul(sv, avs[r])
                     builder.store(builder.call(fma, [f, sc, builder.load(acc[r][c])]), acc[r][c])
-        _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, arr["out"].data)
-        return context.get_dummy_value()
 
-    def typer(typingctx, p, aa, asg, ascl, m0, g, out):
-        return types.void(p, aa, asg, ascl, m0, g, out), codegen
-
-    return intrinsic(typer)
+    return _tile_intrinsic(rows, steps_loop)
 
 
 def _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, out):
@@ -265,53 +306,18 @@ def _tile(rows: int, has_zp: bool, subs: int) -> Any:
     ``ascl`` (M, KB) A's block scales. The rows x COLS sums are eight float32 lanes each,
     in registers across the blocks, added at the end."""
     from llvmlite import ir
-    from numba import types
     from numba.core import cgutils
-    from numba.extending import intrinsic
 
-    names = ("p", "aa", "asg", "ascl", "m0", "g", "out")
-    arrays = ("p", "aa", "asg", "ascl", "out")
     cols = COLS
     wbytes = subs * 16 * cols
 
-    def codegen(context, builder, signature, args):
-        val = dict(zip(names, args))
-        ty = dict(zip(names, signature.args))
-        arr = {k: context.make_array(ty[k])(context, builder, val[k]) for k in arrays}
-        i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
-        f32 = ir.FloatType()
-        v16b, v32b = ir.VectorType(i8, 16), ir.VectorType(i8, 32)
-        v16w, v8d, v8f = ir.VectorType(i16, 16), ir.VectorType(i32, 8), ir.VectorType(f32, 8)
-        mod = builder.module
-        psign = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(v32b, [v32b, v32b]), "llvm.x86.avx2.psign.b"
-        )
-        maddubs = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(v16w, [v32b, v32b]), "llvm.x86.avx2.pmadd.ub.sw"
-        )
-        maddwd = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(v8d, [v16w, v16w]), "llvm.x86.avx2.pmadd.wd"
-        )
-        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(v8f, [v8f] * 3), "llvm.fma.v8f32")
-
-        def c64(v):
-            return ir.Constant(i64, v)
-
-        def arg(k):
-            return context.cast(builder, val[k], ty[k], types.intp)
-
-        m0, g = arg("m0"), arg("g")
-        kbn = builder.extract_value(arr["p"].shape, 1)
-        rec = builder.extract_value(arr["p"].strides, 1)  # bytes: uint8
-        lda = builder.extract_value(arr["aa"].strides, 0)
-        lds = builder.udiv(builder.extract_value(arr["ascl"].strides, 0), c64(4))
-        ldo = builder.udiv(builder.extract_value(arr["out"].strides, 0), c64(4))
-        ncols = builder.extract_value(arr["out"].shape, 1)
-
-        def load(k, off, vty, align=1):
-            p = builder.bitcast(builder.gep(arr[k].data, [off]), vty.as_pointer())
-            return builder.load(p, align=align)
-
+    def steps_loop(t):
+        builder, c64, load, ones, acc = t.builder, t.c64, t.load, t.ones, t.acc
+        i8, i16, i32, i64, f32 = t.types
+        v32b, v16w, v8d, v8f = t.vectors
+        psign, maddubs, maddwd, fma = t.intrinsics
+        rowoff, sclrow, rec, kbn = t.rowoff, t.sclrow, t.rec, t.steps
+        v16b = ir.VectorType(i8, 16)
         undef8f = ir.Constant(v8f, ir.Undefined)
         zero8 = ir.Constant(ir.VectorType(i32, 8), [0] * 8)
 
@@ -325,19 +331,11 @@ def _tile(rows: int, has_zp: bool, subs: int) -> Any:
         low4 = ir.Constant(v16b, [15] * 16)
         by4 = ir.Constant(v16b, [4] * 16)
         eights = ir.Constant(v32b, [8] * 32)
-        ones = ir.Constant(v16w, [1] * 16)
         concat = ir.Constant(ir.VectorType(i32, 32), list(range(32)))
-        fzero = ir.Constant(v8f, [0.0] * 8)
 
-        rowoff = [builder.mul(builder.add(m0, c64(r)), lda) for r in range(rows)]
-        sclrow = [builder.mul(builder.add(m0, c64(r)), lds) for r in range(rows)]
-        gbase = builder.mul(builder.mul(g, kbn), rec)
-        acc = [
-            [cgutils.alloca_once_value(builder, fzero) for _ in range(cols)] for _ in range(rows)
-        ]
         with cgutils.for_range(builder, kbn) as lk:
             kb = lk.index
-            base = builder.add(gbase, builder.mul(kb, rec))
+            base = builder.add(t.gbase, builder.mul(kb, rec))
             if has_zp:
                 zs = []
                 for c in range(cols):
@@ -370,13 +368,7 @@ def _tile(rows: int, has_zp: bool, subs: int) -> Any:
                     sv = builder.fmul(scs[c], ar)
                     builder.store(builder.call(fma, [f, sv, builder.load(acc[r][c])]), acc[r][c])
 
-        _store_sums(builder, acc, rows, cols, g, m0, ldo, ncols, arr["out"].data)
-        return context.get_dummy_value()
-
-    def typer(typingctx, p, aa, asg, ascl, m0, g, out):
-        return types.void(p, aa, asg, ascl, m0, g, out), codegen
-
-    return intrinsic(typer)
+    return _tile_intrinsic(rows, steps_loop)
 
 
 def _quantize_a(a2, kb_n, bs, pairs):
@@ -397,12 +389,7 @@ def _quantize_a(a2, kb_n, bs, pairs):
         for kb in range(kb_n):
             base = kb * bs
             end = min(bs, k - base)
-            amax = np.float32(0.0)
-            for j in range(end):
-                v = abs(a2[m, base + j])
-                if v > amax:
-                    amax = v
-            inv = np.float32(127.0) / (amax if amax != 0 else np.float32(1.0))
+            scale, inv = _SCALES(a2[m], base, end)
             for j in range(end):
                 q = np.int32(np.rint(a2[m, base + j] * inv))
                 if pairs:
@@ -412,7 +399,7 @@ def _quantize_a(a2, kb_n, bs, pairs):
                     at = base + (j - t) + (t % 2) * 16 + t // 2
                 asg[m, at] = q
                 aa[m, at] = abs(q)
-            ascl[m, kb] = amax / np.float32(127.0)
+            ascl[m, kb] = scale
     return aa, asg, ascl
 
 
@@ -469,7 +456,6 @@ def _drive_shared(p, aa, asg, ascl, state, chunks, out, caller):
     ``out`` after the caller returned, which is why ``out`` must be the run's private
     buffer, never the node's output."""
     groups = p.shape[0]
-    m_rows = aa.shape[0]
     taking = True  # chunks from the counter; then (the caller) the unwritten ones
     scan = 0
     while True:
@@ -484,14 +470,7 @@ def _drive_shared(p, aa, asg, ascl, state, chunks, out, caller):
                 return
             c = scan
             scan += 1
-        g0 = groups * c // chunks
-        g1 = groups * (c + 1) // chunks
-        for m0 in range(0, m_rows - 1, 2):
-            for g in range(g0, g1):
-                _T2(p, aa, asg, ascl, m0, g, out)
-        if m_rows % 2:
-            for g in range(g0, g1):
-                _T1(p, aa, asg, ascl, m_rows - 1, g, out)
+        _D(p, aa, asg, ascl, groups * c // chunks, groups * (c + 1) // chunks, out)
         _ADD(state, 1 + c, 2 if caller else 1)
 
 
@@ -507,12 +486,16 @@ def loop(name: str, has_zp: bool = False, subs: int = 1) -> Any:
     f = _compiled.get(key)
     if f is None:
         if name == "quantize_a":
-            src = _quantize_a
+            g = dict(globals())
+            g["_SCALES"] = jit.helper("int8_scales")
+            src = pytypes.FunctionType(_quantize_a.__code__, g, _quantize_a.__name__)
+            # jit.py's helper inside: an edit there names another cache entry
+            src.__qualname__ = f"{key}_{jit.source_digest()}"
         elif name == "matvec":
             g = dict(globals())
             g["_Q"], g["_D"] = loop("quantize_a"), loop("drive", has_zp, subs)
             src = pytypes.FunctionType(_matvec.__code__, g, _matvec.__name__)
-            src.__qualname__ = key
+            src.__qualname__ = f"{key}_{jit.source_digest()}"  # _Q holds jit.py's helper
         else:
             g = dict(globals())
             if subs == 1:
@@ -520,6 +503,8 @@ def loop(name: str, has_zp: bool = False, subs: int = 1) -> Any:
             else:
                 g["_T1"], g["_T2"] = _tile(1, has_zp, subs), _tile(2, has_zp, subs)
             g["_ADD"] = _atomic_add()
+            if name == "drive_shared":  # a chunk is _drive's run over its column groups
+                g["_D"] = loop("drive", has_zp, subs)
             body = _drive_shared if name == "drive_shared" else _drive
             # a copy reading its own tiles, under a name of its own for the disk cache
             src = pytypes.FunctionType(body.__code__, g, body.__name__)

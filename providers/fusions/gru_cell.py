@@ -34,10 +34,8 @@ import onnx_ir as ir
 
 from ..ops.fused import DOMAIN
 from . import rule_checks as C
-from .graph_edits import take_over
+from .anchored import AnchoredFusionPass
 from .graph_reads import other_operand, sole_reader
-from .naming import Names, graphs
-from .reporting import SPANS_PROVIDERS, ReportingFusionPass, no_kernel
 
 _F32 = ir.DataType.FLOAT
 
@@ -215,42 +213,24 @@ def _rest(tanh, add_n, mul_rn, i_n, h_n, r) -> dict[str, Any] | None:
     }
 
 
-class FuseGRUCell(ReportingFusionPass):
+class FuseGRUCell(AnchoredFusionPass):
     """An unrolled GRU step's gate arithmetic -> onnxep::GRUCell. Tolerance-level (see
     module)."""
 
     name = "fuse_gru_cell"
     exact = False
+    op_type = "GRUCell"
+    rule = "gru_cell"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        names: Names | None = None
-        changed = False
-        for graph in list(graphs(model.graph)):
-            for node in list(graph):
-                if node.graph is not graph:
-                    continue
-                m = match(node)
-                if m is None:
-                    continue
-                owned = [self.owns(n) for n in m["nodes"]]
-                if not all(owned):
-                    if any(owned):
-                        self.refuse(node, SPANS_PROVIDERS)
-                    continue
-                if not self.can_emit(DOMAIN, "GRUCell"):
-                    self.refuse(node, no_kernel(DOMAIN, "GRUCell"))
-                    continue
-                names = names or Names(model.graph)
-                fused = ir.node(
-                    "GRUCell",
-                    [m["gi"], m["gh"], m["h_prev"]],
-                    {"offsets": m["offsets"], "hidden_size": m["hidden"]},
-                    domain=DOMAIN,
-                    name=names.fresh(f"{node.name or 'Tanh'}/gru_cell"),
-                )
-                take_over(m["h"], fused.outputs[0])
-                graph.insert_before(m["at"], [fused])
-                graph.remove(m["nodes"], safe=True)
-                self.fire(node, "gru_cell")
-                changed = True
-        return ir.passes.PassResult(model, changed)
+    def match(self, node: ir.Node) -> dict[str, Any] | None:
+        return match(node)
+
+    def build(self, m: dict[str, Any], name: str) -> tuple[ir.Node, list[ir.Value]]:
+        fused = ir.node(
+            "GRUCell",
+            [m["gi"], m["gh"], m["h_prev"]],
+            {"offsets": m["offsets"], "hidden_size": m["hidden"]},
+            domain=DOMAIN,
+            name=name,
+        )
+        return fused, [m["h"]]

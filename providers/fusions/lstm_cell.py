@@ -30,10 +30,8 @@ import onnx_ir as ir
 
 from ..ops.fused import DOMAIN
 from . import rule_checks as C
-from .graph_edits import take_over
+from .anchored import AnchoredFusionPass
 from .graph_reads import other_operand, sole_reader
-from .naming import Names, graphs
-from .reporting import SPANS_PROVIDERS, ReportingFusionPass, no_kernel
 
 
 def _is(node: ir.Node | None, op: str) -> bool:
@@ -125,45 +123,26 @@ def match(split: ir.Node) -> dict[str, Any] | None:
     }
 
 
-class FuseLSTMCell(ReportingFusionPass):
+class FuseLSTMCell(AnchoredFusionPass):
     """An unrolled LSTM step's gate arithmetic -> onnxep::LSTMCell. Tolerance-level (see
     module)."""
 
     name = "fuse_lstm_cell"
     exact = False
+    op_type = "LSTMCell"
+    rule = "lstm_cell"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        names: Names | None = None
-        changed = False
-        for graph in list(graphs(model.graph)):
-            for node in list(graph):
-                if node.graph is not graph:
-                    continue
-                m = match(node)
-                if m is None:
-                    continue
-                owned = [self.owns(n) for n in m["nodes"]]
-                if not all(owned):
-                    if any(owned):
-                        self.refuse(node, SPANS_PROVIDERS)
-                    continue
-                if not self.can_emit(DOMAIN, "LSTMCell"):
-                    self.refuse(node, no_kernel(DOMAIN, "LSTMCell"))
-                    continue
-                names = names or Names(model.graph)
-                a, *b = m["operands"]
-                fused = ir.node(
-                    "LSTMCell",
-                    [a, m["c_prev"], *b],
-                    {"gates": m["gates"]},
-                    domain=DOMAIN,
-                    num_outputs=2,
-                    name=names.fresh(f"{node.name or 'Split'}/lstm_cell"),
-                )
-                take_over(m["h"], fused.outputs[0])
-                take_over(m["c"], fused.outputs[1])
-                graph.insert_before(m["at"], [fused])
-                graph.remove(m["nodes"], safe=True)
-                self.fire(node, "lstm_cell")
-                changed = True
-        return ir.passes.PassResult(model, changed)
+    def match(self, node: ir.Node) -> dict[str, Any] | None:
+        return match(node)
+
+    def build(self, m: dict[str, Any], name: str) -> tuple[ir.Node, list[ir.Value]]:
+        a, *b = m["operands"]
+        fused = ir.node(
+            "LSTMCell",
+            [a, m["c_prev"], *b],
+            {"gates": m["gates"]},
+            domain=DOMAIN,
+            num_outputs=2,
+            name=name,
+        )
+        return fused, [m["h"], m["c"]]

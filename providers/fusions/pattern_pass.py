@@ -40,7 +40,6 @@ from .reporting import (
     ANOTHER_CONSUMER,
     GRAPH_OUTPUT,
     READ_TOO_EARLY,
-    SPANS_PROVIDERS,
     ReportingFusionPass,
     no_kernel,
 )
@@ -236,10 +235,10 @@ class PatternFusionPass(ReportingFusionPass):
             return None
         if not match:
             if tracer.status == _CONDITION_FAILED and tracer.result is not None:
-                if self._owned(tracer.result.nodes, node):
+                if self.owns_all(tracer.result.nodes, node):
                     self.refuse(node, tracer.result.reason or f"{rule.name}: check failed")
             return None
-        return match if self._owned(match.nodes, node) else None
+        return match if self.owns_all(match.nodes, node) else None
 
     def _rewrite(
         self,
@@ -280,15 +279,6 @@ class PatternFusionPass(ReportingFusionPass):
         self._names.name_new_nodes(list(delta.new_nodes), last.name or last.op_type)
         self.fire(node, rule.name or type(rule).__name__)
         return True
-
-    def _owned(self, nodes: Sequence[ir.Node], anchor: ir.Node) -> bool:
-        """Whether the provider owns every node; a refusal when it owns only some."""
-        owned = [bool(self.owns(n)) for n in nodes]
-        if all(owned):
-            return True
-        if any(owned):
-            self.refuse(anchor, SPANS_PROVIDERS)
-        return False
 
 
 def _last(

@@ -10,6 +10,7 @@ an id cannot be reused by a new node while its refusal is on record.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import onnx_ir as ir
 
@@ -44,6 +45,15 @@ class ReportingFusionPass(FusionPass):
 
     def refuse(self, anchor: ir.Node, reason: str) -> None:
         self.refused.setdefault((id(anchor), reason), (anchor, reason))
+
+    def owns_all(self, nodes: Sequence[ir.Node], anchor: ir.Node) -> bool:
+        """Whether the provider owns every node; a refusal when it owns only some."""
+        owned = [bool(self.owns(n)) for n in nodes]
+        if all(owned):
+            return True
+        if any(owned):
+            self.refuse(anchor, SPANS_PROVIDERS)
+        return False
 
     def fire(self, anchor: ir.Node, rule: str) -> None:
         self.count += 1

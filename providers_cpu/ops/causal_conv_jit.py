@@ -11,20 +11,9 @@ way within a rounding), then x * sigmoid(x) as ``contrib.silu`` computes it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import jit
-
-_compiled: Any = None
-
-
-def _loop() -> Any:
-    global _compiled
-    if _compiled is None:
-        _compiled = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_conv)
-    return _compiled
 
 
 def conv(
@@ -74,3 +63,6 @@ def _conv(x, w, bias, has_bias, state, dil, silu, y, present):
             for p in range(s_len):  # the last s_len places of [state | x]
                 q = seq + p
                 present[i, ch, p] = state[i, ch, q] if q < s_len else x[i, ch, q - s_len]
+
+
+_loop = jit.lazy(_conv)

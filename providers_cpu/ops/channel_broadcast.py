@@ -12,8 +12,6 @@ ufunc runs.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import jit
@@ -101,19 +99,6 @@ def apply(x: np.ndarray, v: np.ndarray, op: int, swap: bool) -> np.ndarray:
     return y
 
 
-_compiled: Any = None
-
-
-def _loop() -> Any:
-    global _compiled
-    if _compiled is None:
-        # error_model="numpy": x / 0 is inf or NaN, as NumPy's, not an exception
-        _compiled = jit.nb.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")(
-            _channel_op
-        )
-    return _compiled
-
-
 def _channel_op(x, v, op, swap, out):
     """out[n, c, :] = x[n, c, :] op v[c] (v[c] op x[n, c, :] when ``swap``)."""
     for n in range(x.shape[0]):
@@ -139,3 +124,7 @@ def _channel_op(x, v, op, swap, out):
             else:
                 for q in range(src.shape[0]):
                     dst[q] = s / src[q]
+
+
+# error_model="numpy": x / 0 is inf or NaN, as NumPy's, not an exception
+_loop = jit.lazy(_channel_op, error_model="numpy")

@@ -21,8 +21,6 @@ differ from BLAS's in the last places, as BLAS's GEMV and SGEMM differ from each
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import jit
@@ -102,22 +100,6 @@ def _rows_nk_run(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     blocks = (n + 3) // 4
     parallel_rows(blocks, work, lambda b0, b1: f(a, w, 4 * b0, min(4 * b1, n), y))
     return y
-
-
-_compiled: Any = None
-
-
-def _loop() -> Any:
-    global _compiled
-    if _compiled is None:
-        if not jit.ENABLED:  # also imports numba into jit.nb
-            raise RuntimeError("few_rows: compiled loops are off here")
-        # reassoc: the sums vectorise along K; contract: multiply-adds. No nnan/ninf:
-        # NaN and infinity propagate as in BLAS.
-        _compiled = jit.nb.njit(
-            cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"}
-        )(_rows_nk)
-    return _compiled
 
 
 def _rows_nk(a, w, n0, n1, out):
@@ -204,3 +186,8 @@ def _rows_nk(a, w, n0, n1, out):
                 out[i, n] = s0
                 n += 1
             i += 1
+
+
+# reassoc: the sums vectorise along K; contract: multiply-adds. No nnan/ninf: NaN and
+# infinity propagate as in BLAS.
+_loop = jit.lazy(_rows_nk, fastmath={"reassoc", "contract"})

@@ -13,24 +13,11 @@ order (BLAS sums in another order: results agree to float32 rounding).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import jit
 
-_compiled: Any = None
 _NO_ROWS = np.zeros((1, 1), np.float32)
-
-
-def _loop() -> Any:
-    global _compiled, _rotate
-    if _compiled is None:
-        # the loop calls _rotate through this module's globals: compiled first
-        if not hasattr(_rotate, "py_func"):
-            _rotate = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_rotate)
-        _compiled = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_token)
-    return _compiled
 
 
 def token(
@@ -150,3 +137,6 @@ def _token(q, k, v, past_k, past_v, c, s, rot, interleaved, scale, y, pk, pv):
                     w = scores[r] / total
                     for j in range(d):
                         y[i, hq, j] += w * pv[i, h, r, j]
+
+
+_loop = jit.lazy(_token, helpers=("_rotate",))

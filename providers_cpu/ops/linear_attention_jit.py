@@ -12,21 +12,11 @@ those terms). The dot products S^T k and q^T S sum over dk in order.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import jit
 
-_compiled: Any = None
 _NONE = np.zeros((1, 1), np.float32)
-
-
-def _loop() -> Any:
-    global _compiled
-    if _compiled is None:
-        _compiled = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_token)
-    return _compiled
 
 
 def token(
@@ -121,3 +111,6 @@ def _token(q, k, v, s0, g, has_g, bt, has_b, hq, hkv, dk, scale, o, s):
                         o[i, row, c] += qr * s[i, h, r, c]
                 for c in range(dv):
                     o[i, row, c] *= sc
+
+
+_loop = jit.lazy(_token)

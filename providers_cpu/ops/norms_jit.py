@@ -26,7 +26,6 @@ import numpy as np
 from .. import jit
 
 _F32 = np.dtype(np.float32)
-_loops: dict[str, Any] = {}
 
 
 def enabled() -> bool:
@@ -44,13 +43,7 @@ def rows_ok(*arrays: np.ndarray) -> bool:
 
 
 def _get(name: str) -> Any:
-    f = _loops.get(name)
-    if f is None:
-        # No fastmath: the sums keep their order and NaN/inf propagate as in NumPy.
-        f = _loops[name] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(
-            globals()["_" + name]
-        )
-    return f
+    return _loops[name]()
 
 
 # ------------------------------------------------------------------ RMS norms
@@ -208,3 +201,10 @@ def _sigmoid_flat(x, out):
         z = x[i]
         e = np.exp(-abs(z))
         out[i] = one / (one + e) if z >= 0 else e / (one + e)
+
+
+# No fastmath: the sums keep their order and NaN/inf propagate as in NumPy.
+_loops = {
+    f.__name__[1:]: jit.lazy(f)
+    for f in (_rms_rows, _skip_rms_rows, _lp_rows, _gated_rms_rows, _gate_rows, _sigmoid_flat)
+}

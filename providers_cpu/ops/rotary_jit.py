@@ -10,20 +10,9 @@ complex multiply computes it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import jit
-
-_compiled: Any = None
-
-
-def _loop() -> Any:
-    global _compiled
-    if _compiled is None:
-        _compiled = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_rotate_rows)
-    return _compiled
 
 
 def rotate(
@@ -72,3 +61,6 @@ def _rotate_rows(x, y, ids, counted, cos, sin, interleaved, rot):
                 for j in range(rot, h):
                     y[i, t, hd, j] = x[i, t, hd, j]
     return True
+
+
+_loop = jit.lazy(_rotate_rows)

@@ -137,55 +137,27 @@ def sums(e, out):
 
 # exp on float32 without a libm call (NumPy's float32 exp on AVX2 runs about 1.2 ns a
 # value here, a Softmax over a classifier's 6625 classes 3x onnxruntime's): the range
-# reduction and polynomial of jit's ``_logistic_value`` (t = k ln 2 + r, |r| <= ln(2)/2,
-# ln 2 in two parts, exp(r) = 1 + r + r^2 q(r), 2^k from exponent bits as 2^(k+64) *
-# 2^-64 so k may reach -128)
-_Q0 = np.float32(0.49999994)
-_Q1 = np.float32(0.16666521)
-_Q2 = np.float32(0.04166839)
-_Q3 = np.float32(0.00836871)
-_Q4 = np.float32(0.0013814613)
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HI = np.float32(0.693359375)
-_LN2_LO = np.float32(-2.12194440e-4)
-_ROUND = np.float32(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to an integer
+# reduction and polynomial of jit's ``_logistic_value``, one helper (``exp_reduced``)
+_exp_reduced = jit.helper("exp_reduced")
 _LOW = np.float32(-88.72283)  # below it float32 exp is subnormal or 0: given as 0
-_KMIN = np.float32(-128.0)
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
-_TINY = np.float32(2.0**-64)
-_BIAS = np.int32(127 + 64)
-_SHIFT = np.int32(23)
 
 
-# Contraction only (multiply-adds as FMAs): reassociation would fold the rounding's
-# ``(a + R) - R`` to ``a``. Not inlined at numba's level, so the loop it is called from
-# may reassociate its own sums while LLVM keeps these instructions' flags.
+# Contraction only, as the helper (multiply-adds as FMAs): reassociation would fold its
+# rounding's ``(a + R) - R`` to ``a``. Neither is inlined at numba's level, so the loop it
+# is called from may reassociate its own sums while LLVM keeps these instructions' flags.
 @nb.njit(nogil=True, boundscheck=False, fastmath={"contract"}, error_model="numpy")
 def exp_nonpositive(t):
     """exp(t) for float32 t <= 0 (NaN stays NaN; below -88.72283, 0), 2e-7 relative."""
     low = t < _LOW
     if low:
         t = _LOW
-    kf = t * _LOG2E + _ROUND
-    kf = kf - _ROUND
-    r = t - kf * _LN2_HI
-    r = r - kf * _LN2_LO
-    q = _Q4 * r + _Q3
-    q = q * r + _Q2
-    q = q * r + _Q1
-    q = q * r + _Q0
-    p = q * (r * r) + r
-    p = p + _ONE
-    if not (kf >= _KMIN):  # NaN: a float-to-int conversion of NaN is undefined
-        kf = _ZERO
-    scale = np.int32((np.int32(kf) + _BIAS) << _SHIFT).view(np.float32)
-    u = (p * scale) * _TINY
+    u = _exp_reduced(t)
     return _ZERO if low else u
 
 
-@nb.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
-def softmax_rows(x, m, out):
+def _softmax_rows(x, m, out):
     """out[r] = exp(x[r] - m[r]) / sum(...) per row, ``m`` the rows' maxima; False (and
     ``out`` unfinished) where a maximum is not finite (the NumPy kernel's rules then)."""
     r_n, c_n = x.shape
@@ -203,3 +175,11 @@ def softmax_rows(x, m, out):
         for c in range(c_n):
             o[c] *= inv
     return True
+
+
+# jit.py's helper is compiled into it: jit.py's digest in the cache name, so an edit there
+# never loads a stale copy (numba's disk cache checks only this file)
+_softmax_rows.__qualname__ = f"softmax_rows_{jit.source_digest()}"
+softmax_rows = nb.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})(
+    _softmax_rows
+)
