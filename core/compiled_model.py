@@ -113,12 +113,12 @@ class CompiledModel:
         run_options: Any = None,
         protect: bool = True,
         in_place: Sequence[int] = (),
-        donated: Mapping[str, int] | None = None,
+        donated: Mapping[str, int | tuple[int, ...]] | None = None,
     ) -> list[Any]:
         """The plan run on checked feeds (see ``feeds``), left on the device, through
         captured graphs when a policy applies; ``protect=False`` is IO binding's sharing path (see
         ``Executor.run_on_device``), ``in_place`` its shared buffers, which graphs read where
-        they are, and ``donated`` those a node may overwrite (node name -> address;
+        they are, and ``donated`` those a node may overwrite (node name -> address or addresses;
         ``onnxep.providers.inplace``)."""
         with donating(donated or {}):
             if self.capture is not None and self.profiler is None:

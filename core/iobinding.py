@@ -53,6 +53,10 @@ def _same_memory(a: Any, b: Any) -> bool:
     return a.strides == b.strides and at is not None and at == array_address(b)
 
 
+def _addresses(given: int | tuple[int, ...]) -> tuple[int, ...]:
+    return given if isinstance(given, tuple) else (given,)
+
+
 @functools.lru_cache(maxsize=64)
 def _declared_dtype(type_str: str) -> np.dtype:
     """``tensor_dtype`` once per type string: parsing it cost 3 us a bound input."""
@@ -396,7 +400,7 @@ class IOBinding:
             result.append(outs[i] if bound and bound.array is not None else guard(outs[i], roots))
         return result
 
-    def _donated(self, feeds: dict[str, Any]) -> dict[str, int]:
+    def _donated(self, feeds: dict[str, Any]) -> dict[str, int | tuple[int, ...]]:
         """Shared buffers a node may overwrite this run: the input's buffer is bound to the
         very output the session pairs it with (``InferenceSession.inplace_pairs``). Kept until
         a binding changes: a decode rebinds its small feeds every step, never its states."""
@@ -406,13 +410,14 @@ class IOBinding:
         if last is not None and last[0] == names and all(map(operator.is_, last[1], arrays)):
             return last[2]
         pairs = self._session.compiled.inplace
-        out: dict[str, int] = {}
+        out: dict[str, int | tuple[int, ...]] = {}
         for name in self._shared_inputs & pairs.keys():
             node, output = pairs[name]
             addr = array_address(feeds[name])
             bound = self._outputs.get(output)
             if addr is not None and bound is not None and _same_memory(bound.array, feeds[name]):
-                out[node] = addr
+                given = out.get(node)  # a node may have several pairs (GQA's key and value)
+                out[node] = addr if given is None else (*_addresses(given), addr)
         self._donation = (names, arrays, out)
         return out
 
