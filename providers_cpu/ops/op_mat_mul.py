@@ -85,7 +85,7 @@ def mat_mul(node, xp):
             and a.dtype in _BLAS
             and a.shape[-1] == b.shape[0]
         ):
-            a2 = a.reshape(-1, a.shape[-1])
+            a2 = a.reshape(-1, k) if k else a.reshape(int(np.prod(a.shape[:-1])), 0)
             if few_rows.fits(a2, b, 0):
                 bt = None
                 if weight is not None and few_rows.compiled(a2):
