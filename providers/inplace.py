@@ -47,6 +47,11 @@ def may_overwrite(node_name: str, array: Any) -> bool:
     return array_address(array) in given
 
 
+def any_donated() -> bool:
+    """Whether some buffer is given up here (a run within must set its own donations)."""
+    return bool(_DONATED.get())
+
+
 @contextlib.contextmanager
 def donating(by_node: Mapping[str, int | tuple[int, ...]]) -> Iterator[None]:
     """Within the block, node ``name`` may overwrite the buffer at ``by_node[name]``, or
