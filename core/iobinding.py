@@ -105,7 +105,7 @@ class IOBinding:
         self._device_inputs: set[str] = set()  # inputs bound to device arrays
         #: the last run's donations and, per output, the value it delivered in place (both
         #: dropped when an output is bound anew)
-        self._donation: tuple[tuple[str, ...], list, dict[str, int]] | None = None
+        self._donation: tuple[tuple[str, ...], list, dict[str, Any]] | None = None
         self._in_place: dict[str, tuple[Any, OrtValue]] = {}
         self._args: dict[str, _Arg] | None = None  # the session's inputs by name
 

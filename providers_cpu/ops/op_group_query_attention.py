@@ -7,11 +7,11 @@ mask at most a causal triangle, so a step costs a dozen NumPy calls instead of
 the general kernel's indexed gathers. On the host, reading ``seqlens_k`` to
 decide is free; everything else goes to the generic kernel.
 
-A decode token over fixed-capacity past buffers (``onnxep.generate``'s shared-buffer
-path, as onnxruntime-genai's ``past_present_share_buffer``) runs the compiled token too:
-the new row lands at ``seqlens_k`` in the buffer itself when IO binding gave the buffer
-up for the run (``may_overwrite``: bound as both this past and its present), else in a
-copy, as the generic kernel writes it; the rows after it are never read.
+Fixed-capacity past buffers (``onnxep.generate``'s shared-buffer path, as
+onnxruntime-genai's ``past_present_share_buffer``) take these paths too: the new rows land
+after the filled ones in the buffers themselves when IO binding gave both up for the run
+(``may_overwrite``: each bound as its past and its present), else in copies, as the
+generic kernel writes them; the rows after them are never read.
 """
 
 from __future__ import annotations
