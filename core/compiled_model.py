@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from onnxep.providers import CaptureConfig
-from onnxep.providers.inplace import donating
+from onnxep.providers.inplace import any_donated, donating
 
 from .capture.runner import CapturedRunner, graph_id_of
 from .compile.plan import Plan
@@ -113,18 +113,26 @@ class CompiledModel:
         run_options: Any = None,
         protect: bool = True,
         in_place: Sequence[int] = (),
-        donated: Mapping[str, int] | None = None,
+        donated: Mapping[str, int | tuple[int, ...]] | None = None,
     ) -> list[Any]:
         """The plan run on checked feeds (see ``feeds``), left on the device, through
         captured graphs when a policy applies; ``protect=False`` is IO binding's sharing path (see
         ``Executor.run_on_device``), ``in_place`` its shared buffers, which graphs read where
-        they are, and ``donated`` those a node may overwrite (node name -> address;
+        they are, and ``donated`` those a node may overwrite (node name -> address or addresses;
         ``onnxep.providers.inplace``)."""
+        if not donated and not any_donated():
+            # nothing given up here or around: no context to set (1.2 us of a decode step)
+            return self._on_device(inputs, run_options, protect, in_place)
         with donating(donated or {}):
-            if self.capture is not None and self.profiler is None:
-                gid = graph_id_of(run_options)
-                return self.capture.run(inputs, gid, True, protect, in_place)
-            return self.executor.run_on_device(inputs, protect_feeds=protect)
+            return self._on_device(inputs, run_options, protect, in_place)
+
+    def _on_device(
+        self, inputs: list[Any], run_options: Any, protect: bool, in_place: Sequence[int]
+    ) -> list[Any]:
+        if self.capture is not None and self.profiler is None:
+            gid = graph_id_of(run_options)
+            return self.capture.run(inputs, gid, True, protect, in_place)
+        return self.executor.run_on_device(inputs, protect_feeds=protect)
 
     def _eager(self, feeds: list[Any], on_device: bool, protect: bool) -> list[Any]:
         ex = self.executor

@@ -38,6 +38,10 @@ from .ortvalue import OrtValue, device_kind, element_dtype
 #: the name IO binding's results had before OrtValue took the role
 BoundValue = OrtValue
 
+#: an input's address not looked up yet: no output buffer was bound when it was (see
+#: ``IOBinding._note_input``)
+_UNSEEN = -1
+
 
 def _same_memory(a: Any, b: Any) -> bool:
     """``a`` and ``b`` are the same elements of the same memory: no copy from one to the other."""
@@ -49,10 +53,34 @@ def _same_memory(a: Any, b: Any) -> bool:
     return a.strides == b.strides and at is not None and at == array_address(b)
 
 
+def _addresses(given: int | tuple[int, ...]) -> tuple[int, ...]:
+    return given if isinstance(given, tuple) else (given,)
+
+
 @functools.lru_cache(maxsize=64)
 def _declared_dtype(type_str: str) -> np.dtype:
     """``tensor_dtype`` once per type string: parsing it cost 3 us a bound input."""
     return tensor_dtype(type_str)
+
+
+@dataclass(frozen=True)
+class _Arg:
+    """A graph input as a bind checks it: its NodeArg, declared dtype (None: any) and rank
+    (None: any), worked out once per session."""
+
+    arg: Any
+    dtype: np.dtype | None
+    rank: int | None
+
+    @staticmethod
+    def of(arg: Any) -> _Arg:
+        want = None
+        if arg.type.startswith("tensor("):
+            want = _declared_dtype(arg.type)
+            if want == np.dtype(object):
+                want = None
+        rank = None if arg.shape is None or not arg.type.startswith("tensor(") else len(arg.shape)
+        return _Arg(arg, want, rank)
 
 
 @dataclass
@@ -74,11 +102,12 @@ class IOBinding:
         self._buffer_at: dict[int, str] = {}
         self._shared_inputs: set[str] = set()
         self._input_at: dict[str, int | None] = {}  # where each bound input starts
+        self._device_inputs: set[str] = set()  # inputs bound to device arrays
         #: the last run's donations and, per output, the value it delivered in place (both
         #: dropped when an output is bound anew)
-        self._donation: tuple[tuple[str, ...], list, dict[str, int]] | None = None
+        self._donation: tuple[tuple[str, ...], list, dict[str, Any]] | None = None
         self._in_place: dict[str, tuple[Any, OrtValue]] = {}
-        self._args: dict[str, Any] | None = None  # the session's inputs by name
+        self._args: dict[str, _Arg] | None = None  # the session's inputs by name
 
     # -- the device provider --------------------------------------------------------------
     def _device_provider(self, why: str) -> Any:
@@ -138,14 +167,20 @@ class IOBinding:
     def bind_input_array(self, name: str, arr: Any) -> None:
         """Bind any array (NumPy or a device array) as input ``name``."""
         arg = self._check_input(name)
+        on_device = False
         if type(arr) is np.ndarray:
             pass  # the decode loops' case, which pays for every probe below each step
         elif is_device_array(arr):
             arr = self._device_provider(f"input {name!r} is a device array").adopt(arr)
+            on_device = True
         elif not isinstance(arr, np.ndarray):
             arr = host_array(arr)
         self._check_feed(arg, arr)
         self._inputs[name] = arr
+        if on_device:
+            self._device_inputs.add(name)
+        elif self._device_inputs:
+            self._device_inputs.discard(name)
         self._note_input(name, arr)
 
     def bound_input(self, name: str) -> Any:
@@ -217,6 +252,12 @@ class IOBinding:
 
     # -- buffers bound as both an input and an output -----------------------------------
     def _note_input(self, name: str, arr: Any) -> None:
+        if not self._buffer_at:
+            # No output buffer bound, so no input shares one: the address (1 us a bind, five
+            # binds a decode step) is looked up when an output buffer is bound.
+            self._input_at[name] = _UNSEEN
+            self._shared_inputs.discard(name)
+            return
         addr = self._input_at[name] = array_address(arr)
         self._mark_shared(name, addr)
 
@@ -243,12 +284,15 @@ class IOBinding:
         if new_at is not None:
             self._buffer_at[new_at] = name
         for n, at in self._input_at.items():
+            if at == _UNSEEN:
+                at = self._input_at[n] = array_address(self._inputs[n])
             if at is not None and (at == old_at or at == new_at):
                 self._mark_shared(n, at)
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()
         self._input_at.clear()
+        self._device_inputs.clear()
         self._shared_inputs.clear()
 
     def clear_binding_outputs(self) -> None:
@@ -275,22 +319,18 @@ class IOBinding:
         self.synchronize_inputs()
 
     # -- checks ---------------------------------------------------------------------------
-    def _check_input(self, name: str) -> Any:
+    def _check_input(self, name: str) -> _Arg:
         known = self._args
         if known is None:
-            # a session's inputs never change: looked up by name from the first bind on
-            # (a decode loop binds several inputs a step; the scan cost 1-2 us each)
-            known = {a.name: a for a in self._session.get_overridable_initializers()}
-            known.update((a.name, a) for a in self._session.get_inputs())
-            self._args = known
+            # a session's inputs never change: looked up by name, with the dtype and rank a
+            # bind checks, from the first bind on (a decode loop binds several inputs a step)
+            args = self._session.get_overridable_initializers() + self._session.get_inputs()
+            known = self._args = {a.name: _Arg.of(a) for a in args}
         arg = known.get(name)
         if arg is not None:
             return arg
-        args = self._session.get_overridable_initializers()
-        for a in args:
-            if a.name == name:
-                return a
-        names = [a.name for a in self._session.get_inputs() + args]
+        names = [a.name for a in self._session.get_inputs()]
+        names += [a.name for a in self._session.get_overridable_initializers()]
         raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {names}")
 
     def _check_output(self, name: str) -> None:
@@ -299,16 +339,14 @@ class IOBinding:
             raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {names}")
 
     @staticmethod
-    def _check_feed(arg: Any, arr: Any) -> None:
-        if not arg.type.startswith("tensor("):
-            return
-        want = _declared_dtype(arg.type)
-        if np.dtype(arr.dtype) != want and not (want == np.dtype(object)):
+    def _check_feed(checked: _Arg, arr: Any) -> None:
+        want, arg = checked.dtype, checked.arg
+        if want is not None and arr.dtype != want and np.dtype(arr.dtype) != want:
             raise InvalidArgument(
                 f"input {arg.name!r} is bound to a {np.dtype(arr.dtype)} array but the model "
                 f"declares {arg.type}; bind an array of dtype {want}"
             )
-        if arg.shape is not None and len(arg.shape) != arr.ndim:
+        if checked.rank is not None and checked.rank != arr.ndim:
             raise InvalidArgument(
                 f"input {arg.name!r} is bound to an array of rank {arr.ndim} (shape "
                 f"{list(arr.shape)}) but the model declares shape {arg.shape}"
@@ -320,7 +358,8 @@ class IOBinding:
         sess = self._session
         names = list(self._outputs) or [o.name for o in sess.get_outputs()]
         feeds = self._inputs
-        host_read = [n for n in self._host_read_inputs() if is_device_array(feeds.get(n))]
+        device = self._device_inputs
+        host_read = [n for n in self._host_read_inputs() if n in device] if device else None
         if host_read:
             # A host kernel (shape math, control flow) reads these inputs: it gets a copy.
             provider = self._device_provider("a bound input is on the device")
@@ -361,7 +400,7 @@ class IOBinding:
             result.append(outs[i] if bound and bound.array is not None else guard(outs[i], roots))
         return result
 
-    def _donated(self, feeds: dict[str, Any]) -> dict[str, int]:
+    def _donated(self, feeds: dict[str, Any]) -> dict[str, int | tuple[int, ...]]:
         """Shared buffers a node may overwrite this run: the input's buffer is bound to the
         very output the session pairs it with (``InferenceSession.inplace_pairs``). Kept until
         a binding changes: a decode rebinds its small feeds every step, never its states."""
@@ -371,13 +410,14 @@ class IOBinding:
         if last is not None and last[0] == names and all(map(operator.is_, last[1], arrays)):
             return last[2]
         pairs = self._session.compiled.inplace
-        out: dict[str, int] = {}
+        out: dict[str, int | tuple[int, ...]] = {}
         for name in self._shared_inputs & pairs.keys():
             node, output = pairs[name]
             addr = array_address(feeds[name])
             bound = self._outputs.get(output)
             if addr is not None and bound is not None and _same_memory(bound.array, feeds[name]):
-                out[node] = addr
+                given = out.get(node)  # a node may have several pairs (GQA's key and value)
+                out[node] = addr if given is None else (*_addresses(given), addr)
         self._donation = (names, arrays, out)
         return out
 
@@ -390,7 +430,7 @@ class IOBinding:
         if last is not None and last[0] is value:
             return last[1]  # the very array found in its bound buffer last run
         bound = self._outputs.get(name) or _OutputBinding()
-        on_host = not is_device_array(value)
+        on_host = value.__class__ is np.ndarray or not is_device_array(value)
         provider = None
         if not on_host or bound.device != "cpu":
             provider = self._device_provider(f"output {name!r} is on the device")

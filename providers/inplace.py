@@ -39,12 +39,24 @@ def array_address(x: Any) -> int | None:
 def may_overwrite(node_name: str, array: Any) -> bool:
     """True when this run's caller gave up ``array``'s buffer to node ``node_name``."""
     donated = _DONATED.get()
-    return bool(donated) and donated.get(node_name) == array_address(array)
+    if not donated:
+        return False
+    given = donated.get(node_name)
+    if given is None or given.__class__ is int:
+        return given is not None and given == array_address(array)
+    return array_address(array) in given
+
+
+def any_donated() -> bool:
+    """Whether some buffer is given up here (a run within must set its own donations)."""
+    return bool(_DONATED.get())
 
 
 @contextlib.contextmanager
-def donating(by_node: Mapping[str, int]) -> Iterator[None]:
-    """Within the block, node ``name`` may overwrite the buffer at ``by_node[name]``."""
+def donating(by_node: Mapping[str, int | tuple[int, ...]]) -> Iterator[None]:
+    """Within the block, node ``name`` may overwrite the buffer at ``by_node[name]``, or
+    each buffer of a tuple of addresses (a node with several in-place pairs, as
+    GroupQueryAttention's key and value caches)."""
     token = _DONATED.set(dict(by_node))
     try:
         yield

@@ -259,9 +259,9 @@ def test_device_path_binds_fixed_buffers_and_reads_one_token_per_step(fakedev, n
         rows = np.moveaxis(buf, s.grow_axis, 0)
         filled = len(PROMPT) + steps - 1
         assert np.abs(rows[:filled]).max() > 0 and not rows[filled:].any()
-    # a kernel that writes into the bound past buffer hands it back: nothing is copied
-    want_copies = 0 if fakedev else len(caches)
-    assert res.copied_outputs == [want_copies] * steps
+    # a kernel that writes into the bound past buffer hands it back: nothing is copied (the
+    # CPU kernel too, since it writes a decode token into a buffer IO binding gave up)
+    assert res.copied_outputs == [0] * steps
 
 
 @pytest.mark.parametrize("name", ["qwen2_fp32", "qwen2_int4", "qwen3_5_hybrid", "factory_tiny"])

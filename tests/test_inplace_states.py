@@ -100,8 +100,9 @@ def test_the_session_pairs_each_fixed_state_with_its_present(updating):
     assert {k: v for k, v in pairs.items() if "key" not in k and "value" not in k} == {
         s.name: s.output for s in fixed
     }
-    # the CPU provider's kernels declare no in-place pairs
-    assert onnxep.InferenceSession(HYBRID, providers=["cpu"]).inplace_pairs() == {}
+    # of the CPU provider's kernels only GroupQueryAttention declares in-place pairs
+    cpu = onnxep.InferenceSession(HYBRID, providers=["cpu"]).inplace_pairs()
+    assert cpu and all(k.endswith((".key", ".value")) for k in cpu), cpu
 
 
 def test_generate_updates_fixed_states_in_place_and_copies_nothing(updating):

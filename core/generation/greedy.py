@@ -48,6 +48,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from ..progress import progress_bar
 from .spec import DecodeSpec, StateInput, decode_spec, model_dims, state_shape
+from .step_inputs import StepInputs
 
 #: state paths a decode can take (GenerateResult.state_path)
 SHARED = "shared-buffer"
@@ -306,6 +307,12 @@ class GreedyDecoder:
             self.capacity = capacity if capacity is not None else ids.shape[1] + steps
         #: decode steps feed the mask at full capacity (fixed shapes; see the module's note)
         self.full_mask = self.state_path == SHARED and spec.mask is not None
+        # host decode steps' masks and positions from buffers made once (the device path
+        # writes the next step's while a run may still read the last one's: fresh arrays)
+        self._host_steps = None
+        if not self._state_on_device:
+            width = max(self.capacity or 0, ids.shape[1] + steps)
+            self._host_steps = StepInputs(self._pad, width, spec.mask_dtype, spec.positions_rank)
         self._capture_start = self._capture_counters()
         self._tokens: list[np.ndarray] = []
         # The device path's pipeline: the run queued and not yet read, the device buffer the
@@ -424,9 +431,24 @@ class GreedyDecoder:
     def step_feeds(self) -> dict[str, Any]:
         """The next run's ids, mask and positions (small host arrays, copied up by the run;
         the ids are the device buffer the last step's argmax wrote, on the device path)."""
+        f = self._feeds()
+        if self.spec.mask and self._host_steps is not None and self.past:
+            f[self.spec.mask] = f[self.spec.mask].copy()  # the run's is a view later steps write
+        return f
+
+    def _feeds(self) -> dict[str, Any]:
         spec = self.spec
         n = self.ids.shape[1]
         f = {spec.ids: self.ids}
+        host = self._host_steps
+        if host is not None and self.past and n == 1:
+            if spec.mask:
+                f[spec.mask] = host.mask(
+                    self.past, self.capacity if self.full_mask else self.past + 1
+                )
+            if spec.positions:
+                f[spec.positions] = host.positions(self.past)
+            return f
         # a row padded on the right by `pad` tokens has past - pad real ones cached
         filled = np.maximum(self.past - self._pad, 0)
         if spec.mask:
@@ -474,7 +496,8 @@ class GreedyDecoder:
     def _argmax(self, logits: Any) -> np.ndarray:
         """The last position's argmax per row, computed where the logits are; one read."""
         if not self._state_on_device:
-            return np.argmax(self._last(np.asarray(logits)), axis=-1).astype(np.int64)
+            last = self._last(logits if logits.__class__ is np.ndarray else np.asarray(logits))
+            return last.argmax(axis=-1).astype(np.int64, copy=False)
         p = self.provider
         with _entered(p):
             last = self._last(logits)
@@ -498,8 +521,8 @@ class GreedyDecoder:
         n = self.ids.shape[1]
         before = self._counts()
         t0 = time.perf_counter()
-        for name, value in self.step_feeds().items():
-            self.io.bind_cpu_input(name, value)
+        for name, value in self._feeds().items():
+            self.io.bind_input_array(name, value)
         self.session.run_with_iobinding(self.io)
         t1 = time.perf_counter()
         outs = self.io.get_outputs()
@@ -515,7 +538,7 @@ class GreedyDecoder:
             r.host_to_device_copies.append(after[1] - before[1])  # type: ignore[union-attr]
         for s, k in self._fed_back:
             self.states[s.name] = outs[k].array
-            self.io.bind_input(s.name, outs[k].array)
+            self.io.bind_input_array(s.name, outs[k].array)
         self.past += n
         self.ids = token[:, None]
         self._tokens.append(token)

@@ -1,5 +1,7 @@
 import math
 
+import numpy as np
+
 from onnxep.providers.kernel import kernel
 
 from .shape import ints
@@ -39,7 +41,8 @@ def reshape(node, xp):
                 target = target_shape(fixed, x.shape, allowzero)
                 if len(memo) < 64:
                     memo[x.shape] = target
-            return (xp.reshape(x, target),)
+            # the method: np.reshape's wrapper is 1 us of a decode step's 1.8 us Reshape
+            return (x.reshape(target) if x.__class__ is np.ndarray else xp.reshape(x, target),)
 
         return run_const
 

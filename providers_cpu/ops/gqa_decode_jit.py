@@ -30,19 +30,32 @@ def token(
     sin: np.ndarray | None,
     interleaved: bool,
     scale: float,
+    filled: int | None = None,
+    in_place: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(y (B, 1, nh * D), present_k, present_v (B, nkv, P + 1, D)) for one token.
+    """(y (B, 1, nh * D), present_k, present_v) for one token.
 
     ``q`` (B, nh, D), ``k`` and ``v`` (B, nkv, D) (views of a packed input), the pasts
     (B, nkv, P, D) or None, ``cos``/``sin`` the new position's rows (D_rot / 2,) or None
-    (no rotary); float32, any strides."""
+    (no rotary); float32, any strides. ``filled`` None: the pasts are all cached rows and
+    the presents (B, nkv, P + 1, D) are new arrays. Else the pasts are fixed-capacity
+    buffers holding ``filled`` rows (``filled`` < P): the presents are the buffers with
+    the new row at ``filled`` (the rows after it as they were), written into the pasts
+    themselves when ``in_place`` (the caller gave them up), else into copies."""
     b, nh, d = q.shape
     nkv = k.shape[1]
-    p = 0 if past_k is None else past_k.shape[2]
     y = np.empty((b, 1, nh * d), np.float32)
-    pk = np.empty((b, nkv, p + 1, d), np.float32)
-    pv = np.empty((b, nkv, p + 1, d), np.float32)
-    empty = np.empty((b, nkv, 0, d), np.float32)
+    if filled is None:
+        p = 0 if past_k is None else past_k.shape[2]
+        pk = np.empty((b, nkv, p + 1, d), np.float32)
+        pv = np.empty((b, nkv, p + 1, d), np.float32)
+        empty = np.empty((b, nkv, 0, d), np.float32)
+        src_k = empty if past_k is None else past_k
+        src_v = empty if past_v is None else past_v
+    else:
+        p = filled
+        pk, pv = (past_k, past_v) if in_place else (past_k.copy(), past_v.copy())
+        src_k, src_v = pk, pv  # rows before ``p`` are where they are: nothing to copy
     rot = cos is not None
     c = cos.reshape(1, -1) if rot else _NO_ROWS
     s = sin.reshape(1, -1) if rot else _NO_ROWS
@@ -50,8 +63,8 @@ def token(
         q,
         k,
         v,
-        empty if past_k is None else past_k,
-        empty if past_v is None else past_v,
+        src_k,
+        src_v,
         c,
         s,
         rot,
@@ -60,6 +73,8 @@ def token(
         y.reshape(b, nh, d),
         pk,
         pv,
+        p,
+        filled is None,
     )
     return y, pk, pv
 
@@ -88,17 +103,16 @@ def _rotate(x, c, s, interleaved, out):
         out[i] = x[i]
 
 
-def _token(q, k, v, past_k, past_v, c, s, rot, interleaved, scale, y, pk, pv):
+def _token(q, k, v, past_k, past_v, c, s, rot, interleaved, scale, y, pk, pv, p, copy):
     b, nh, d = q.shape
     nkv = k.shape[1]
-    p = past_k.shape[2]
     t = p + 1
     group = nh // nkv
     qr = np.empty(d, np.float32)
     scores = np.empty(t, np.float32)
     for i in range(b):
         for h in range(nkv):
-            for r in range(p):
+            for r in range(p if copy else 0):
                 for j in range(d):
                     pk[i, h, r, j] = past_k[i, h, r, j]
                     pv[i, h, r, j] = past_v[i, h, r, j]

@@ -6,12 +6,19 @@ onnxruntime-genai drives CPU models -- the cache is one concatenation and the
 mask at most a causal triangle, so a step costs a dozen NumPy calls instead of
 the general kernel's indexed gathers. On the host, reading ``seqlens_k`` to
 decide is free; everything else goes to the generic kernel.
+
+Fixed-capacity past buffers (``onnxep.generate``'s shared-buffer path, as
+onnxruntime-genai's ``past_present_share_buffer``) take these paths too: the new rows land
+after the filled ones in the buffers themselves when IO binding gave both up for the run
+(``may_overwrite``: each bound as its past and its present), else in copies, as the
+generic kernel writes them; the rows after them are never read.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from onnxep.providers.inplace import may_overwrite
 from onnxep.providers.kernel import kernel
 from onnxep.providers.node import NodeInfo
 from onnxep.providers.ops.attention import default_scale, rotate, split_qkv
@@ -27,6 +34,7 @@ from . import gqa_decode_jit
     domain="com.microsoft",
     dtypes={0: ("float", "float16", "bfloat16")},
     host_inputs=(6,),
+    inplace=((3, 1), (4, 2)),
 )
 def group_query_attention(node: NodeInfo, xp):
     general = generic(node, xp)
@@ -48,6 +56,7 @@ def group_query_attention(node: NodeInfo, xp):
     interleaved = bool(node.attr("rotary_interleaved", 0))
     group = nh // nkv
     compiled = jit.ENABLED
+    name = node.name
 
     def run(
         query,
@@ -67,11 +76,13 @@ def group_query_attention(node: NodeInfo, xp):
         p = t - s
         total = int(np.asarray(total_len).reshape(-1)[0])
         past_len = 0 if past_k is None else past_k.shape[2]
+        # fixed-capacity buffers holding p rows (the present is the buffer, new rows at p)
+        buffers = past_len > p and max(total, t) <= past_len and past_v is not None
         if (
             query.dtype != np.float32
             or p < 0
-            or total != t
-            or past_len != p
+            or (not buffers and (total != t or past_len != p))
+            or (buffers and past_v.shape != past_k.shape)
             or (lens.size > 1 and (lens != lens[0]).any())
             or (do_rotary and p + s > cos.shape[0])  # the general kernel names the position
         ):
@@ -90,8 +101,13 @@ def group_query_attention(node: NodeInfo, xp):
                     sin[p] if do_rotary else None,
                     interleaved,
                     scale_attr if scale_attr else default_scale(hd),
+                    filled=p if buffers else None,
+                    in_place=buffers and _given_up(past_k, past_v),
                 )
                 return (y, present_k, present_v, None)
+        if buffers:
+            buf_k, buf_v = past_k, past_v
+            past_k, past_v = past_k[:, :, :p], past_v[:, :, :p]
         q, k, v = split_qkv(np, query, key, value, nh, nkv)
         hd = q.shape[-1]
         if do_rotary:
@@ -117,12 +133,28 @@ def group_query_attention(node: NodeInfo, xp):
         scores /= scores.sum(axis=-1, keepdims=True)
         ctx = np.matmul(scores, present_v).reshape(b, nh, s, hd)
         y = ctx.transpose(0, 2, 1, 3).reshape(b, s, nh * hd)
+        if buffers:
+            in_place = _given_up(buf_k, buf_v)
+            present_k = _written(buf_k, present_k, p, in_place)
+            present_v = _written(buf_v, present_v, p, in_place)
         return (y, present_k, present_v, None)
+
+    def _given_up(past_k, past_v) -> bool:
+        return may_overwrite(name, past_k) and may_overwrite(name, past_v)
 
     return run
 
 
 _F32 = np.dtype(np.float32)
+
+
+def _written(buf: np.ndarray, grown: np.ndarray, p: int, in_place: bool) -> np.ndarray:
+    """The fixed-capacity ``buf`` with the rows of ``grown`` from ``p`` on written at ``p``:
+    into ``buf`` itself when the caller gave it up, else into a copy (as the generic kernel
+    scatters them; rows after them keep what ``buf`` held)."""
+    out = buf if in_place else buf.copy()
+    out[:, :, p : grown.shape[2]] = grown[:, :, p:]
+    return out
 
 
 def _head_rows(query, key, value, past_k, past_v, nh, nkv):
