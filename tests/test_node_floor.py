@@ -157,3 +157,24 @@ def test_small_relu_bits(dtype):
         got = sess.run(None, {"x": x})[0]
         assert got.dtype == dtype
         np.testing.assert_array_equal(got.view(np.uint8), bits.view(np.uint8))
+
+
+def test_the_last_feed_that_passed_does_not_let_others_through():
+    model = _one_op("Relu", [2, 3], None)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    x = np.ones((2, 3), np.float32)
+    for _ in range(2):
+        sess.run(None, {"x": x})
+    # an equal dtype of another object passes through the full check, as before
+    same = x.view(np.dtype(np.float32).newbyteorder("<"))
+    np.testing.assert_array_equal(sess.run(None, {"x": same})[0], x)
+    sess.run(None, {"x": x})
+    for bad, what in [
+        (x.astype(np.float64), "dtype float64"),
+        (x.astype(np.float32).view(np.dtype(">f4")).copy(), "dtype >f4"),
+        (np.ones((3, 3), np.float32), "at dim 0"),
+        (np.ones((2, 3, 1), np.float32), "rank 3"),
+    ]:
+        with pytest.raises(onnxep.errors.InvalidArgument, match=what):
+            sess.run(None, {"x": bad})
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
