@@ -208,3 +208,19 @@ def test_profiled_runs_give_the_same_bits(tmp_path):
     prof = _session(model, enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
     for _ in range(2):
         _same_bits(prof.run(None, {"x": x})[0], want)
+
+
+def test_the_plan_budget(monkeypatch):
+    from onnxep.execute import broadcast_consts
+
+    monkeypatch.setattr(broadcast_consts, "MAX_BYTES", 1000)  # one [3, 64] float32 copy
+    c = np.arange(64, dtype=np.float32)
+    model = _model(["Add", "Mul", "Sub"], [3, 64], [c, c + 1, np.ones(1, np.float32)], np.float32)
+    sess = _session(model)
+    wide = broadcast_constants(sess.compiled.plan)
+    assert sorted(wide) == [0, 2]  # the second copy is over budget; a size-1 one is a view
+    assert wide[2].args[1].shape == () and wide[2].args[1].base is not None
+    x = np.ones((3, 64), np.float32)
+    first = sess.run(None, {"x": x})[0]
+    _same_bits(sess.run(None, {"x": x})[0], first)
+    _same_bits(first, (x + c) * (c + 1) - 1)

@@ -80,10 +80,15 @@ def broadcast_constants(plan: Plan) -> dict[int, Broadcast]:
                 break  # the constant sets the output's shape: the model's call stays
             got = made.get((slot, shape))
             if got is None:
-                got = _broadcast(c, shape)
-                if got.base is None and got.nbytes > budget:
-                    continue
-                budget -= got.nbytes if got.base is None else 0
+                if c.size == 1:
+                    got = c.reshape(())  # a view: the other inputs have the output's shape
+                else:
+                    need = math.prod(shape) * c.itemsize
+                    if need > budget:
+                        continue
+                    budget -= need
+                    got = np.ascontiguousarray(np.broadcast_to(c, shape))
+                    got.flags.writeable = False
                 made[(slot, shape)] = got
             args[pos] = got
         if args:
@@ -104,11 +109,3 @@ def _eligible(step: Step, template: Sequence[Any]) -> bool:
     # a step of constants alone is folded before it gets here; other constants (a device
     # array, a NumPy scalar) are passed as they are
     return bool(fed) and all(type(c) is np.ndarray for c in consts)
-
-
-def _broadcast(c: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    if c.size == 1:
-        return c.reshape(())  # a view: the other inputs already have the output's shape
-    full = np.ascontiguousarray(np.broadcast_to(c, shape))
-    full.flags.writeable = False
-    return full
