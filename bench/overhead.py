@@ -8,6 +8,8 @@ the host's cost of launching each node, executor included). ``onnxep`` is the
 default session, where the CPU provider fuses the chain into one compiled node
 (``fuse_elementwise_chains``); ``onnxep-unfused`` has that rewrite off, so it
 walks 500 steps: the executor's own cost per node, the figure issue 23's bar is on.
+``numpy-calls`` is the floor under it: the same 500 ``np.add`` calls, each into the
+last one's buffer as the plan's steps do, as one plain Python function.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ def chain_model(n: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
+def _numpy_calls(n: int):
+    """``x + 1`` n times as n ``np.add`` calls in straight-line code, without a runtime."""
+    body = ["def run(x):", "    a = add(x, one)"]
+    body += ["    a = add(a, one, a)"] * (n - 1)
+    env = {"add": np.add, "one": np.ones(4, np.float32)}
+    exec("\n".join(body) + "\n    return a\n", env)
+    return env["run"]
+
+
 def measure(n: int = 500, runs: int = 200, providers: list[str] | None = None) -> dict[str, float]:
     import onnxruntime as ort
 
@@ -55,15 +66,21 @@ def measure(n: int = 500, runs: int = 200, providers: list[str] | None = None) -
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    sides = {"onnxep": ours, "onnxep-unfused": unfused, "onnxruntime": theirs}
+    floor = _numpy_calls(n)
+    sides = {
+        "onnxep": lambda: ours.run(None, {"x": x}),
+        "onnxep-unfused": lambda: unfused.run(None, {"x": x}),
+        "onnxruntime": lambda: theirs.run(None, {"x": x}),
+        "numpy-calls": lambda: floor(x),
+    }
     samples: dict[str, list[float]] = {k: [] for k in sides}
-    for s in sides.values():
+    for run in sides.values():
         for _ in range(10):
-            s.run(None, {"x": x})
+            run()
     for _ in range(runs):
-        for name, s in sides.items():
+        for name, run in sides.items():
             t0 = time.perf_counter()
-            s.run(None, {"x": x})
+            run()
             samples[name].append(time.perf_counter() - t0)
     return {name: float(np.median(v)) / n * 1e6 for name, v in samples.items()}
 
@@ -79,3 +96,5 @@ if __name__ == "__main__":
         print(f"{name:15s} {us:.3f} us per node")
     for name in ("onnxep", "onnxep-unfused"):
         print(f"{name} / onnxruntime: {per[name] / per['onnxruntime']:.2f}x")
+    # what the walk adds to the NumPy calls it makes
+    print(f"onnxep-unfused - numpy-calls: {per['onnxep-unfused'] - per['numpy-calls']:+.3f} us")

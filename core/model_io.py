@@ -179,10 +179,18 @@ class FeedCheck:
         #: (dtype, shape) pairs of arrays that passed as they were: a feed of one of them
         #: passes without the checks below (a model is run on a few shapes, over and over)
         self.passed: dict[tuple[np.dtype, tuple[int, ...]], None] = {}
+        #: the last of them, its dtype as the object itself: a feed whose dtype *is* that
+        #: object passes without hashing or comparing dtypes (0.2-0.3 us a feed)
+        self._last: tuple[Any, Any] = (None, None)
 
     def __call__(self, feed: Any) -> Any:
-        if feed.__class__ is np.ndarray and (feed.dtype, feed.shape) in self.passed:
-            return feed
+        if feed.__class__ is np.ndarray:
+            dtype, shape = self._last
+            if feed.dtype is dtype and feed.shape == shape:
+                return feed
+            if (feed.dtype, feed.shape) in self.passed:
+                self._last = (feed.dtype, feed.shape)
+                return feed
         if self.map is not None:
             return self.map(feed)
         if not self.tensor:
@@ -224,6 +232,7 @@ class FeedCheck:
                     )
         if feed.__class__ is np.ndarray and len(self.passed) < PASSED_KEYS:
             self.passed[feed.dtype, feed.shape] = None
+            self._last = (feed.dtype, feed.shape)
         return feed
 
 

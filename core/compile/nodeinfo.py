@@ -48,9 +48,21 @@ def const_of(value: ir.Value) -> Any:
     if tensor is None:
         return None
     try:
-        return tensor.numpy()
+        return _native(tensor.numpy())
     except Exception:
         return None
+
+
+def _native(arr: Any) -> Any:
+    """``arr`` viewed with NumPy's own descriptor of its type where it carries another one
+    of the same type (``<f4`` with an explicit byte order, as arrays read from a model's
+    bytes do): a ufunc with such an operand costs about 18 ns more a call, 8% of a
+    4-element ``np.add``."""
+    dt = arr.dtype
+    if dt.kind not in "biufc" or not dt.isnative:
+        return arr
+    own = np.dtype(dt.type)
+    return arr if dt is own else arr.view(own)
 
 
 def value_info(

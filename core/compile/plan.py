@@ -53,6 +53,9 @@ class Step:
     #: the output's, so the ufunc may write its result there (``out=``) when that input is
     #: a dead intermediate (the code generator decides; see codegen)
     same_as_output: tuple[int, ...] = ()
+    #: with ``direct`` a NumPy ufunc: the output's shape where the model gives every dim as
+    #: a number (the code generator broadcasts constant operands to it; see broadcast_consts)
+    out_shape: tuple[int, ...] | None = None
     #: a copy's source device ("" for kernels): an upload from the host is no graph node
     #: unless the value is the same on every run (capture.plan)
     source: str = ""
@@ -135,6 +138,15 @@ def _same_as_output(direct: Callable[..., Any] | None, node: ir.Node) -> tuple[i
     if any(_tensor_dtype(v) != want for v in node.inputs):
         return ()  # a mixed-type op (Pow's exponent) promotes; out= would cast
     return tuple(i for i, v in enumerate(node.inputs) if _dims(v) == dims)
+
+
+def _ufunc_out_shape(direct: Callable[..., Any] | None, node: ir.Node) -> tuple[int, ...] | None:
+    if not isinstance(direct, np.ufunc) or len(node.outputs) != 1:
+        return None
+    dims = _dims(node.outputs[0])
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        return None
+    return dims  # type: ignore[return-value]
 
 
 def _dims(value: ir.Value | None) -> tuple[Any, ...] | None:
@@ -315,6 +327,7 @@ class PlanBuilder:
                 ),
                 direct=direct,
                 same_as_output=_same_as_output(direct, p.node),
+                out_shape=_ufunc_out_shape(direct, p.node),
             )
         )
 

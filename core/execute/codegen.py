@@ -19,6 +19,7 @@ import numpy as np
 
 from ..compile.plan import NONE_SLOT, SINK_SLOT, Plan
 from .aliasing import CONST, FEED, KEPT, OutputRule, fresh, guard, keeps_output, root_id, root_ids
+from .broadcast_consts import broadcast_constants
 
 CACHE_KEYS = 8
 _NO_ROOTS: frozenset[int] = frozenset()
@@ -195,6 +196,7 @@ def straight_line(
     line_to_step: dict[int, int] = {}
     cached = 0
     reuse = reusable_inputs(plan)
+    broadcast = broadcast_constants(plan)
     for i, step in enumerate(plan.steps):
         env[f"f{i}"] = step.fn
         args = ", ".join(_name(s, tpl) for s in step.inputs)
@@ -204,6 +206,26 @@ def straight_line(
         if use_cache and step.shape_only:
             lines.append("    if hit is None:")
             pad = "        "
+        wide = broadcast.get(i)
+        if wide is not None:
+            # While the step's other inputs have the output's static shape, its constants
+            # go in broadcast to it (broadcast_consts); otherwise, the call as below.
+            env[f"o{i}"] = wide.shape
+            fed = dict.fromkeys(f"s{s}" for s in step.inputs if tpl[s] is None and s != NONE_SLOT)
+            wide_args = []
+            for pos, s in enumerate(step.inputs):
+                if pos in wide.args:
+                    env[f"b{i}_{pos}"] = wide.args[pos]
+                    wide_args.append(f"b{i}_{pos}")
+                else:
+                    wide_args.append(_name(s, tpl))
+            out_arg = f", s{reuse[i]}" if i in reuse else ""
+            lines += [
+                f"{pad}if " + " and ".join(f"{n}.shape == o{i}" for n in fed) + ":",
+                f"{pad}    s{outs[0][1]} = d{i}({', '.join(wide_args)}{out_arg})",
+                f"{pad}else:",
+            ]
+            pad += "    "
         if i in reuse:
             # A ufunc whose result outgrows the buffer (inputs broadcast past the static
             # shapes) refuses before writing anything: then it allocates as usual.

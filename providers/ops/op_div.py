@@ -22,6 +22,9 @@ def div(node, xp):
     dt = node.input_dtype(0)
     if dt is not None and dt.kind in "iu":
         return binary(node, xp, _trunc_div(xp))
+    if dt is not None:
+        # the ufunc itself, which the executor calls directly and may run in place
+        return binary(node, xp, xp.divide)
 
     def f(a, b):
         if a.dtype.kind in "iu":

@@ -12,6 +12,8 @@ ufunc runs.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import jit
@@ -62,6 +64,9 @@ def candidate(node) -> bool:
         if (lead and vs[0] != 1) or vs[lead] < 2 or any(d != 1 for d in vs[lead + 1 :]):
             continue
         c = node.inputs[big].shape[1]
+        known = node.inputs[big].static_shape
+        if known is not None and math.prod(known) < MIN_SIZE:
+            continue  # never the compiled pass's (see binary)
         if not isinstance(c, int) or c == vs[lead]:
             return True
     return False

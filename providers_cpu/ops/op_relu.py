@@ -17,7 +17,9 @@ from .ufuncs import BLAS_FLOATS, OTHER_DTYPES, clip_ufunc
 
 #: up to this many values the slow ``maximum`` loop costs less than a second ufunc call
 SMALL = 1024
-_ZEROS = {np.dtype(np.float32): np.float32(0), np.dtype(np.float64): np.float64(0)}
+#: 0-d arrays, not NumPy scalars: ``maximum`` converts a scalar operand to an array on every
+#: call (0.2 us of a 0.5 us node)
+_ZEROS = {np.dtype(t): np.zeros((), t) for t in (np.float32, np.float64)}
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
