@@ -37,6 +37,29 @@ def advice(core: str, cpu_flags: frozenset[str] | None, forced: str | None) -> s
     )
 
 
+@functools.cache
+def cpu_family() -> tuple[str, int] | None:
+    """(vendor_id, cpu family) of the first CPU in /proc/cpuinfo, or None where there is
+    none (read once)."""
+    vendor, family = None, None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "vendor_id":
+                    vendor = value.strip()
+                elif key == "cpu family":
+                    family = int(value.strip()) if value.strip().isdigit() else None
+                if vendor is not None and family is not None:
+                    return vendor, family
+                if not line.strip():
+                    break
+    except OSError:
+        return None
+    return None
+
+
 def cpu_flags() -> frozenset[str] | None:
     """The CPU's feature flags from /proc/cpuinfo, or None where there is none."""
     try:

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from .. import jit
-from ..openblas_core import cpu_flags
+from ..openblas_core import cpu_family, cpu_flags
 from . import conv_gemm
 from .conv_gemm import PhasePlanes
 from .nn_cpu import parallel_rows
@@ -53,7 +53,8 @@ from .nn_cpu import parallel_rows
 ACTIVATIONS = {"Relu": 1, "Clip": 2}
 
 __all__ = [
-    "ACTIVATIONS", "DirectConv", "applies", "enabled", "pack_blocks", "session_notes", "status",
+    "ACTIVATIONS", "DirectConv", "applies", "enabled", "fits_cpu", "pack_blocks", "session_notes",
+    "status",
 ]  # fmt: skip
 
 # ``ONNXEP_CPU_CONV_DIRECT``: ``auto`` (default: the rule in ``applies``), ``1`` every
@@ -78,12 +79,27 @@ _MAX_FB = 4
 _SLAB = 24 << 10
 
 
+# AMD's family 0x19 (Zen 3 and Zen 4): 256-bit FMA units. Zen 4 has AVX-512 but runs a
+# 512-bit FMA as two halves, so the GEMM's 16-float tiles multiply no faster than these
+# 8-float ones, and at one thread the convolutions this kernel takes ran on OpenBLAS or
+# Winograd there (small ResNet 2.8x onnxruntime, 1.8 with this kernel: docs/cpu_kernels.md,
+# "convrows"). Zen 5 (0x1a) and Intel's AVX-512 cores have 512-bit FMA paths: not here.
+_HALF_WIDTH_AVX512 = frozenset({("AuthenticAMD", 0x19)})
+
+
+def fits_cpu(flags: frozenset[str] | None, family: tuple[str, int] | None) -> bool:
+    """Whether a CPU of these /proc/cpuinfo ``flags`` and (vendor, family) runs the kernel:
+    AVX2 and FMA, with no AVX-512 or AVX-512 on 256-bit FMA units (the tile is 8-float
+    vectors: where the FMA path is 512 bits wide the GEMM's 16-float one is wider)."""
+    if flags is None or not {"avx2", "fma"} <= flags:
+        return False
+    return "avx512f" not in flags or family in _HALF_WIDTH_AVX512
+
+
 @functools.cache
 def _avx2_cpu() -> bool:
-    """AVX2 and FMA without AVX-512 (the tile is 8-float vectors: on AVX-512 the GEMM's
-    16-float one is wider); /proc/cpuinfo read once."""
-    flags = cpu_flags()
-    return flags is not None and {"avx2", "fma"} <= flags and "avx512f" not in flags
+    """``fits_cpu`` for this CPU, /proc/cpuinfo read once."""
+    return fits_cpu(cpu_flags(), cpu_family())
 
 
 def enabled() -> bool:
@@ -101,7 +117,7 @@ def status() -> str:
     if conv_gemm.jit_off():
         return "direct Conv: off (no compiled loops)"
     if MODE != "1" and not _avx2_cpu():
-        return "direct Conv: off (not an AVX2 CPU without AVX-512)"
+        return "direct Conv: off (not an AVX2 CPU with 256-bit FMA units)"
     return (
         "direct Conv: dense float32 kernels larger than 1x1 as direct sums, 8 output "
         "channels a vector, but for Winograd's 3x3 convolutions of "
@@ -266,6 +282,13 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
     copy of each strided view cost 3 us of dispatch a plane on small maps; unsigned
     indices, as numba tests signed ones for wraparound on every access (3x slower)."""
     u = np.uint64
+    # Column stride 2 on even widths: every row starts at an even index, so the row's
+    # values are read as 64-bit pairs, the phase's one the low (x0 = 0) or high half,
+    # moved as bits (NaN payloads kept). LLVM made the stride-2 read a gather (scalar
+    # loads on AVX2, slow gathers on Zen 4: 16 x 160 x 160 177 -> 64 us here).
+    paired = sw == 2 and w % 2 == 0
+    pairs = xf.view(np.uint64) if paired else xf[:0].view(np.uint64)
+    bu = b.view(np.uint32)
     # channel by channel: a channel's plane is read once per phase while it is in cache
     # (phase by phase over the whole input: 4x its traffic from L3 for stride 2)
     for ch in range(c):
@@ -278,9 +301,11 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
                 if sw == 1:
                     for j in range(nx):
                         b[d + u(j)] = xf[src + u(j)]
-                elif sw == 2:  # a constant step LLVM vectorises (two-way deinterleave)
+                elif paired:
+                    p0 = (src - x0) >> u(1)
+                    half = u(32) * x0
                     for j in range(nx):
-                        b[d + u(j)] = xf[src + u(2) * u(j)]
+                        bu[d + u(j)] = np.uint32(pairs[p0 + u(j)] >> half)
                 else:
                     for j in range(nx):
                         b[d + u(j)] = xf[src + u(j * sw)]
