@@ -358,6 +358,23 @@ def test_the_cpu_rule(flags, family, want):
     assert conv_direct.fits_cpu(None if flags is None else frozenset(flags), family) is want
 
 
+def test_winograd_keeps_fewer_channels_on_avx512(monkeypatch):
+    monkeypatch.setattr(conv_direct, "cpu_flags", lambda: frozenset({"avx2", "fma", "avx512f"}))
+    assert conv_direct.winograd_bound.__wrapped__() == 96
+    monkeypatch.setattr(conv_direct, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert conv_direct.winograd_bound.__wrapped__() == 128
+    monkeypatch.setattr(conv_direct, "cpu_flags", lambda: None)
+    assert conv_direct.winograd_bound.__wrapped__() == 128
+    if not jit.ENABLED:
+        return
+    monkeypatch.setattr(conv_direct, "MODE", "auto")
+    monkeypatch.setattr(conv_direct, "_avx2_cpu", lambda: True)
+    monkeypatch.setattr(conv_direct, "winograd_bound", lambda: 96)
+    f32 = np.float32
+    assert conv_direct.applies((3, 3), 1, 96, 864, 2704, f32, True, False, 1, 96) is False
+    assert conv_direct.applies((3, 3), 1, 64, 576, 1600, f32, True, False, 1, 64) is True
+
+
 def test_no_kernel_without_numba(monkeypatch):
     monkeypatch.setattr(jit, "ENABLED", False)
     monkeypatch.setattr(conv_direct, "MODE", "1")

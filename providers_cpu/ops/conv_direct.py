@@ -67,6 +67,18 @@ MODE = os.environ.get("ONNXEP_CPU_CONV_DIRECT", "auto").strip().lower()
 # here; at 64 -> 64 40x40 1.80 against 1.51, 16 -> 16 160x160 4.30 against 1.74:
 # docs/cpu_kernels.md).
 _WINOGRAD_CHANNELS = 128
+# On an AVX-512 CPU (Zen 4 here) Winograd's products run OpenBLAS's AVX-512 kernels and win
+# from fewer channels: 96 -> 96 at 52x52 3.1-3.2 ms against 4.7-5.3 here, at 26x26 0.72
+# against 1.1-1.6; 64 -> 64 at 40x40 the same (1.30 against 1.22-1.31)
+_WINOGRAD_CHANNELS_AVX512 = 96
+
+
+@functools.cache
+def winograd_bound() -> int:
+    """The fewest channels (min of C, M) of the one-thread 3x3 convolutions Winograd keeps."""
+    flags = cpu_flags()
+    return _WINOGRAD_CHANNELS_AVX512 if flags and "avx512f" in flags else _WINOGRAD_CHANNELS
+
 
 # Tiles run along one output row: on narrower outputs they hold too few sums to hide the
 # FMA latency (a width-1 output, magika's (5, 1) conv: 4 sums a tile), where the GEMM's
@@ -121,7 +133,7 @@ def status() -> str:
     return (
         "direct Conv: dense float32 kernels larger than 1x1 as direct sums, 8 output "
         "channels a vector, but for Winograd's 3x3 convolutions of "
-        f"{_WINOGRAD_CHANNELS} channels or more at one thread"
+        f"{winograd_bound()} channels or more at one thread"
         + (" (ONNXEP_CPU_CONV_DIRECT=1)" if MODE == "1" else "")
     )
 
@@ -156,7 +168,7 @@ def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool
     # that changed with the count changed the bits between a session the thread policy
     # gives two threads and one it gives one (a FusedConv-only model against its unfused
     # Conv + activation)
-    return winograd_channels < _WINOGRAD_CHANNELS
+    return winograd_channels < winograd_bound()
 
 
 def positions(fb: int) -> int:
