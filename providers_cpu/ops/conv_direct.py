@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,7 @@ _SLAB = 24 << 10
 # AMD's family 0x19 (Zen 3 and Zen 4): 256-bit FMA units. Zen 4 has AVX-512 but runs a
 # 512-bit FMA as two halves, so the GEMM's 16-float tiles multiply no faster than these
 # 8-float ones, and at one thread the convolutions this kernel takes ran on OpenBLAS or
-# Winograd there (small ResNet 2.8x onnxruntime, 1.8 with this kernel: docs/cpu_kernels.md,
+# Winograd there (small ResNet 2.6-2.8x onnxruntime, 1.65 with this kernel: docs/cpu_kernels.md,
 # "convrows"). Zen 5 (0x1a) and Intel's AVX-512 cores have 512-bit FMA paths: not here.
 _HALF_WIDTH_AVX512 = frozenset({("AuthenticAMD", 0x19)})
 
@@ -256,6 +257,7 @@ class DirectConv(PhasePlanes):
 
 
 _compiled: dict[str, Any] = {}
+_LITTLE_ENDIAN = sys.byteorder == "little"
 _NO_Z = np.zeros(1, np.float32)
 
 
@@ -298,7 +300,7 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
     # values are read as 64-bit pairs, the phase's one the low (x0 = 0) or high half,
     # moved as bits (NaN payloads kept). LLVM made the stride-2 read a gather (scalar
     # loads on AVX2, slow gathers on Zen 4: 16 x 160 x 160 177 -> 64 us here).
-    paired = sw == 2 and w % 2 == 0
+    paired = sw == 2 and w % 2 == 0 and _LITTLE_ENDIAN  # the first value is the low half
     pairs = xf.view(np.uint64) if paired else xf[:0].view(np.uint64)
     bu = b.view(np.uint32)
     # channel by channel: a channel's plane is read once per phase while it is in cache
