@@ -2,6 +2,9 @@
 
     python bench/cpu_conv_direct_ab.py MODEL [MODEL ...] [--threads 1] [--rounds 60] [--seconds 25]
 
+MODEL is a corpus name or a path to an .onnx file (random float32 feeds, free dims 1:
+``tests/data/resnet_cnn.onnx``, the small ResNet of ``bench/run_all.py``).
+
 Three sessions per model, run one after the other in each round on the same feeds: onnxep
 with ``providers_cpu/ops/conv_direct.py`` off (``MODE = "0"``: the routes before it),
 onnxep with it on (``auto``), onnxruntime. The table gives each side's median and the
@@ -24,6 +27,19 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 
+def _random_feeds(model) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    init = {i.name for i in model.graph.initializer}
+    out = {}
+    for v in model.graph.input:
+        if v.name not in init:
+            dims = [d.dim_value or 1 for d in v.type.tensor_type.shape.dim]
+            out[v.name] = rng.standard_normal(dims).astype(np.float32)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     import onnx
     import onnxruntime as ort
@@ -44,9 +60,13 @@ def main(argv: list[str] | None = None) -> None:
         f"{'on/ort':>7s} rounds"
     )
     for name in a.models:
-        model = next(m for m in CORPUS if m.name == name)
-        path = str(fetch(model))
-        inputs = feeds(model, onnx.load(path, load_external_data=False))
+        if name.endswith(".onnx"):  # a model file: random float32 feeds, free dims 1
+            path = name
+            inputs = _random_feeds(onnx.load(path, load_external_data=False))
+        else:
+            model = next(m for m in CORPUS if m.name == name)
+            path = str(fetch(model))
+            inputs = feeds(model, onnx.load(path, load_external_data=False))
         sides = {}
         for mode in ("0", "auto"):
             conv_direct.MODE = mode

@@ -37,6 +37,32 @@ def advice(core: str, cpu_flags: frozenset[str] | None, forced: str | None) -> s
     )
 
 
+def family_of(lines) -> tuple[str, int] | None:
+    """(vendor_id, cpu family) of the first processor in /proc/cpuinfo's ``lines``, or None
+    where either is missing."""
+    vendor, family = None, None
+    for line in lines:
+        if not line.strip():  # the first processor's block ends here
+            break
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "vendor_id":
+            vendor = value
+        elif key == "cpu family" and value.isdigit():
+            family = int(value)
+    return None if vendor is None or family is None else (vendor, family)
+
+
+@functools.cache
+def cpu_family() -> tuple[str, int] | None:
+    """``family_of`` this machine's /proc/cpuinfo, read once; None where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return family_of(f)
+    except OSError:
+        return None
+
+
 def cpu_flags() -> frozenset[str] | None:
     """The CPU's feature flags from /proc/cpuinfo, or None where there is none."""
     try:

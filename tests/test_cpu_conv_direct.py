@@ -133,6 +133,42 @@ def test_kernel_propagates_nan_and_inf_as_the_gemm():
 
 
 @needs_jit
+@pytest.mark.parametrize(
+    "n,c,hw,s,pb,pe",
+    [
+        (1, 3, (10, 16), (2, 2), (1, 1), (1, 1)),  # even width: 64-bit pairs, both halves
+        (2, 5, (9, 14), (2, 2), (0, 1), (0, 1)),  # a batch, no leading pad: low halves first
+        (1, 4, (7, 13), (2, 2), (1, 1), (1, 1)),  # odd width: the strided loop
+        (1, 2, (8, 12), (1, 2), (0, 3), (2, 0)),  # column stride only, asymmetric pads
+        (1, 3, (9, 18), (3, 3), (1, 1), (1, 1)),  # stride 3
+        (1, 2, (6, 10), (1, 1), (1, 1), (1, 1)),  # stride 1
+    ],
+)
+def test_compiled_fill_equals_the_numpy_planes_bit_for_bit(n, c, hw, s, pb, pe):
+    """The phase planes the kernel reads: its compiled fill (64-bit pairs on even widths at
+    column stride 2) against ``PhasePlanes.fill``'s strided NumPy copies, every bit of
+    NaN payloads, -0 and infinities included."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, *hw)).astype(np.float32)
+    bits = x.reshape(-1).view(np.uint32)
+    bits[::5] = 0x7FC01234  # a NaN with a payload
+    bits[1::7] = 0x80000000  # -0
+    bits[2::11] = 0xFF800000  # -inf
+    out = _out(hw, (3, 3), s, (1, 1), pb, pe)
+    w = np.ones((8, c, 3, 3), np.float32)
+    dc = conv_direct.DirectConv(
+        x.shape, *conv_direct.pack_blocks(w), np.zeros(8, np.float32), (3, 3), s, (1, 1), pb,
+        pe, out,
+    )  # fmt: skip
+    dc(x, np.empty((n, 8, out[0] * out[1]), np.float32))  # compiles and fills every image
+    ref = conv_gemm.PhasePlanes(x.shape, (3, 3), s, (1, 1), pb, pe, out, out[1])
+    for i in range(n):
+        ref.fill(x[i])
+        got = dc.b[i * dc.bsize : (i + 1) * dc.bsize]
+        assert got.view(np.uint32).tobytes() == ref.b[: dc.bsize].view(np.uint32).tobytes()
+
+
+@needs_jit
 @pytest.mark.parametrize("case", ["K past one block (128 channels)", "M 72 (9 blocks: 3 groups)"])
 def test_kernel_bits_do_not_depend_on_the_work_split(case):
     _, y_whole, (x, _, _, dc) = _both(SHAPES[case])
@@ -304,6 +340,39 @@ def test_the_rule(monkeypatch):
     monkeypatch.setattr(conv_direct, "MODE", "auto")
     monkeypatch.setattr(conv_direct, "_avx2_cpu", lambda: False)
     assert not conv_direct.enabled()
+
+
+@pytest.mark.parametrize(
+    "flags,family,want",
+    [
+        ({"avx2", "fma"}, ("AuthenticAMD", 0x19), True),  # Zen 3
+        ({"avx2", "fma", "avx512f"}, ("AuthenticAMD", 0x19), True),  # Zen 4: 256-bit FMA units
+        ({"avx2", "fma", "avx512f"}, ("AuthenticAMD", 0x1A), False),  # Zen 5
+        ({"avx2", "fma", "avx512f"}, ("GenuineIntel", 6), False),
+        ({"avx2", "fma"}, ("GenuineIntel", 6), True),
+        ({"avx2"}, ("AuthenticAMD", 0x19), False),  # no FMA
+        (None, None, False),  # no /proc/cpuinfo
+    ],
+)
+def test_the_cpu_rule(flags, family, want):
+    assert conv_direct.fits_cpu(None if flags is None else frozenset(flags), family) is want
+
+
+def test_winograd_keeps_fewer_channels_on_avx512(monkeypatch):
+    monkeypatch.setattr(conv_direct, "cpu_flags", lambda: frozenset({"avx2", "fma", "avx512f"}))
+    assert conv_direct.winograd_bound.__wrapped__() == 96
+    monkeypatch.setattr(conv_direct, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert conv_direct.winograd_bound.__wrapped__() == 128
+    monkeypatch.setattr(conv_direct, "cpu_flags", lambda: None)
+    assert conv_direct.winograd_bound.__wrapped__() == 128
+    if not jit.ENABLED:
+        return
+    monkeypatch.setattr(conv_direct, "MODE", "auto")
+    monkeypatch.setattr(conv_direct, "_avx2_cpu", lambda: True)
+    monkeypatch.setattr(conv_direct, "winograd_bound", lambda: 96)
+    f32 = np.float32
+    assert conv_direct.applies((3, 3), 1, 96, 864, 2704, f32, True, False, 1, 96) is False
+    assert conv_direct.applies((3, 3), 1, 64, 576, 1600, f32, True, False, 1, 64) is True
 
 
 def test_no_kernel_without_numba(monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxep.providers_cpu.openblas_core import AVX512_FLAGS, advice, openblas_notes
+from onnxep.providers_cpu.openblas_core import AVX512_FLAGS, advice, family_of, openblas_notes
 
 ZEN5 = AVX512_FLAGS | {"avx2", "fma", "avx512_vnni"}
 AVX2_ONLY = frozenset({"avx", "avx2", "fma"})
@@ -64,3 +64,23 @@ def test_notes_reach_the_session_report(tmp_path):
         *weight_gemm.session_notes(n),
     ]
     assert notes[1:] == [*openblas_notes(), *gemms]
+
+
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        (
+            "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n",
+            ("AuthenticAMD", 25),
+        ),
+        (
+            "processor\t: 0\ncpu family\t: 6\nvendor_id\t: GenuineIntel\n\nprocessor\t: 1\n",
+            ("GenuineIntel", 6),
+        ),
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\n\ncpu family\t: 25\n", None),  # another CPU's
+        ("vendor_id\t: AuthenticAMD\ncpu family\t: ?\n", None),
+        ("", None),
+    ],
+)
+def test_cpu_family_of_cpuinfo(text, want):
+    assert family_of(text.splitlines(keepends=True)) == want

@@ -39,12 +39,13 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from typing import Any
 
 import numpy as np
 
 from .. import jit
-from ..openblas_core import cpu_flags
+from ..openblas_core import cpu_family, cpu_flags
 from . import conv_gemm
 from .conv_gemm import PhasePlanes
 from .nn_cpu import parallel_rows
@@ -53,7 +54,8 @@ from .nn_cpu import parallel_rows
 ACTIVATIONS = {"Relu": 1, "Clip": 2}
 
 __all__ = [
-    "ACTIVATIONS", "DirectConv", "applies", "enabled", "pack_blocks", "session_notes", "status",
+    "ACTIVATIONS", "DirectConv", "applies", "enabled", "fits_cpu", "pack_blocks", "session_notes",
+    "status",
 ]  # fmt: skip
 
 # ``ONNXEP_CPU_CONV_DIRECT``: ``auto`` (default: the rule in ``applies``), ``1`` every
@@ -66,6 +68,18 @@ MODE = os.environ.get("ONNXEP_CPU_CONV_DIRECT", "auto").strip().lower()
 # here; at 64 -> 64 40x40 1.80 against 1.51, 16 -> 16 160x160 4.30 against 1.74:
 # docs/cpu_kernels.md).
 _WINOGRAD_CHANNELS = 128
+# On an AVX-512 CPU (Zen 4 here) Winograd's products run OpenBLAS's AVX-512 kernels and win
+# from fewer channels: 96 -> 96 at 52x52 3.1-3.2 ms against 4.7-5.3 here, at 26x26 0.72
+# against 1.1-1.6; 64 -> 64 at 40x40 the same (1.30 against 1.22-1.31)
+_WINOGRAD_CHANNELS_AVX512 = 96
+
+
+@functools.cache
+def winograd_bound() -> int:
+    """The fewest channels (min of C, M) of the one-thread 3x3 convolutions Winograd keeps."""
+    flags = cpu_flags()
+    return _WINOGRAD_CHANNELS_AVX512 if flags and "avx512f" in flags else _WINOGRAD_CHANNELS
+
 
 # Tiles run along one output row: on narrower outputs they hold too few sums to hide the
 # FMA latency (a width-1 output, magika's (5, 1) conv: 4 sums a tile), where the GEMM's
@@ -78,12 +92,27 @@ _MAX_FB = 4
 _SLAB = 24 << 10
 
 
+# AMD's family 0x19 (Zen 3 and Zen 4): 256-bit FMA units. Zen 4 has AVX-512 but runs a
+# 512-bit FMA as two halves, so the GEMM's 16-float tiles multiply no faster than these
+# 8-float ones, and at one thread the convolutions this kernel takes ran on OpenBLAS or
+# Winograd there (small ResNet 2.6-2.8x onnxruntime, 1.65 with this kernel: docs/cpu_kernels.md,
+# "convrows"). Zen 5 (0x1a) and Intel's AVX-512 cores have 512-bit FMA paths: not here.
+_HALF_WIDTH_AVX512 = frozenset({("AuthenticAMD", 0x19)})
+
+
+def fits_cpu(flags: frozenset[str] | None, family: tuple[str, int] | None) -> bool:
+    """Whether a CPU of these /proc/cpuinfo ``flags`` and (vendor, family) runs the kernel:
+    AVX2 and FMA, with no AVX-512 or AVX-512 on 256-bit FMA units (the tile is 8-float
+    vectors: where the FMA path is 512 bits wide the GEMM's 16-float one is wider)."""
+    if flags is None or not {"avx2", "fma"} <= flags:
+        return False
+    return "avx512f" not in flags or family in _HALF_WIDTH_AVX512
+
+
 @functools.cache
 def _avx2_cpu() -> bool:
-    """AVX2 and FMA without AVX-512 (the tile is 8-float vectors: on AVX-512 the GEMM's
-    16-float one is wider); /proc/cpuinfo read once."""
-    flags = cpu_flags()
-    return flags is not None and {"avx2", "fma"} <= flags and "avx512f" not in flags
+    """``fits_cpu`` for this CPU, /proc/cpuinfo read once."""
+    return fits_cpu(cpu_flags(), cpu_family())
 
 
 def enabled() -> bool:
@@ -101,11 +130,11 @@ def status() -> str:
     if conv_gemm.jit_off():
         return "direct Conv: off (no compiled loops)"
     if MODE != "1" and not _avx2_cpu():
-        return "direct Conv: off (not an AVX2 CPU without AVX-512)"
+        return "direct Conv: off (not an AVX2 CPU with 256-bit FMA units)"
     return (
         "direct Conv: dense float32 kernels larger than 1x1 as direct sums, 8 output "
         "channels a vector, but for Winograd's 3x3 convolutions of "
-        f"{_WINOGRAD_CHANNELS} channels or more at one thread"
+        f"{winograd_bound()} channels or more at one thread"
         + (" (ONNXEP_CPU_CONV_DIRECT=1)" if MODE == "1" else "")
     )
 
@@ -140,7 +169,7 @@ def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool
     # that changed with the count changed the bits between a session the thread policy
     # gives two threads and one it gives one (a FusedConv-only model against its unfused
     # Conv + activation)
-    return winograd_channels < _WINOGRAD_CHANNELS
+    return winograd_channels < winograd_bound()
 
 
 def positions(fb: int) -> int:
@@ -228,6 +257,7 @@ class DirectConv(PhasePlanes):
 
 
 _compiled: dict[str, Any] = {}
+_LITTLE_ENDIAN = sys.byteorder == "little"
 _NO_Z = np.zeros(1, np.float32)
 
 
@@ -266,6 +296,13 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
     copy of each strided view cost 3 us of dispatch a plane on small maps; unsigned
     indices, as numba tests signed ones for wraparound on every access (3x slower)."""
     u = np.uint64
+    # Column stride 2 on even widths: every row starts at an even index, so the row's
+    # values are read as 64-bit pairs, the phase's one the low (x0 = 0) or high half,
+    # moved as bits (NaN payloads kept). LLVM made the stride-2 read a gather (scalar
+    # loads on AVX2, slow gathers on Zen 4: 16 x 160 x 160 177 -> 64 us here).
+    paired = sw == 2 and w % 2 == 0 and _LITTLE_ENDIAN  # the first value is the low half
+    pairs = xf.view(np.uint64) if paired else xf[:0].view(np.uint64)
+    bu = b.view(np.uint32)
     # channel by channel: a channel's plane is read once per phase while it is in cache
     # (phase by phase over the whole input: 4x its traffic from L3 for stride 2)
     for ch in range(c):
@@ -278,9 +315,11 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
                 if sw == 1:
                     for j in range(nx):
                         b[d + u(j)] = xf[src + u(j)]
-                elif sw == 2:  # a constant step LLVM vectorises (two-way deinterleave)
+                elif paired:
+                    p0 = (src - x0) >> u(1)
+                    half = u(32) * x0
                     for j in range(nx):
-                        b[d + u(j)] = xf[src + u(2) * u(j)]
+                        bu[d + u(j)] = np.uint32(pairs[p0 + u(j)] >> half)
                 else:
                     for j in range(nx):
                         b[d + u(j)] = xf[src + u(j * sw)]
