@@ -48,3 +48,13 @@ def test_loops_with_jit_helpers_carry_its_digest():
         softmax_loops.softmax_rows,
     ):
         assert f.py_func.__qualname__.endswith(digest)
+
+
+def test_the_direct_conv_carries_the_digest_of_what_it_compiles_in():
+    """conv_direct's ``_direct`` compiles jit.py's ``_conv_act`` and packed_gemm.py's vector
+    code: its cache name carries a digest of both files."""
+    from onnxep.providers_cpu.ops import conv_direct
+
+    digest = conv_direct.source_digest()
+    assert len(digest) == 16 and digest != jit.source_digest()
+    assert conv_direct.jit_direct().py_func.__qualname__ == f"_direct_{digest}"

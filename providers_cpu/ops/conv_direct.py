@@ -37,9 +37,11 @@ im2col's and the smaller Winograd shapes' copies and transforms cost more.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -286,6 +288,7 @@ def jit_direct() -> Any:
         for fb in range(1, _MAX_FB + 1):
             for p in sizes(fb):
                 g[f"_t{fb}_{p}"] = _make_tile(fb, p)
+        _direct.__qualname__ = f"_direct_{source_digest()}"
         f = _compiled["direct"] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_direct)
         _compiled["fill"] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_fill)
     return f
@@ -441,9 +444,19 @@ def _no_tile(*args):  # the intrinsics replace these before ``_direct`` is compi
 
 
 # jit's compiled helper, set before ``_direct`` is compiled. numba's disk cache keys
-# ``_direct`` on this file alone: after an edit of ``jit._conv_act`` (or of
-# ``packed_gemm.vector_codegen``), touch this file or clear the cache.
+# ``_direct`` on this file alone, so its cache name carries ``source_digest``.
 _conv_act = _no_tile
+
+
+def source_digest() -> str:
+    """A digest of the other sources compiled into ``_direct``: jit.py (``_conv_act``) and
+    packed_gemm.py (the tiles' ``vector_codegen``); an edit there is never answered from a
+    stale disk-cache entry."""
+    from . import packed_gemm
+
+    h = hashlib.sha256(jit.source_digest().encode())
+    h.update(Path(packed_gemm.__file__).read_bytes())
+    return h.hexdigest()[:16]
 
 
 _t1_12 = _t1_6 = _t1_3 = _t2_6 = _t2_3 = _t2_2 = _t3_4 = _t3_2 = _t3_1 = _t4_3 = _t4_2 = _t4_1 = (
