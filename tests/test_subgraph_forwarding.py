@@ -228,3 +228,19 @@ def test_a_loop_body_of_identities_forwards_inputs_and_outer_values():
             np.testing.assert_array_equal(o, t)
             np.testing.assert_array_equal(o, w)
         assert not np.shares_memory(ours[0], f["v"])  # the top level guards its feeds
+
+
+def test_a_branch_returning_an_outer_value_without_a_node_is_refused_with_the_fix():
+    """A branch whose output is an enclosing graph's value with no node in between is not a
+    valid ONNX subgraph: onnxruntime refuses it and says to add an Identity node; so does
+    onnxep, at session creation, naming the value."""
+    bare = _if_model(
+        [],
+        ["a", "b"],
+        [helper.make_node("Identity", ["a"], ["e1"]), helper.make_node("Identity", ["b"], ["e2"])],
+        ["e1", "e2"],
+    )
+    with pytest.raises(onnxep.errors.InvalidGraph, match=r"'a'.*add an Identity node"):
+        onnxep.InferenceSession(bare, providers=["cpu"])
+    with pytest.raises(Exception, match="Identity"):
+        ort.InferenceSession(bare, providers=["CPUExecutionProvider"])

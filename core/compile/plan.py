@@ -18,6 +18,7 @@ from onnxep.providers.dtypes import np_dtype
 from onnxep.providers.kernel import CAPTURE_ATTR, DIRECT_ATTR, KernelSpec
 from onnxep.providers.provider import Provider
 
+from ..errors import InvalidGraph
 from .partition import PlacedNode
 
 NONE_SLOT = 0
@@ -246,7 +247,19 @@ class PlanBuilder:
         if id(value) not in self.location:
             arr = self.const(value)
             if arr is None:
-                raise RuntimeError(f"value {value.name!r} is used before it is produced")
+                if consumer == "<graph output>" or (
+                    value.producer() is None and value.is_graph_output()
+                ):
+                    # as onnxruntime, which refuses such a model with the same advice
+                    raise InvalidGraph(
+                        f"graph output {value.name!r} is not produced in its graph: a "
+                        "subgraph (an If branch, a Loop or Scan body) that returns a value "
+                        "of an enclosing graph must pass it through a node; add an Identity "
+                        "node in the subgraph"
+                    )
+                raise InvalidGraph(
+                    f"value {value.name!r} is used by {consumer!r} before it is produced"
+                )
             dev = self._device_provider(need)
             if dev is not None:
                 arr = dev.from_host(arr)
