@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import onnxep
 from onnxep.generation.step_inputs import CHUNK, StepInputs
@@ -17,13 +17,6 @@ from onnxep.providers.inplace import array_address, donating
 ort = pytest.importorskip("onnxruntime")
 
 MS = "com.microsoft"
-_ELEM = {
-    np.dtype(np.float32): TensorProto.FLOAT,
-    np.dtype(np.float64): TensorProto.DOUBLE,
-    np.dtype(np.int64): TensorProto.INT64,
-    np.dtype(np.int32): TensorProto.INT32,
-    np.dtype(np.uint8): TensorProto.UINT8,
-}
 
 
 def _model(op, inputs, outputs, attrs=None, domain="", consts=None, opset=18):
@@ -32,11 +25,11 @@ def _model(op, inputs, outputs, attrs=None, domain="", consts=None, opset=18):
     names = ["" if a is None else n for n, a in inputs.items()]
     node = helper.make_node(op, names, outputs, name="n", domain=domain, **(attrs or {}))
     g_in = [
-        helper.make_tensor_value_info(n, _ELEM[a.dtype], [None] * a.ndim)
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), [None] * a.ndim)
         for n, a in inputs.items()
         if a is not None and n not in consts
     ]
-    elem = _ELEM[next(iter(inputs.values())).dtype]
+    elem = helper.np_dtype_to_tensor_dtype(next(iter(inputs.values())).dtype)
     g_out = [helper.make_tensor_value_info(o, elem, None) for o in outputs if o]
     inits = [numpy_helper.from_array(a, n) for n, a in consts.items()]
     graph = helper.make_graph([node], "g", g_in, g_out, inits)
