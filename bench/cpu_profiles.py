@@ -1,6 +1,7 @@
 """What the CPU comparison scripts share (cpu_profile_decode.py, cpu_profile_vs_ort.py,
-cpu_profile_by_kind.py, cpu_nbits_ab.py): onnxruntime sessions that log nothing, each
-side's per-node kernel times from its own profiler, and the per-op-type table.
+cpu_profile_by_kind.py, cpu_nbits_ab.py, node_floor.py, cpu_recurrent.py): onnxruntime
+sessions that log nothing, two sessions timed run by run in turn, each side's per-node
+kernel times from its own profiler, and the per-op-type table.
 
 Kernel times per op type are the sum of each node's median over the runs, not of means:
 on a shared machine one descheduled run makes a node's mean tens of times its usual time
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +38,27 @@ def ort_session(path: str | Path, threads: int = 0, spin: bool = True, profile_d
         so.enable_profiling = True
         so.profile_file_prefix = str(Path(profile_dir) / "ort")
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def alternating_medians(
+    ours: Any, theirs: Any, feeds: dict, runs: int, warmup: int = 10
+) -> tuple[float, float]:
+    """Median seconds a run of ``ours`` and of ``theirs`` (two sessions with ``run(None,
+    feeds)``), after ``warmup`` runs each, their runs alternating so that a busy moment of a
+    shared machine falls on both sides alike."""
+    for _ in range(warmup):
+        ours.run(None, feeds)
+        theirs.run(None, feeds)
+    a, b = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        ours.run(None, feeds)
+        t1 = time.perf_counter()
+        theirs.run(None, feeds)
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return statistics.median(a), statistics.median(b)
 
 
 def profiled_session(path: str | Path, threads: int = 0) -> Any:

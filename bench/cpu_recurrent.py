@@ -22,7 +22,6 @@ import io
 import json
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -233,6 +232,7 @@ def measure(path: Path, feeds: dict, runs: int, warmup: int, threads: int) -> tu
     import onnxruntime as ort
 
     import onnxep
+    from bench.cpu_profiles import alternating_medians
 
     opts = onnxep.SessionOptions()
     so = ort.SessionOptions()
@@ -243,19 +243,8 @@ def measure(path: Path, feeds: dict, runs: int, warmup: int, threads: int) -> tu
         so.intra_op_num_threads = threads
     ours = onnxep.InferenceSession(str(path), sess_options=opts, providers=["cpu"])
     peer = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    for _ in range(warmup):
-        ours.run(None, feeds)
-        peer.run(None, feeds)
-    a, b = [], []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        ours.run(None, feeds)
-        t1 = time.perf_counter()
-        peer.run(None, feeds)
-        t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
-    return 1e3 * float(np.median(a)), 1e3 * float(np.median(b))
+    a, b = alternating_medians(ours, peer, feeds, runs, warmup)
+    return 1e3 * a, 1e3 * b
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,11 +13,13 @@ off, one thread each, alternating run by run; medians per node and their ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _chain(op, n, shape, const=None, attrs=None):
@@ -64,6 +66,7 @@ def measure(n: int = 200, runs: int = 150, only: list[str] | None = None) -> dic
     import onnxruntime as ort
 
     import onnxep
+    from bench.cpu_profiles import alternating_medians
 
     so = onnxep.SessionOptions(disabled_rewrites=["fuse_elementwise_chains"])
     so.intra_op_num_threads = 1
@@ -82,19 +85,8 @@ def measure(n: int = 200, runs: int = 150, only: list[str] | None = None) -> dic
             model.SerializeToString(), oso, providers=["CPUExecutionProvider"]
         )
         feed = {"x": rng.random(shape).astype(np.float32)}
-        for _ in range(10):
-            ours.run(None, feed)
-            theirs.run(None, feed)
-        a, b = [], []
-        for _ in range(runs):
-            t0 = time.perf_counter_ns()
-            ours.run(None, feed)
-            t1 = time.perf_counter_ns()
-            theirs.run(None, feed)
-            t2 = time.perf_counter_ns()
-            a.append(t1 - t0)
-            b.append(t2 - t1)
-        ma, mb = statistics.median(a) / n, statistics.median(b) / n
+        a, b = alternating_medians(ours, theirs, feed, runs)
+        ma, mb = a * 1e9 / n, b * 1e9 / n
         out[name] = {"onnxep_ns": ma, "onnxruntime_ns": mb, "ratio": ma / mb}
     return out
 
