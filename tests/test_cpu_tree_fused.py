@@ -201,10 +201,7 @@ def test_two_classes_sums_compiled(one_class, post, base, monkeypatch):
     x = _x(41, seed=base)
     fused, numpy_path = _ours_both_paths(data, x, monkeypatch)
     _close(fused, numpy_path)
-    # One class weighted with two base values: both onnxep paths differ from onnxruntime's
-    # column 0 (a known gap of the two-class rules, docs/status.md), so only each other there.
-    if not (one_class and base == 2):
-        _parity(fused, _theirs(data, x), probit=post == "PROBIT")
+    _parity(fused, _theirs(data, x), probit=post == "PROBIT")
 
 
 @pytest.mark.parametrize("modes", range(len(MODES)))

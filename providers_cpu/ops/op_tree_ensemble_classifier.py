@@ -145,7 +145,10 @@ def _binary(s, has, base, post, binary_case, all_positive):
         rule = np.where(won, 0, 1) if all_positive else np.where(won, 2, 3)
     else:
         won = pos > 0
-    z = apply_post(np.stack([np.where(h0 | (len(base) == 2) & h1, s0, 0.0), s1], axis=1), post)
+    # A class no leaf scored is written as 0 whatever was added to it (onnxruntime's
+    # ScoreValue reads as 0 without its flag): with two base values and only class 1
+    # weighted, column 0 is 0 before the transform, not -(b1 + s0).
+    z = apply_post(np.stack([np.where(h0, s0, 0.0), s1], axis=1), post)
     one = ~keep_two
     if one.any():
         z[one] = two_columns(s0[one], post, rule[one])
