@@ -1,12 +1,14 @@
 """The split hand-off alone: a synthetic compiled job on one thread, split by the executor
 (``nn_cpu.parallel_rows``) and by the compiled split (``handoff.py``), interleaved.
 
-    python bench/cpu_handoff.py [--rounds 200] [--gap-us 30] [--jobs-us 50 100 200 400]
+    python bench/cpu_handoff.py [--rounds 40] [--burst 10] [--gap-us 30] [--jobs-us 50 100]
 
 The job is a numba ``nogil`` loop over 64 rows whose one-thread time is calibrated to each
-``--jobs-us``; between two timed calls the caller busy-waits ``--gap-us`` (the executor's
-time between two convolutions of a run). Prints the median and 90th percentile of each
-side in microseconds; a split that pays is under the one-thread median.
+``--jobs-us``. Each round runs every side ``--burst`` times in a row (a model's
+convolutions, one after another), and between two timed calls the caller busy-waits
+``--gap-us`` (the executor's time between two convolutions of a run). Prints the median
+and 90th percentile of each side in microseconds; a split that pays is under the
+one-thread median.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     from onnxep.providers_cpu.threads import blas_threads
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--burst", type=int, default=10)
     ap.add_argument("--gap-us", type=float, default=30.0)
     ap.add_argument("--jobs-us", type=float, nargs="+", default=[50, 100, 200, 400])
     a = ap.parse_args(argv)
@@ -70,10 +73,11 @@ def main(argv: list[str] | None = None) -> None:
             times: dict[str, list[float]] = {k: [] for k in sides}
             for _ in range(a.rounds):
                 for k, f in sides.items():
-                    times[k].append(_timed(lambda f=f, r=reps: f(r)))
-                    t1 = time.perf_counter()
-                    while time.perf_counter() - t1 < a.gap_us * 1e-6:
-                        pass
+                    for _ in range(a.burst):
+                        times[k].append(_timed(lambda f=f, r=reps: f(r)))
+                        t1 = time.perf_counter()
+                        while time.perf_counter() - t1 < a.gap_us * 1e-6:
+                            pass
             cells = [
                 f"{k} {statistics.median(v) * 1e6:.0f} / {np.percentile(v, 90) * 1e6:.0f}"
                 for k, v in times.items()
