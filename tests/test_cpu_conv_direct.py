@@ -459,6 +459,78 @@ def test_residual_add_relu_fuses_with_the_unfused_bits(threads, mode, z_first, b
     np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())
 
 
+def _fused_residual(z_dims):
+    """FusedConv(x, w, b, z) with Relu, z of dims ``z_dims``, and its unfused graph."""
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((16, 8, 3, 3)) / np.sqrt(72)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+    ]
+    vi = helper.make_tensor_value_info
+    ins = [vi("x", TensorProto.FLOAT, [2, 8, 11, 13]), vi("z", TensorProto.FLOAT, z_dims)]
+    out = [vi("y", TensorProto.FLOAT, None)]
+    fused = helper.make_node(
+        "FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.microsoft", activation="Relu",
+        pads=[1, 1, 1, 1],
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "z"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return [
+        helper.make_model(
+            helper.make_graph(g, "g", ins, out, inits), opset_imports=ops
+        ).SerializeToString()
+        for g in ([fused], nodes)
+    ]
+
+
+@needs_jit
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_conv_with_z_runs_from_its_plan(threads, monkeypatch):
+    """A FusedConv with a Z (a residual block's Conv + Add + Relu) runs from the plan of its
+    input and Z shapes after its first run (no route look-up), with the unfused graph's
+    bits; a Z of another shape is not the plan's and takes the general route."""
+    monkeypatch.setattr(conv_direct, "MODE", "1")
+    fused, plain = _fused_residual(["n", "m", "h", "w"])
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    sess = onnxep.InferenceSession(fused, so, providers=["cpu"])
+    so = onnxep.SessionOptions(intra_op_num_threads=threads)
+    so.disabled_rewrites = ["fuse_conv_activation"]
+    unfused = onnxep.InferenceSession(plain, so, providers=["cpu"])
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 8, 11, 13)).astype(np.float32)
+    x[0, 0, 0, :2] = [np.nan, -0.0]
+
+    def feeds(z_shape):
+        return {"x": x, "z": rng.standard_normal(z_shape).astype(np.float32)}
+
+    first = feeds((2, 16, 11, 13))
+    sess.run(None, first)
+    unfused.run(None, first)
+    looked_up = []
+    real = conv_direct.applies
+
+    def applies(*a, **k):
+        looked_up.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(conv_direct, "applies", applies)
+    for _ in range(2):
+        f = feeds((2, 16, 11, 13))
+        got, want = sess.run(None, f)[0], unfused.run(None, f)[0]
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert not looked_up
+    f = feeds((1, 16, 1, 13))  # broadcast: the general route adds it after the conv
+    got = sess.run(None, f)[0]
+    assert looked_up
+    want = unfused.run(None, f)[0]
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_residual_add_relu_refuses_a_broadcast_z():
     model, feeds = _residual_model((1, 16, 1, 1))
     sess = onnxep.InferenceSession(model, providers=["cpu"])
