@@ -1435,6 +1435,20 @@ def _logistic_span(x, out, alpha, mul, r0, r1):
         _logistic(x[r0:r1], out[r0:r1], alpha, mul)
 
 
+def _swiglu_rows(g, u, out):
+    """out[r, i] = (g[r, i] * sigmoid(g[r, i])) * u[r, i] (2-D, any strides): the CPU SiLU's
+    value (``_logistic``'s, rounded to float32) times up, rounded again, as the SiLU and Mul
+    nodes it stands for."""
+    for r in range(g.shape[0]):
+        gr = g[r]
+        ur = u[r]
+        o = out[r]
+        for i in range(gr.shape[0]):
+            v = gr[i]
+            a = v * _logistic_value(v)
+            o[i] = a * ur[i]
+
+
 _HELPERS.update(
     _exp_reduced=_exp_reduced,
     _logistic_value=_logistic_value,
@@ -1444,3 +1458,4 @@ _HELPERS.update(
 _HELPER_OPTIONS["_logistic_value"] = {"fastmath": {"contract"}}
 _HELPER_OPTIONS["_exp_reduced"] = {"fastmath": {"contract"}}
 _SOURCES["logistic_span"] = _logistic_span
+_SOURCES["swiglu_rows"] = _swiglu_rows
