@@ -1,8 +1,9 @@
 """onnxep::SwiGLU on the CPU: SiLU(gate) * up in one compiled pass (float32, numba on).
 
 The nodes it replaces ran the CPU provider's onnxep::SiLU (``jit._logistic``: the gate
-times its sigmoid, rounded to float32) and then ``np.multiply``; ``jit._swiglu_rows`` is
-those two roundings per element, so the fused node has the unfused nodes' bits. Its gain
+times its sigmoid, rounded to float32) and then ``np.multiply``; ``jit._swiglu_rows`` (and
+``_swiglu_packed`` on a contiguous packed input) is those two roundings per element, so the
+fused node has the unfused nodes' bits. Its gain
 is on decode steps, where every node is a few microseconds of dispatch: one call instead
 of two, and, where ``fuse_shared_input_matmuls`` packs the gate and up projections into
 one MatMul, one product instead of two. float64, numba off, and inputs that broadcast
@@ -26,14 +27,14 @@ _F32 = np.dtype(np.float32)
 _FAST = (_F32, np.dtype(np.float64))
 
 
-def _loop():
-    global _compiled_loop
-    if _compiled_loop is None:
-        _compiled_loop = jit.loop("swiglu_rows")
-    return _compiled_loop
+def _loops():
+    global _compiled_loops
+    if _compiled_loops is None:
+        _compiled_loops = jit.loop("swiglu_rows"), jit.loop("swiglu_packed")
+    return _compiled_loops
 
 
-_compiled_loop = None
+_compiled_loops = None
 
 
 @kernel("SwiGLU", domain="onnxep", dtypes=FLOATS)
@@ -43,8 +44,10 @@ def swiglu(node, xp):
     def run(gate, up=None):
         if gate.dtype not in _FAST or (up is not None and up.dtype != gate.dtype):
             return general(gate, up)
-        if up is None:
-            gate, up = split_packed(gate)
+        packed = up is None
+        if packed:
+            gu = gate
+            gate, up = split_packed(gu)
         shape = gate.shape
         if up.shape != shape:  # broadcasting operands: the unfused calls, a fresh product
             return (np.multiply(logistic(gate, mul=True), up),)
@@ -54,7 +57,11 @@ def swiglu(node, xp):
             return (act,)
         n = shape[-1]
         out = np.empty(shape, _F32)
-        _loop()(gate.reshape(-1, n), up.reshape(-1, n), out.reshape(-1, n))
+        rows, joined = _loops()
+        if packed and gu.flags.c_contiguous:
+            joined(gu.reshape(-1, 2 * n), out.reshape(-1, n))
+        else:
+            rows(gate.reshape(-1, n), up.reshape(-1, n), out.reshape(-1, n))
         return (out,)
 
     return run
