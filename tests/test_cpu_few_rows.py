@@ -69,28 +69,6 @@ def test_thread_split_gives_the_same_bits(monkeypatch, threads):
     assert few_rows.rows_times_transposed(a, w).tobytes() == one.tobytes()
 
 
-@pytest.mark.parametrize("m", [2, 3, 7, 8])
-@pytest.mark.parametrize("k", [1, 64, 300, 5000])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_column_tiles_give_the_untiled_bits(m, k, dtype):
-    # _rows_nk walks tiles of columns (each through every row pair); _rows_nk_tile alone
-    # over all columns is the loop without tiles: every output must be the same bits
-    if not jit.ENABLED:
-        pytest.skip("numba not installed: no compiled loop")
-    rng = np.random.default_rng(m * k)
-    a = rng.standard_normal((m, k)).astype(dtype)
-    loop = few_rows._loop()
-    untiled = few_rows._rows_nk_tile  # compiled by _loop() as its helper
-    for n in (1, 6, 130, 1027):
-        w = rng.standard_normal((n, k)).astype(dtype)
-        for n0 in (0, 4 * (n // 8)):
-            got = np.zeros((m, n), dtype)
-            want = np.zeros((m, n), dtype)
-            loop(a, w, n0, n, got)
-            untiled(a, w, n0, n, want)
-            assert got.tobytes() == want.tobytes(), (n, n0)
-
-
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_nan_and_infinity_propagate(compiled):
     rng = np.random.default_rng(2)

@@ -105,23 +105,6 @@ def _rows_nk_run(a: np.ndarray, w: np.ndarray) -> np.ndarray:
 def _rows_nk(a, w, n0, n1, out):
     """out[i, n] = sum_k a[i, k] * w[n, k] for columns n0..n1 (n0 a multiple of 4).
 
-    In tiles of columns whose weight rows take about 16 KB (a multiple of four columns),
-    each tile through every row of A before the next: the tile stays in L1 while the row
-    pairs pass over it, so the weight comes from memory once, not once per pair. (Pairs
-    outermost read it m / 2 times: llama_kv's 8-row [8, 256] x [256, 1024] took 2.2x
-    its two [256, 512] halves, its 1 MB weight past L2.) Each output's sum is the same
-    code over the same block of four as without tiles: the same bits.
-    """
-    cols = max(4, (16384 // max(1, a.shape[1] * w.itemsize)) // 4 * 4)
-    t = n0
-    while t < n1:
-        _rows_nk_tile(a, w, t, min(t + cols, n1), out)
-        t += cols
-
-
-def _rows_nk_tile(a, w, n0, n1, out):
-    """``_rows_nk`` on columns n0..n1, rows outermost.
-
     Rows go in pairs (the last alone when odd), columns in blocks of four (the block
     cut at N in fewer), so each pass over K reads four weight rows once for two rows of
     A, with eight running sums.
@@ -207,4 +190,4 @@ def _rows_nk_tile(a, w, n0, n1, out):
 
 # reassoc: the sums vectorise along K; contract: multiply-adds. No nnan/ninf: NaN and
 # infinity propagate as in BLAS.
-_loop = jit.lazy(_rows_nk, helpers=("_rows_nk_tile",), fastmath={"reassoc", "contract"})
+_loop = jit.lazy(_rows_nk, fastmath={"reassoc", "contract"})
