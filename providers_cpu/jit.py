@@ -1435,6 +1435,34 @@ def _logistic_span(x, out, alpha, mul, r0, r1):
         _logistic(x[r0:r1], out[r0:r1], alpha, mul)
 
 
+def _swiglu_rows(g, u, out):
+    """out[r, i] = (g[r, i] * sigmoid(g[r, i])) * u[r, i] (2-D): the CPU SiLU's value
+    (``_logistic``'s, rounded to float32) times up, rounded again, as the SiLU and Mul
+    nodes it stands for."""
+    for r in range(g.shape[0]):
+        gr = g[r]
+        ur = u[r]
+        o = out[r]
+        for i in range(gr.shape[0]):
+            v = gr[i]
+            a = v * _logistic_value(v)
+            o[i] = a * ur[i]
+
+
+def _swiglu_packed(gu, out):
+    """``_swiglu_rows`` of the halves of each row of ``gu`` (R, 2n): gate then up. One
+    contiguous array, not two strided halves, so numba knows the rows' inner stride and
+    LLVM vectorises the loop (on the halves as views it ran 2.6x slower on 8 rows)."""
+    n = out.shape[1]
+    for r in range(gu.shape[0]):
+        row = gu[r]
+        o = out[r]
+        for i in range(n):
+            v = row[i]
+            a = v * _logistic_value(v)
+            o[i] = a * row[n + i]
+
+
 _HELPERS.update(
     _exp_reduced=_exp_reduced,
     _logistic_value=_logistic_value,
@@ -1444,3 +1472,5 @@ _HELPERS.update(
 _HELPER_OPTIONS["_logistic_value"] = {"fastmath": {"contract"}}
 _HELPER_OPTIONS["_exp_reduced"] = {"fastmath": {"contract"}}
 _SOURCES["logistic_span"] = _logistic_span
+_SOURCES["swiglu_rows"] = _swiglu_rows
+_SOURCES["swiglu_packed"] = _swiglu_packed
