@@ -1,15 +1,15 @@
 """tiny_ab's rows with and without some rewrite passes, against onnxruntime, in one process.
 
-    python bench/tiny_rewrite_ab.py --off PASS [PASS ...] [--only genai hybrid ...]
+    python bench/tiny_rewrite_ab.py --off PASS [PASS ...] [--off PASS ...] [--only genai ...]
                                     [--rounds 30] [--runs 40]
 
-Three sessions per row (onnxep with every pass, onnxep with ``--off`` switched off through
-``SessionOptions.disabled_rewrites``, onnxruntime) run one step's feeds in turn, the order
-rotated each round, so the load of a shared machine, which moves the figures of separate
-processes by 2-4x between rounds, hits the three alike. The decoders' feeds are one
-decode step (``cpu_profile_decode.decode_feeds``, 16 cached tokens), hf_llama and llama_kv
-their tiny_ab dims. Prints each side's median time and the medians of the per-round ratios
-(each onnxep side over onnxruntime, and with over without).
+A session per row for onnxep with every pass, one for each ``--off`` set (those passes
+switched off through ``SessionOptions.disabled_rewrites``) and onnxruntime run one step's
+feeds in turn, the order rotated each round, so the load of a shared machine, which moves
+the figures of separate processes by 2-4x between rounds, hits them alike. The decoders'
+feeds are one decode step (``cpu_profile_decode.decode_feeds``, 16 cached tokens), hf_llama
+and llama_kv their tiny_ab dims. Prints each side's median time and the medians of the
+per-round ratios (each onnxep side over onnxruntime, and over the side with every pass).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main() -> None:
     import onnxep
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--off", nargs="+", required=True)
+    ap.add_argument("--off", nargs="+", action="append", required=True)
     ap.add_argument("--only", nargs="*", default=["genai", "hybrid", "hf_llama", "llama_kv"])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--runs", type=int, default=40)
@@ -69,12 +69,11 @@ def main() -> None:
         spec, kw = ROWS[name]
         path = str(model_path(spec, scratch))
         feeds = _feeds(path, kw)
-        off = onnxep.SessionOptions(disabled_rewrites=a.off)
-        sides = {
-            "with": onnxep.InferenceSession(path, providers=["cpu"]),
-            "without": onnxep.InferenceSession(path, off, providers=["cpu"]),
-            "ort": ort.InferenceSession(path, providers=["CPUExecutionProvider"]),
-        }
+        sides = {"with": onnxep.InferenceSession(path, providers=["cpu"])}
+        for off in a.off:
+            opts = onnxep.SessionOptions(disabled_rewrites=off)
+            sides["-" + ",".join(off)] = onnxep.InferenceSession(path, opts, providers=["cpu"])
+        sides["ort"] = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         runs = {k: (lambda s=s, f=feeds: s.run(None, f)) for k, s in sides.items()}
         for fn in runs.values():
             for _ in range(10):
@@ -82,17 +81,17 @@ def main() -> None:
         names = list(runs)
         ms: dict[str, list[float]] = {k: [] for k in names}
         for r in range(a.rounds):
-            for k in names[r % 3 :] + names[: r % 3]:
+            i = r % len(names)
+            for k in names[i:] + names[:i]:
                 ms[k].append(_median_ms(runs[k], a.runs))
-
         med = {k: statistics.median(v) for k, v in ms.items()}
-        print(
-            f"{name:10s} ms with {med['with']:.3f}, without {med['without']:.3f}, "
-            f"ort {med['ort']:.3f}; over ort: with {_ratio(ms, 'with', 'ort'):.2f}x, "
-            f"without {_ratio(ms, 'without', 'ort'):.2f}x; with / without "
-            f"{_ratio(ms, 'with', 'without'):.3f}",
-            flush=True,
-        )
+        print(f"{name:10s} ort {med['ort']:.3f} ms", flush=True)
+        for k in names[:-1]:
+            print(
+                f"  {k:50s} {med[k]:.3f} ms, over ort {_ratio(ms, k, 'ort'):.2f}x, "
+                f"over with {_ratio(ms, k, 'with'):.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
