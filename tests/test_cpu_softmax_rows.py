@@ -228,3 +228,21 @@ def test_small_rows_with_nan_or_inf_keep_the_numpy_steps(monkeypatch):
         fast, slow = _runs(_model(op, -1, 13), x, monkeypatch)
         assert fast[0, 2] == (0 if op == "Softmax" else -np.inf)
         np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 64, 64), (1, 10, 6625), (3, 4097)])
+def test_wide_rows_in_one_call_keep_softmax_rows_bits(shape):
+    # the one call finds each row's maximum itself; its rows are softmax_rows' bits
+    from onnxep.providers_cpu.ops import softmax_loops
+
+    x = _x(shape, seed=5, special=False) * np.float32(2)
+    cols = shape[-1]
+    flat = np.empty_like(x)
+    assert softmax_loops.softmax_flat(x.ravel(), flat.ravel(), cols, False)
+    x2 = x.reshape(-1, cols)
+    rows = np.empty_like(x2)
+    assert softmax_loops.softmax_rows(x2, np.maximum.reduce(x2, axis=1), rows)
+    assert flat.reshape(-1).tobytes() == rows.reshape(-1).tobytes()
+    log = np.empty_like(x)
+    assert softmax_loops.softmax_flat(x.ravel(), log.ravel(), cols, True)
+    np.testing.assert_allclose(log, _float64_log_softmax(x), rtol=1e-6, atol=2e-6)

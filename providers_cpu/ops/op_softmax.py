@@ -76,16 +76,16 @@ def _builder(make_generic, f, rows):
         if jit.ENABLED:
             from . import softmax_loops as loops
 
-        # input shape -> the trailing dims' size where the one-call small Softmax applies, else
-        # 0 (the axes are checked once per shape, not per call)
+        # input shape -> the trailing dims' size where the one-call Softmax applies, else 0
+        # (the axes are checked once per shape, not per call)
         flat_cols: dict[tuple, int] = {}
 
-        def small_cols(shape: tuple) -> int:
+        def cols_of(shape: tuple) -> int:
             if len(flat_cols) > 64:  # a model feeding ever new shapes: stay bounded
                 flat_cols.clear()
             cols = 0
             size = math.prod(shape)
-            if shape and 0 < size <= loops.MAX_SIZE:
+            if shape and size > 0:
                 axes = axes_for(len(shape))
                 if _trailing(axes, len(shape)):
                     k = len(axes) if isinstance(axes, tuple) else 1
@@ -97,11 +97,11 @@ def _builder(make_generic, f, rows):
             if loops is not None and x.dtype is _F32 and x.flags.c_contiguous:
                 cols = flat_cols.get(x.shape)
                 if cols is None:
-                    cols = small_cols(x.shape)
+                    cols = cols_of(x.shape)
                 if cols:
-                    # one compiled call, exp by the wide path's polynomial (tolerance-level,
-                    # 2e-7 relative against NumPy's exp); rows with NaN or an infinite
-                    # maximum go on to the NumPy steps below, whose rules they need
+                    # one compiled call, exp by the polynomial of ``softmax_rows`` (its bits;
+                    # tolerance-level, 2e-7 relative against NumPy's exp); rows with NaN or
+                    # an infinite maximum go on to the steps below, whose rules they need
                     out = np.empty(x.shape, _F32)
                     if loops.softmax_flat(x.ravel(), out.ravel(), cols, log):
                         return (out,)
