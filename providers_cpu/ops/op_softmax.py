@@ -19,6 +19,9 @@ from .. import jit
 from .ufuncs import BLAS_FLOATS
 
 _F32 = np.dtype(np.float32)
+#: Whether float32 inputs take ``softmax_loops.softmax_flat``'s one call (an A/B switch,
+#: read per call: bench/cpu_softmax_ab.py)
+ONE_CALL = True
 
 
 def _shifted(x: np.ndarray, axis) -> np.ndarray:
@@ -94,7 +97,7 @@ def _builder(make_generic, f, rows):
             return cols
 
         def run(x):
-            if loops is not None and x.dtype is _F32 and x.flags.c_contiguous:
+            if ONE_CALL and loops is not None and x.dtype is _F32 and x.flags.c_contiguous:
                 cols = flat_cols.get(x.shape)
                 if cols is None:
                     cols = cols_of(x.shape)
