@@ -4,7 +4,7 @@ buffer. The generic form allocates three full-size temporaries and calls np.max 
 np.sum through their wrappers: a decoder step's softmax over a few hundred logits took
 12 us against onnxruntime's 3-4, an attention map's three times onnxruntime's.
 
-float32 C-contiguous inputs over trailing axes, with numba, take one compiled call first
+float32 inputs over trailing axes, with numba, take one compiled call first
 (``softmax_loops.softmax_flat``: the compiled exp, tolerance-level against these bits);
 rows with NaN or an infinite maximum, and every other input, take the paths below."""
 
@@ -101,16 +101,21 @@ def _builder(make_generic, f, rows):
             return cols
 
         def run(x):
-            if ONE_CALL and loops is not None and x.dtype is _F32 and x.flags.c_contiguous:
+            # (``is`` first: NumPy's own descriptor; an equal one, such as a float32 read with
+            # an explicit byte order, must take the same path for the same bits)
+            if ONE_CALL and loops is not None and (x.dtype is _F32 or x.dtype == _F32):
                 cols = flat_cols.get(x.shape)
                 if cols is None:
                     cols = cols_of(x.shape)
                 if cols:
                     # one compiled call, exp by the polynomial of ``softmax_rows`` (its bits;
                     # tolerance-level, 2e-7 relative against NumPy's exp); rows with NaN or
-                    # an infinite maximum go on to the steps below, whose rules they need
+                    # an infinite maximum go on to the steps below, whose rules they need.
+                    # A strided input is copied first: the same values give the same bits
+                    # whatever the layout (a Gemm's output read as a view or a copy).
+                    xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
                     out = np.empty(x.shape, _F32)
-                    if loops.softmax_flat(x.ravel(), out.ravel(), cols, log):
+                    if loops.softmax_flat(xc.ravel(), out.ravel(), cols, log):
                         return (out,)
             if x.dtype not in BLAS_FLOATS or x.ndim == 0:
                 return general(x)
