@@ -59,6 +59,8 @@ CASES = {
     "Relu [4]": ("Relu", [4], None, None),
     "Reshape [4]": ("Reshape", [4], np.array([4], np.int64), None),
     "Transpose [2,2]": ("Transpose", [2, 2], None, {"perm": [1, 0]}),
+    "Sigmoid [4]": ("Sigmoid", [4], None, None),
+    "Softmax [1,4]": ("Softmax", [1, 4], None, {"axis": -1}),
 }
 
 

@@ -420,3 +420,61 @@ def test_sigmoid_direct_call_and_errors():
         onnxep.InferenceSession(bad.SerializeToString(), providers=["cpu"]).run(
             None, {"x": np.arange(3, dtype=np.int32)}
         )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: r.standard_normal(4),
+        lambda r: r.standard_normal((1, 4)),
+        lambda r: r.standard_normal((3, 1000)) * 40,
+        lambda r: np.array(-1.5),  # 0-d
+        lambda r: np.zeros((2, 0)),
+        lambda r: r.standard_normal((5, 6))[:, ::2],  # strided: logistic()'s copy
+        lambda r: r.standard_normal((5, 6)).T,
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_entry_has_logistic_bits(make, dtype):
+    # the Sigmoid node's call (two arguments for numba, no alpha) and logistic() run one loop
+    x = make(np.random.default_rng(0)).astype(dtype)
+    if x.size:
+        x.reshape(-1)[0] = np.nan
+    got = lg.sigmoid(x)
+    want = lg.logistic(x)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    assert got.tobytes() == want.tobytes()
+
+
+@needs_numba
+def test_sigmoid_entry_takes_the_two_argument_loop(monkeypatch):
+    calls = []
+    real = lg._flat()  # noqa: SLF001
+    monkeypatch.setattr(lg, "_flat", lambda: lambda a, o: calls.append(a.shape) or real(a, o))
+    x = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(lg.sigmoid(x), _exact(x), rtol=0, atol=ABS_TOL)
+    assert calls == [(12,)]
+    lg.sigmoid(x.T)  # strided: logistic()'s path
+    lg.sigmoid(x.astype(np.float64))
+    assert calls == [(12,)]
+
+
+def test_tiny_sigmoid_chain_against_onnxruntime():
+    n = 12
+    nodes = [
+        H("Sigmoid", ["x" if i == 0 else f"t{i}"], [f"t{i + 1}" if i < n - 1 else "y"])
+        for i in range(n)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    x = np.array([[-3.0, -0.0, 0.5, 20.0]], np.float32)
+    sess = onnxep.InferenceSession(data, providers=["cpu"])
+    for _ in range(2):
+        got = sess.run(None, {"x": x})[0]
+        want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

@@ -1,6 +1,7 @@
-"""Softmax/LogSoftmax of small float32 inputs with their reductions compiled
-(providers_cpu/ops/softmax_loops.py): the NumPy kernel's bits, and onnx.reference's and
-onnxruntime's values."""
+"""Softmax/LogSoftmax of small float32 inputs compiled (providers_cpu/ops/softmax_loops.py):
+inputs whose rows are all finite in one call (``softmax_flat``, the compiled exp: within
+tolerance of the NumPy kernel and of float64), the others with their reductions compiled
+(the NumPy kernel's bits); onnx.reference's and onnxruntime's values."""
 
 from __future__ import annotations
 
@@ -71,7 +72,10 @@ def test_small_rows_against_numpy_reference_and_onnxruntime(op, shape, axis, ops
     x = _x(shape)
     fast, slow = _runs(model, x, monkeypatch)
     assert fast.dtype == np.float32 and fast.shape == x.shape
-    assert fast.tobytes() == slow.tobytes()  # NaN's bits too
+    if np.isfinite(x).all():  # one compiled call: tolerance-level against NumPy's exp
+        np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-6)
+    else:  # a NaN or infinite row sends the call to the NumPy kernel's steps
+        assert fast.tobytes() == slow.tobytes()  # NaN's bits too
     finite = np.isfinite(x).reshape(x.shape[0], -1).all(axis=1) if x.ndim > 1 else None
     ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     so = ort.SessionOptions()
@@ -101,10 +105,13 @@ def test_large_inner_axis_and_strided_inputs_keep_numpy_bits(op, monkeypatch):
     lead = _x((6, 4, 5))
     fast, slow = _runs(_model(op, 0, 13), lead, monkeypatch)
     np.testing.assert_array_equal(fast, slow)
-    # a transposed (strided) input takes the compiled rows on its C-order copy
+    # a transposed (strided) input takes the one call on its C-order copy: the bits of the
+    # same values fed contiguous
     x = _x((7, 9), special=False)
     fast, slow = _runs(_model(op, -1, 13, transpose=True), x, monkeypatch)
-    assert fast.tobytes() == slow.tobytes()
+    np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-6)
+    plain, _ = _runs(_model(op, -1, 13), np.ascontiguousarray(x.T), monkeypatch)
+    assert fast.tobytes() == plain.tobytes()
 
 
 def test_empty_and_float64_keep_numpy(monkeypatch):
@@ -166,3 +173,79 @@ def test_large_softmax_special_values(monkeypatch):
     assert fast[2, 0] == 1 and (fast[2, 1:] == 0).all()
     assert fast[3, 5] == 0
     np.testing.assert_allclose(fast[1:], slow[1:], rtol=2e-5, atol=1e-7)
+
+
+def _float64_log_softmax(x, k=1):
+    rows = x.reshape(-1, int(np.prod(x.shape[x.ndim - k :]))).astype(np.float64)
+    s = rows - rows.max(axis=1, keepdims=True)
+    return (s - np.log(np.exp(s).sum(axis=1, keepdims=True))).reshape(x.shape)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize(
+    ("shape", "axis", "opset", "k"),
+    [
+        ((1, 4), -1, 13, 1),
+        ((4,), 0, 13, 1),
+        ((3, 5, 7), -1, 13, 1),
+        ((2, 3, 4), 1, 11, 2),
+        ((7, 1), -1, 13, 1),
+        ((2, 2048), -1, 13, 1),
+        ((1, 1, 1), -1, 13, 1),
+    ],
+)
+def test_small_finite_rows_in_one_call_against_float64(op, shape, axis, opset, k, monkeypatch):
+    from onnxep.providers_cpu.ops import softmax_loops
+
+    calls = []
+    real = softmax_loops.softmax_flat
+    monkeypatch.setattr(softmax_loops, "softmax_flat", lambda *a: calls.append(a[2:]) or real(*a))
+    x = _x(shape, seed=3, special=False)
+    x.reshape(-1)[0] = np.float32(-1e30)  # exp underflows to 0: 0 out (LogSoftmax: -1e30 - max)
+    model = _model(op, axis, opset)
+    fast = onnxep.InferenceSession(model.SerializeToString(), providers=["cpu"]).run(
+        None, {"x": x}
+    )[0]
+    cols = int(np.prod(shape[len(shape) - k :]))
+    assert calls == [(cols, op == "LogSoftmax")]
+    want = (_float64_softmax if op == "Softmax" else _float64_log_softmax)(x, k)
+    np.testing.assert_allclose(fast, want, rtol=2e-6, atol=1e-7 if op == "Softmax" else 2e-6)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(fast, theirs.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_small_rows_with_nan_or_inf_keep_the_numpy_steps(monkeypatch):
+    # a row holding NaN or +inf, or only -inf, sends the whole call to the NumPy kernel's
+    # steps, whose rules it needs; a -inf entry in a finite row stays in the one call (0 out)
+    for op in ("Softmax", "LogSoftmax"):
+        for bad in (np.nan, np.inf, "row"):
+            x = _x((3, 6), seed=1, special=False)
+            if bad == "row":
+                x[1] = -np.inf
+            else:
+                x[2, 4] = bad
+            fast, slow = _runs(_model(op, -1, 13), x, monkeypatch)
+            assert fast.tobytes() == slow.tobytes()
+        x = _x((3, 6), seed=1, special=False)
+        x[0, 2] = -np.inf
+        fast, slow = _runs(_model(op, -1, 13), x, monkeypatch)
+        assert fast[0, 2] == (0 if op == "Softmax" else -np.inf)
+        np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 64, 64), (1, 10, 6625), (3, 4097)])
+def test_wide_rows_in_one_call_keep_softmax_rows_bits(shape):
+    # the one call finds each row's maximum itself; its rows are softmax_rows' bits
+    from onnxep.providers_cpu.ops import softmax_loops
+
+    x = _x(shape, seed=5, special=False) * np.float32(2)
+    cols = shape[-1]
+    flat = np.empty_like(x)
+    assert softmax_loops.softmax_flat(x.ravel(), flat.ravel(), cols, False)
+    x2 = x.reshape(-1, cols)
+    rows = np.empty_like(x2)
+    assert softmax_loops.softmax_rows(x2, np.maximum.reduce(x2, axis=1), rows)
+    assert flat.reshape(-1).tobytes() == rows.reshape(-1).tobytes()
+    log = np.empty_like(x)
+    assert softmax_loops.softmax_flat(x.ravel(), log.ravel(), cols, True)
+    np.testing.assert_allclose(log, _float64_log_softmax(x), rtol=1e-6, atol=2e-6)

@@ -14,6 +14,8 @@ import numpy as np
 from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_erf import erf as generic
 
+from .. import jit
+
 _P = [
     -2.72614225801306e-10,
     2.77068142495902e-08,
@@ -36,6 +38,18 @@ ERF_Q32 = [np.float32(c) for c in _Q]
 
 
 def erf32(x: np.ndarray) -> np.ndarray:
+    """The float32 approximation of erf(x), in a fresh array: one compiled pass where numba
+    runs (``erf_loops``, the same bits), else the NumPy steps below."""
+    if jit.ENABLED and x.size:
+        from .erf_loops import erf_flat
+
+        out = np.empty(x.shape, np.float32)
+        erf_flat(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
+        return out
+    return erf32_numpy(x)
+
+
+def erf32_numpy(x: np.ndarray) -> np.ndarray:
     x = np.clip(x, np.float32(-4.0), np.float32(4.0))
     x2 = x * x
     p = np.full_like(x2, ERF_P32[0])

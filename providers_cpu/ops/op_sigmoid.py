@@ -14,7 +14,7 @@ from onnxep.providers.kernel import direct, kernel
 from onnxep.providers.ops.elementwise import HALF_FLOATS
 from onnxep.providers.ops.op_sigmoid import sigmoid as generic
 
-from .logistic import logistic
+from .logistic import sigmoid as sigmoid_values
 
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -26,6 +26,6 @@ def sigmoid(node, xp):
     def run(x):
         if x.dtype not in _FAST:
             return general(x)
-        return (logistic(x),)
+        return (sigmoid_values(x),)
 
-    return direct(run, logistic, HALF_FLOATS)
+    return direct(run, sigmoid_values, HALF_FLOATS)

@@ -2,7 +2,11 @@
 the same order (the same bits), with the reductions as ufunc calls and the rest in one
 buffer. The generic form allocates three full-size temporaries and calls np.max and
 np.sum through their wrappers: a decoder step's softmax over a few hundred logits took
-12 us against onnxruntime's 3-4, an attention map's three times onnxruntime's."""
+12 us against onnxruntime's 3-4, an attention map's three times onnxruntime's.
+
+float32 inputs over trailing axes, with numba, take one compiled call first
+(``softmax_loops.softmax_flat``: the compiled exp, tolerance-level against these bits);
+rows with NaN or an infinite maximum, and every other input, take the paths below."""
 
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ from .. import jit
 from .ufuncs import BLAS_FLOATS
 
 _F32 = np.dtype(np.float32)
+#: Whether float32 inputs take ``softmax_loops.softmax_flat``'s one call (an A/B switch,
+#: read per call: bench/cpu_softmax_ab.py)
+ONE_CALL = True
 
 
 def _shifted(x: np.ndarray, axis) -> np.ndarray:
@@ -72,10 +79,44 @@ def _builder(make_generic, f, rows):
         general = make_generic(node, xp)
         axes_for = coerced_axes(node, 1 if node.opset < 13 else -1)
         loops = None
+        log = f is _log_softmax
         if jit.ENABLED:
             from . import softmax_loops as loops
 
+        # input shape -> the trailing dims' size where the one-call Softmax applies, else 0
+        # (the axes are checked once per shape, not per call)
+        flat_cols: dict[tuple, int] = {}
+
+        def cols_of(shape: tuple) -> int:
+            if len(flat_cols) > 64:  # a model feeding ever new shapes: stay bounded
+                flat_cols.clear()
+            cols = 0
+            size = math.prod(shape)
+            if shape and size > 0:
+                axes = axes_for(len(shape))
+                if _trailing(axes, len(shape)):
+                    k = len(axes) if isinstance(axes, tuple) else 1
+                    cols = math.prod(shape[len(shape) - k :])
+            flat_cols[shape] = cols
+            return cols
+
         def run(x):
+            # (``is`` first: NumPy's own descriptor; an equal one, such as a float32 read with
+            # an explicit byte order, must take the same path for the same bits)
+            if ONE_CALL and loops is not None and (x.dtype is _F32 or x.dtype == _F32):
+                cols = flat_cols.get(x.shape)
+                if cols is None:
+                    cols = cols_of(x.shape)
+                if cols:
+                    # one compiled call, exp by the polynomial of ``softmax_rows`` (its bits;
+                    # tolerance-level, 2e-7 relative against NumPy's exp); rows with NaN or
+                    # an infinite maximum go on to the steps below, whose rules they need.
+                    # A strided input is copied first: the same values give the same bits
+                    # whatever the layout (a Gemm's output read as a view or a copy).
+                    xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+                    out = np.empty(x.shape, _F32)
+                    if loops.softmax_flat(xc.ravel(), out.ravel(), cols, log):
+                        return (out,)
             if x.dtype not in BLAS_FLOATS or x.ndim == 0:
                 return general(x)
             axes = axes_for(x.ndim)
