@@ -169,9 +169,13 @@ def test_conv_matches_onnxruntime_with_the_kernel_on_and_off(case, mode, monkeyp
 
 @needs_jit
 @pytest.mark.parametrize("case", ["3x3 pads 1", "batch of three", "1x1, 128 channels"])
-def test_two_threads_give_the_bits_of_one(case, monkeypatch):
+@pytest.mark.parametrize("native", [True, False])
+def test_two_threads_give_the_bits_of_one(case, native, monkeypatch):
     monkeypatch.setattr(conv_gemm, "MODE", "1")
     monkeypatch.setattr(conv_gemm, "_MIN_MACS", 0)  # also split the small products
+    # the compiled split (handoff.py) or the executor's (parallel_rows)
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu.NATIVE", native)
+    monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu.COMPILED_MIN", 0)
     monkeypatch.setattr("onnxep.providers_cpu.ops.nn_cpu._PARALLEL_MIN", 0)
     model, feeds = _conv_model(**CASES[case])
     one, two = ours(model, feeds, 1), ours(model, feeds, 2)

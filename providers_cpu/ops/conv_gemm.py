@@ -28,7 +28,7 @@ import numpy as np
 from .. import jit
 from ..openblas_core import AVX512_CORES, AVX512_FLAGS, cpu_flags
 from . import packed_gemm
-from .nn_cpu import parallel_rows
+from .nn_cpu import parallel_compiled
 from .packed_gemm import _MR, _NR, ROW_BIAS, jit_gemm, pack_weights, product
 
 __all__ = ["ConvGemm", "PhasePlanes", "applies", "enabled", "pack_weights", "product", "status"]
@@ -259,27 +259,13 @@ class ConvGemm(PhasePlanes):
             self.fill(x[i])
             c = y[i] if self.direct else self.c
             cf = c.reshape(-1)
-            parallel_rows(
+            parallel_compiled(
                 panels,
                 work,
-                lambda p0, p1, cf=cf: gemm(
-                    ap,
-                    _MR * k,
-                    _MR,
-                    1,
-                    b,
-                    koff,
-                    _NR,
-                    cf,
-                    npad,
-                    mp,
-                    m,
-                    k,
-                    _NR * p0,
-                    _NR * p1,
-                    brow,
-                    ROW_BIAS,
-                ),  # fmt: skip
+                gemm,
+                (ap, _MR * k, _MR, 1, b, koff, _NR, cf, npad, mp, m, k),
+                (brow, ROW_BIAS),
+                _NR,
             )
             if not self.direct:
                 y[i].reshape(m, oh, ow)[...] = self.c[:, : self.ncols].reshape(m, oh, self.wq)[

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import jit
+from .. import handoff, jit
 from ..threads import cpu_count, run_threads
 from . import few_columns
 
@@ -172,6 +172,15 @@ def _thread_pool():
 # onnxruntime in the same run, against 1.60 and 1.63 at 1 << 24, and 1.64 / 1.57 with no
 # split at all). docs/cpu_kernels.md, "Thread hand-offs".
 _PARALLEL_MIN = 1 << 24
+# The same for a compiled kernel split through ``parallel_compiled``: its chunks are
+# claimed in compiled code by helpers that spin between splits (handoff.py), no GIL or
+# futex between chunks. In two-thread sessions (the session's own bound,
+# thread_policy.CONV_SPLIT_MACS, is unchanged) the conv GEMM's 4M-16M products split
+# from here: nudenet-320n 1.32 -> 1.13x onnxruntime, rapidocr-v6-det 1.55 -> 1.39 in one
+# process (docs/cpu_kernels.md, "Compiled splits").
+COMPILED_MIN = 1 << 22
+#: ``False``: compiled kernels' splits go through ``parallel_rows`` too (A/B, tests)
+NATIVE = True
 
 
 def parallel_rows(rows: int, work: int, fn) -> None:
@@ -236,6 +245,23 @@ def parallel_rows(rows: int, work: int, fn) -> None:
                 cond.wait()
     if state[2] is not None:
         raise state[2]
+
+
+def parallel_compiled(rows: int, work: int, kernel, pre: tuple, post: tuple, step: int = 1):
+    """``kernel(*pre, step * r0, step * r1, *post)`` over ``[0, rows)`` in chunks, on the
+    run's threads: ``parallel_rows`` for a compiled ``nogil`` kernel, whose chunks are
+    claimed and run in compiled code (``handoff.py``), so a split pays from fewer
+    multiply-adds (``COMPILED_MIN``). The result never depends on the split."""
+    n = min(run_threads(), rows)
+    if n > 1 and work >= COMPILED_MIN and NATIVE:
+        chunks = min(rows, 8 * n)
+        drive = handoff.driver(kernel, len(pre), len(post))
+        if handoff.pool(cpu_count() - 1).split(drive, rows, chunks, step, (*pre, *post)):
+            return
+    if n > 1 and work >= _PARALLEL_MIN:
+        parallel_rows(rows, work, lambda r0, r1: kernel(*pre, step * r0, step * r1, *post))
+        return
+    kernel(*pre, 0, step * rows, *post)
 
 
 def probe_like(x: np.ndarray) -> np.ndarray:
