@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def _feeds(model: str):
+def model_feeds(model: str):
+    """(model path, feeds) for a corpus name or a model file (module docstring)."""
     import onnx
 
     if Path(model).is_file():
@@ -46,24 +47,32 @@ def _feeds(model: str):
     return str(path), feeds(entry, onnx.load(str(path), load_external_data=False))
 
 
+def pair_sessions(path: str, threads: int):
+    """An onnxep CPU session and a silent onnxruntime one on ``path``, ``threads`` intra-op
+    threads each (0: each side's default)."""
+    import onnxruntime as ort
+
+    import onnxep
+
+    ours = onnxep.InferenceSession(
+        path, onnxep.SessionOptions(intra_op_num_threads=threads), providers=["cpu"]
+    )
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.log_severity_level = 4
+    return ours, ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
-    import onnxruntime as ort
-
     import onnxep
 
-    path, inputs = _feeds(a.model)
-    ours = onnxep.InferenceSession(
-        path, onnxep.SessionOptions(intra_op_num_threads=a.threads), providers=["cpu"]
-    )
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = a.threads
-    so.log_severity_level = 4
-    theirs = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    path, inputs = model_feeds(a.model)
+    ours, theirs = pair_sessions(path, a.threads)
     diff = max(
         float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max(initial=0))
         for x, y in zip(ours.run(None, inputs), theirs.run(None, inputs), strict=True)

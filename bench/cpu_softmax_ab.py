@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-from cpu_pair_ab import _feeds
+from cpu_pair_ab import model_feeds, pair_sessions
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,19 +23,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
-    import onnxruntime as ort
-
-    import onnxep
     from onnxep.providers_cpu.ops import op_softmax
 
-    path, inputs = _feeds(a.model)
-    ours = onnxep.InferenceSession(
-        path, onnxep.SessionOptions(intra_op_num_threads=a.threads), providers=["cpu"]
-    )
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = a.threads
-    so.log_severity_level = 4
-    theirs = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    path, inputs = model_feeds(a.model)
+    ours, theirs = pair_sessions(path, a.threads)
 
     def on():
         op_softmax.ONE_CALL = True
