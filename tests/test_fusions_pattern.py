@@ -329,6 +329,8 @@ def test_the_cpu_provider_contributes_its_fusions():
         "fuse_layer_norm",
         "fuse_conv_activation",
         "fuse_silu",
+        "fuse_swiglu",
+        "fuse_shared_input_matmuls",
         "fuse_dynamic_quantize_matmul",
         "fuse_conv_integer_to_float",
         "fuse_step_gemms",
