@@ -13,6 +13,8 @@ other dtypes take the generic kernel.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from onnxep.providers.kernel import kernel
@@ -27,14 +29,7 @@ _F32 = np.dtype(np.float32)
 _FAST = (_F32, np.dtype(np.float64))
 
 
-def _loops():
-    global _compiled_loops
-    if _compiled_loops is None:
-        _compiled_loops = jit.loop("swiglu_rows"), jit.loop("swiglu_packed")
-    return _compiled_loops
-
-
-_compiled_loops = None
+_loops = functools.cache(lambda: (jit.loop("swiglu_rows"), jit.loop("swiglu_packed")))
 
 
 @kernel("SwiGLU", domain="onnxep", dtypes=FLOATS)
