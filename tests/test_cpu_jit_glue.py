@@ -45,7 +45,7 @@ def test_loops_with_jit_helpers_carry_its_digest():
     for f in (
         jit_nbits.loop("quantize_a"),
         jit_nbits.loop("matvec", False, 1),
-        softmax_loops.softmax_rows,
+        softmax_loops.softmax_flat,
     ):
         assert f.py_func.__qualname__.endswith(digest)
 

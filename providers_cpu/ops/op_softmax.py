@@ -23,8 +23,9 @@ from .. import jit
 from .ufuncs import BLAS_FLOATS
 
 _F32 = np.dtype(np.float32)
-#: Whether float32 inputs take ``softmax_loops.softmax_flat``'s one call (an A/B switch,
-#: read per call: bench/cpu_softmax_ab.py)
+#: Whether float32 inputs up to ``softmax_loops.MAX_SIZE`` take ``softmax_loops.softmax_flat``'s
+#: one call (an A/B switch, read per call: bench/cpu_softmax_ab.py); larger Softmax inputs
+#: take it either way
 ONE_CALL = True
 
 
@@ -103,13 +104,15 @@ def _builder(make_generic, f, rows):
         def run(x):
             # (``is`` first: NumPy's own descriptor; an equal one, such as a float32 read with
             # an explicit byte order, must take the same path for the same bits)
-            if ONE_CALL and loops is not None and (x.dtype is _F32 or x.dtype == _F32):
+            if loops is not None and (x.dtype is _F32 or x.dtype == _F32):
                 cols = flat_cols.get(x.shape)
                 if cols is None:
                     cols = cols_of(x.shape)
-                if cols:
-                    # one compiled call, exp by the polynomial of ``softmax_rows`` (its bits;
-                    # tolerance-level, 2e-7 relative against NumPy's exp); rows with NaN or
+                # past MAX_SIZE the NumPy calls' fixed cost is small, and their exp is the
+                # time: Softmax takes the one pass there whatever ONE_CALL says
+                if cols and (ONE_CALL or (not log and x.size > loops.MAX_SIZE)):
+                    # one compiled call, exp by ``softmax_loops.exp_nonpositive``
+                    # (tolerance-level: 2e-7 relative against NumPy's exp); rows with NaN or
                     # an infinite maximum go on to the steps below, whose rules they need.
                     # A strided input is copied first: the same values give the same bits
                     # whatever the layout (a Gemm's output read as a view or a copy).
@@ -132,22 +135,6 @@ def _builder(make_generic, f, rows):
                 out = np.empty(x.shape, _F32)
                 rows(loops, x2, out.reshape(x2.shape))
                 return (out,)
-            if (
-                loops is not None
-                and f is _softmax
-                and x.dtype == _F32
-                and x.size > loops.MAX_SIZE
-                and _trailing(axes, x.ndim)
-            ):
-                # past the NumPy calls' fixed cost their exp is the time: our own, in one
-                # pass with the sum (tolerance-level: 2e-7 relative against NumPy's exp)
-                k = len(axes) if isinstance(axes, tuple) else 1
-                x2 = np.ascontiguousarray(x).reshape(-1, math.prod(x.shape[x.ndim - k :]))
-                out = np.empty(x.shape, _F32)
-                if x2.shape[1] and loops.softmax_rows(
-                    x2, np.maximum.reduce(x2, axis=1), out.reshape(x2.shape)
-                ):
-                    return (out,)
             return (f(x, axes),)
 
         return run

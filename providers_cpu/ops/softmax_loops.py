@@ -157,44 +157,16 @@ def exp_nonpositive(t):
     return _ZERO if low else u
 
 
-def _softmax_rows(x, m, out):
-    """out[r] = exp(x[r] - m[r]) / sum(...) per row, ``m`` the rows' maxima; False (and
-    ``out`` unfinished) where a maximum is not finite (the NumPy kernel's rules then)."""
-    r_n, c_n = x.shape
-    for r in range(r_n):
-        mr = m[r]
-        if not math.isfinite(mr):
-            return False
-        xr, o = x[r], out[r]
-        s = _ZERO
-        for c in range(c_n):
-            e = exp_nonpositive(xr[c] - mr)
-            o[c] = e
-            s += e
-        inv = _ONE / s
-        for c in range(c_n):
-            o[c] *= inv
-    return True
-
-
-# jit.py's helper is compiled into it: jit.py's digest in the cache name, so an edit there
-# never loads a stale copy (numba's disk cache checks only this file)
-_softmax_rows.__qualname__ = f"softmax_rows_{jit.source_digest()}"
-softmax_rows = nb.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})(
-    _softmax_rows
-)
-
-
 def _softmax_flat(x, out, cols, log):
-    """``softmax_rows`` on flat C-contiguous arrays of rows of ``cols`` values, each row's
-    maximum found here (LogSoftmax's rows, ``log``: ``x - max - log(sum)``, the logarithm
-    of each row's sum in float64, rounded once). One dispatch: a small Softmax's NumPy
+    """Softmax over flat C-contiguous arrays of rows of ``cols`` values: each row's maximum,
+    then ``exp(x - max)`` by :func:`exp_nonpositive` and the row's sum in one pass, then one
+    multiply by the sum's reciprocal (LogSoftmax's rows, ``log``: ``x - max - log(sum)``,
+    the logarithm of each row's sum in float64, rounded once). One dispatch: a small Softmax's NumPy
     steps (two compiled calls around NumPy's exp, three reshapes) were 5-7x onnxruntime's
     node on a [1, 4] input, and a wide one's ``np.maximum.reduce`` over short rows costs as
     much as the pass. False (``out`` unfinished) where a row's maximum is not finite or it
-    holds NaN (its sum is NaN). The rows go through as 2-D views, as in ``softmax_rows``
-    (the same bits): indexing the flat arrays at an offset instead kept LLVM from
-    vectorising the exp loop (3x slower)."""
+    holds NaN (its sum is NaN). The rows go through as 2-D views: indexing the flat arrays
+    at an offset instead kept LLVM from vectorising the exp loop (3x slower)."""
     rows = x.shape[0] // cols
     x2 = x.reshape((rows, cols))
     o2 = out.reshape((rows, cols))
