@@ -427,7 +427,8 @@ def test_pointwise_on_few_positions_keeps_its_kernel_on_two_threads(hw, monkeypa
     assert not calls
     np.testing.assert_allclose(got, theirs(model, feeds), rtol=1e-4, atol=1e-5)
     assert conv_pointwise.applies(96, 80, hw[0] * hw[1], np.float32, True)
-    # past the kernel's positions the GEMM runs again
-    model, feeds = _conv_model(c=96, m=80, hw=(7, 8), k=1)
+    # past the kernel's positions (48, 64 with AVX-512) the GEMM runs again
+    assert not conv_pointwise.applies(96, 80, 9 * 8, np.float32, True)
+    model, feeds = _conv_model(c=96, m=80, hw=(9, 8), k=1)
     ours(model, feeds, threads=2)
     assert calls

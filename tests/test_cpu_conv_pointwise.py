@@ -29,6 +29,8 @@ SHAPES = [
     (2, 200, 32, 48),
     (1, 17, 130, 12),
     (1, 50, 200, 1),
+    (1, 70, 40, 64),
+    (2, 33, 20, 49),
 ]
 
 
@@ -80,7 +82,9 @@ def test_thread_split_gives_the_same_bits(shape, monkeypatch):
 
 def test_shape_rule():
     assert cp.applies(16, 32, 48, np.float32, True)
-    assert not cp.applies(16, 32, cp.MAX_POSITIONS + 1, np.float32, True)
+    assert not cp.applies(16, 32, cp.max_positions() + 1, np.float32, True)
+    assert cp.applies(16, 32, cp.max_positions(), np.float32, True)
+    assert cp.max_positions() == (64 if cp.lanes() == 16 else 48)
     assert not cp.applies(16, 32, 6, np.float64, True)
     assert not cp.applies(16, 32, 6, np.float32, False)
     assert not cp.applies(2, 32, 6, np.float32, True)
@@ -113,6 +117,8 @@ CASES = [
     (32, 200, (2, 24), "HardSwish", False, 2),
     (512, 1280, (1, 1), None, True, 1),
     (7, 5, (3, 3), "Relu", True, 3),
+    (64, 96, (7, 7), "HardSwish", True, 1),  # AVX-512 only (max_positions)
+    (40, 24, (8, 8), None, True, 2),
 ]
 
 
@@ -120,6 +126,8 @@ CASES = [
 def test_sessions_match_onnxruntime_and_the_blas_route(
     cin, cout, hw, act, bias, batch, monkeypatch
 ):
+    if hw[0] * hw[1] > cp.max_positions():
+        pytest.skip("past this CPU's bound: BLAS")
     model = _model(cin, cout, hw, act, bias, batch)
     x = np.random.default_rng(4).standard_normal((batch, cin, *hw)).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -183,3 +191,33 @@ def test_wide_pointwise_bias_and_activation_in_one_pass_equal_the_unfused_graph(
         got = fused.run(None, {"x": x})[0]
         want = plain.run(None, {"x": x})[0]
         assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("threads_split", [False, True])
+def test_wide_pointwise_runs_the_plain_product_into_its_output(threads_split, monkeypatch):
+    """Where the tuner picks a one-thread split (row chunks, column blocks), the plan runs
+    the plain product into its own output instead (the split's fresh array cost a copy);
+    the same bits either way. A split for threads is still called."""
+    from onnxep.providers_cpu.ops import nn_cpu
+
+    calls = []
+
+    def tune(self, cols):
+        f = nn_cpu._col_blocked(self.w, 64, threads=threads_split)  # noqa: SLF001
+
+        def g(c):
+            calls.append(1)
+            return f(c)
+
+        g.one_thread_split = f.one_thread_split
+        return g
+
+    model = _model(16, 32, (16, 16), "HardSwish", True, 1)
+    x = np.random.default_rng(8).standard_normal((1, 16, 16, 16)).astype(np.float32)
+    plain = onnxep.InferenceSession(model, providers=["cpu"]).run(None, {"x": x})[0]
+    monkeypatch.setattr(nn_cpu.TunedMatmul, "_tune", tune)
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    got = [sess.run(None, {"x": x})[0] for _ in range(3)]
+    assert (len(calls) > 0) == threads_split
+    for g in got:
+        assert g.tobytes() == plain.tobytes()

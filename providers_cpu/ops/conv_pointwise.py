@@ -36,6 +36,10 @@ from .packed_gemm import vector_codegen
 #: BLAS's 127 with the bias pass, 192 -> 384 at 4x6 45 against 51, 32 -> 200 at 48
 #: positions 28 against 29, 48 -> 96 at 96 positions 18 against 17).
 MAX_POSITIONS = 48
+#: With AVX-512 (16-float vectors: a tile of 32 channels) up to 8x8 maps: Zen 4, one
+#: thread, hot, kernel / BLAS + bias pass: 512 -> 512 at 7x7 0.85, 256 -> 512 0.87, 512 ->
+#: 128 0.92; at 96-400 positions 1.01-1.5 (docs/cpu_kernels.md, "orient").
+MAX_POSITIONS_AVX512 = 64
 #: Below this many input channels the product is too short for the packing to pay.
 _MIN_C = 4
 #: Switch for tests and A/B measurements (``False``: every pointwise conv keeps BLAS).
@@ -49,10 +53,15 @@ def applies(c: int, m: int, positions: int, dtype, const_weights: bool) -> bool:
         ENABLED
         and const_weights
         and np.dtype(dtype) == np.float32
-        and 1 <= positions <= MAX_POSITIONS
         and c >= _MIN_C
         and jit.ENABLED
+        and 1 <= positions <= max_positions()
     )
+
+
+def max_positions() -> int:
+    """The most positions an image the kernel takes on this CPU (numba imported)."""
+    return MAX_POSITIONS_AVX512 if lanes() >= 16 else MAX_POSITIONS
 
 
 def lanes() -> int:

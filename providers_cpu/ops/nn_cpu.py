@@ -326,6 +326,7 @@ def _chunked(w, mc):
             return np.matmul(w3, cols).reshape(m, cols.shape[-1])
         return np.matmul(w3, cols[:, None]).reshape(cols.shape[0], m, cols.shape[-1])
 
+    f.one_thread_split = True  # the plain product's bits, in a fresh array
     return f
 
 
@@ -372,6 +373,7 @@ def _col_blocked(w, nc, threads=False):
             np.matmul(w, c3, out=y3)
         return y
 
+    f.one_thread_split = not threads  # the plain product's bits, in a fresh array
     return f
 
 
