@@ -30,6 +30,11 @@ MODE = os.environ.get("ONNXEP_CPU_GEMV", "1").strip()
 #: the weight's elements from which a row runs here (below, OpenBLAS's call is short and
 #: its threads are not asked for: it runs small GEMVs on one thread)
 MIN_SIZE = 1 << 18
+#: multiply-adds from which the pieces are split over the threads: the product is
+#: memory-bound, so even [896, 896] gains a second core's bandwidth (199 -> 149 us,
+#: [896, 1152] 243 -> 179, weights cold, the helper spinning from the last split) where
+#: the compiled kernels' bound (``nn_cpu.COMPILED_MIN``, 2^22) kept them on one thread
+SPLIT_MIN = MIN_SIZE
 #: K is cut into this many pieces (fewer for a short K), each run of whole rows one
 #: contiguous stretch of the weight summed into its own partial row; the partials are
 #: added in order. Cutting N instead (threads take blocks of columns, each row read as
@@ -62,7 +67,7 @@ def row_times(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     rows_loop, add = _loops()
     pieces = max(1, min(PIECES, k // PIECE_ROWS))
     part = np.empty((pieces, n), _F32)
-    parallel_compiled(pieces, k * n, rows_loop, (x, w, pieces), (part,))
+    parallel_compiled(pieces, k * n, rows_loop, (x, w, pieces), (part,), split_min=SPLIT_MIN)
     add(part, y[0])
     return y
 
