@@ -247,13 +247,17 @@ def parallel_rows(rows: int, work: int, fn) -> None:
         raise state[2]
 
 
-def parallel_compiled(rows: int, work: int, kernel, pre: tuple, post: tuple, step: int = 1):
+def parallel_compiled(
+    rows: int, work: int, kernel, pre: tuple, post: tuple, step: int = 1, split_min=None
+):
     """``kernel(*pre, step * r0, step * r1, *post)`` over ``[0, rows)`` in chunks, on the
     run's threads: ``parallel_rows`` for a compiled ``nogil`` kernel, whose chunks are
     claimed and run in compiled code (``handoff.py``), so a split pays from fewer
-    multiply-adds (``COMPILED_MIN``). The result never depends on the split."""
+    multiply-adds (``COMPILED_MIN``, or the caller's ``split_min``: a memory-bound
+    kernel gains a second core's bandwidth sooner). The result never depends on the
+    split."""
     n = min(run_threads(), rows)
-    if n > 1 and work >= COMPILED_MIN and NATIVE:
+    if n > 1 and work >= (COMPILED_MIN if split_min is None else split_min) and NATIVE:
         chunks = min(rows, 8 * n)
         drive = handoff.driver(kernel, len(pre), len(post))
         if handoff.pool(cpu_count() - 1).split(drive, rows, chunks, step, (*pre, *post)):

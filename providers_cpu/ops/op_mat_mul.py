@@ -30,7 +30,7 @@ from onnxep.providers.kernel import kernel
 from onnxep.providers.ops.op_mat_mul import mat_mul as generic
 
 from ..threads import run_threads
-from . import few_rows, shared_weights
+from . import few_rows, gemv, shared_weights
 from .weight_gemm import WeightGemm
 
 _HALF = ("float16", "bfloat16")
@@ -61,15 +61,20 @@ def mat_mul(node, xp):
 
         return run_half
 
-    weight = packed = None
+    weight = packed = streamed = None
     if isinstance(const, np.ndarray) and const.ndim == 2 and const.dtype in _BLAS:
         weight = shared_weights.shared(const)
         if const.dtype == np.float32:
             packed = WeightGemm(weight, False)
+            if gemv.fits(weight.array):
+                streamed = weight.array
 
     def run(a, b):
         k = a.shape[-1] if a.ndim >= 2 else 0
         if k and a.size == k and b.ndim == 2 and b.shape[0] == k and a.dtype == b.dtype:
+            if streamed is not None and a.dtype == streamed.dtype:
+                # one row against a large constant weight: the compiled GEMV on both cores
+                return (gemv.row_times(a, streamed).reshape(*a.shape[:-1], b.shape[1]),)
             if a.dtype in _BLAS:
                 # One row (a decode step's projection): every branch below ends in NumPy's
                 # GEMV on the 2-D row (matmul's), which ndarray.dot calls bit for bit with
