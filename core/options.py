@@ -17,6 +17,10 @@ class GraphOptimizationLevel(enum.IntEnum):
     ORT_ENABLE_ALL = 99
 
 
+#: onnxruntime's session config key for its intra-op threads' spin-wait ("0" or "1").
+ALLOW_SPINNING = "session.intra_op.allow_spinning"
+
+
 @dataclass
 class SessionOptions:
     """Options for one session; names follow onnxruntime where it has them.
@@ -74,8 +78,15 @@ class SessionOptions:
         self.free_dimension_overrides[str(dim_name)] = int(dim_value)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        """Accepted for onnxruntime compatibility; entries are kept but not interpreted."""
+        """onnxruntime's session config entries. ``session.intra_op.allow_spinning``
+        (``"1"``, the default, or ``"0"``) is passed to the CPU provider: with ``"0"`` the
+        threads of its split kernels sleep after each split instead of polling for the
+        next; other entries are kept but not interpreted."""
         self.config_entries[key] = value
+
+    def get_session_config_entry(self, key: str) -> str:
+        """The value ``add_session_config_entry`` set for ``key`` (KeyError if none)."""
+        return self.config_entries[key]
 
     def __post_init__(self) -> None:
         self.config_entries: dict[str, str] = {}

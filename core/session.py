@@ -27,6 +27,7 @@ from .loading.read import ModelLike
 from .measured_placement import Candidate, candidates, measure, timing_feeds
 from .model_io import NodeArg
 from .options import (
+    ALLOW_SPINNING,
     GraphOptimizationLevel,
     PlacementSettings,
     RunOptions,
@@ -90,11 +91,15 @@ class InferenceSession:
         selected = select_providers(
             self._host, providers, provider_options, strict=self._options.strict()
         )
-        if self._options.intra_op_num_threads:
-            # onnxruntime's session option; the CPU provider applies it to NumPy's BLAS
-            for name, opts in selected:
-                if name == "cpu":
-                    opts.setdefault("intra_op_num_threads", self._options.intra_op_num_threads)
+        spinning = self._options.config_entries.get(ALLOW_SPINNING)
+        for name, opts in selected:
+            if name != "cpu":
+                continue
+            if self._options.intra_op_num_threads:
+                # onnxruntime's session option; the CPU provider applies it to NumPy's BLAS
+                opts.setdefault("intra_op_num_threads", self._options.intra_op_num_threads)
+            if spinning is not None:
+                opts.setdefault("allow_spinning", spinning)
         self._providers: list[Provider] = create_providers(
             self._host, selected, strict=self._options.strict()
         )

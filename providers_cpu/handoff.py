@@ -8,10 +8,12 @@ docs/cpu_kernels.md). Here the whole split runs in compiled code: a driver compi
 kernel claims chunks with an atomic fetch-add and calls the kernel on them, on the caller
 and on each helper; a helper polls a generation counter (acquire loads, ``pause`` between
 reads, GIL released) for ``SPIN_US`` after each split before it sleeps, so the next
-convolution of a run finds it awake. The GIL is taken once per split a thread, not once a
-chunk, and the caller waits only for chunks a helper has claimed (a busy flag set before
-each claim). ``bench/cpu_handoff.py`` measures it against the executor on a synthetic
-kernel, ``bench/cpu_handoff_ab.py`` on corpus models.
+convolution of a run finds it awake; after a split made with ``spin=False`` (a session
+with onnxruntime's ``session.intra_op.allow_spinning`` at ``0``) it sleeps at once.
+The GIL is taken once per split a thread, not once a chunk, and the caller waits only for
+chunks a helper has claimed (a busy flag set before each claim). ``bench/cpu_handoff.py``
+measures it against the executor on a synthetic kernel, ``bench/cpu_handoff_ab.py`` on
+corpus models.
 
 The result does not depend on the split: each chunk's rows are the kernel's ``(r0, r1)``
 call, whichever thread makes it. One split runs at a time; a split asked for while another
@@ -196,19 +198,24 @@ class Pool:
         self.lock = threading.Lock()  # one split at a time
         self.cond = threading.Condition()
         self.iters = _calibrate(self.wait_changed)
+        self.after = self.iters  # a helper's polls after the split it ran (0: sleep)
         for h in range(helpers):
             threading.Thread(
                 target=self._helper, args=(h,), daemon=True, name=f"onnxep-split-{h}"
             ).start()
 
-    def split(self, drive, rows: int, chunks: int, step: int, args: tuple) -> bool:
+    def split(
+        self, drive, rows: int, chunks: int, step: int, args: tuple, spin: bool = True
+    ) -> bool:
         """``drive``'s chunks here and on the helpers; False (nothing run) when another
-        thread's split holds the pool."""
+        thread's split holds the pool. ``spin``: whether the helpers poll for the next
+        split for ``SPIN_US`` after this one, or sleep as soon as their chunks are done."""
         if not self.lock.acquire(blocking=False):
             return False
         try:
             ctl = self.ctl
             self.err = None
+            self.after = self.iters if spin else 0
             gen = (int(ctl[_GEN]) + 1) & 0x7FFFFFFF
             self.job = (drive, gen, rows, chunks, step, args)
             ctl[_CLAIM] = gen << 32
@@ -233,7 +240,7 @@ class Pool:
         ctl, busy, asleep = self.ctl, _slot_busy(h), _slot_asleep(h)
         seen = int(ctl[_GEN])
         while True:
-            gen = self.wait_changed(ctl, _GEN, seen, self.iters)
+            gen = self.wait_changed(ctl, _GEN, seen, self.after)
             if gen == seen:
                 with self.cond:
                     ctl[asleep] = 1

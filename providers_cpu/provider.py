@@ -6,6 +6,12 @@ runs, and the most its kernels split their own work over. 0 or absent: one count
 for the session from its plan (thread_policy.py: one thread unless its largest product
 gains from a split, then every core), fixed for all its runs and reported by
 ``session_notes`` (``InferenceSession.placement()``, ``onnxep explain``).
+
+Option ``allow_spinning`` (``"1"`` or ``"0"``; the session's config entry
+``session.intra_op.allow_spinning``, as onnxruntime names it): whether the threads that run
+a compiled kernel's split poll for the next split for ``handoff.SPIN_US`` before they sleep
+(the default, as onnxruntime's pool spins), or sleep as soon as their part is done, leaving
+the cores to the rest of the process.
 """
 
 from __future__ import annotations
@@ -37,11 +43,19 @@ class CPUProvider(Provider):
                 f"session from its plan), got {n!r}"
             )
         self.threads = int(n)  # as asked; 0: chosen from the claimed nodes
+        spin = self.options.get("allow_spinning", "1")
+        if str(spin) not in ("0", "1"):
+            raise InvalidArgument(
+                f"allow_spinning (session.intra_op.allow_spinning) must be '0' or '1' (1: "
+                f"split threads poll for the next split a while before they sleep), got "
+                f"{spin!r}"
+            )
+        self.spin = str(spin) == "1"
         # the product claimed nearest its split bound: multiply-adds, node, bound
         self._largest = (0, "", 1)
         self._chosen = 0  # the count, settled on first use (after every claim)
         self._holder: blas_threads | None = None  # the run context, made once
-        if self.threads:
+        if self.threads or not self.spin:
             self.run_context = self._hold
 
     def claim(self, node: NodeInfo) -> Claim | Decline:
@@ -78,7 +92,7 @@ class CPUProvider(Provider):
         # the module's), and the property and a new object were a microsecond per run.
         holder = self._holder
         if holder is None:
-            holder = self._holder = blas_threads(self.blas_thread_count)
+            holder = self._holder = blas_threads(self.blas_thread_count, self.spin)
         return holder
 
     def session_notes(self) -> list[str]:
@@ -92,6 +106,14 @@ class CPUProvider(Provider):
         ]
 
     def _thread_notes(self) -> list[str]:
+        spin = (
+            "split threads poll 200 us for the next split before they sleep"
+            if self.spin
+            else "split threads sleep after each split (session.intra_op.allow_spinning=0)"
+        )
+        return [*self._count_notes(), spin]
+
+    def _count_notes(self) -> list[str]:
         n = self.blas_thread_count
         if self.threads:
             return [f"BLAS threads: {n} (intra_op_num_threads={n})"]

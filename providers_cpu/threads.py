@@ -35,6 +35,7 @@ _saved: list[tuple[_Blas, int]] = []  # each BLAS library and its count before t
 _libs: list[_Blas] | None = None  # the loaded BLAS libraries
 _modules = 0  # len(sys.modules) when the libraries were scanned
 _waiting = 0  # runs waiting for the runs in flight to end (they want another count)
+_quiet = 0  # runs in flight (or waiting) that asked for no spinning after a split
 
 
 def _blas_libs() -> list[_Blas]:
@@ -92,18 +93,21 @@ class blas_threads:  # noqa: N801 (a context manager used like a function)
     A class rather than a generator context: it is entered on every run.
     """
 
-    __slots__ = ("n",)
+    __slots__ = ("n", "spin")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, spin: bool = True) -> None:
         self.n = n
+        self.spin = spin  # False: splits in these runs leave no thread spinning after them
 
     def __enter__(self) -> None:
-        global _active, _applied, _saved, _waiting
+        global _active, _applied, _saved, _waiting, _quiet
         n = self.n
         # The lock is taken directly, not through the Condition's ``with``: this runs
         # twice per run, and a small model's run is a few microseconds.
         _lock.acquire()
         try:
+            if not self.spin:
+                _quiet += 1
             if _active and _applied == n:  # another run with this count is in flight
                 _active += 1
                 return
@@ -125,9 +129,11 @@ class blas_threads:  # noqa: N801 (a context manager used like a function)
             _lock.release()
 
     def __exit__(self, *exc: object) -> None:
-        global _active, _applied
+        global _active, _applied, _quiet
         _lock.acquire()
         try:
+            if not self.spin:
+                _quiet -= 1
             _active -= 1
             if not _active:
                 n = self.n
@@ -168,6 +174,12 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         return os.cpu_count() or 1
+
+
+def run_spins() -> bool:
+    """Whether a split now may leave its helper threads polling for the next one: no run in
+    flight asked them not to (``session.intra_op.allow_spinning`` = ``0``)."""
+    return not _quiet
 
 
 def run_threads() -> int:

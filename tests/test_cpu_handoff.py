@@ -110,3 +110,79 @@ def test_under_the_bound_or_on_one_thread_one_call(monkeypatch):
     with blas_threads(1):
         nn_cpu.parallel_compiled(64, 1 << 30, kernel, (), (None,), 4)
     assert calls == [(0, 256), (0, 256)]
+
+
+@needs_jit
+def test_a_run_that_asks_for_no_spinning_leaves_the_helpers_asleep(monkeypatch):
+    import time
+
+    from onnxep.providers_cpu import threads
+
+    monkeypatch.setattr(nn_cpu, "COMPILED_MIN", 0)
+    monkeypatch.setattr(nn_cpu, "NATIVE", True)
+    k = _count_rows()
+    pool = handoff.pool(max(1, nn_cpu.cpu_count() - 1))
+    hits = np.zeros(64, np.int64)
+    value = np.zeros(64, np.float32)
+    with blas_threads(2, spin=False):
+        assert not threads.run_spins()
+        nn_cpu.parallel_compiled(64, 1 << 30, k, (1,), (hits, value))
+    assert threads.run_spins()
+    assert (hits == 1).all()
+    if nn_cpu.cpu_count() < 2:
+        return  # one core: no split ran, nothing to check of the helpers
+    assert pool.after == 0  # the helpers poll no more after that split
+    deadline = time.monotonic() + 10
+    while not all(pool.ctl[handoff._slot_asleep(h)] for h in range(pool.helpers)):  # noqa: SLF001
+        assert time.monotonic() < deadline, "a helper kept running after a quiet split"
+        time.sleep(0.001)
+    with blas_threads(2):  # the default again: the next split's helpers poll a while
+        nn_cpu.parallel_compiled(64, 1 << 30, k, (1,), (hits, value))
+    assert pool.after == pool.iters
+    assert (hits == 2).all()
+
+
+def _one_row_model():
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).random((512, 1024), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "one_row",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w
+
+
+@needs_jit
+def test_the_session_option_reaches_the_split_and_the_report():
+    import onnxep
+
+    model, w = _one_row_model()
+    so = onnxep.SessionOptions(intra_op_num_threads=2)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    sess = onnxep.InferenceSession(model, so, providers=["cpu"])
+    assert "session.intra_op.allow_spinning=0" in str(sess.placement())
+    x = np.random.default_rng(1).random((1, 512), np.float32)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-5)
+    if nn_cpu.cpu_count() >= 2 and nn_cpu.NATIVE:
+        assert handoff.pool(nn_cpu.cpu_count() - 1).after == 0
+    default = onnxep.InferenceSession(model, providers=["cpu"])
+    assert "poll 200 us for the next split" in str(default.placement())
+
+
+def test_a_bad_spinning_value_is_named_and_the_next_session_works():
+    import onnxep
+    from onnxep.errors import OnnxepError
+
+    model, _ = _one_row_model()
+    so = onnxep.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "yes")
+    with pytest.raises(OnnxepError, match=r"session\.intra_op\.allow_spinning.*'0' or '1'"):
+        onnxep.InferenceSession(model, so, providers=["cpu"])
+    sess = onnxep.InferenceSession(model, providers=["cpu"])
+    assert sess.run(None, {"x": np.ones((1, 512), np.float32)})[0].shape == (1, 1024)

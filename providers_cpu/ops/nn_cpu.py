@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import handoff, jit
-from ..threads import cpu_count, run_threads
+from ..threads import cpu_count, run_spins, run_threads
 from . import few_columns
 
 
@@ -260,7 +260,8 @@ def parallel_compiled(
     if n > 1 and work >= (COMPILED_MIN if split_min is None else split_min) and NATIVE:
         chunks = min(rows, 8 * n)
         drive = handoff.driver(kernel, len(pre), len(post))
-        if handoff.pool(cpu_count() - 1).split(drive, rows, chunks, step, (*pre, *post)):
+        helpers = handoff.pool(cpu_count() - 1)
+        if helpers.split(drive, rows, chunks, step, (*pre, *post), run_spins()):
             return
     if n > 1 and work >= _PARALLEL_MIN:
         parallel_rows(rows, work, lambda r0, r1: kernel(*pre, step * r0, step * r1, *post))
