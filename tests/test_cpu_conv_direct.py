@@ -63,6 +63,9 @@ SHAPES = {
         (1, 1),
         (1, 1),
     ),
+    # 6-wide tiles ending 4 past a multiple of 6 (the 4-wide tile)
+    "M 16, 28 wide": (1, 8, 16, (3, 28), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "M 32, 28 wide": (1, 8, 32, (4, 28), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "M 32, K past a 96 KB slab": (1, 96, 32, (5, 13), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "width 1": (1, 8, 16, (9, 1), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "every tail width": (1, 4, 8, (3, 29), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
@@ -418,7 +421,8 @@ def test_tile_widths():
     # AVX2: 12 sums a tile; 24 (AVX-512VL) widen only four blocks, 6 positions
     assert [conv_direct.positions(fb) for fb in (1, 2, 3, 4)] == [12, 6, 4, 3]
     assert [conv_direct.positions(fb, 24) for fb in (1, 2, 3, 4)] == [12, 6, 4, 6]
-    assert conv_direct.sizes(4, 24) == (6, 3, 2)
+    assert conv_direct.sizes(4, 24) == (6, 4, 3, 2)
+    assert conv_direct.sizes(2) == (6, 4, 3, 2)
     assert conv_direct.sizes(4) == (3, 2, 1)
     assert conv_direct.k_block(4, 96 << 10) == 768
 
