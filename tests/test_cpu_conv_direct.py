@@ -52,6 +52,21 @@ SHAPES = {
         (1, 1),
         (1, 1),
     ),  # fmt: skip
+    "M 32 (4 blocks), every tail width": (
+        1,
+        8,
+        32,
+        (3, 29),
+        (3, 3),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+    ),
+    # 6-wide tiles ending 4 past a multiple of 6 (the 4-wide tile)
+    "M 16, 28 wide": (1, 8, 16, (3, 28), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "M 32, 28 wide": (1, 8, 32, (4, 28), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "M 32, K past a 96 KB slab": (1, 96, 32, (5, 13), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "width 1": (1, 8, 16, (9, 1), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "every tail width": (1, 4, 8, (3, 29), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "stride 2": (1, 16, 32, (32, 32), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
@@ -99,9 +114,21 @@ def _both(shape, seed=0, x=None):
     return y_gemm, y_direct, (x, w, bias, dc)
 
 
+# (accumulators, slab bytes): AVX2's tiles and K blocks, AVX-512VL's (``_WIDE``)
+TILE_SETS = {"12 sums, 24 KB": (12, 24 << 10), "24 sums, 96 KB": (24, 96 << 10)}
+
+
+@pytest.fixture(params=list(TILE_SETS), ids=list(TILE_SETS))
+def tile_set(request, monkeypatch):
+    nacc, slab = TILE_SETS[request.param]
+    monkeypatch.setattr(conv_direct, "ACCUMULATORS", nacc)
+    monkeypatch.setattr(conv_direct, "_SLAB", slab)
+    return nacc
+
+
 @needs_jit
 @pytest.mark.parametrize("case", list(SHAPES), ids=list(SHAPES))
-def test_kernel_equals_the_compiled_gemm_bit_for_bit(case):
+def test_kernel_equals_the_compiled_gemm_bit_for_bit(case, tile_set):
     y_gemm, y_direct, (x, w, bias, _) = _both(SHAPES[case])
     assert np.isfinite(y_direct).all()  # every output written
     assert np.array_equal(y_gemm.view(np.uint32), y_direct.view(np.uint32))
@@ -169,8 +196,11 @@ def test_compiled_fill_equals_the_numpy_planes_bit_for_bit(n, c, hw, s, pb, pe):
 
 
 @needs_jit
-@pytest.mark.parametrize("case", ["K past one block (128 channels)", "M 72 (9 blocks: 3 groups)"])
-def test_kernel_bits_do_not_depend_on_the_work_split(case):
+@pytest.mark.parametrize(
+    "case",
+    ["K past one block (128 channels)", "M 72 (9 blocks: 3 groups)", "M 32, K past a 96 KB slab"],
+)
+def test_kernel_bits_do_not_depend_on_the_work_split(case, tile_set):
     _, y_whole, (x, _, _, dc) = _both(SHAPES[case])
     oh, ow = dc.out
     parts = np.full_like(y_whole, np.nan)
@@ -178,7 +208,8 @@ def test_kernel_bits_do_not_depend_on_the_work_split(case):
     fill(x[0].reshape(-1), *x.shape[1:], dc.b, table, sh, sw, wq, cs)
     for u in reversed(range(dc.units)):  # one unit a call, last first, as threads may
         dc.run(dc.wb, dc.kt, dc.bias, dc.b, dc.bsize, dc.koff, dc.wq, oh, ow, dc.acc,
-               dc.accsize, parts.reshape(-1), dc.m, dc.rows, dc.units, u, u + 1,
+               dc.accsize, parts.reshape(-1), dc.m, dc.rows, dc.units, dc.slab_terms, dc.nacc,
+               u, u + 1,
                *dc.act, *dc.post, np.zeros(1, np.float32), False)  # fmt: skip
     assert np.array_equal(parts[0].view(np.uint32), y_whole[0].view(np.uint32))
 
@@ -384,6 +415,16 @@ def test_no_kernel_without_numba(monkeypatch):
     want = theirs(model, feeds)
     ok = np.isfinite(want)
     np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-5 * np.abs(want[ok]).max())
+
+
+def test_tile_widths():
+    # AVX2: 12 sums a tile; 24 (AVX-512VL) widen only four blocks, 6 positions
+    assert [conv_direct.positions(fb) for fb in (1, 2, 3, 4)] == [12, 6, 4, 3]
+    assert [conv_direct.positions(fb, 24) for fb in (1, 2, 3, 4)] == [12, 6, 4, 6]
+    assert conv_direct.sizes(4, 24) == (6, 4, 3, 2)
+    assert conv_direct.sizes(2) == (6, 4, 3, 2)
+    assert conv_direct.sizes(4) == (3, 2, 1)
+    assert conv_direct.k_block(4, 96 << 10) == 768
 
 
 @needs_jit

@@ -89,9 +89,13 @@ def winograd_bound() -> int:
 _MIN_WIDTH = 4
 _LANES = 8  # float32 in a ymm register: the AVX2 block (MLAS's NCHWc block there)
 _MAX_FB = 4
+# AVX-512VL (Zen 4 here): 32 ymm registers, wider tiles (``ACCUMULATORS``) and slabs
+_WIDE = (cpu_flags() or frozenset()) >= {"avx512f", "avx512vl"}
 # Weight bytes of one K block of a tile (fb blocks x KC terms x 32 bytes): 3/4 of Zen 3's
-# L1D (16 KB split 3x3 convs of 16 channels into two blocks and a round trip of the sums)
-_SLAB = 24 << 10
+# L1D (16 KB split 3x3 convs of 16 channels into two blocks and a round trip of the sums).
+# On Zen 4 96 KB (from its 1 MB L2, streamed in order) was 1-3% faster than 24 KB on
+# convs of K 576-1152 (one K block, no partial sums' round trips); read when planned.
+_SLAB = (96 if _WIDE else 24) << 10
 
 
 # AMD's family 0x19 (Zen 3 and Zen 4): 256-bit FMA units. Zen 4 has AVX-512 but runs a
@@ -174,13 +178,28 @@ def applies(k, group: int, m: int, ck: int, lsz: int, dtype, const_weights: bool
     return winograd_channels < winograd_bound()
 
 
-def positions(fb: int) -> int:
-    """Output positions a tile of ``fb`` channel blocks holds: 12 accumulators in all."""
-    return 12 // fb
+# Accumulators (ymm sums) a tile may hold: 12 of AVX2's 16 registers, beside one term's
+# weights and values. AVX-512VL gives 32 ymm registers (EVEX ymm16-31): up to 24 sums
+# there, which halve the tile's fixed costs per multiply-add (its sums' loads and lane
+# stores, the weights' loads, the koff load and the loop a term). Read when a convolution
+# is planned (``DirectConv``).
+ACCUMULATORS = 24 if _WIDE else 12
+_NACCS = (12, 24)  # the tile sets compiled
 
 
-def k_block(fb: int) -> int:
-    return _SLAB // (fb * _LANES * 4)
+def positions(fb: int, nacc: int = 12) -> int:
+    """Output positions a tile of ``fb`` channel blocks holds with at most ``nacc``
+    accumulators: 12 // fb, but 6 for four blocks where ``nacc`` allows 24 sums.
+
+    Only four blocks widen (on Zen 4, 6-11% faster than 4 x 3): each position's index
+    (clamped to ``rem``) is an integer register across the term loop, and the tiles of 12
+    and 24 positions (2 x 12, 1 x 24 sums) spilled on x86's 16 (1.3-1.6x slower than the
+    12-sum tiles); 3 x 6 ran 2-5% slower than 3 x 4 (docs/cpu_kernels.md, "nude")."""
+    return 6 if fb == _MAX_FB and nacc >= 24 else 12 // fb
+
+
+def k_block(fb: int, slab: int | None = None) -> int:
+    return (_SLAB if slab is None else slab) // (fb * _LANES * 4)
 
 
 def pack_blocks(w: np.ndarray) -> tuple[np.ndarray, int]:
@@ -219,9 +238,12 @@ class DirectConv(PhasePlanes):
         self.bias = np.zeros(nblocks * _LANES, np.float32)
         self.bias[:m] = bias
         groups = -(-nblocks // _MAX_FB)
+        # the slab as K terms of one channel block and the tiles' sums, read when planned
+        self.slab_terms = _SLAB // (_LANES * 4)
+        self.nacc = ACCUMULATORS
         # partial sums between K blocks, only where there is more than one
         many = any(
-            k_terms > k_block((g + 1) * nblocks // groups - g * nblocks // groups)
+            k_terms > k_block((g + 1) * nblocks // groups - g * nblocks // groups, _SLAB)
             for g in range(groups)
         )
         n = xshape[0]
@@ -252,7 +274,8 @@ class DirectConv(PhasePlanes):
             fill(xs[i], c, h, w, b[i * bsize : (i + 1) * bsize], table, sh, sw, wq, cs)
         run, yf = self.run, y.reshape(-1)
         args = (self.wb, self.kt, self.bias, b, bsize, self.koff, wq, oh, ow, self.acc,
-                self.accsize, yf, self.m, self.rows, self.units)  # fmt: skip
+                self.accsize, yf, self.m, self.rows, self.units, self.slab_terms,
+                self.nacc)  # fmt: skip
         zf = _NO_Z if z is None else z.reshape(-1)
         act = (*self.act, *self.post, zf, z is not None)
         parallel_rows(n * self.units, self.work, lambda u0, u1: run(*args, u0, u1, *act))
@@ -263,18 +286,22 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 _NO_Z = np.zeros(1, np.float32)
 
 
-def sizes(fb: int) -> tuple[int, ...]:
-    """The tile widths (positions) compiled for ``fb`` channel blocks: the full tile and two
-    narrower ones for a row's last positions (a masked full tile there computed up to 11
-    positions for one: 13-wide maps of 8 channels ran at half speed)."""
-    full = positions(fb)
-    return tuple(sorted({full, -(-full // 2), -(-full // 4)}, reverse=True))
+def sizes(fb: int, nacc: int = 12) -> tuple[int, ...]:
+    """The tile widths (positions) for ``fb`` channel blocks and ``nacc`` sums: the full
+    tile and two narrower ones for a row's last positions (a masked full tile there
+    computed up to 11 positions for one: 13-wide maps of 8 channels ran at half speed), and
+    for 6-wide tiles one of 4 (40- and 10-wide maps end 4 positions past a multiple of 6:
+    64 -> 64 at 40x40 1.12 -> 1.07 ms, 128 -> 128 at 10x10 0.32 -> 0.27 on Zen 4)."""
+    full = positions(fb, nacc)
+    four = {4} if full == 6 else set()
+    return tuple(sorted({full, -(-full // 2), -(-full // 4)} | four, reverse=True))
 
 
 def jit_direct() -> Any:
     """The compiled ``run(wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows,
-    upi, u0, u1, act, lo, hi, post, prm, z, has_z)``: work units [u0, u1) of (image,
-    channel group, ``rows`` output rows), ``upi`` units an image; image i's planes at
+    upi, slab, nacc, u0, u1, act, lo, hi, post, prm, z, has_z)``: work units [u0, u1) of
+    (image, channel group, ``rows`` output rows), ``upi`` units an image (K blocks of
+    ``slab // fb`` terms, tiles of ``positions(fb, nacc)``); image i's planes at
     ``b[i bsize:]``, its partial sums at ``acc[i accsize:]``, its output at ``y[i M oh
     ow:]``; ``z`` (``y``'s layout) added to each unit's rows when ``has_z``, then the
     ``post`` activation."""
@@ -286,7 +313,7 @@ def jit_direct() -> Any:
         jit.loop("conv_epilogue")  # compiles jit's helpers, ``_conv_act`` among them
         g["_conv_act"] = vars(jit)["_conv_act"]
         for fb in range(1, _MAX_FB + 1):
-            for p in sizes(fb):
+            for p in sorted({p for nacc in _NACCS for p in sizes(fb, nacc)}):
                 g[f"_t{fb}_{p}"] = _make_tile(fb, p)
         _direct.__qualname__ = f"_direct_{source_digest()}"
         f = _compiled["direct"] = jit.nb.njit(cache=True, nogil=True, boundscheck=False)(_direct)
@@ -329,8 +356,8 @@ def _fill(xf, c, h, w, b, table, sh, sw, wq, cs):
 
 
 def _direct(
-    wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows, upi, u0, u1, act, lo, hi,
-    post, prm, z, has_z,
+    wb, K, bias, b, bsize, koff, wq, oh, ow, acc, accsize, y, m, rows, upi, slab, nacc, u0, u1, act,
+    lo, hi, post, prm, z, has_z,
 ):  # fmt: skip
     nblocks = (m + 7) // 8
     ngroups = (nblocks + 3) // 4
@@ -352,11 +379,12 @@ def _direct(
         bo = mb0 * 8
         q[_BOFF] = bo
         q[_MVALID] = m - bo
-        full = 12 // fb
+        full = 6 if fb == 4 and nacc >= 24 else 12 // fb  # positions(fb, nacc)
         half = (full + 1) // 2
         quarter = (full + 3) // 4
-        # K blocks of at most a 24 KB weight slab (k_block), as even as they go
-        kmax = 768 // fb
+        # K blocks of at most a weight slab (``slab`` terms of one block: k_block), as even
+        # as they go
+        kmax = slab // fb
         nk = (K + kmax - 1) // kmax
         kc_max = (K + nk - 1) // nk
         aoff0 = img * accsize + bo * ys
@@ -378,6 +406,8 @@ def _direct(
                         tw = quarter
                     elif rem <= half:
                         tw = half
+                    elif rem == 4 and full == 6:  # sizes(): exact, not 6 with 2 wasted
+                        tw = 4
                     pos = r * ow + c0
                     q[_XB] = bimg + r * wq + c0
                     q[_REM] = min(rem, tw)
@@ -389,6 +419,8 @@ def _direct(
                         _t1_6(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 1 and tw == 3:
                         _t1_3(wb, b, koff, bias, acc, y, q, lo, hi)
+                    elif fb == 2 and tw == 4:
+                        _t2_4(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 2 and tw == 6:
                         _t2_6(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 2 and tw == 3:
@@ -401,6 +433,10 @@ def _direct(
                         _t3_2(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 3 and tw == 1:
                         _t3_1(wb, b, koff, bias, acc, y, q, lo, hi)
+                    elif fb == 4 and tw == 6:
+                        _t4_6(wb, b, koff, bias, acc, y, q, lo, hi)
+                    elif fb == 4 and tw == 4:
+                        _t4_4(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 4 and tw == 3:
                         _t4_3(wb, b, koff, bias, acc, y, q, lo, hi)
                     elif fb == 4 and tw == 2:
@@ -459,9 +495,8 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-_t1_12 = _t1_6 = _t1_3 = _t2_6 = _t2_3 = _t2_2 = _t3_4 = _t3_2 = _t3_1 = _t4_3 = _t4_2 = _t4_1 = (
-    _no_tile
-)
+_t1_12 = _t1_6 = _t1_3 = _t2_6 = _t2_3 = _t2_2 = _no_tile
+_t3_4 = _t3_2 = _t3_1 = _t4_6 = _t4_4 = _t2_4 = _t4_3 = _t4_2 = _t4_1 = _no_tile
 
 
 def _make_tile(fb: int, npos: int) -> Any:
@@ -540,7 +575,7 @@ def _make_tile(fb: int, npos: int) -> Any:
                 return broadcast(x)
 
             # Hold the smaller set of operands and stream the other, one term's worth of
-            # registers beside the 12 sums (loading all of both spilled sums to the stack)
+            # registers beside the sums (loading all of both spilled sums to the stack)
             if fb <= npos:
                 ws = [weight(f) for f in range(fb)]
                 for p in range(npos):
