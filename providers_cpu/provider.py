@@ -25,6 +25,7 @@ import numpy as np
 from onnxep.errors import InvalidArgument
 from onnxep.providers import Claim, Decline, NodeInfo, Provider
 
+from .handoff import SPIN_US
 from .openblas_core import openblas_notes
 from .ops.conv_direct import session_notes as conv_direct_notes
 from .ops.conv_gemm import session_notes as conv_gemm_notes
@@ -107,7 +108,7 @@ class CPUProvider(Provider):
 
     def _thread_notes(self) -> list[str]:
         spin = (
-            "split threads poll 200 us for the next split before they sleep"
+            f"split threads poll {SPIN_US:g} us for the next split before they sleep"
             if self.spin
             else "split threads sleep after each split (session.intra_op.allow_spinning=0)"
         )

@@ -72,8 +72,9 @@ def mat_mul(node, xp):
     def run(a, b):
         k = a.shape[-1] if a.ndim >= 2 else 0
         if k and a.size == k and b.ndim == 2 and b.shape[0] == k and a.dtype == b.dtype:
-            if streamed is not None and a.dtype == streamed.dtype:
-                # one row against a large constant weight: the compiled GEMV on both cores
+            if streamed is not None:
+                # one row against a large constant float32 weight (``b``, so ``a`` is float32
+                # too): the compiled GEMV on both cores
                 return (gemv.row_times(a, streamed).reshape(*a.shape[:-1], b.shape[1]),)
             if a.dtype in _BLAS:
                 # One row (a decode step's projection): every branch below ends in NumPy's
